@@ -1,0 +1,98 @@
+//! Segment allocator. Its state is never persisted on its own: at open it is derived from
+//! the catalog (every segment a catalog structure or the redo chain names is in use).
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Who asks for a segment. Client writes may not dip into the reserve that keeps
+/// compaction and the catalog able to make progress when the device is nearly full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    Writes,
+    Background,
+}
+
+struct Inner {
+    free: BTreeSet<u32>,
+    /// Segments the data file currently spans.
+    file_segments: u64,
+    used: u64,
+}
+
+pub(crate) struct Allocator {
+    device: Arc<Device>,
+    inner: Mutex<Inner>,
+    max_segments: u64,
+    reserve: u64,
+}
+
+const GROW_STEP: u64 = 32;
+
+impl Allocator {
+    /// `in_use` are the segments the catalog names (segment 0 is always in use).
+    pub(crate) fn new(device: Arc<Device>, max_bytes: Option<u64>, in_use: &BTreeSet<u32>) -> Result<Allocator> {
+        let seg = device.seg_bytes();
+        let disk_segments = device.len()?.div_ceil(seg).max(1);
+        let file_segments = disk_segments;
+        let max_segments = max_bytes.map_or(u32::MAX as u64, |m| (m / seg).min(u32::MAX as u64));
+        let reserve = if max_bytes.is_some() { (max_segments / 20).max(4) } else { 0 };
+        let mut free = BTreeSet::new();
+        let mut used = 0;
+        for s in 1..file_segments as u32 {
+            if in_use.contains(&s) {
+                used += 1;
+            } else {
+                free.insert(s);
+            }
+        }
+        // Segments named by the catalog beyond the end of the file (never written) still count.
+        let file_segments = in_use.iter().next_back().map_or(file_segments, |&m| file_segments.max(m as u64 + 1));
+        used += in_use.iter().filter(|&&s| s as u64 >= disk_segments).count() as u64;
+        Ok(Allocator {
+            device,
+            inner: Mutex::new(Inner { free, file_segments, used: used + 1 }),
+            max_segments,
+            reserve,
+        })
+    }
+
+    pub(crate) fn alloc(&self, purpose: Purpose) -> Result<u32> {
+        let mut g = self.inner.lock();
+        let headroom = g.free.len() as u64 + self.max_segments.saturating_sub(g.file_segments);
+        let need = if purpose == Purpose::Writes { self.reserve + 1 } else { 1 };
+        if headroom < need {
+            return Err(Error::NoSpace {
+                what: if purpose == Purpose::Writes { "log segments" } else { "compaction output" },
+            });
+        }
+        if g.free.is_empty() {
+            let grow = GROW_STEP.min(self.max_segments - g.file_segments);
+            let new_len = (g.file_segments + grow) * self.device.seg_bytes();
+            self.device.set_len(new_len)?;
+            for s in g.file_segments..g.file_segments + grow {
+                g.free.insert(s as u32);
+            }
+            g.file_segments += grow;
+        }
+        let seg = g.free.pop_first().ok_or(Error::NoSpace { what: "segments" })?;
+        g.used += 1;
+
+        Ok(seg)
+    }
+
+    pub(crate) fn release(&self, seg: u32) {
+        let mut g = self.inner.lock();
+        if seg != 0 && g.free.insert(seg) {
+            g.used -= 1;
+        }
+    }
+
+    /// (segments in use, segments the file spans)
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        let g = self.inner.lock();
+        (g.used, g.file_segments)
+    }
+}

@@ -1,0 +1,65 @@
+//! Bloom filter of an SST's keys: `u32 bit count | u8 probes | 3 bytes 0 | bits`.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+pub(crate) fn hash(key: &[u8]) -> u64 {
+    xxh3_64(key)
+}
+
+pub(crate) fn build(hashes: &[u64], bits_per_key: usize) -> Vec<u8> {
+    let nbits = (hashes.len() * bits_per_key).max(64);
+    let k = ((bits_per_key as f64) * 0.69).round().clamp(1.0, 30.0) as u8;
+    let mut out = vec![0u8; 8 + nbits.div_ceil(8)];
+    out[..4].copy_from_slice(&(nbits as u32).to_le_bytes());
+    out[4] = k;
+    let bits = &mut out[8..];
+    for &h in hashes {
+        let (mut a, b) = (h as u32, (h >> 32) as u32 | 1);
+        for _ in 0..k {
+            let i = a as usize % nbits;
+            bits[i / 8] |= 1 << (i % 8);
+            a = a.wrapping_add(b);
+        }
+    }
+    out
+}
+
+pub(crate) fn encoded_len(keys: usize, bits_per_key: usize) -> usize {
+    8 + (keys * bits_per_key).max(64).div_ceil(8)
+}
+
+/// Checks a filter; a malformed filter answers "maybe" so that reads stay correct.
+pub(crate) fn may_contain(filter: &[u8], h: u64) -> bool {
+    let Some(nb) = filter.get(..4) else {
+        return true;
+    };
+    let nbits = u32::from_le_bytes([nb[0], nb[1], nb[2], nb[3]]) as usize;
+    let k = filter.get(4).copied().unwrap_or(0);
+    let bits = &filter[8.min(filter.len())..];
+    if nbits == 0 || bits.len() * 8 < nbits {
+        return true;
+    }
+    let (mut a, b) = (h as u32, (h >> 32) as u32 | 1);
+    for _ in 0..k {
+        let i = a as usize % nbits;
+        if bits[i / 8] & (1 << (i % 8)) == 0 {
+            return false;
+        }
+        a = a.wrapping_add(b);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_false_negatives_and_few_false_positives() {
+        let keys: Vec<u64> = (0..10_000u32).map(|i| hash(&i.to_le_bytes())).collect();
+        let f = build(&keys, 10);
+        assert!(keys.iter().all(|&h| may_contain(&f, h)));
+        let fp = (10_000..110_000u32).filter(|i| may_contain(&f, hash(&i.to_le_bytes()))).count();
+        assert!(fp < 2_000, "false positive rate {fp}/100000");
+    }
+}

@@ -1,0 +1,54 @@
+//! The engine's own cache of nodes and log values, with a byte budget. Direct I/O keeps the
+//! page cache out of the way, so this is the only cache and its size is what a user sets.
+
+use quick_cache::Weighter;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+#[derive(Clone)]
+struct Bytes;
+
+impl Weighter<u128, Arc<Vec<u8>>> for Bytes {
+    fn weight(&self, _k: &u128, v: &Arc<Vec<u8>>) -> u64 {
+        v.len() as u64 + 64
+    }
+}
+
+/// Cache keyed by SST identity and node offset, or by log pointer and segment salt, so that a
+/// reused segment never serves stale entries.
+pub(crate) struct Cache {
+    inner: Option<quick_cache::sync::Cache<u128, Arc<Vec<u8>>, Bytes>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl Cache {
+    pub(crate) fn new(bytes: usize, item_bytes: usize) -> Cache {
+        let inner = (bytes >= 4096).then(|| {
+            let items = (bytes / item_bytes.max(64)).max(16);
+            quick_cache::sync::Cache::with_weighter(items, bytes as u64, Bytes)
+        });
+        Cache { inner, hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn get(&self, off: u128) -> Option<Arc<Vec<u8>>> {
+        let v = self.inner.as_ref().and_then(|c| c.get(&off));
+        if v.is_some() {
+            self.hits.fetch_add(1, Relaxed);
+        } else {
+            self.misses.fetch_add(1, Relaxed);
+        }
+        v
+    }
+
+    pub(crate) fn insert(&self, off: u128, v: Arc<Vec<u8>>) {
+        if let Some(c) = &self.inner {
+            c.insert(off, v);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> (u64, u64, u64) {
+        let used = self.inner.as_ref().map_or(0, |c| c.weight());
+        (self.hits.load(Relaxed), self.misses.load(Relaxed), used)
+    }
+}

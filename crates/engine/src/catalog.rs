@@ -1,0 +1,447 @@
+//! The catalog: regions, their levels of SSTs, their log segment lists, medium-segment
+//! pointer counts and large-log garbage. It changes only through [`Edit`]s, which the
+//! redo log records (see `manifest.rs`) and which replicas can replay.
+
+use crate::codec::{Dec, Enc, Short};
+use crate::logtail::LogKind;
+use std::collections::{BTreeSet, HashMap};
+
+/// Everything the catalog knows of one SST (it is also the SST's footer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SstInfo {
+    /// Segment holding the SST.
+    pub seg: u32,
+    /// Bytes of the segment used (whole blocks).
+    pub used_bytes: u32,
+    /// Leaves, laid out from offset 0.
+    pub leaf_count: u32,
+    /// Offset of the root node within the segment.
+    pub root_off: u32,
+    /// Height of the tree (0 = the root is a leaf).
+    pub height: u8,
+    /// Offset and length of the Bloom filter within the segment.
+    pub bloom_off: u32,
+    /// Length of the Bloom filter.
+    pub bloom_len: u32,
+    /// Number of entries.
+    pub entries: u64,
+    /// Bytes of keys plus in-place values or pointers, as stored.
+    pub stored_bytes: u64,
+    /// Bytes of keys plus values, with medium values at their full size.
+    pub full_bytes: u64,
+    /// Entries pointing into the medium log.
+    pub medium_ptrs: u32,
+    /// Entries pointing into the large log.
+    pub large_ptrs: u32,
+    /// Smallest and largest LSN.
+    pub min_lsn: u64,
+    /// Largest LSN.
+    pub max_lsn: u64,
+    /// First key.
+    pub first_key: Vec<u8>,
+    /// Last key.
+    pub last_key: Vec<u8>,
+}
+
+impl SstInfo {
+    pub(crate) fn encode(&self, e: &mut Enc) {
+        e.u32(self.seg).u32(self.used_bytes).u32(self.leaf_count).u32(self.root_off).u8(self.height);
+        e.u32(self.bloom_off).u32(self.bloom_len).u64(self.entries).u64(self.stored_bytes).u64(self.full_bytes);
+        e.u32(self.medium_ptrs).u32(self.large_ptrs).u64(self.min_lsn).u64(self.max_lsn);
+        e.bytes(&self.first_key).bytes(&self.last_key);
+    }
+    pub(crate) fn decode(d: &mut Dec<'_>) -> Result<SstInfo, Short> {
+        Ok(SstInfo {
+            seg: d.u32()?,
+            used_bytes: d.u32()?,
+            leaf_count: d.u32()?,
+            root_off: d.u32()?,
+            height: d.u8()?,
+            bloom_off: d.u32()?,
+            bloom_len: d.u32()?,
+            entries: d.u64()?,
+            stored_bytes: d.u64()?,
+            full_bytes: d.u64()?,
+            medium_ptrs: d.u32()?,
+            large_ptrs: d.u32()?,
+            min_lsn: d.u64()?,
+            max_lsn: d.u64()?,
+            first_key: d.bytes()?.to_vec(),
+            last_key: d.bytes()?.to_vec(),
+        })
+    }
+}
+
+/// One change to a region's catalog. A compaction's edits are applied atomically.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Edit {
+    /// A region appears: key range `[start, end)` (`end` None = unbounded).
+    CreateRegion {
+        /// Smallest key.
+        start: Vec<u8>,
+        /// First key past the region, None for no limit.
+        end: Option<Vec<u8>>,
+        /// The region is a replication backup (no L0, no compaction).
+        backup: bool,
+    },
+    /// An SST joins a level.
+    AddSst {
+        /// Level (1..).
+        level: u8,
+        /// The SST.
+        sst: SstInfo,
+    },
+    /// An SST leaves a level; its segment is freed unless another level still names it.
+    RemoveSst {
+        /// Level.
+        level: u8,
+        /// Segment of the SST.
+        seg: u32,
+    },
+    /// A segment joins a log.
+    LogAdd {
+        /// Which log.
+        log: LogKind,
+        /// Segment.
+        seg: u32,
+        /// Salt its records carry.
+        salt: u32,
+    },
+    /// A segment leaves a log and is freed.
+    LogRemove {
+        /// Which log.
+        log: LogKind,
+        /// Segment.
+        seg: u32,
+    },
+    /// Records in this segment with an LSN above `max_lsn` are void (written before a crash
+    /// and beyond the recovered prefix).
+    LogSeal {
+        /// Which log.
+        log: LogKind,
+        /// Segment.
+        seg: u32,
+        /// Largest valid LSN.
+        max_lsn: u64,
+    },
+    /// Change of the number of index entries pointing into a medium-log segment;
+    /// at zero the segment is freed.
+    MediumPtrs {
+        /// Segment.
+        seg: u32,
+        /// Salt of the segment incarnation the pointers refer to.
+        salt: u32,
+        /// Change.
+        delta: i64,
+    },
+    /// Bytes of a large-log segment that no index entry needs any more.
+    LargeGarbage {
+        /// Segment.
+        seg: u32,
+        /// Salt of the segment incarnation.
+        salt: u32,
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Everything up to this LSN is in L1 or below: recovery replays only later records.
+    L1Lsn(u64),
+}
+
+impl Edit {
+    pub(crate) fn encode(&self, e: &mut Enc) {
+        match self {
+            Edit::CreateRegion { start, end, backup } => {
+                e.u8(1).bytes(start);
+                match end {
+                    Some(k) => e.u8(1).bytes(k),
+                    None => e.u8(0),
+                };
+                e.u8(*backup as u8);
+            }
+            Edit::AddSst { level, sst } => {
+                e.u8(2).u8(*level);
+                sst.encode(e);
+            }
+            Edit::RemoveSst { level, seg } => {
+                e.u8(3).u8(*level).u32(*seg);
+            }
+            Edit::LogAdd { log, seg, salt } => {
+                e.u8(4).u8(*log as u8).u32(*seg).u32(*salt);
+            }
+            Edit::LogRemove { log, seg } => {
+                e.u8(5).u8(*log as u8).u32(*seg);
+            }
+            Edit::LogSeal { log, seg, max_lsn } => {
+                e.u8(6).u8(*log as u8).u32(*seg).u64(*max_lsn);
+            }
+            Edit::MediumPtrs { seg, salt, delta } => {
+                e.u8(7).u32(*seg).u32(*salt).u64(*delta as u64);
+            }
+            Edit::LargeGarbage { seg, salt, bytes } => {
+                e.u8(8).u32(*seg).u32(*salt).u64(*bytes);
+            }
+            Edit::L1Lsn(l) => {
+                e.u8(9).u64(*l);
+            }
+        }
+    }
+
+    pub(crate) fn decode(d: &mut Dec<'_>) -> Result<Edit, Short> {
+        let log = |v: u8| LogKind::from_u8(v).ok_or(Short);
+        Ok(match d.u8()? {
+            1 => {
+                let start = d.bytes()?.to_vec();
+                let end = if d.u8()? == 1 { Some(d.bytes()?.to_vec()) } else { None };
+                Edit::CreateRegion { start, end, backup: d.u8()? == 1 }
+            }
+            2 => Edit::AddSst { level: d.u8()?, sst: SstInfo::decode(d)? },
+            3 => Edit::RemoveSst { level: d.u8()?, seg: d.u32()? },
+            4 => Edit::LogAdd { log: log(d.u8()?)?, seg: d.u32()?, salt: d.u32()? },
+            5 => Edit::LogRemove { log: log(d.u8()?)?, seg: d.u32()? },
+            6 => Edit::LogSeal { log: log(d.u8()?)?, seg: d.u32()?, max_lsn: d.u64()? },
+            7 => Edit::MediumPtrs { seg: d.u32()?, salt: d.u32()?, delta: d.u64()? as i64 },
+            8 => Edit::LargeGarbage { seg: d.u32()?, salt: d.u32()?, bytes: d.u64()? },
+            9 => Edit::L1Lsn(d.u64()?),
+            _ => return Err(Short),
+        })
+    }
+}
+
+/// A segment of a log as the catalog knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSeg {
+    /// Segment number.
+    pub seg: u32,
+    /// Salt its records carry.
+    pub salt: u32,
+    /// Largest valid LSN (u64::MAX when not sealed).
+    pub sealed: u64,
+}
+
+/// One region's catalog.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RegionMeta {
+    /// Smallest key.
+    pub start: Vec<u8>,
+    /// First key past the region.
+    pub end: Option<Vec<u8>>,
+    /// Replication backup.
+    pub backup: bool,
+    /// Everything up to this LSN is in the levels.
+    pub l1_lsn: u64,
+    /// levels[i] = SSTs of level i+1, sorted by first key.
+    pub levels: Vec<Vec<SstInfo>>,
+    /// Segments of the L0, medium and large logs, oldest first.
+    pub logs: [Vec<LogSeg>; 3],
+    /// Live index pointers per medium-log segment.
+    pub medium_ptrs: HashMap<u32, u64>,
+    /// Invalid bytes per large-log segment.
+    pub large_garbage: HashMap<u32, u64>,
+}
+
+impl RegionMeta {
+    fn log_salt(&self, log: LogKind, seg: u32) -> Option<u32> {
+        self.logs[log as usize].iter().find(|s| s.seg == seg).map(|s| s.salt)
+    }
+
+    /// Applies one edit; returns the segments it freed.
+    pub(crate) fn apply(&mut self, edit: &Edit, freed: &mut Vec<u32>) {
+        match edit {
+            Edit::CreateRegion { start, end, backup } => {
+                self.start = start.clone();
+                self.end = end.clone();
+                self.backup = *backup;
+            }
+            Edit::AddSst { level, sst } => {
+                let l = *level as usize;
+                while self.levels.len() < l {
+                    self.levels.push(Vec::new());
+                }
+                let lv = &mut self.levels[l - 1];
+                let at = lv.partition_point(|s| s.first_key < sst.first_key);
+                lv.insert(at, sst.clone());
+            }
+            Edit::RemoveSst { level, seg } => {
+                if let Some(lv) = self.levels.get_mut((*level as usize).wrapping_sub(1)) {
+                    if let Some(i) = lv.iter().position(|s| s.seg == *seg) {
+                        lv.remove(i);
+                        freed.push(*seg);
+                    }
+                }
+            }
+            Edit::LogAdd { log, seg, salt } => {
+                self.logs[*log as usize].push(LogSeg { seg: *seg, salt: *salt, sealed: u64::MAX });
+            }
+            Edit::LogRemove { log, seg } => {
+                let v = &mut self.logs[*log as usize];
+                if let Some(i) = v.iter().position(|s| s.seg == *seg) {
+                    v.remove(i);
+                    freed.push(*seg);
+                    self.medium_ptrs.remove(seg);
+                    self.large_garbage.remove(seg);
+                }
+            }
+            Edit::LogSeal { log, seg, max_lsn } => {
+                if let Some(s) = self.logs[*log as usize].iter_mut().find(|s| s.seg == *seg) {
+                    s.sealed = s.sealed.min(*max_lsn);
+                }
+            }
+            Edit::MediumPtrs { seg, salt, delta } => {
+                if self.log_salt(LogKind::Medium, *seg) != Some(*salt) {
+                    return;
+                }
+                let c = self.medium_ptrs.entry(*seg).or_insert(0);
+                *c = (*c as i64 + delta).max(0) as u64;
+                if *c == 0 {
+                    self.apply(&Edit::LogRemove { log: LogKind::Medium, seg: *seg }, freed);
+                }
+            }
+            Edit::LargeGarbage { seg, salt, bytes } => {
+                if self.log_salt(LogKind::Large, *seg) == Some(*salt) {
+                    *self.large_garbage.entry(*seg).or_insert(0) += bytes;
+                }
+            }
+            Edit::L1Lsn(l) => self.l1_lsn = self.l1_lsn.max(*l),
+        }
+    }
+
+    /// Edits that rebuild this region from nothing (a checkpoint).
+    pub(crate) fn snapshot(&self) -> Vec<Edit> {
+        let mut v = vec![
+            Edit::CreateRegion { start: self.start.clone(), end: self.end.clone(), backup: self.backup },
+            Edit::L1Lsn(self.l1_lsn),
+        ];
+        for (i, log) in self.logs.iter().enumerate() {
+            let kind = LogKind::from_u8(i as u8).unwrap_or(LogKind::L0);
+            for s in log {
+                v.push(Edit::LogAdd { log: kind, seg: s.seg, salt: s.salt });
+                if s.sealed != u64::MAX {
+                    v.push(Edit::LogSeal { log: kind, seg: s.seg, max_lsn: s.sealed });
+                }
+            }
+        }
+        for s in &self.logs[LogKind::Medium as usize] {
+            if let Some(&c) = self.medium_ptrs.get(&s.seg) {
+                v.push(Edit::MediumPtrs { seg: s.seg, salt: s.salt, delta: c as i64 });
+            }
+        }
+        for s in &self.logs[LogKind::Large as usize] {
+            if let Some(&g) = self.large_garbage.get(&s.seg) {
+                v.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
+            }
+        }
+        for (i, lv) in self.levels.iter().enumerate() {
+            for s in lv {
+                v.push(Edit::AddSst { level: (i + 1) as u8, sst: s.clone() });
+            }
+        }
+        v
+    }
+
+    /// Every segment this region names.
+    pub(crate) fn segments(&self, out: &mut BTreeSet<u32>) {
+        out.extend(self.levels.iter().flatten().map(|s| s.seg));
+        out.extend(self.logs.iter().flatten().map(|s| s.seg));
+    }
+}
+
+/// All regions.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Catalog {
+    /// By region id.
+    pub regions: std::collections::BTreeMap<u32, RegionMeta>,
+}
+
+impl Catalog {
+    pub(crate) fn apply(&mut self, region: u32, edits: &[Edit]) -> Vec<u32> {
+        let mut freed = Vec::new();
+        let meta = self.regions.entry(region).or_default();
+        for e in edits {
+            meta.apply(e, &mut freed);
+        }
+        // An SST moved to another level keeps its segment.
+        freed.retain(|s| !edits.iter().any(|e| matches!(e, Edit::AddSst { sst, .. } if sst.seg == *s)));
+        freed
+    }
+}
+
+pub(crate) fn encode_edits(region: u32, edits: &[Edit]) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.u32(region).u32(edits.len() as u32);
+    for ed in edits {
+        ed.encode(&mut e);
+    }
+    e.0
+}
+
+pub(crate) fn decode_edits(buf: &[u8]) -> Result<(u32, Vec<Edit>), Short> {
+    let mut d = Dec::new(buf);
+    let region = d.u32()?;
+    let n = d.u32()? as usize;
+    let mut v = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        v.push(Edit::decode(&mut d)?);
+    }
+    if !d.done() {
+        return Err(Short);
+    }
+    Ok((region, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edits_roundtrip() {
+        let sst = SstInfo {
+            seg: 9,
+            used_bytes: 8192,
+            leaf_count: 1,
+            root_off: 0,
+            height: 0,
+            bloom_off: 4096,
+            bloom_len: 100,
+            entries: 3,
+            stored_bytes: 30,
+            full_bytes: 300,
+            medium_ptrs: 1,
+            large_ptrs: 1,
+            min_lsn: 1,
+            max_lsn: 3,
+            first_key: b"a".to_vec(),
+            last_key: b"c".to_vec(),
+        };
+        let edits = vec![
+            Edit::CreateRegion { start: vec![], end: Some(b"z".to_vec()), backup: true },
+            Edit::AddSst { level: 2, sst },
+            Edit::RemoveSst { level: 1, seg: 4 },
+            Edit::LogAdd { log: LogKind::Large, seg: 5, salt: 77 },
+            Edit::LogRemove { log: LogKind::L0, seg: 6 },
+            Edit::LogSeal { log: LogKind::L0, seg: 6, max_lsn: 10 },
+            Edit::MediumPtrs { seg: 3, salt: 1, delta: -4 },
+            Edit::LargeGarbage { seg: 5, salt: 77, bytes: 99 },
+            Edit::L1Lsn(12),
+        ];
+        let b = encode_edits(3, &edits);
+        let (r, back) = decode_edits(&b).expect("decodes");
+        assert_eq!((r, back), (3, edits));
+        for cut in 0..b.len() {
+            assert!(decode_edits(&b[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn medium_segment_freed_at_zero_pointers() {
+        let mut c = Catalog::default();
+        c.apply(
+            1,
+            &[Edit::LogAdd { log: LogKind::Medium, seg: 7, salt: 3 }, Edit::MediumPtrs { seg: 7, salt: 3, delta: 2 }],
+        );
+        assert!(c.apply(1, &[Edit::MediumPtrs { seg: 7, salt: 3, delta: -1 }]).is_empty());
+        // A stale salt (another incarnation of the segment) changes nothing.
+        assert!(c.apply(1, &[Edit::MediumPtrs { seg: 7, salt: 4, delta: -1 }]).is_empty());
+        assert_eq!(c.apply(1, &[Edit::MediumPtrs { seg: 7, salt: 3, delta: -1 }]), vec![7]);
+        assert!(c.regions[&1].logs[1].is_empty());
+    }
+}

@@ -1,0 +1,552 @@
+//! Compactions: L0 -> L1 and partial Li -> Li+1 merges that build new SSTs bottom-up,
+//! write medium runs, merge medium pairs in place at the last level(s), and account for
+//! the log space they make invalid.
+
+use crate::aligned::{align_down, AlignedBuf};
+use crate::alloc::Purpose;
+use crate::catalog::{Edit, SstInfo};
+use crate::device::IoKind;
+use crate::error::{Error, Result};
+use crate::logtail::{LogKind, LogTail};
+use crate::memtable::{Entry, Value};
+use crate::options::MediumPlacement;
+use crate::record::{self, RECORD_OVERHEAD};
+use crate::region::{category, Category, Region};
+use crate::shared::SegmentKind;
+use crate::sst::{decode_all, Sst, SstBuilder};
+use crate::view::{Version, View};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// A unit of compaction work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Job {
+    /// The immutable L0 table into L1.
+    L0,
+    /// Part of level i (1-based) into level i+1.
+    Level(usize),
+}
+
+impl Job {
+    fn levels(self) -> (usize, usize) {
+        match self {
+            Job::L0 => (0, 1),
+            Job::Level(i) => (i, i + 1),
+        }
+    }
+}
+
+/// Picks the most urgent job whose levels are idle, and marks them busy.
+pub(crate) fn pick(r: &Region) -> Option<Job> {
+    if r.backup {
+        return None;
+    }
+    let view = r.view();
+    let o = &r.sh.opts;
+    let mut busy = r.busy.lock();
+    if view.imm.is_some() && !busy[0] && !busy[1] {
+        busy[0] = true;
+        busy[1] = true;
+        return Some(Job::L0);
+    }
+    let mut best: Option<(f64, usize)> = None;
+    for i in 1..o.max_levels {
+        let (_, full) = view.version.level_bytes(i - 1);
+        let budget = o.l0_bytes as f64 * (o.growth_factor as f64).powi(i as i32);
+        let score = full as f64 / budget;
+        if score > 1.0 && !busy[i] && !busy[i + 1] && best.is_none_or(|b| score > b.0) {
+            best = Some((score, i));
+        }
+    }
+    let (_, i) = best?;
+    busy[i] = true;
+    busy[i + 1] = true;
+    Some(Job::Level(i))
+}
+
+/// Runs a picked job and frees its levels.
+pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
+    let res = match job {
+        Job::L0 => compact_l0(r),
+        Job::Level(i) => compact_level(r, i),
+    };
+    let (a, b) = job.levels();
+    let mut busy = r.busy.lock();
+    busy[a] = false;
+    busy[b] = false;
+    drop(busy);
+    r.w_cv.notify_all();
+    res
+}
+
+/// Entries of a list of SSTs in key order, reading one whole segment at a time.
+struct SstStream<'a> {
+    r: &'a Region,
+    ssts: VecDeque<Arc<Sst>>,
+    buf: std::vec::IntoIter<Entry>,
+}
+
+impl SstStream<'_> {
+    fn next(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(e) = self.buf.next() {
+                return Ok(Some(e));
+            }
+            let Some(sst) = self.ssts.pop_front() else {
+                return Ok(None);
+            };
+            let dev = &self.r.sh.dev;
+            let mut img = AlignedBuf::new(sst.info.used_bytes as usize);
+            dev.read_into(dev.seg_base(sst.info.seg), &mut img, IoKind::CompactionRead)?;
+            self.buf = decode_all(&sst.info, &img, self.r.sh.opts.node_bytes)?.into_iter();
+        }
+    }
+}
+
+/// Reads medium values for in-place merging, one 256 KiB chunk of the medium log at a time.
+struct ChunkReader {
+    chunks: HashMap<u64, Arc<AlignedBuf>>,
+    order: VecDeque<u64>,
+}
+
+const CHUNK: usize = 256 << 10;
+const MAX_CHUNKS: usize = 64;
+
+impl ChunkReader {
+    fn read(&mut self, r: &Region, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
+        let chunk_len = CHUNK.min(r.sh.dev.seg_bytes() as usize);
+        let base = align_down(ptr as usize, chunk_len) as u64;
+        let within = (ptr - base) as usize;
+        if within + len as usize > chunk_len {
+            return r.read_value(ptr, len, salt, key);
+        }
+        let chunk = match self.chunks.get(&base) {
+            Some(c) => c.clone(),
+            None => {
+                let mut b = AlignedBuf::new(chunk_len);
+                r.sh.dev.read_into(base, &mut b, IoKind::MediumLog)?;
+                let b = Arc::new(b);
+                if self.order.len() == MAX_CHUNKS {
+                    if let Some(old) = self.order.pop_front() {
+                        self.chunks.remove(&old);
+                    }
+                }
+                self.order.push_back(base);
+                self.chunks.insert(base, b.clone());
+                b
+            }
+        };
+        match record::decode(&chunk[within..within + len as usize], Some(salt)) {
+            Ok(rec) if rec.key == key => Ok(rec.value.to_vec()),
+            _ => Err(Error::corrupt(
+                ptr >> r.sh.dev.seg_bits(),
+                ptr & (r.sh.dev.seg_bytes() - 1),
+                "medium log record at pointer fails its checks",
+            )),
+        }
+    }
+}
+
+/// Builds a compaction's output and the edits describing it.
+struct Output<'a> {
+    r: &'a Region,
+    dest: u8,
+    inplace: bool,
+    bottom: bool,
+    log_medium: bool,
+    builder: Option<SstBuilder>,
+    ssts: Vec<SstInfo>,
+    medium: Option<LogTail>,
+    medium_segs: Vec<(u32, u32)>,
+    medium_delta: HashMap<(u32, u32), i64>,
+    large_garbage: HashMap<(u32, u32), u64>,
+    chunks: ChunkReader,
+    allocated: Vec<u32>,
+}
+
+impl<'a> Output<'a> {
+    fn seg_of(&self, ptr: u64) -> u32 {
+        (ptr >> self.r.sh.dev.seg_bits()) as u32
+    }
+
+    /// An entry that leaves the tree: its log space stops being needed.
+    fn dropped(&mut self, e: &Entry) {
+        match e.value {
+            Value::Medium { ptr, salt, .. } => *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1,
+            Value::Large { ptr, len, salt } => {
+                *self.large_garbage.entry((self.seg_of(ptr), salt)).or_default() += len as u64
+            }
+            _ => {}
+        }
+    }
+
+    fn alloc(&mut self) -> Result<u32> {
+        let s = self.r.sh.alloc.alloc(Purpose::Background)?;
+        self.allocated.push(s);
+        Ok(s)
+    }
+
+    fn emit(&mut self, mut e: Entry) -> Result<()> {
+        let o = &self.r.sh.opts;
+        let mut full_len = 0;
+        match &e.value {
+            Value::Tombstone if self.bottom => return Ok(()),
+            Value::Inline(v)
+                if self.log_medium
+                    && !self.inplace
+                    && category(o.small_threshold, o.large_threshold, e.key.len() + v.len()) == Category::Medium =>
+            {
+                full_len = e.key.len() + v.len();
+                let v = v.clone();
+                e.value = self.append_medium(&e.key, e.lsn, &v)?;
+            }
+            Value::Medium { ptr, len, salt } if self.inplace => {
+                let (ptr, len, salt) = (*ptr, *len, *salt);
+                let v = self.chunks.read(self.r, ptr, len, salt, &e.key)?;
+                *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1;
+                self.r.sh.counters.medium_merged.fetch_add(1, Relaxed);
+                e.value = Value::Inline(v);
+            }
+            Value::Medium { len, .. } => full_len = *len as usize - RECORD_OVERHEAD,
+            _ => {}
+        }
+        let b = self.builder.get_or_insert_with(|| {
+            SstBuilder::new(o.node_bytes, o.segment_bytes as usize, o.bloom_bits_per_key, o.max_key_bytes)
+        });
+        if !b.add(&e, full_len) {
+            self.finish_sst()?;
+            let b = self.builder.get_or_insert_with(|| {
+                SstBuilder::new(o.node_bytes, o.segment_bytes as usize, o.bloom_bits_per_key, o.max_key_bytes)
+            });
+            if !b.add(&e, full_len) {
+                return Err(Error::Poisoned("an entry does not fit in an empty SST".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn append_medium(&mut self, key: &[u8], lsn: u64, v: &[u8]) -> Result<Value> {
+        let need = record::encoded_len(key.len(), v.len());
+        let dev = self.r.sh.dev.clone();
+        if self.medium.as_ref().is_none_or(|t| t.remaining() < need) {
+            self.finish_medium_seg()?;
+            let seg = self.alloc()?;
+            let salt: u32 = rand::random();
+            let t = self.medium.get_or_insert_with(|| {
+                LogTail::new(LogKind::Medium, dev.seg_bytes() as usize, dev.seg_bytes() as usize)
+            });
+            t.switch(&dev, seg, salt)?;
+            self.medium_segs.push((seg, salt));
+        }
+        let t = self.medium.as_mut().ok_or(Error::Poisoned("medium run missing".into()))?;
+        let salt = t.seg.map_or(0, |s| s.1);
+        let (ptr, len) = t.append(&dev, record::KIND_PUT, lsn, key, v, 0)?;
+        *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() += 1;
+        Ok(Value::Medium { ptr, len, salt })
+    }
+
+    fn finish_medium_seg(&mut self) -> Result<()> {
+        if let Some(t) = self.medium.as_mut() {
+            if let Some((seg, _)) = t.seg {
+                t.write_out(&self.r.sh.dev)?;
+                self.r.sh.ship_segment(self.r.id, SegmentKind::MediumRun, seg, t.image());
+                t.close();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_sst(&mut self) -> Result<()> {
+        let Some(b) = self.builder.take() else {
+            return Ok(());
+        };
+        if b.is_empty() {
+            return Ok(());
+        }
+        let seg = self.alloc()?;
+        let (img, info) = b.finish(seg);
+        let used = &img[..info.used_bytes as usize];
+        let dev = &self.r.sh.dev;
+        dev.write(dev.seg_base(seg), used, IoKind::Compaction)?;
+        self.r.sh.ship_segment(self.r.id, SegmentKind::Sst, seg, used);
+        self.ssts.push(info);
+        Ok(())
+    }
+
+    /// Closes the output; returns the edits that publish it.
+    fn finish(&mut self) -> Result<Vec<Edit>> {
+        self.finish_sst()?;
+        self.finish_medium_seg()?;
+        let mut edits = Vec::new();
+        for &(seg, salt) in &self.medium_segs {
+            edits.push(Edit::LogAdd { log: LogKind::Medium, seg, salt });
+        }
+        for info in &self.ssts {
+            edits.push(Edit::AddSst { level: self.dest, sst: info.clone() });
+        }
+        // Increments first, so that a run's segment is not freed by a decrement that
+        // happens to be listed before them.
+        let mut deltas: Vec<_> = self
+            .medium_delta
+            .iter()
+            .filter(|(_, &d)| d != 0)
+            .map(|(&(seg, salt), &delta)| Edit::MediumPtrs { seg, salt, delta })
+            .collect();
+        deltas.sort_by_key(|e| match e {
+            Edit::MediumPtrs { delta, .. } => -delta,
+            _ => 0,
+        });
+        edits.extend(deltas);
+        for (&(seg, salt), &bytes) in &self.large_garbage {
+            edits.push(Edit::LargeGarbage { seg, salt, bytes });
+        }
+        Ok(edits)
+    }
+
+    fn abort(&self) {
+        for &s in &self.allocated {
+            self.r.sh.alloc.release(s);
+        }
+    }
+}
+
+fn placement(r: &Region, version: &Version, dest: usize) -> (bool, bool) {
+    let last = version.deepest().max(dest);
+    let inplace_level = match r.sh.opts.medium_placement {
+        MediumPlacement::Last => last,
+        MediumPlacement::LastMinus1 => (last - 1).max(1),
+    };
+    let bottom = version.levels.iter().skip(dest).all(|l| l.is_empty());
+    (dest >= inplace_level, bottom)
+}
+
+fn overlapping(level: &[Arc<Sst>], first: &[u8], last: &[u8]) -> Vec<Arc<Sst>> {
+    level
+        .iter()
+        .filter(|s| s.info.last_key.as_slice() >= first && s.info.first_key.as_slice() <= last)
+        .cloned()
+        .collect()
+}
+
+/// Merges `newer` over `older` (both sorted, one entry per key) into `out`.
+fn merge(
+    out: &mut Output<'_>,
+    newer: &mut dyn FnMut() -> Result<Option<Entry>>,
+    older: &mut SstStream<'_>,
+) -> Result<()> {
+    let mut a = newer()?;
+    let mut b = older.next()?;
+    loop {
+        match (a.take(), b.take()) {
+            (None, None) => return Ok(()),
+            (Some(x), None) => {
+                out.emit(x)?;
+                a = newer()?;
+            }
+            (None, Some(y)) => {
+                out.emit(y)?;
+                b = older.next()?;
+            }
+            (Some(x), Some(y)) => match x.key.cmp(&y.key) {
+                std::cmp::Ordering::Less => {
+                    out.emit(x)?;
+                    a = newer()?;
+                    b = Some(y);
+                }
+                std::cmp::Ordering::Greater => {
+                    out.emit(y)?;
+                    b = older.next()?;
+                    a = Some(x);
+                }
+                std::cmp::Ordering::Equal => {
+                    out.dropped(&y);
+                    out.emit(x)?;
+                    a = newer()?;
+                    b = older.next()?;
+                }
+            },
+        }
+    }
+}
+
+fn new_output<'a>(r: &'a Region, version: &Version, dest: usize, log_medium: bool) -> Output<'a> {
+    let (inplace, bottom) = placement(r, version, dest);
+    Output {
+        r,
+        dest: dest as u8,
+        inplace,
+        bottom,
+        log_medium,
+        builder: None,
+        ssts: Vec::new(),
+        medium: None,
+        medium_segs: Vec::new(),
+        medium_delta: HashMap::new(),
+        large_garbage: HashMap::new(),
+        chunks: ChunkReader { chunks: HashMap::new(), order: VecDeque::new() },
+        allocated: Vec::new(),
+    }
+}
+
+fn compact_l0(r: &Region) -> Result<()> {
+    let view = r.view();
+    let Some(imm) = view.imm.clone() else {
+        return Ok(());
+    };
+    let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
+    let mut out = new_output(r, &view.version, 1, true);
+    let inputs = {
+        let mut it = imm.iter_all();
+        let first = it.next().map(|e| e.key);
+        let last = imm.iter_all().last().map(|e| e.key);
+        match (first, last) {
+            (Some(f), Some(l)) => overlapping(l1, &f, &l),
+            _ => Vec::new(),
+        }
+    };
+    let seg_bits = r.sh.dev.seg_bits();
+    let mut table_garbage: HashMap<(u32, u32), u64> = HashMap::new();
+    let result = (|| {
+        let mut it = imm.iter_all().peekable();
+        // The newest version of each key wins; older ones in the table are dropped.
+        let mut newer = || -> Result<Option<Entry>> {
+            let Some(e) = it.next() else { return Ok(None) };
+            while it.peek().is_some_and(|n| n.key == e.key) {
+                if let Some(Entry { value: Value::Large { ptr, len, salt }, .. }) = it.next() {
+                    *table_garbage.entry(((ptr >> seg_bits) as u32, salt)).or_default() += len as u64;
+                }
+            }
+            Ok(Some(e))
+        };
+        let mut older = SstStream { r, ssts: inputs.iter().cloned().collect(), buf: Vec::new().into_iter() };
+        merge(&mut out, &mut newer, &mut older)?;
+        out.finish()
+    })();
+    let mut edits = match result {
+        Ok(e) => e,
+        Err(e) => {
+            out.abort();
+            return Err(e);
+        }
+    };
+    for ((seg, salt), bytes) in table_garbage {
+        edits.push(Edit::LargeGarbage { seg, salt, bytes });
+    }
+    for s in &inputs {
+        edits.push(Edit::RemoveSst { level: 1, seg: s.info.seg });
+    }
+    edits.push(Edit::L1Lsn(imm.max_lsn()));
+    // Large values the new L1 points to must be durable before the L0 log that also
+    // covered them goes away.
+    let l0_segs = {
+        let mut w = r.w.lock();
+        if let Err(e) = w.large.write_out(&r.sh.dev) {
+            out.abort();
+            return r.sh.fail(e);
+        }
+        std::mem::take(&mut w.imm_l0_segs)
+    };
+    for seg in l0_segs {
+        edits.push(Edit::LogRemove { log: LogKind::L0, seg });
+    }
+    let gone = inputs.iter().map(|s| (1, s.info.seg)).collect();
+    publish(r, edits, &out, gone, Vec::new(), true)
+}
+
+fn compact_level(r: &Region, i: usize) -> Result<()> {
+    let view = r.view();
+    let Some(src) = view.version.levels.get(i - 1).filter(|l| !l.is_empty()) else {
+        return Ok(());
+    };
+    let pick = {
+        let mut cur = r.cursor.lock();
+        let at = src.iter().position(|s| s.info.first_key > cur[i]).unwrap_or(0);
+        cur[i].clone_from(&src[at].info.last_key);
+        src[at].clone()
+    };
+    let empty = Vec::new();
+    let dest_level = view.version.levels.get(i).unwrap_or(&empty);
+    let overlap = overlapping(dest_level, &pick.info.first_key, &pick.info.last_key);
+    let (inplace, _) = placement(r, &view.version, i + 1);
+    if overlap.is_empty() && (pick.info.medium_ptrs == 0 || !inplace) {
+        // Nothing to merge with: move the SST down as it is.
+        let edits = vec![
+            Edit::RemoveSst { level: i as u8, seg: pick.info.seg },
+            Edit::AddSst { level: (i + 1) as u8, sst: pick.info.clone() },
+        ];
+        r.sh.counters.trivial_moves.fetch_add(1, Relaxed);
+        let out = new_output(r, &view.version, i + 1, false);
+        return publish(r, edits, &out, vec![(i, pick.info.seg)], vec![pick], false);
+    }
+    let mut out = new_output(r, &view.version, i + 1, false);
+    let result = (|| {
+        let mut upper = SstStream { r, ssts: VecDeque::from([pick.clone()]), buf: Vec::new().into_iter() };
+        let mut newer = || upper.next();
+        let mut older = SstStream { r, ssts: overlap.iter().cloned().collect(), buf: Vec::new().into_iter() };
+        merge(&mut out, &mut newer, &mut older)?;
+        out.finish()
+    })();
+    let mut edits = match result {
+        Ok(e) => e,
+        Err(e) => {
+            out.abort();
+            return Err(e);
+        }
+    };
+    edits.push(Edit::RemoveSst { level: i as u8, seg: pick.info.seg });
+    for s in &overlap {
+        edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.info.seg });
+    }
+    let gone = std::iter::once((i, pick.info.seg)).chain(overlap.iter().map(|s| (i + 1, s.info.seg))).collect();
+    publish(r, edits, &out, gone, Vec::new(), false)
+}
+
+/// Makes the output durable, commits the edits, installs the new view, ships the edits.
+fn publish(
+    r: &Region,
+    edits: Vec<Edit>,
+    out: &Output<'_>,
+    gone: Vec<(usize, u32)>,
+    moved: Vec<Arc<Sst>>,
+    drop_imm: bool,
+) -> Result<()> {
+    if let Err(e) = r.sh.dev.sync() {
+        out.abort();
+        return r.sh.fail(e);
+    }
+    let freed = match r.sh.manifest.commit(r.id, &edits) {
+        Ok(f) => f,
+        Err(e) => {
+            out.abort();
+            return r.sh.fail(e);
+        }
+    };
+    let dest = out.dest as usize;
+    let added: Vec<Arc<Sst>> = out.ssts.iter().map(|i| Arc::new(Sst::new(i.clone()))).chain(moved).collect();
+    r.install(
+        |v| {
+            let mut levels = v.version.levels.clone();
+            while levels.len() < dest {
+                levels.push(Vec::new());
+            }
+            for (l, seg) in &gone {
+                if let Some(lv) = levels.get_mut(l - 1) {
+                    lv.retain(|s| s.info.seg != *seg);
+                }
+            }
+            let lv = &mut levels[dest - 1];
+            for s in &added {
+                let at = lv.partition_point(|x| x.info.first_key < s.info.first_key);
+                lv.insert(at, s.clone());
+            }
+            let imm = if drop_imm { None } else { v.imm.clone() };
+            View::new(v.mem.clone(), imm, Arc::new(Version { levels }), r.sh.alloc.clone())
+        },
+        freed,
+    );
+    r.sh.counters.compactions.fetch_add(1, Relaxed);
+    r.w_cv.notify_all();
+    r.sh.ship_edits(r.id, &edits);
+    Ok(())
+}

@@ -1,0 +1,649 @@
+//! The store: opening and recovery, routing to regions, background work, the public API.
+
+use crate::alloc::Allocator;
+use crate::cache::Cache;
+use crate::catalog::{Catalog, Edit};
+use crate::compaction;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::gc;
+use crate::iter::RegionScan;
+use crate::manifest::{self, Manifest};
+use crate::memtable::Memtable;
+use crate::options::{Options, SyncMode};
+use crate::recovery;
+use crate::region::{Op, Region};
+use crate::shared::{Shared, ShipListener};
+use crate::sst::ReadCtx;
+use crate::view::View;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::ops::{Bound, RangeBounds};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Name of the data file inside the store's directory.
+pub const DATA_FILE: &str = "data.hly";
+
+pub(crate) struct DbInner {
+    pub sh: Arc<Shared>,
+    pub regions: RwLock<BTreeMap<u32, Arc<Region>>>,
+    path: PathBuf,
+    _lock: File,
+}
+
+/// An open store. Cheap to share across threads by reference (`&Db` is `Sync`); closes on drop.
+pub struct Db {
+    pub(crate) inner: Arc<DbInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// An atomic group of writes (within one region).
+#[derive(Default, Debug, Clone)]
+pub struct WriteBatch {
+    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+    /// Adds a put.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push((key.into(), Some(value.into())));
+        self
+    }
+    /// Adds a delete.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push((key.into(), None));
+        self
+    }
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    fn as_ops(&self) -> Vec<Op<'_>> {
+        self.ops.iter().map(|(k, v)| v.as_ref().map_or(Op::Delete(k), |v| Op::Put(k, v))).collect()
+    }
+}
+
+/// Direction and length of a scan.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScanOptions {
+    /// Descending key order.
+    pub reverse: bool,
+    /// At most this many pairs.
+    pub limit: Option<usize>,
+}
+
+/// An ordered iterator of `(key, value)` pairs. It sees the store as of its creation.
+pub struct Scan {
+    parts: VecDeque<RegionScan>,
+    remaining: usize,
+}
+
+impl Iterator for Scan {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.remaining > 0 {
+            let part = self.parts.front_mut()?;
+            match part.next() {
+                Some(Ok(kv)) => {
+                    self.remaining -= 1;
+                    return Some(Ok(kv));
+                }
+                Some(Err(e)) => {
+                    self.remaining = 0;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.parts.pop_front();
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A consistent read-only view of the store at one moment, per region.
+pub struct Snapshot {
+    parts: Vec<(Arc<Region>, Arc<View>, u64)>,
+}
+
+fn bounds<R: RangeBounds<[u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let c = |b: Bound<&[u8]>| match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (c(r.start_bound()), c(r.end_bound()))
+}
+
+/// Does region [start, end) intersect the bounds?
+fn overlaps(r: &Region, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let below_end = match lo {
+        Bound::Unbounded => true,
+        Bound::Included(k) | Bound::Excluded(k) => r.end.as_ref().is_none_or(|e| k < e),
+    };
+    let above_start = match hi {
+        Bound::Unbounded => true,
+        Bound::Included(k) => k.as_slice() >= r.start.as_slice(),
+        Bound::Excluded(k) => k.as_slice() > r.start.as_slice(),
+    };
+    below_end && above_start
+}
+
+fn scan_parts(
+    parts: &[(Arc<Region>, Arc<View>, u64)],
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    opts: ScanOptions,
+) -> Scan {
+    let mut v: VecDeque<RegionScan> = parts
+        .iter()
+        .filter(|(r, _, _)| overlaps(r, &lo, &hi))
+        .map(|(r, view, snap)| RegionScan::new(r.clone(), view.clone(), *snap, lo.clone(), hi.clone(), opts.reverse))
+        .collect();
+    if opts.reverse {
+        v = v.into_iter().rev().collect();
+    }
+    Scan { parts: v, remaining: opts.limit.unwrap_or(usize::MAX) }
+}
+
+impl Snapshot {
+    fn part(&self, key: &[u8]) -> Result<&(Arc<Region>, Arc<View>, u64)> {
+        self.parts.iter().find(|(r, _, _)| r.contains(key)).ok_or(Error::NoRegionForKey)
+    }
+    /// The value of `key` as of the snapshot.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (r, v, s) = self.part(key)?;
+        r.get_at(v, *s, key)
+    }
+    /// A scan as of the snapshot.
+    pub fn scan<R: RangeBounds<[u8]>>(&self, range: R) -> Scan {
+        self.scan_with(range, ScanOptions::default())
+    }
+    /// A scan as of the snapshot, with direction and limit.
+    pub fn scan_with<R: RangeBounds<[u8]>>(&self, range: R, opts: ScanOptions) -> Scan {
+        let (lo, hi) = bounds(&range);
+        scan_parts(&self.parts, lo, hi, opts)
+    }
+    /// The LSN the snapshot sees up to, per region id.
+    pub fn lsns(&self) -> Vec<(u32, u64)> {
+        self.parts.iter().map(|(r, _, s)| (r.id, *s)).collect()
+    }
+}
+
+fn lock_dir(path: &Path) -> Result<File> {
+    let f = File::create(path.join("LOCK")).map_err(Error::io("creating the lock file"))?;
+    // SAFETY: flock on a valid descriptor has no memory effects.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(Error::Locked(path.display().to_string()));
+    }
+    Ok(f)
+}
+
+impl Db {
+    /// Opens the store in directory `path`, creating it if `opts.create_if_missing`, and
+    /// recovers it after a crash.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let path = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(&path).map_err(Error::io("creating the store directory"))?;
+        let lock = lock_dir(&path)?;
+        let file = path.join(DATA_FILE);
+        let exists = file.exists();
+        if !exists && !opts.create_if_missing {
+            return Err(Error::InvalidOptions(format!(
+                "no store at {}; set Options::create_if_missing",
+                path.display()
+            )));
+        }
+        let dev = Arc::new(Device::open(&file, opts.seg_bits(), opts.direct_io, true)?);
+        let loaded = manifest::load(&dev)?;
+        let (mut catalog, prev, chain) = match loaded {
+            Some(l) => {
+                if l.sb.node_bytes as usize != opts.node_bytes {
+                    return Err(Error::Incompatible(format!(
+                        "store made with {}-byte nodes; open it with Options::node_bytes = {}",
+                        l.sb.node_bytes, l.sb.node_bytes
+                    )));
+                }
+                (l.catalog, Some(l.sb), l.chain)
+            }
+            None => {
+                let mut c = Catalog::default();
+                if opts.default_region {
+                    c.apply(0, &[Edit::CreateRegion { start: Vec::new(), end: None, backup: false }]);
+                }
+                (c, None, Vec::new())
+            }
+        };
+        let alloc =
+            Arc::new(Allocator::new(dev.clone(), opts.max_device_bytes, &manifest::segments_in_use(&catalog, &chain))?);
+        let mut replayed = Vec::new();
+        for (&id, meta) in &catalog.regions {
+            let (mem, last, seals) = recovery::replay(&dev, meta)?;
+            replayed.push((id, mem, last, seals));
+        }
+        for (id, _, _, seals) in &replayed {
+            catalog.apply(*id, seals);
+        }
+        let manifest = Manifest::create(dev.clone(), alloc.clone(), catalog, prev, opts.node_bytes as u32, &chain)?;
+        let ctx = ReadCtx {
+            dev: dev.clone(),
+            cache: Cache::new(opts.cache_bytes, opts.node_bytes),
+            node_bytes: opts.node_bytes,
+        };
+        let sh = Arc::new(Shared::new(opts, dev, alloc, manifest, ctx));
+        let mut regions = BTreeMap::new();
+        for (id, mem, last, _) in replayed {
+            let Some(meta) = sh.manifest.region(id) else {
+                continue;
+            };
+            regions.insert(id, Arc::new(Region::new(id, &meta, sh.clone(), mem, last + 1)));
+        }
+        let inner = Arc::new(DbInner { sh, regions: RwLock::new(regions), path, _lock: lock });
+        let db = Db { inner, threads: Mutex::new(Vec::new()) };
+        db.start_threads();
+        Ok(db)
+    }
+
+    fn start_threads(&self) {
+        let mut t = self.threads.lock();
+        let o = &self.inner.sh.opts;
+        for i in 0..o.compaction_threads {
+            let inner = self.inner.clone();
+            t.push(spawn(format!("halyard-compact-{i}"), move || compaction_worker(&inner)));
+        }
+        let inner = self.inner.clone();
+        t.push(spawn("halyard-gc".into(), move || gc_worker(&inner)));
+        if o.sync == SyncMode::Group {
+            let inner = self.inner.clone();
+            t.push(spawn("halyard-commit".into(), move || commit_worker(&inner)));
+        }
+    }
+
+    /// The directory of the store.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The options the store runs with.
+    pub fn options(&self) -> &Options {
+        &self.inner.sh.opts
+    }
+
+    pub(crate) fn route(&self, key: &[u8]) -> Result<Arc<Region>> {
+        let g = self.inner.regions.read();
+        g.values().find(|r| r.contains(key)).cloned().ok_or(Error::NoRegionForKey)
+    }
+
+    /// Stores `value` under `key`.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.route(key)?.write(&[Op::Put(key, value)]).map(|_| ())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.route(key)?.get(key)
+    }
+
+    /// Removes `key`.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.route(key)?.write(&[Op::Delete(key)]).map(|_| ())
+    }
+
+    /// Applies a batch atomically: after a crash either all of it or none of it is there.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        let Some((first, _)) = batch.ops.first() else {
+            return Ok(());
+        };
+        let r = self.route(first)?;
+        for (k, _) in &batch.ops {
+            if !r.contains(k) {
+                let other = self.route(k)?;
+                return Err(Error::BatchSpansRegions(r.id, other.id));
+            }
+        }
+        r.write(&batch.as_ops()).map(|_| ())
+    }
+
+    /// Every region's current view and LSN.
+    fn capture(&self) -> Vec<(Arc<Region>, Arc<View>, u64)> {
+        let regions: Vec<Arc<Region>> = self.inner.regions.read().values().cloned().collect();
+        // Hold every writer still so that the parts are taken at one moment.
+        let guards: Vec<_> = regions.iter().map(|r| r.w.lock()).collect();
+        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.visible.load(Relaxed))).collect();
+        drop(guards);
+        let mut parts: Vec<(Arc<Region>, Arc<View>, u64)> = parts;
+        parts.sort_by(|a, b| a.0.start.cmp(&b.0.start));
+        parts
+    }
+
+    /// A forward scan over `range`.
+    pub fn scan<R: RangeBounds<[u8]>>(&self, range: R) -> Scan {
+        self.scan_with(range, ScanOptions::default())
+    }
+
+    /// A scan over `range` with direction and limit.
+    pub fn scan_with<R: RangeBounds<[u8]>>(&self, range: R, opts: ScanOptions) -> Scan {
+        let (lo, hi) = bounds(&range);
+        scan_parts(&self.capture(), lo, hi, opts)
+    }
+
+    /// A snapshot: reads through it see the store as of now, whatever happens later.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot { parts: self.capture() }
+    }
+
+    fn regions_list(&self) -> Vec<Arc<Region>> {
+        self.inner.regions.read().values().cloned().collect()
+    }
+
+    /// Makes every acknowledged write durable and writes L0 into L1 (waiting for it).
+    pub fn flush(&self) -> Result<()> {
+        for r in self.regions_list().iter().filter(|r| !r.backup) {
+            loop {
+                let mut w = r.w.lock();
+                r.sh.check()?;
+                let v = r.view();
+                if v.imm.is_some() {
+                    if r.no_space.load(Relaxed) {
+                        return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
+                    }
+                    r.sh.wake();
+                    r.w_cv.wait_for(&mut w, Duration::from_millis(20));
+                    continue;
+                }
+                if !v.mem.is_empty() {
+                    r.switch_memtable(&mut w)?;
+                }
+                break;
+            }
+            loop {
+                r.sh.check()?;
+                if r.view().imm.is_none() {
+                    break;
+                }
+                if r.no_space.load(Relaxed) {
+                    return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
+                }
+                r.sh.wake();
+                let mut w = r.w.lock();
+                r.w_cv.wait_for(&mut w, Duration::from_millis(20));
+            }
+            r.sync_to(u64::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, then runs compactions until no level is over its budget.
+    pub fn compact(&self) -> Result<()> {
+        self.flush()?;
+        loop {
+            self.inner.sh.check()?;
+            let mut ran = false;
+            let mut busy = false;
+            for r in self.regions_list() {
+                if let Some(job) = compaction::pick(&r) {
+                    compaction::run(&r, job)?;
+                    ran = true;
+                } else if r.busy.lock().iter().any(|b| *b) || r.view().imm.is_some() {
+                    busy = true;
+                }
+            }
+            if !ran && !busy {
+                return Ok(());
+            }
+            if !ran {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
+    /// Runs one garbage-collection pass now. Returns the number of large-log segments freed.
+    pub fn gc(&self) -> Result<usize> {
+        let mut n = 0;
+        for r in self.regions_list() {
+            n += gc::run(&r)?;
+        }
+        Ok(n)
+    }
+
+    /// Creates a region for keys in `[start, end)` (`end` None = no upper limit).
+    pub fn create_region(&self, id: u32, start: &[u8], end: Option<&[u8]>) -> Result<RegionHandle> {
+        self.create_region_with(id, start, end, false)
+    }
+
+    /// Creates a region that is a replication backup: it takes shipped segments and edits
+    /// only, keeps no L0 and never compacts.
+    pub fn create_backup_region(&self, id: u32, start: &[u8], end: Option<&[u8]>) -> Result<RegionHandle> {
+        self.create_region_with(id, start, end, true)
+    }
+
+    fn create_region_with(&self, id: u32, start: &[u8], end: Option<&[u8]>, backup: bool) -> Result<RegionHandle> {
+        if end.is_some_and(|e| e <= start) {
+            return Err(Error::InvalidOptions("region end must be greater than its start".into()));
+        }
+        let mut g = self.inner.regions.write();
+        if g.contains_key(&id) {
+            return Err(Error::RegionExists(id));
+        }
+        for r in g.values() {
+            let disjoint =
+                end.is_some_and(|e| e <= r.start.as_slice()) || r.end.as_ref().is_some_and(|re| re.as_slice() <= start);
+            if !disjoint {
+                return Err(Error::RegionOverlap { new: id, existing: r.id });
+            }
+        }
+        let sh = &self.inner.sh;
+        sh.check()?;
+        let edit = Edit::CreateRegion { start: start.to_vec(), end: end.map(<[u8]>::to_vec), backup };
+        if let Err(e) = sh.manifest.commit(id, &[edit]) {
+            return sh.fail(e);
+        }
+        let meta = sh.manifest.region(id).ok_or(Error::NoSuchRegion(id))?;
+        let r = Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), 1));
+        g.insert(id, r.clone());
+        Ok(RegionHandle { region: r })
+    }
+
+    /// A handle on one region.
+    pub fn region(&self, id: u32) -> Result<RegionHandle> {
+        let r = self.inner.regions.read().get(&id).cloned().ok_or(Error::NoSuchRegion(id))?;
+        Ok(RegionHandle { region: r })
+    }
+
+    /// Ids and key ranges of all regions.
+    pub fn regions(&self) -> Vec<RegionInfo> {
+        self.regions_list()
+            .iter()
+            .map(|r| RegionInfo {
+                id: r.id,
+                start: r.start.clone(),
+                end: r.end.clone(),
+                backup: r.backup,
+                lsn: r.visible.load(Relaxed),
+            })
+            .collect()
+    }
+
+    /// Registers the receiver of compaction output for replication (None to remove it).
+    pub fn set_ship_listener(&self, l: Option<Arc<dyn ShipListener>>) {
+        *self.inner.sh.listener.write() = l;
+    }
+}
+
+/// Describes a region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Id.
+    pub id: u32,
+    /// First key.
+    pub start: Vec<u8>,
+    /// First key past the region.
+    pub end: Option<Vec<u8>>,
+    /// Replication backup.
+    pub backup: bool,
+    /// Last LSN written.
+    pub lsn: u64,
+}
+
+/// Operations on one region.
+#[derive(Clone)]
+pub struct RegionHandle {
+    pub(crate) region: Arc<Region>,
+}
+
+impl RegionHandle {
+    /// The region's id.
+    pub fn id(&self) -> u32 {
+        self.region.id
+    }
+    /// Stores `value` under `key` (which must lie in the region). Returns the write's LSN.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<u64> {
+        self.region.write(&[Op::Put(key, value)])
+    }
+    /// Removes `key`. Returns the write's LSN.
+    pub fn delete(&self, key: &[u8]) -> Result<u64> {
+        self.region.write(&[Op::Delete(key)])
+    }
+    /// Applies a batch atomically. Returns the LSN of its last write.
+    pub fn write(&self, batch: &WriteBatch) -> Result<u64> {
+        self.region.write(&batch.as_ops())
+    }
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.region.get(key)
+    }
+    /// A scan of the region.
+    pub fn scan_with<R: RangeBounds<[u8]>>(&self, range: R, opts: ScanOptions) -> Scan {
+        let (lo, hi) = bounds(&range);
+        let r = &self.region;
+        let view = r.view();
+        let snap = r.visible.load(Relaxed);
+        scan_parts(&[(r.clone(), view, snap)], lo, hi, opts)
+    }
+    /// A snapshot of the region.
+    pub fn snapshot(&self) -> Snapshot {
+        let r = &self.region;
+        let view = r.view();
+        let snap = r.visible.load(Relaxed);
+        Snapshot { parts: vec![(r.clone(), view, snap)] }
+    }
+    /// Last LSN written.
+    pub fn lsn(&self) -> u64 {
+        self.region.visible.load(Relaxed)
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    match std::thread::Builder::new().name(name).spawn(f) {
+        Ok(h) => h,
+        Err(e) => panic!("cannot start a background thread: {e}"),
+    }
+}
+
+fn wait(inner: &DbInner, ms: u64) {
+    let mut g = inner.sh.work.lock();
+    if !inner.sh.shutdown.load(Relaxed) {
+        inner.sh.work_cv.wait_for(&mut g, Duration::from_millis(ms));
+    }
+}
+
+/// Runs `f`, turning a panic into poison: every later write fails with the reason.
+fn guarded(inner: &DbInner, what: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            inner.sh.poison(format!("{what} panicked: {msg}"));
+            Err(Error::Poisoned(msg))
+        }
+    }
+}
+
+fn compaction_worker(inner: &DbInner) {
+    while !inner.sh.shutdown.load(Relaxed) {
+        if inner.sh.is_poisoned() {
+            wait(inner, 200);
+            continue;
+        }
+        let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
+        let job = regions.iter().find_map(|r| compaction::pick(r).map(|j| (r.clone(), j)));
+        let Some((r, job)) = job else {
+            wait(inner, 200);
+            continue;
+        };
+        match guarded(inner, "compaction", || compaction::run(&r, job)) {
+            Ok(()) => r.no_space.store(false, Relaxed),
+            Err(Error::NoSpace { .. }) => {
+                r.no_space.store(true, Relaxed);
+                r.w_cv.notify_all();
+                wait(inner, 200);
+            }
+            Err(e) => inner.sh.poison(format!("compaction failed: {e}")),
+        }
+    }
+}
+
+fn gc_worker(inner: &DbInner) {
+    while !inner.sh.shutdown.load(Relaxed) {
+        wait(inner, inner.sh.opts.gc_interval_ms);
+        if inner.sh.shutdown.load(Relaxed) || inner.sh.is_poisoned() {
+            continue;
+        }
+        let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
+        for r in regions {
+            match guarded(inner, "garbage collection", || gc::run(&r).map(|_| ())) {
+                Ok(()) | Err(Error::NoSpace { .. }) => {}
+                Err(e) => inner.sh.poison(format!("garbage collection failed: {e}")),
+            }
+        }
+    }
+}
+
+fn commit_worker(inner: &DbInner) {
+    let period = Duration::from_millis(inner.sh.opts.group_commit_ms.max(1));
+    while !inner.sh.shutdown.load(Relaxed) {
+        std::thread::sleep(period);
+        let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
+        for r in regions.iter().filter(|r| !r.backup) {
+            let _ = r.sync_to(r.visible.load(Relaxed));
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.inner.sh.shutdown.store(true, Relaxed);
+        self.inner.sh.wake();
+        for r in self.regions_list() {
+            r.w_cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        if !self.inner.sh.is_poisoned() {
+            for r in self.regions_list().iter().filter(|r| !r.backup) {
+                let _ = r.sync_to(u64::MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Scans: one source per L0 table and per level, merged in key order (or reverse); only the
+//! winning version of a key has its value fetched.
+
+use crate::error::Result;
+use crate::memtable::{Entry, Memtable, Value};
+use crate::region::Region;
+use crate::sst::Sst;
+use crate::view::View;
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::Arc;
+
+const MEM_BATCH: usize = 256;
+
+enum Src {
+    Mem { mt: Arc<Memtable>, resume: Option<Vec<u8>> },
+    Level { ssts: Vec<Arc<Sst>>, pos: Option<(usize, u32)> },
+}
+
+struct Source {
+    src: Src,
+    buf: VecDeque<Entry>,
+    done: bool,
+}
+
+fn before(b: &Bound<Vec<u8>>, k: &[u8]) -> bool {
+    // true if k is below the lower bound
+    match b {
+        Bound::Included(x) => k < x.as_slice(),
+        Bound::Excluded(x) => k <= x.as_slice(),
+        Bound::Unbounded => false,
+    }
+}
+
+fn after(b: &Bound<Vec<u8>>, k: &[u8]) -> bool {
+    match b {
+        Bound::Included(x) => k > x.as_slice(),
+        Bound::Excluded(x) => k >= x.as_slice(),
+        Bound::Unbounded => false,
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(x) => Bound::Included(x),
+        Bound::Excluded(x) => Bound::Excluded(x),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// An ordered iterator over one region as of a snapshot.
+pub(crate) struct RegionScan {
+    region: Arc<Region>,
+    _view: Arc<View>,
+    snap: u64,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+    sources: Vec<Source>,
+    failed: bool,
+}
+
+impl RegionScan {
+    pub(crate) fn new(
+        region: Arc<Region>,
+        view: Arc<View>,
+        snap: u64,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> RegionScan {
+        let mut sources =
+            vec![Source { src: Src::Mem { mt: view.mem.clone(), resume: None }, buf: VecDeque::new(), done: false }];
+        if let Some(imm) = &view.imm {
+            sources.push(Source { src: Src::Mem { mt: imm.clone(), resume: None }, buf: VecDeque::new(), done: false });
+        }
+        for l in &view.version.levels {
+            if !l.is_empty() {
+                sources.push(Source {
+                    src: Src::Level { ssts: l.clone(), pos: None },
+                    buf: VecDeque::new(),
+                    done: false,
+                });
+            }
+        }
+        RegionScan { region, _view: view, snap, lo, hi, reverse, sources, failed: false }
+    }
+
+    fn fill(&mut self, i: usize) -> Result<()> {
+        let (lo, hi, rev, snap) = (&self.lo, &self.hi, self.reverse, self.snap);
+        let ctx = &self.region.sh.ctx;
+        let s = &mut self.sources[i];
+        while s.buf.is_empty() && !s.done {
+            match &mut s.src {
+                Src::Mem { mt, resume } => {
+                    let (from, end) = if rev { (hi, lo) } else { (lo, hi) };
+                    let from = resume.as_ref().map_or(as_ref(from), |k| Bound::Excluded(k.as_slice()));
+                    let batch = mt.batch(from, as_ref(end), snap, rev, MEM_BATCH);
+                    if batch.len() < MEM_BATCH {
+                        s.done = true;
+                    }
+                    *resume = batch.last().map(|e| e.key.clone());
+                    s.buf.extend(batch);
+                }
+                Src::Level { ssts, pos } => {
+                    let next = match *pos {
+                        None => {
+                            if !rev {
+                                let i = match lo {
+                                    Bound::Unbounded => 0,
+                                    Bound::Included(k) | Bound::Excluded(k) => {
+                                        ssts.partition_point(|s| s.info.last_key < *k)
+                                    }
+                                };
+                                match ssts.get(i) {
+                                    None => None,
+                                    Some(sst) => Some((
+                                        i,
+                                        match lo {
+                                            Bound::Unbounded => 0,
+                                            Bound::Included(k) | Bound::Excluded(k) => sst.leaf_for(ctx, k)?,
+                                        },
+                                    )),
+                                }
+                            } else {
+                                let i = match hi {
+                                    Bound::Unbounded => ssts.len(),
+                                    Bound::Included(k) | Bound::Excluded(k) => {
+                                        ssts.partition_point(|s| s.info.first_key <= *k)
+                                    }
+                                };
+                                match i.checked_sub(1) {
+                                    None => None,
+                                    Some(i) => Some((
+                                        i,
+                                        match hi {
+                                            Bound::Unbounded => ssts[i].info.leaf_count.saturating_sub(1),
+                                            Bound::Included(k) | Bound::Excluded(k) => ssts[i].leaf_for(ctx, k)?,
+                                        },
+                                    )),
+                                }
+                            }
+                        }
+                        Some((i, leaf)) => {
+                            if !rev {
+                                if leaf + 1 < ssts[i].info.leaf_count {
+                                    Some((i, leaf + 1))
+                                } else if i + 1 < ssts.len() {
+                                    Some((i + 1, 0))
+                                } else {
+                                    None
+                                }
+                            } else if leaf > 0 {
+                                Some((i, leaf - 1))
+                            } else if i > 0 {
+                                Some((i - 1, ssts[i - 1].info.leaf_count.saturating_sub(1)))
+                            } else {
+                                None
+                            }
+                        }
+                    };
+                    let Some((i, leaf)) = next else {
+                        s.done = true;
+                        break;
+                    };
+                    *pos = Some((i, leaf));
+                    let mut entries = ssts[i].leaf_entries(ctx, leaf)?;
+                    if rev {
+                        entries.reverse();
+                        if entries.first().is_some_and(|e| before(lo, &e.key)) {
+                            s.done = true;
+                        }
+                    } else if entries.first().is_some_and(|e| after(hi, &e.key)) {
+                        s.done = true;
+                    }
+                    s.buf.extend(entries.into_iter().filter(|e| !before(lo, &e.key) && !after(hi, &e.key)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        loop {
+            let mut best: Option<usize> = None;
+            for i in 0..self.sources.len() {
+                self.fill(i)?;
+                let Some(h) = self.sources[i].buf.front() else {
+                    continue;
+                };
+                best = match best {
+                    None => Some(i),
+                    Some(b) => {
+                        let bk = &self.sources[b].buf[0].key;
+                        let ord = h.key.cmp(bk);
+                        let wins = if self.reverse { ord == Ordering::Greater } else { ord == Ordering::Less };
+                        if wins {
+                            Some(i)
+                        } else {
+                            Some(b)
+                        }
+                    }
+                };
+            }
+            let Some(b) = best else { return Ok(None) };
+            let Some(e) = self.sources[b].buf.pop_front() else {
+                return Ok(None);
+            };
+            for s in &mut self.sources {
+                if s.buf.front().is_some_and(|h| h.key == e.key) {
+                    s.buf.pop_front();
+                }
+            }
+            if matches!(e.value, Value::Tombstone) {
+                continue;
+            }
+            let v = self.region.resolve(&e)?.unwrap_or_default();
+            return Ok(Some((e.key, v)));
+        }
+    }
+}
+
+impl Iterator for RegionScan {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.step() {
+            Ok(x) => x.map(Ok),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Halyard's storage engine: an embeddable key-value store for fast storage.
+//!
+//! A leveled LSM whose levels are sorted runs of segment-sized B+-tree SSTs built bottom-up,
+//! with hybrid KV placement (Parallax): small pairs in place, medium pairs in a transient
+//! log merged in place at the last level, large pairs in a log with garbage collection.
+//! The on-disk format is described in `docs/format.md`.
+//!
+//! ```no_run
+//! use halyard_engine::{Db, Options};
+//! let db = Db::open("/tmp/halyard-example", Options::default())?;
+//! db.put(b"hello", b"world")?;
+//! assert_eq!(db.get(b"hello")?, Some(b"world".to_vec()));
+//! for kv in db.scan(&b"a"[..]..&b"z"[..]) {
+//!     let (k, v) = kv?;
+//!     println!("{k:?} = {v:?}");
+//! }
+//! # Ok::<(), halyard_engine::Error>(())
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod aligned;
+mod alloc;
+mod bloom;
+mod cache;
+mod catalog;
+mod codec;
+mod compaction;
+mod db;
+mod device;
+mod error;
+mod gc;
+mod iter;
+mod logtail;
+mod manifest;
+mod memtable;
+mod node;
+mod options;
+mod record;
+mod recovery;
+mod region;
+mod shared;
+mod ship;
+mod sst;
+mod stats;
+mod view;
+
+pub use catalog::{Edit, LogSeg, SstInfo};
+pub use db::{Db, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
+pub use device::IoKind;
+pub use error::{Error, Result};
+pub use logtail::LogKind;
+pub use options::{MediumPlacement, Options, SyncMode};
+pub use record::RECORD_OVERHEAD;
+pub use shared::{SegmentKind, ShipListener};
+pub use ship::SegmentMap;
+pub use stats::{LevelStats, Stats};

@@ -1,0 +1,134 @@
+//! The in-memory tail of a log: the current segment's image, appended to under the region's
+//! write lock and written to the device chunk by chunk with direct I/O.
+
+use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
+use crate::device::{Device, IoKind};
+use crate::error::Result;
+use crate::record;
+
+/// The three logs of a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogKind {
+    /// Small and medium pairs and tombstones: the write-ahead log of L0.
+    L0 = 0,
+    /// Sorted runs of medium pairs written at L0->L1.
+    Medium = 1,
+    /// Large pairs (values stay here; the index holds pointers).
+    Large = 2,
+}
+
+impl LogKind {
+    pub(crate) fn from_u8(v: u8) -> Option<LogKind> {
+        match v {
+            0 => Some(LogKind::L0),
+            1 => Some(LogKind::Medium),
+            2 => Some(LogKind::Large),
+            _ => None,
+        }
+    }
+    pub(crate) fn io(self) -> IoKind {
+        match self {
+            LogKind::L0 => IoKind::L0Log,
+            LogKind::Medium => IoKind::MediumLog,
+            LogKind::Large => IoKind::LargeLog,
+        }
+    }
+}
+
+/// A log segment being appended to.
+pub(crate) struct LogTail {
+    pub kind: LogKind,
+    /// (segment, salt) or None before the first append.
+    pub seg: Option<(u32, u32)>,
+    buf: AlignedBuf,
+    pos: usize,
+    /// Bytes of `buf` that the device holds.
+    written: usize,
+    chunk: usize,
+    /// Highest LSN appended to this tail.
+    pub last_lsn: u64,
+}
+
+impl LogTail {
+    pub(crate) fn new(kind: LogKind, seg_bytes: usize, chunk: usize) -> LogTail {
+        LogTail { kind, seg: None, buf: AlignedBuf::new(seg_bytes), pos: 0, written: 0, chunk, last_lsn: 0 }
+    }
+
+    /// Bytes still free in the current segment (0 without one).
+    pub(crate) fn remaining(&self) -> usize {
+        if self.seg.is_some() {
+            self.buf.len() - self.pos
+        } else {
+            0
+        }
+    }
+
+    /// Appends a record; the caller made sure it fits. Returns its device offset and length.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn append(
+        &mut self,
+        dev: &Device,
+        kind: u8,
+        lsn: u64,
+        key: &[u8],
+        value: &[u8],
+        batch_remaining: u32,
+    ) -> Result<(u64, u32)> {
+        let (seg, salt) = self.seg.expect("append without a segment");
+        let len = record::encoded_len(key.len(), value.len());
+        let at = self.pos;
+        record::encode(&mut self.buf[at..at + len], kind, salt, lsn, key, value, batch_remaining);
+        self.pos += len;
+        self.last_lsn = lsn;
+        // Write whole chunks as soon as they are complete.
+        let full = align_down(self.pos, self.chunk);
+        if full > self.written {
+            let from = align_down(self.written, ALIGN);
+            dev.write(dev.seg_base(seg) + from as u64, &self.buf[from..full], self.kind.io())?;
+            self.written = full;
+        }
+        Ok((dev.seg_base(seg) + at as u64, len as u32))
+    }
+
+    /// Writes the unwritten part of the tail (rounded out to whole blocks). Does not sync.
+    pub(crate) fn write_out(&mut self, dev: &Device) -> Result<()> {
+        let Some((seg, _)) = self.seg else {
+            return Ok(());
+        };
+        if self.pos == self.written {
+            return Ok(());
+        }
+        let from = align_down(self.written, ALIGN);
+        let to = align_up(self.pos, ALIGN).min(self.buf.len());
+        dev.write(dev.seg_base(seg) + from as u64, &self.buf[from..to], self.kind.io())?;
+        self.written = self.pos;
+        Ok(())
+    }
+
+    /// Writes out the old segment and continues in `seg`.
+    pub(crate) fn switch(&mut self, dev: &Device, seg: u32, salt: u32) -> Result<()> {
+        self.write_out(dev)?;
+        self.buf.fill(0);
+        self.pos = 0;
+        self.written = 0;
+        self.seg = Some((seg, salt));
+        Ok(())
+    }
+
+    /// Stops appending to the current segment; the next append needs a new one.
+    pub(crate) fn close(&mut self) {
+        self.seg = None;
+        self.pos = 0;
+        self.written = 0;
+    }
+
+    /// Device offset of the next append position.
+    pub(crate) fn position(&self, dev: &Device) -> Option<u64> {
+        self.seg.map(|(s, _)| dev.seg_base(s) + self.pos as u64)
+    }
+
+    /// The bytes appended so far to the current segment (for reads of recent large values).
+    pub(crate) fn image(&self) -> &[u8] {
+        &self.buf[..self.pos]
+    }
+}

@@ -1,0 +1,368 @@
+//! Superblocks and the redo log: how the catalog survives a crash.
+//!
+//! Two superblock copies at device offsets 0 and 4096 (the newer valid one wins) name the
+//! first segment of the redo chain. The chain starts with a checkpoint (the catalog as
+//! edits) followed by one record per committed change. Opening replays the chain, then
+//! writes a fresh checkpoint into a new chain and points a superblock at it.
+
+use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
+use crate::alloc::{Allocator, Purpose};
+use crate::catalog::{decode_edits, encode_edits, Catalog, Edit};
+use crate::codec::{get_u32, get_u64, put_u32, put_u64};
+use crate::device::{Device, IoKind};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+const SB_MAGIC: &[u8; 8] = b"HALYARD1";
+const FORMAT_VERSION: u32 = 1;
+const SB_LEN: usize = 44;
+
+const REDO_MAGIC: u32 = 0x4F44_4552;
+const REDO_HDR: usize = 20;
+const T_FULL: u8 = 1;
+const T_FIRST: u8 = 2;
+const T_MIDDLE: u8 = 3;
+const T_LAST: u8 = 4;
+const T_NEXT: u8 = 5;
+/// Room always kept at the end of a redo segment for a next-segment record.
+const NEXT_ROOM: usize = REDO_HDR + 8;
+/// A checkpoint is written when the chain holds this many segments.
+const CHECKPOINT_SEGMENTS: usize = 4;
+
+/// The fixed geometry and the redo chain's start, as a superblock records them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Superblock {
+    pub generation: u64,
+    pub seg_bits: u32,
+    pub node_bytes: u32,
+    pub redo_seg: u32,
+    pub redo_salt: u32,
+}
+
+impl Superblock {
+    fn encode(&self) -> AlignedBuf {
+        let mut b = AlignedBuf::new(ALIGN);
+        b[..8].copy_from_slice(SB_MAGIC);
+        put_u32(&mut b, 8, FORMAT_VERSION);
+        put_u32(&mut b, 12, self.seg_bits);
+        put_u32(&mut b, 16, self.node_bytes);
+        put_u32(&mut b, 20, 0);
+        put_u64(&mut b, 24, self.generation);
+        put_u32(&mut b, 32, self.redo_seg);
+        put_u32(&mut b, 36, self.redo_salt);
+        let crc = crc32c::crc32c(&b[..40]);
+        put_u32(&mut b, 40, crc);
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Result<Superblock>> {
+        if b.get(..8) != Some(&SB_MAGIC[..]) || get_u32(b, 40)? != crc32c::crc32c(b.get(..40)?) {
+            return None;
+        }
+        let version = get_u32(b, 8)?;
+        if version != FORMAT_VERSION {
+            return Some(Err(Error::Incompatible(format!(
+                "format version {version}, this build reads {FORMAT_VERSION}"
+            ))));
+        }
+        Some(Ok(Superblock {
+            seg_bits: get_u32(b, 12)?,
+            node_bytes: get_u32(b, 16)?,
+            generation: get_u64(b, 24)?,
+            redo_seg: get_u32(b, 32)?,
+            redo_salt: get_u32(b, 36)?,
+        }))
+    }
+
+    /// Reads both copies; the valid one with the higher generation wins.
+    pub(crate) fn read(dev: &Device) -> Result<Option<Superblock>> {
+        let mut b = AlignedBuf::new(2 * ALIGN);
+        dev.read_into(0, &mut b, IoKind::Catalog)?;
+        let a = Superblock::decode(&b[..SB_LEN]).transpose()?;
+        let c = Superblock::decode(&b[ALIGN..ALIGN + SB_LEN]).transpose()?;
+        Ok(match (a, c) {
+            (Some(x), Some(y)) => Some(if x.generation >= y.generation { x } else { y }),
+            (x, y) => x.or(y),
+        })
+    }
+
+    fn write(&self, dev: &Device) -> Result<()> {
+        let slot = (self.generation % 2) * ALIGN as u64;
+        dev.write(slot, &self.encode(), IoKind::Catalog)?;
+        dev.sync()
+    }
+}
+
+/// Appends records to the redo chain.
+struct RedoWriter {
+    seg: u32,
+    salt: u32,
+    buf: AlignedBuf,
+    pos: usize,
+    written: usize,
+    chain: Vec<u32>,
+}
+
+impl RedoWriter {
+    fn start(dev: &Device, alloc: &Allocator) -> Result<RedoWriter> {
+        let seg = alloc.alloc(Purpose::Background)?;
+        Ok(RedoWriter {
+            seg,
+            salt: rand::random(),
+            buf: AlignedBuf::new(dev.seg_bytes() as usize),
+            pos: 0,
+            written: 0,
+            chain: vec![seg],
+        })
+    }
+
+    fn put(&mut self, ty: u8, payload: &[u8]) {
+        let at = self.pos;
+        let b = &mut self.buf[at..at + REDO_HDR + payload.len()];
+        put_u32(b, 0, REDO_MAGIC);
+        put_u32(b, 4, self.salt);
+        put_u32(b, 8, payload.len() as u32);
+        b[12] = ty;
+        b[13..16].fill(0);
+        b[REDO_HDR..].copy_from_slice(payload);
+        let mut crc = crc32c::crc32c(&b[4..16]);
+        crc = crc32c::crc32c_append(crc, payload);
+        put_u32(b, 16, crc);
+        self.pos += REDO_HDR + payload.len();
+    }
+
+    fn room(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos + NEXT_ROOM + REDO_HDR)
+    }
+
+    /// Appends one logical record (fragmented across segments when needed) and makes it durable.
+    fn append(&mut self, dev: &Device, alloc: &Allocator, payload: &[u8]) -> Result<()> {
+        let mut rest = payload;
+        let mut first = true;
+        loop {
+            if self.room() == 0 || (first && self.room() < rest.len().min(4096)) {
+                self.next_segment(dev, alloc)?;
+            }
+            let n = rest.len().min(self.room());
+            let last = n == rest.len();
+            let ty = match (first, last) {
+                (true, true) => T_FULL,
+                (true, false) => T_FIRST,
+                (false, false) => T_MIDDLE,
+                (false, true) => T_LAST,
+            };
+            self.put(ty, &rest[..n]);
+            rest = &rest[n..];
+            first = false;
+            if last {
+                break;
+            }
+        }
+        self.flush(dev)?;
+        dev.sync()
+    }
+
+    fn flush(&mut self, dev: &Device) -> Result<()> {
+        let from = align_down(self.written, ALIGN);
+        let to = align_up(self.pos, ALIGN);
+        dev.write(dev.seg_base(self.seg) + from as u64, &self.buf[from..to], IoKind::Catalog)?;
+        self.written = self.pos;
+        Ok(())
+    }
+
+    fn next_segment(&mut self, dev: &Device, alloc: &Allocator) -> Result<()> {
+        let seg = alloc.alloc(Purpose::Background)?;
+        let salt: u32 = rand::random();
+        let mut p = [0u8; 8];
+        put_u32(&mut p, 0, seg);
+        put_u32(&mut p, 4, salt);
+        self.put(T_NEXT, &p);
+        self.flush(dev)?;
+        self.buf.fill(0);
+        self.seg = seg;
+        self.salt = salt;
+        self.pos = 0;
+        self.written = 0;
+        self.chain.push(seg);
+        Ok(())
+    }
+}
+
+/// Reads a redo chain: the logical records, and the chain's segments.
+fn read_chain(dev: &Device, mut seg: u32, mut salt: u32) -> Result<(Vec<Vec<u8>>, Vec<u32>)> {
+    let mut records = Vec::new();
+    let mut chain = vec![seg];
+    let mut partial: Option<Vec<u8>> = None;
+    let mut buf = AlignedBuf::new(dev.seg_bytes() as usize);
+    'segments: loop {
+        dev.read_into(dev.seg_base(seg), &mut buf, IoKind::Catalog)?;
+        let mut pos = 0;
+        loop {
+            let b = &buf[pos..];
+            let ok = get_u32(b, 0) == Some(REDO_MAGIC) && get_u32(b, 4) == Some(salt);
+            let len = get_u32(b, 8).unwrap_or(0) as usize;
+            if !ok || REDO_HDR + len > b.len() {
+                break 'segments;
+            }
+            let payload = &b[REDO_HDR..REDO_HDR + len];
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&b[4..16]), payload);
+            if get_u32(b, 16) != Some(crc) {
+                // A torn tail: the record was never committed.
+                break 'segments;
+            }
+            match b[12] {
+                T_FULL => records.push(payload.to_vec()),
+                T_FIRST => partial = Some(payload.to_vec()),
+                T_MIDDLE | T_LAST => {
+                    let Some(p) = partial.as_mut() else {
+                        return Err(Error::corrupt(seg as u64, pos as u64, "redo fragment without a first part"));
+                    };
+                    p.extend_from_slice(payload);
+                    if b[12] == T_LAST {
+                        records.extend(partial.take());
+                    }
+                }
+                T_NEXT => {
+                    let (Some(s), Some(t)) = (get_u32(payload, 0), get_u32(payload, 4)) else {
+                        break 'segments;
+                    };
+                    seg = s;
+                    salt = t;
+                    chain.push(seg);
+                    continue 'segments;
+                }
+                other => {
+                    return Err(Error::corrupt(seg as u64, pos as u64, format!("unknown redo record type {other}")))
+                }
+            }
+            pos += REDO_HDR + len;
+        }
+    }
+    Ok((records, chain))
+}
+
+struct Inner {
+    catalog: Catalog,
+    redo: RedoWriter,
+    sb: Superblock,
+}
+
+/// The durable catalog: commit edits, read the current catalog, checkpoint.
+pub(crate) struct Manifest {
+    dev: Arc<Device>,
+    alloc: Arc<Allocator>,
+    inner: Mutex<Inner>,
+}
+
+/// What opening found on the device.
+pub(crate) struct Loaded {
+    pub sb: Superblock,
+    pub catalog: Catalog,
+    pub chain: Vec<u32>,
+}
+
+/// Reads the superblock and replays the redo chain. `None` for a device never formatted.
+pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
+    let Some(sb) = Superblock::read(dev)? else {
+        return Ok(None);
+    };
+    if sb.seg_bits != dev.seg_bits() {
+        return Err(Error::Incompatible(format!(
+            "store made with {}-byte segments; open it with Options::segment_bytes = {}",
+            1u64 << sb.seg_bits,
+            1u64 << sb.seg_bits
+        )));
+    }
+    let (records, chain) = read_chain(dev, sb.redo_seg, sb.redo_salt)?;
+    let mut catalog = Catalog::default();
+    for r in &records {
+        let (region, edits) =
+            decode_edits(r).map_err(|_| Error::corrupt(sb.redo_seg as u64, 0, "undecodable redo record"))?;
+        catalog.apply(region, &edits);
+    }
+    Ok(Some(Loaded { sb, catalog, chain }))
+}
+
+/// Segments a catalog names.
+pub(crate) fn segments_in_use(catalog: &Catalog, chain: &[u32]) -> BTreeSet<u32> {
+    let mut s: BTreeSet<u32> = chain.iter().copied().collect();
+    s.insert(0);
+    for r in catalog.regions.values() {
+        r.segments(&mut s);
+    }
+    s
+}
+
+impl Manifest {
+    /// Writes a checkpoint of `catalog` into a new chain, points a superblock at it and
+    /// releases `old_chain`. Used at open (also for a new store) and when the chain grows.
+    pub(crate) fn create(
+        dev: Arc<Device>,
+        alloc: Arc<Allocator>,
+        catalog: Catalog,
+        prev: Option<Superblock>,
+        node_bytes: u32,
+        old_chain: &[u32],
+    ) -> Result<Manifest> {
+        let sb = prev.unwrap_or(Superblock {
+            generation: 0,
+            seg_bits: dev.seg_bits(),
+            node_bytes,
+            redo_seg: 0,
+            redo_salt: 0,
+        });
+        let redo = RedoWriter::start(&dev, &alloc)?;
+        let m = Manifest { dev, alloc, inner: Mutex::new(Inner { catalog, redo, sb }) };
+        {
+            let mut g = m.inner.lock();
+            m.checkpoint_locked(&mut g, old_chain.to_vec(), true)?;
+        }
+        Ok(m)
+    }
+
+    fn checkpoint_locked(&self, g: &mut Inner, old_chain: Vec<u32>, fresh_writer: bool) -> Result<()> {
+        if !fresh_writer {
+            g.redo = RedoWriter::start(&self.dev, &self.alloc)?;
+        }
+        let snap: Vec<(u32, Vec<Edit>)> = g.catalog.regions.iter().map(|(id, r)| (*id, r.snapshot())).collect();
+        for (id, edits) in snap {
+            for part in edits.chunks(256) {
+                g.redo.append(&self.dev, &self.alloc, &encode_edits(id, part))?;
+            }
+        }
+        let sb =
+            Superblock { generation: g.sb.generation + 1, redo_seg: g.redo.chain[0], redo_salt: g.redo.salt, ..g.sb };
+        // Reading the new chain from its start must see exactly the checkpoint.
+        sb.write(&self.dev)?;
+        g.sb = sb;
+        for s in old_chain {
+            self.alloc.release(s);
+        }
+        Ok(())
+    }
+
+    /// Makes `edits` durable, applies them, and returns the segments they freed
+    /// (the caller releases them when no reader can still use them).
+    pub(crate) fn commit(&self, region: u32, edits: &[Edit]) -> Result<Vec<u32>> {
+        let mut g = self.inner.lock();
+        g.redo.append(&self.dev, &self.alloc, &encode_edits(region, edits))?;
+        let freed = g.catalog.apply(region, edits);
+        if g.redo.chain.len() >= CHECKPOINT_SEGMENTS {
+            let old = std::mem::take(&mut g.redo.chain);
+            self.checkpoint_locked(&mut g, old, false)?;
+        }
+        Ok(freed)
+    }
+
+    /// A copy of one region's catalog.
+    pub(crate) fn region(&self, id: u32) -> Option<crate::catalog::RegionMeta> {
+        self.inner.lock().catalog.regions.get(&id).cloned()
+    }
+
+    /// Runs `f` on the catalog under the manifest lock.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&Catalog) -> T) -> T {
+        f(&self.inner.lock().catalog)
+    }
+}

@@ -1,0 +1,234 @@
+//! B+-tree nodes of an SST: leaves (entries) and index nodes (pivots).
+//!
+//! ```text
+//! header  0 u8 type (1 leaf, 2 index) | 1 u8 0 | 2 u16 count | 4 u32 crc32c | 8 u16 data_start | 10 u16 0
+//! slots   12.. count × u16 cell offset, growing forward
+//! cells   growing backward from the node's end
+//! leaf cell:  u8 kind | u16 key_len | u64 lsn | key | payload
+//!             kind 0 inline: u32 value_len, value; 1 medium / 2 large: u64 ptr, u32 len, u32 salt; 3 tombstone
+//! index cell: u16 key_len | key | u32 child offset within the segment
+//! ```
+//! The checksum covers the whole node with the crc field taken as zero.
+
+use crate::codec::{get_u16, get_u32, get_u64, put_u16, put_u32};
+use crate::memtable::{Entry, Value};
+use crate::options::NODE_HEADER;
+
+pub(crate) const LEAF: u8 = 1;
+pub(crate) const INDEX: u8 = 2;
+
+/// Builds one node in place.
+pub(crate) struct NodeBuf {
+    pub buf: Vec<u8>,
+    count: usize,
+    data_start: usize,
+}
+
+impl NodeBuf {
+    pub(crate) fn new(size: usize, ty: u8) -> NodeBuf {
+        let mut buf = vec![0u8; size];
+        buf[0] = ty;
+        NodeBuf { buf, count: 0, data_start: size }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    pub(crate) fn fits(&self, cell_len: usize) -> bool {
+        NODE_HEADER + 2 * (self.count + 1) + cell_len <= self.data_start
+    }
+
+    pub(crate) fn push(&mut self, cell: &[u8]) {
+        self.data_start -= cell.len();
+        self.buf[self.data_start..self.data_start + cell.len()].copy_from_slice(cell);
+        put_u16(&mut self.buf, NODE_HEADER + 2 * self.count, self.data_start as u16);
+        self.count += 1;
+    }
+
+    /// Seals the node (count, data start, checksum) and returns its bytes.
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        put_u16(&mut self.buf, 2, self.count as u16);
+        put_u16(&mut self.buf, 8, self.data_start as u16);
+        seal(&mut self.buf);
+        self.buf
+    }
+}
+
+/// Writes the checksum of a node (also after pointers in it were rewritten).
+pub(crate) fn seal(node: &mut [u8]) {
+    put_u32(node, 4, 0);
+    let crc = crc32c::crc32c(node);
+    put_u32(node, 4, crc);
+}
+
+pub(crate) fn verify(node: &[u8]) -> bool {
+    let Some(stored) = get_u32(node, 4) else {
+        return false;
+    };
+    let mut crc = crc32c::crc32c(&node[..4]);
+    crc = crc32c::crc32c_append(crc, &[0, 0, 0, 0]);
+    crc = crc32c::crc32c_append(crc, &node[8..]);
+    crc == stored
+}
+
+pub(crate) fn leaf_cell(e: &Entry, out: &mut Vec<u8>) {
+    out.clear();
+    let kind = match e.value {
+        Value::Inline(_) => 0,
+        Value::Medium { .. } => 1,
+        Value::Large { .. } => 2,
+        Value::Tombstone => 3,
+    };
+    out.push(kind);
+    out.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&e.lsn.to_le_bytes());
+    out.extend_from_slice(&e.key);
+    match &e.value {
+        Value::Inline(v) => {
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+        }
+        Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
+            out.extend_from_slice(&ptr.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&salt.to_le_bytes());
+        }
+        Value::Tombstone => {}
+    }
+}
+
+pub(crate) fn index_cell(key: &[u8], child: u32, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&child.to_le_bytes());
+}
+
+/// Malformed node contents.
+#[derive(Debug)]
+pub(crate) struct BadNode;
+
+/// A verified node.
+pub(crate) struct Node<'a> {
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Node<'a> {
+    pub(crate) fn ty(&self) -> u8 {
+        self.bytes[0]
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        get_u16(self.bytes, 2).unwrap_or(0) as usize
+    }
+
+    fn cell(&self, i: usize) -> Result<&'a [u8], BadNode> {
+        let off = get_u16(self.bytes, NODE_HEADER + 2 * i).ok_or(BadNode)? as usize;
+        self.bytes.get(off..).ok_or(BadNode)
+    }
+
+    pub(crate) fn key(&self, i: usize) -> Result<&'a [u8], BadNode> {
+        let c = self.cell(i)?;
+        if self.ty() == LEAF {
+            let n = get_u16(c, 1).ok_or(BadNode)? as usize;
+            c.get(11..11 + n).ok_or(BadNode)
+        } else {
+            let n = get_u16(c, 0).ok_or(BadNode)? as usize;
+            c.get(2..2 + n).ok_or(BadNode)
+        }
+    }
+
+    pub(crate) fn child(&self, i: usize) -> Result<u32, BadNode> {
+        let c = self.cell(i)?;
+        let n = get_u16(c, 0).ok_or(BadNode)? as usize;
+        get_u32(c, 2 + n).ok_or(BadNode)
+    }
+
+    pub(crate) fn entry(&self, i: usize) -> Result<Entry, BadNode> {
+        let c = self.cell(i)?;
+        let kind = *c.first().ok_or(BadNode)?;
+        let n = get_u16(c, 1).ok_or(BadNode)? as usize;
+        let lsn = get_u64(c, 3).ok_or(BadNode)?;
+        let key = c.get(11..11 + n).ok_or(BadNode)?.to_vec();
+        let p = 11 + n;
+        let value = match kind {
+            0 => {
+                let vl = get_u32(c, p).ok_or(BadNode)? as usize;
+                Value::Inline(c.get(p + 4..p + 4 + vl).ok_or(BadNode)?.to_vec())
+            }
+            1 | 2 => {
+                let ptr = get_u64(c, p).ok_or(BadNode)?;
+                let len = get_u32(c, p + 8).ok_or(BadNode)?;
+                let salt = get_u32(c, p + 12).ok_or(BadNode)?;
+                if kind == 1 {
+                    Value::Medium { ptr, len, salt }
+                } else {
+                    Value::Large { ptr, len, salt }
+                }
+            }
+            3 => Value::Tombstone,
+            _ => return Err(BadNode),
+        };
+        Ok(Entry { key, lsn, value })
+    }
+
+    /// Index of the first key >= `key` (count if none).
+    pub(crate) fn lower_bound(&self, key: &[u8]) -> Result<usize, BadNode> {
+        let (mut lo, mut hi) = (0, self.count());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.key(mid)? < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// In an index node: the child whose range holds `key` (the last pivot <= key, or the first).
+    pub(crate) fn child_for(&self, key: &[u8]) -> Result<u32, BadNode> {
+        let (mut lo, mut hi) = (0, self.count());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.key(mid)? <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.child(lo.saturating_sub(1))
+    }
+
+    /// Rewrites the log pointers of a leaf through `map` (primary segment -> local segment).
+    /// Returns false if a pointer's segment is missing from the map.
+    pub(crate) fn rewrite_pointers(
+        node: &mut [u8],
+        seg_bits: u32,
+        map: &dyn Fn(u32) -> Option<u32>,
+    ) -> Result<bool, BadNode> {
+        if node[0] != LEAF {
+            return Ok(true);
+        }
+        let count = get_u16(node, 2).ok_or(BadNode)? as usize;
+        for i in 0..count {
+            let off = get_u16(node, NODE_HEADER + 2 * i).ok_or(BadNode)? as usize;
+            let kind = *node.get(off).ok_or(BadNode)?;
+            if kind == 1 || kind == 2 {
+                let n = get_u16(node, off + 1).ok_or(BadNode)? as usize;
+                let p = off + 11 + n;
+                let ptr = get_u64(node, p).ok_or(BadNode)?;
+                let seg = (ptr >> seg_bits) as u32;
+                let Some(local) = map(seg) else {
+                    return Ok(false);
+                };
+                let within = ptr & ((1u64 << seg_bits) - 1);
+                let new = ((local as u64) << seg_bits) | within;
+                node.get_mut(p..p + 8).ok_or(BadNode)?.copy_from_slice(&new.to_le_bytes());
+            }
+        }
+        seal(node);
+        Ok(true)
+    }
+}

@@ -1,0 +1,190 @@
+//! Options of a store, checked at open.
+
+use crate::error::{Error, Result};
+use crate::record::RECORD_OVERHEAD;
+
+/// When a write's log record reaches the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Only when a 256 KiB chunk fills, on `flush()` and on close.
+    None,
+    /// Group commit: the tail buffer reaches the device at least every `group_commit_ms`.
+    Group,
+    /// A write returns after its chunk is durable; concurrent writers share one sync.
+    Always,
+}
+
+/// Which level merges medium KV pairs back in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MediumPlacement {
+    /// The last (deepest) level.
+    Last,
+    /// The level above the last one.
+    LastMinus1,
+}
+
+/// Options of a store. `Options::default()` is the production default.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Create the store if the directory holds none.
+    pub create_if_missing: bool,
+    /// Segment size in bytes (power of two, 64 KiB..=256 MiB). Fixed at creation.
+    pub segment_bytes: u64,
+    /// B+-tree node size in bytes (power of two, 1 KiB..=64 KiB). Fixed at creation.
+    pub node_bytes: usize,
+    /// Size of one in-memory L0 table; one more (immutable) may exist while it compacts.
+    pub l0_bytes: usize,
+    /// Level i holds up to `l0_bytes * growth_factor^i` bytes.
+    pub growth_factor: u32,
+    /// Number of device levels (L1..=Lmax); the last is unbounded.
+    pub max_levels: usize,
+    /// KV pairs whose key+value size is below this are small (in place everywhere).
+    pub small_threshold: usize,
+    /// KV pairs whose key+value size is at least this are large (large log with GC).
+    pub large_threshold: usize,
+    /// Which level merges medium pairs in place.
+    pub medium_placement: MediumPlacement,
+    /// Fraction of invalid bytes that makes a large-log segment a GC candidate.
+    pub gc_threshold: f64,
+    /// How often the GC thread looks for candidates.
+    pub gc_interval_ms: u64,
+    /// Durability of writes.
+    pub sync: SyncMode,
+    /// Group-commit period for `SyncMode::Group`.
+    pub group_commit_ms: u64,
+    /// Log tail write unit.
+    pub log_chunk_bytes: usize,
+    /// Byte budget of the node and value cache.
+    pub cache_bytes: usize,
+    /// Open the data file with O_DIRECT (falls back to buffered I/O where unsupported).
+    pub direct_io: bool,
+    /// Largest size the data file may grow to; `None` = the file system's limit.
+    pub max_device_bytes: Option<u64>,
+    /// Largest key.
+    pub max_key_bytes: usize,
+    /// Largest value; `None` = what fits in one segment with the largest key.
+    pub max_value_bytes: Option<usize>,
+    /// Background compaction threads.
+    pub compaction_threads: usize,
+    /// Bloom filter bits per key.
+    pub bloom_bits_per_key: usize,
+    /// Create the default region covering all keys when a new store is made.
+    pub default_region: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            segment_bytes: 2 << 20,
+            node_bytes: 8 << 10,
+            l0_bytes: 64 << 20,
+            growth_factor: 8,
+            max_levels: 7,
+            small_threshold: 120,
+            large_threshold: 1024,
+            medium_placement: MediumPlacement::Last,
+            gc_threshold: 0.10,
+            gc_interval_ms: 1000,
+            sync: SyncMode::Group,
+            group_commit_ms: 5,
+            log_chunk_bytes: 256 << 10,
+            cache_bytes: 256 << 20,
+            direct_io: true,
+            max_device_bytes: None,
+            max_key_bytes: 1024,
+            max_value_bytes: None,
+            compaction_threads: 1,
+            bloom_bits_per_key: 10,
+            default_region: true,
+        }
+    }
+}
+
+/// Bytes a leaf or index cell needs besides key and value.
+pub(crate) const CELL_OVERHEAD: usize = 40;
+/// Bytes of a node header.
+pub(crate) const NODE_HEADER: usize = 12;
+
+impl Options {
+    /// Small settings that make every mechanism (many levels, medium merges, GC) run
+    /// on a few megabytes of data. For tests and experiments.
+    pub fn tiny() -> Options {
+        Options {
+            segment_bytes: 64 << 10,
+            node_bytes: 2 << 10,
+            l0_bytes: 48 << 10,
+            growth_factor: 3,
+            max_levels: 5,
+            small_threshold: 40,
+            large_threshold: 200,
+            max_key_bytes: 256,
+            cache_bytes: 256 << 10,
+            gc_interval_ms: 50,
+            log_chunk_bytes: 16 << 10,
+            ..Options::default()
+        }
+    }
+
+    pub(crate) fn seg_bits(&self) -> u32 {
+        self.segment_bytes.trailing_zeros()
+    }
+
+    /// The largest value accepted for a key of `key_len` bytes.
+    pub fn value_limit(&self, key_len: usize) -> usize {
+        let fits = (self.segment_bytes as usize).saturating_sub(RECORD_OVERHEAD + key_len);
+        self.max_value_bytes.map_or(fits, |m| m.min(fits))
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidOptions(m));
+        if !self.segment_bytes.is_power_of_two() || !(64 << 10..=256 << 20).contains(&self.segment_bytes) {
+            return bad(format!("segment_bytes {} must be a power of two in 64 KiB..=256 MiB", self.segment_bytes));
+        }
+        if !self.node_bytes.is_power_of_two() || !(1 << 10..=64 << 10).contains(&self.node_bytes) {
+            return bad(format!("node_bytes {} must be a power of two in 1 KiB..=64 KiB", self.node_bytes));
+        }
+        if (self.node_bytes as u64) * 8 > self.segment_bytes {
+            return bad("segment_bytes must hold at least 8 nodes".into());
+        }
+        if self.small_threshold > self.large_threshold {
+            return bad("small_threshold must not exceed large_threshold".into());
+        }
+        // Two of the largest in-place entries (a medium pair, or a key with a pointer)
+        // must fit in a node so that every node holds at least two cells.
+        let biggest = self.large_threshold.max(self.max_key_bytes) + CELL_OVERHEAD;
+        if 2 * biggest + NODE_HEADER > self.node_bytes {
+            return bad(format!(
+                "node_bytes {} cannot hold two entries of {} bytes: lower max_key_bytes / large_threshold or raise node_bytes",
+                self.node_bytes, biggest
+            ));
+        }
+        if self.max_key_bytes == 0 || self.max_key_bytes > u16::MAX as usize {
+            return bad("max_key_bytes must be in 1..=65535".into());
+        }
+        if self.growth_factor < 2 {
+            return bad("growth_factor must be at least 2".into());
+        }
+        if !(2..=32).contains(&self.max_levels) {
+            return bad("max_levels must be in 2..=32".into());
+        }
+        if self.l0_bytes < 4096 {
+            return bad("l0_bytes must be at least 4 KiB".into());
+        }
+        if self.log_chunk_bytes < 4096 || self.log_chunk_bytes as u64 > self.segment_bytes {
+            return bad("log_chunk_bytes must be in 4 KiB..=segment_bytes".into());
+        }
+        if !(0.0..=1.0).contains(&self.gc_threshold) {
+            return bad("gc_threshold must be in 0..=1".into());
+        }
+        if self.compaction_threads == 0 {
+            return bad("compaction_threads must be at least 1".into());
+        }
+        if let Some(max) = self.max_device_bytes {
+            if max < 8 * self.segment_bytes {
+                return bad("max_device_bytes must hold at least 8 segments".into());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,439 @@
+//! A region: one key range with its own L0, logs, levels and LSN counter.
+
+use crate::alloc::Purpose;
+use crate::bloom;
+use crate::catalog::{Edit, RegionMeta};
+use crate::error::{Error, Result};
+use crate::logtail::{LogKind, LogTail};
+use crate::memtable::{Entry, Memtable, Value};
+use crate::record::{self, KIND_DELETE, KIND_PUT};
+use crate::shared::Shared;
+use crate::sst::Sst;
+use crate::view::{Version, View};
+use arc_swap::ArcSwap;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Size class of a KV pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Category {
+    Small = 0,
+    Medium = 1,
+    Large = 2,
+}
+
+pub(crate) fn category(small: usize, large: usize, kv: usize) -> Category {
+    if kv < small {
+        Category::Small
+    } else if kv < large {
+        Category::Medium
+    } else {
+        Category::Large
+    }
+}
+
+/// What the region's single writer owns.
+pub(crate) struct WriteState {
+    pub next_lsn: u64,
+    pub l0: LogTail,
+    pub large: LogTail,
+    /// L0-log segments holding the records of the mutable table.
+    pub mem_l0_segs: Vec<u32>,
+    /// L0-log segments holding the records of the immutable table.
+    pub imm_l0_segs: Vec<u32>,
+}
+
+pub(crate) struct Region {
+    pub id: u32,
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+    pub backup: bool,
+    pub sh: Arc<Shared>,
+    view: ArcSwap<View>,
+    install_lock: Mutex<()>,
+    pub w: Mutex<WriteState>,
+    pub w_cv: Condvar,
+    pub visible: AtomicU64,
+    synced: Mutex<u64>,
+    /// Levels (0 = L0) taking part in a running compaction.
+    pub busy: Mutex<Vec<bool>>,
+    /// Per level: the last key compacted, for round-robin SST choice.
+    pub cursor: Mutex<Vec<Vec<u8>>>,
+    /// Compaction could not get space; writers that would stall fail with NoSpace.
+    pub no_space: AtomicBool,
+}
+
+/// A write the caller issues.
+pub(crate) enum Op<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+}
+
+impl Op<'_> {
+    fn key(&self) -> &[u8] {
+        match self {
+            Op::Put(k, _) | Op::Delete(k) => k,
+        }
+    }
+}
+
+impl Region {
+    pub(crate) fn new(id: u32, meta: &RegionMeta, sh: Arc<Shared>, mem: Memtable, next_lsn: u64) -> Region {
+        let levels = meta.levels.iter().map(|l| l.iter().map(|i| Arc::new(Sst::new(i.clone()))).collect()).collect();
+        let version = Arc::new(Version { levels });
+        let view = View::new(Arc::new(mem), None, version, sh.alloc.clone());
+        let seg = sh.dev.seg_bytes() as usize;
+        let chunk = sh.opts.log_chunk_bytes;
+        let nlevels = sh.opts.max_levels + 1;
+        Region {
+            id,
+            start: meta.start.clone(),
+            end: meta.end.clone(),
+            backup: meta.backup,
+            view: ArcSwap::from_pointee(view),
+            install_lock: Mutex::new(()),
+            w: Mutex::new(WriteState {
+                next_lsn,
+                l0: LogTail::new(LogKind::L0, seg, chunk),
+                large: LogTail::new(LogKind::Large, seg, chunk),
+                mem_l0_segs: meta.logs[LogKind::L0 as usize].iter().map(|s| s.seg).collect(),
+                imm_l0_segs: Vec::new(),
+            }),
+            w_cv: Condvar::new(),
+            visible: AtomicU64::new(next_lsn - 1),
+            synced: Mutex::new(next_lsn - 1),
+            busy: Mutex::new(vec![false; nlevels + 1]),
+            cursor: Mutex::new(vec![Vec::new(); nlevels + 1]),
+            no_space: AtomicBool::new(false),
+            sh,
+        }
+    }
+
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|e| key < e.as_slice())
+    }
+
+    pub(crate) fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// Installs the view `f` builds from the current one; `freed` segments are released once
+    /// no reader of the old views remains.
+    pub(crate) fn install(&self, f: impl FnOnce(&View) -> View, freed: Vec<u32>) {
+        let _g = self.install_lock.lock();
+        let old = self.view.load_full();
+        let new = Arc::new(f(&old));
+        old.retire(new.clone(), freed);
+        self.view.store(new);
+    }
+
+    fn check_op(&self, op: &Op<'_>) -> Result<()> {
+        let o = &self.sh.opts;
+        let key = op.key();
+        if key.len() > o.max_key_bytes {
+            return Err(Error::KeyTooLarge { len: key.len(), limit: o.max_key_bytes });
+        }
+        if let Op::Put(_, v) = op {
+            let limit = o.value_limit(key.len());
+            if v.len() > limit {
+                return Err(Error::ValueTooLarge { len: v.len(), limit });
+            }
+        }
+        if !self.contains(key) {
+            return Err(Error::KeyOutOfRegion(self.id));
+        }
+        Ok(())
+    }
+
+    /// Applies `ops` atomically. Returns the LSN of the last one.
+    pub(crate) fn write(&self, ops: &[Op<'_>]) -> Result<u64> {
+        if self.backup {
+            return Err(Error::BackupRegion(self.id));
+        }
+        for op in ops {
+            self.check_op(op)?;
+        }
+        if ops.is_empty() {
+            return Ok(self.visible.load(Relaxed));
+        }
+        let last = {
+            let mut w = self.w.lock();
+            self.make_room(&mut w)?;
+            self.append_locked(&mut w, ops, true)?
+        };
+        if self.sh.opts.sync == crate::options::SyncMode::Always {
+            self.sync_to(last)?;
+        }
+        Ok(last)
+    }
+
+    /// Appends records and inserts them into L0. The caller holds the write lock.
+    pub(crate) fn append_locked(&self, w: &mut WriteState, ops: &[Op<'_>], user: bool) -> Result<u64> {
+        self.sh.check()?;
+        let o = &self.sh.opts;
+        let seg_bytes = self.sh.dev.seg_bytes() as usize;
+        // Reserve every segment the batch needs first, so that it either fits whole or
+        // fails before any of it is written: the log never holds a partial batch, and
+        // every LSN handed out has its record.
+        let mut lens: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+        let mut cats = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (k, v) = match op {
+                Op::Put(k, v) => (*k, *v),
+                Op::Delete(k) => (*k, &[][..]),
+            };
+            let c = if matches!(op, Op::Delete(_)) {
+                Category::Small
+            } else {
+                category(o.small_threshold, o.large_threshold, k.len() + v.len())
+            };
+            cats.push(c);
+            lens[(c == Category::Large) as usize].push(record::encoded_len(k.len(), v.len()));
+        }
+        let mut reserved: [VecDeque<(u32, u32)>; 2] = [VecDeque::new(), VecDeque::new()];
+        let mut edits = Vec::new();
+        for (i, tail) in [&w.l0, &w.large].into_iter().enumerate() {
+            let mut rem = tail.remaining();
+            for &l in &lens[i] {
+                if l > rem {
+                    let seg = match self.sh.alloc.alloc(Purpose::Writes) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            for (s, _) in reserved.iter().flatten() {
+                                self.sh.alloc.release(*s);
+                            }
+                            return Err(e);
+                        }
+                    };
+                    let salt = rand::random::<u32>();
+                    reserved[i].push_back((seg, salt));
+                    edits.push(Edit::LogAdd { log: tail.kind, seg, salt });
+                    rem = seg_bytes;
+                }
+                rem -= l;
+            }
+        }
+        if !edits.is_empty() {
+            if let Err(e) = self.sh.manifest.commit(self.id, &edits) {
+                return self.sh.fail(e);
+            }
+            w.mem_l0_segs.extend(reserved[0].iter().map(|s| s.0));
+        }
+        let dev = &self.sh.dev;
+        let n = ops.len() as u32;
+        let mut lsn = 0;
+        for (i, (op, cat)) in ops.iter().zip(cats).enumerate() {
+            lsn = w.next_lsn;
+            let (k, v, kind) = match op {
+                Op::Put(k, v) => (*k, *v, KIND_PUT),
+                Op::Delete(k) => (*k, &[][..], KIND_DELETE),
+            };
+            let li = (cat == Category::Large) as usize;
+            let tail = if li == 1 { &mut w.large } else { &mut w.l0 };
+            if tail.remaining() < record::encoded_len(k.len(), v.len()) {
+                let Some((seg, salt)) = reserved[li].pop_front() else {
+                    return self.sh.fail(Error::Poisoned("log reservation miscounted".into()));
+                };
+                if let Err(e) = tail.switch(dev, seg, salt) {
+                    return self.sh.fail(e);
+                }
+            }
+            let (ptr, len) = match tail.append(dev, kind, lsn, k, v, n - 1 - i as u32) {
+                Ok(x) => x,
+                Err(e) => return self.sh.fail(e),
+            };
+            let salt = tail.seg.map_or(0, |s| s.1);
+            w.next_lsn += 1;
+            let value = match (kind, cat) {
+                (KIND_DELETE, _) => Value::Tombstone,
+                (_, Category::Large) => Value::Large { ptr, len, salt },
+                _ => Value::Inline(v.to_vec()),
+            };
+            self.view.load().mem.insert(k, lsn, value);
+            let c = &self.sh.counters;
+            if !user {
+                continue;
+            }
+            c.user_bytes.fetch_add((k.len() + v.len()) as u64, Relaxed);
+            if kind == KIND_DELETE {
+                c.deletes.fetch_add(1, Relaxed);
+            } else {
+                c.puts[cat as usize].fetch_add(1, Relaxed);
+                c.put_bytes[cat as usize].fetch_add((k.len() + v.len()) as u64, Relaxed);
+            }
+        }
+        self.visible.store(lsn, Relaxed);
+        Ok(lsn)
+    }
+
+    /// Waits until the mutable L0 table has room, switching tables when possible.
+    pub(crate) fn make_room(&self, w: &mut MutexGuard<'_, WriteState>) -> Result<()> {
+        let mut stalled: Option<Instant> = None;
+        let r = loop {
+            if let Err(e) = self.sh.check() {
+                break Err(e);
+            }
+            let view = self.view.load();
+            if view.mem.bytes() < self.sh.opts.l0_bytes {
+                break Ok(());
+            }
+            if view.imm.is_none() {
+                break self.switch_memtable(w);
+            }
+            if self.no_space.load(Relaxed) {
+                break Err(Error::NoSpace { what: "L0 is full and compaction found no free segment" });
+            }
+            stalled.get_or_insert_with(Instant::now);
+            self.sh.wake();
+            self.w_cv.wait_for(w, Duration::from_millis(50));
+        };
+        if let Some(t) = stalled {
+            self.sh.counters.stall_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        }
+        r
+    }
+
+    /// Makes the mutable table immutable and starts a new one; the L0 log continues in a
+    /// new segment so that the old table's segments can be freed after its compaction.
+    pub(crate) fn switch_memtable(&self, w: &mut WriteState) -> Result<()> {
+        if let Err(e) = w.l0.write_out(&self.sh.dev) {
+            return self.sh.fail(e);
+        }
+        w.l0.close();
+        w.imm_l0_segs = std::mem::take(&mut w.mem_l0_segs);
+        self.install(
+            |v| View::new(Arc::new(Memtable::new()), Some(v.mem.clone()), v.version.clone(), self.sh.alloc.clone()),
+            vec![],
+        );
+        self.sh.wake();
+        Ok(())
+    }
+
+    /// Writes both log tails out (no sync). Caller holds the write lock.
+    pub(crate) fn write_out(&self, w: &mut WriteState) -> Result<()> {
+        let r = w.large.write_out(&self.sh.dev).and_then(|_| w.l0.write_out(&self.sh.dev));
+        if let Err(e) = r {
+            return self.sh.fail(e);
+        }
+        Ok(())
+    }
+
+    /// Makes every record up to `lsn` durable; concurrent callers share one fdatasync.
+    pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
+        let mut synced = self.synced.lock();
+        if *synced >= lsn {
+            return Ok(());
+        }
+        let upto = {
+            let mut w = self.w.lock();
+            self.write_out(&mut w)?;
+            w.next_lsn - 1
+        };
+        if let Err(e) = self.sh.dev.sync() {
+            return self.sh.fail(e);
+        }
+        *synced = upto;
+        Ok(())
+    }
+
+    /// The newest entry for `key` visible at `snap` in `view` (tombstones included).
+    pub(crate) fn lookup(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Entry>> {
+        if let Some(e) = view.mem.get(key, snap) {
+            return Ok(Some(e));
+        }
+        if let Some(imm) = &view.imm {
+            if let Some(e) = imm.get(key, snap) {
+                return Ok(Some(e));
+            }
+        }
+        let h = bloom::hash(key);
+        for level in &view.version.levels {
+            let i = level.partition_point(|s| s.info.last_key.as_slice() < key);
+            if let Some(sst) = level.get(i) {
+                if sst.info.first_key.as_slice() <= key {
+                    if let Some(e) = sst.get(&self.sh.ctx, key, h)? {
+                        return Ok(Some(e));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub(crate) fn get_at(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.lookup(view, snap, key)? {
+            None => Ok(None),
+            Some(e) => self.resolve(&e),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // The view first, then the LSN: a view installed after GC moved a value is only
+        // seen together with the moved entries.
+        let view = self.view();
+        let snap = self.visible.load(Relaxed);
+        self.get_at(&view, snap, key)
+    }
+
+    /// The value of an entry, reading the log for pointers.
+    pub(crate) fn resolve(&self, e: &Entry) -> Result<Option<Vec<u8>>> {
+        match &e.value {
+            Value::Inline(v) => Ok(Some(v.clone())),
+            Value::Tombstone => Ok(None),
+            Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
+                self.read_value(*ptr, *len, *salt, &e.key).map(Some)
+            }
+        }
+    }
+
+    pub(crate) fn read_value(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
+        let ck = ((ptr as u128) << 32) | salt as u128;
+        let ctx = &self.sh.ctx;
+        if let Some(rec) = ctx.cache.get(ck) {
+            if let Ok(r) = record::decode(&rec, Some(salt)) {
+                return Ok(r.value.to_vec());
+            }
+        }
+        let bytes = ctx.dev.read(ptr, len as usize, crate::device::IoKind::Read)?;
+        let bytes = match record::decode(&bytes, Some(salt)) {
+            Ok(r) if r.key == key => bytes,
+            _ => self.read_from_tail(ptr, len, salt, key)?,
+        };
+        let r = record::decode(&bytes, Some(salt))
+            .map_err(|_| self.bad_ptr(ptr, "log record at pointer fails its checks"))?;
+        let v = r.value.to_vec();
+        ctx.cache.insert(ck, Arc::new(bytes));
+        Ok(v)
+    }
+
+    fn bad_ptr(&self, ptr: u64, what: &str) -> Error {
+        let bits = self.sh.dev.seg_bits();
+        Error::corrupt(ptr >> bits, ptr & ((1 << bits) - 1), what)
+    }
+
+    /// A record appended but not yet written out is read from the large log's tail.
+    fn read_from_tail(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
+        let w = self.w.lock();
+        if let (Some((seg, s)), Some(_)) = (w.large.seg, w.large.position(&self.sh.dev)) {
+            let base = self.sh.dev.seg_base(seg);
+            if s == salt && ptr >= base {
+                let at = (ptr - base) as usize;
+                if let Some(b) = w.large.image().get(at..at + len as usize) {
+                    if record::decode(b, Some(salt)).is_ok_and(|r| r.key == key) {
+                        return Ok(b.to_vec());
+                    }
+                }
+            }
+        }
+        // The tail may have moved on (writing the record out) since the first device read.
+        let bytes = self.sh.ctx.dev.read(ptr, len as usize, crate::device::IoKind::Read)?;
+        drop(w);
+        if record::decode(&bytes, Some(salt)).is_ok_and(|r| r.key == key) {
+            return Ok(bytes);
+        }
+        Err(self.bad_ptr(ptr, "log record at pointer fails its checks"))
+    }
+}

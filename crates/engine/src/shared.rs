@@ -1,0 +1,133 @@
+//! State every region and background thread of a store shares.
+
+use crate::alloc::Allocator;
+use crate::catalog::Edit;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::manifest::Manifest;
+use crate::options::Options;
+use crate::sst::ReadCtx;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Receives what a primary must ship to its backups (DESIGN.md §3 step 3).
+pub trait ShipListener: Send + Sync {
+    /// A finished compaction output segment: an SST or a medium-log run segment.
+    /// `bytes` is the segment image (its used part).
+    fn segment(&self, region: u32, kind: SegmentKind, seg: u32, bytes: &[u8]);
+    /// The edits a compaction or GC committed, in primary segment numbers.
+    fn edits(&self, region: u32, edits: &[Edit]);
+}
+
+/// What a shipped segment holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentKind {
+    /// An SST (leaves hold log pointers that a backup rewrites).
+    Sst,
+    /// A run of the medium log.
+    MediumRun,
+}
+
+/// Counters kept outside the device.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub user_bytes: AtomicU64,
+    pub puts: [AtomicU64; 3],
+    pub put_bytes: [AtomicU64; 3],
+    pub deletes: AtomicU64,
+    pub stall_ns: AtomicU64,
+    pub compactions: AtomicU64,
+    pub trivial_moves: AtomicU64,
+    pub medium_merged: AtomicU64,
+    pub gc_runs: AtomicU64,
+    pub gc_segments: AtomicU64,
+    pub gc_bytes_moved: AtomicU64,
+}
+
+pub(crate) struct Shared {
+    pub opts: Options,
+    pub dev: Arc<Device>,
+    pub alloc: Arc<Allocator>,
+    pub manifest: Manifest,
+    pub ctx: ReadCtx,
+    poisoned: AtomicBool,
+    poison: Mutex<Option<String>>,
+    pub counters: Counters,
+    pub work: Mutex<u64>,
+    pub work_cv: Condvar,
+    pub shutdown: AtomicBool,
+    pub listener: RwLock<Option<Arc<dyn ShipListener>>>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        opts: Options,
+        dev: Arc<Device>,
+        alloc: Arc<Allocator>,
+        manifest: Manifest,
+        ctx: ReadCtx,
+    ) -> Shared {
+        Shared {
+            opts,
+            dev,
+            alloc,
+            manifest,
+            ctx,
+            poisoned: AtomicBool::new(false),
+            poison: Mutex::new(None),
+            counters: Counters::default(),
+            work: Mutex::new(0),
+            work_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            listener: RwLock::new(None),
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.poisoned.load(Relaxed) {
+            return Err(Error::Poisoned(self.poison.lock().clone().unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poison(&self, why: String) {
+        tracing::error!("store poisoned: {why}");
+        let mut g = self.poison.lock();
+        if g.is_none() {
+            *g = Some(why);
+        }
+        self.poisoned.store(true, Relaxed);
+        self.wake();
+    }
+
+    /// Records the error of a failed foreground I/O: the store stops taking writes.
+    pub(crate) fn fail<T>(&self, e: Error) -> Result<T> {
+        if matches!(e, Error::Io { .. } | Error::NoSpace { what: "file system full" }) {
+            self.poison(e.to_string());
+        }
+        Err(e)
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Relaxed)
+    }
+
+    /// Wakes background workers.
+    pub(crate) fn wake(&self) {
+        *self.work.lock() += 1;
+        self.work_cv.notify_all();
+    }
+
+    pub(crate) fn ship_segment(&self, region: u32, kind: SegmentKind, seg: u32, bytes: &[u8]) {
+        if let Some(l) = self.listener.read().as_ref() {
+            l.segment(region, kind, seg, bytes);
+        }
+    }
+
+    pub(crate) fn ship_edits(&self, region: u32, edits: &[Edit]) {
+        if let Some(l) = self.listener.read().as_ref() {
+            l.edits(region, edits);
+        }
+    }
+}

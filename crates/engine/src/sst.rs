@@ -1,0 +1,340 @@
+//! Segment-sized SSTs: a B+-tree built bottom-up, left to right, from a sorted stream.
+//!
+//! ```text
+//! offset 0          leaves (node_bytes each), in key order
+//! after the leaves  index nodes, level by level, the root last
+//! then              Bloom filter
+//! then              footer: u64 magic "HLYSST01" | u32 length N | SstInfo (N bytes) | u32 crc32c
+//! ```
+//! Child offsets are relative to the segment, so an SST can move to another segment unchanged.
+
+use crate::aligned::{align_up, AlignedBuf, ALIGN};
+use crate::bloom;
+use crate::cache::Cache;
+use crate::catalog::SstInfo;
+use crate::codec::{put_u32, Enc};
+use crate::device::{Device, IoKind};
+use crate::error::{Error, Result};
+use crate::memtable::{Entry, Value};
+use crate::node::{self, index_cell, leaf_cell, Node, NodeBuf, INDEX, LEAF};
+use crate::options::NODE_HEADER;
+use std::sync::{Arc, OnceLock};
+
+pub(crate) const FOOTER_MAGIC: &[u8; 8] = b"HLYSST01";
+
+/// Builds one SST into a segment image.
+pub(crate) struct SstBuilder {
+    node_bytes: usize,
+    seg_bytes: usize,
+    bits_per_key: usize,
+    max_key: usize,
+    buf: AlignedBuf,
+    leaf: NodeBuf,
+    leaf_first: Vec<u8>,
+    pivots: Vec<(Vec<u8>, u32)>,
+    pivot_cost: usize,
+    next_off: usize,
+    hashes: Vec<u64>,
+    cell: Vec<u8>,
+    info: SstInfo,
+}
+
+impl SstBuilder {
+    pub(crate) fn new(node_bytes: usize, seg_bytes: usize, bits_per_key: usize, max_key: usize) -> SstBuilder {
+        SstBuilder {
+            node_bytes,
+            seg_bytes,
+            bits_per_key,
+            max_key,
+            buf: AlignedBuf::new(seg_bytes),
+            leaf: NodeBuf::new(node_bytes, LEAF),
+            leaf_first: Vec::new(),
+            pivots: Vec::new(),
+            pivot_cost: 0,
+            next_off: 0,
+            hashes: Vec::new(),
+            cell: Vec::new(),
+            info: SstInfo {
+                seg: 0,
+                used_bytes: 0,
+                leaf_count: 0,
+                root_off: 0,
+                height: 0,
+                bloom_off: 0,
+                bloom_len: 0,
+                entries: 0,
+                stored_bytes: 0,
+                full_bytes: 0,
+                medium_ptrs: 0,
+                large_ptrs: 0,
+                min_lsn: u64::MAX,
+                max_lsn: 0,
+                first_key: Vec::new(),
+                last_key: Vec::new(),
+            },
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.info.entries == 0
+    }
+
+    /// Bytes the index, filter and footer need if the SST gets `extra` more pivots and keys.
+    fn reserve(&self, extra_pivot: usize, extra_keys: usize) -> usize {
+        let usable = self.node_bytes - NODE_HEADER;
+        let cost = self.pivot_cost + extra_pivot;
+        let l1 = if self.pivots.is_empty() { 0 } else { (2 * cost).div_ceil(usable) + 1 };
+        let index = (2 * l1 + 1) * self.node_bytes;
+        let filter = bloom::encoded_len(self.hashes.len() + extra_keys, self.bits_per_key);
+        let footer = 160 + 2 * self.max_key;
+        index + filter + footer + 2 * ALIGN
+    }
+
+    /// Adds the next entry (keys strictly ascending). False when the SST is full: the entry
+    /// was not added and belongs to the next SST.
+    pub(crate) fn add(&mut self, e: &Entry, full_len: usize) -> bool {
+        leaf_cell(e, &mut self.cell);
+        if !self.leaf.fits(self.cell.len()) {
+            let pivot = 8 + e.key.len();
+            if self.next_off + 2 * self.node_bytes + self.reserve(pivot, 1) > self.seg_bytes {
+                return false;
+            }
+            self.flush_leaf();
+        } else if self.leaf.count() == 0 {
+            let pivot = 8 + e.key.len();
+            if self.next_off + self.node_bytes + self.reserve(pivot, 1) > self.seg_bytes {
+                return false;
+            }
+        }
+        if self.leaf.count() == 0 {
+            self.leaf_first = e.key.clone();
+        }
+        self.leaf.push(&self.cell);
+        self.hashes.push(bloom::hash(&e.key));
+        let i = &mut self.info;
+        if i.entries == 0 {
+            i.first_key = e.key.clone();
+        }
+        i.last_key.clone_from(&e.key);
+        i.entries += 1;
+        i.min_lsn = i.min_lsn.min(e.lsn);
+        i.max_lsn = i.max_lsn.max(e.lsn);
+        let stored = e.key.len() + e.value.stored_len();
+        i.stored_bytes += stored as u64;
+        match e.value {
+            Value::Medium { .. } => {
+                i.medium_ptrs += 1;
+                i.full_bytes += full_len as u64;
+            }
+            Value::Large { .. } => {
+                i.large_ptrs += 1;
+                i.full_bytes += stored as u64;
+            }
+            _ => i.full_bytes += stored as u64,
+        }
+        true
+    }
+
+    fn flush_leaf(&mut self) {
+        let leaf = std::mem::replace(&mut self.leaf, NodeBuf::new(self.node_bytes, LEAF));
+        let bytes = leaf.finish();
+        let off = self.next_off;
+        self.buf[off..off + self.node_bytes].copy_from_slice(&bytes);
+        let key = std::mem::take(&mut self.leaf_first);
+        self.pivot_cost += 8 + key.len();
+        self.pivots.push((key, off as u32));
+        self.next_off += self.node_bytes;
+        self.info.leaf_count += 1;
+    }
+
+    /// Writes the index bottom-up, the filter and the footer. Returns the segment image
+    /// (only `used_bytes` of it matter) and the SST's description.
+    pub(crate) fn finish(mut self, seg: u32) -> (AlignedBuf, SstInfo) {
+        if self.leaf.count() > 0 {
+            self.flush_leaf();
+        }
+        let mut level = std::mem::take(&mut self.pivots);
+        let mut height = 0u8;
+        while level.len() > 1 {
+            height += 1;
+            let mut next = Vec::new();
+            let mut nb = NodeBuf::new(self.node_bytes, INDEX);
+            let mut first: Option<Vec<u8>> = None;
+            for (key, child) in &level {
+                index_cell(key, *child, &mut self.cell);
+                if !nb.fits(self.cell.len()) {
+                    let n = std::mem::replace(&mut nb, NodeBuf::new(self.node_bytes, INDEX));
+                    next.push((first.take().unwrap_or_default(), self.put_node(n)));
+                }
+                if first.is_none() {
+                    first = Some(key.clone());
+                }
+                nb.push(&self.cell);
+            }
+            next.push((first.unwrap_or_default(), self.put_node(nb)));
+            level = next;
+        }
+        let root_off = level.first().map_or(0, |p| p.1);
+        let filter = bloom::build(&self.hashes, self.bits_per_key);
+        let bloom_off = self.next_off;
+        self.buf[bloom_off..bloom_off + filter.len()].copy_from_slice(&filter);
+        self.next_off += filter.len();
+        let i = &mut self.info;
+        i.seg = seg;
+        i.root_off = root_off;
+        i.height = height;
+        i.bloom_off = bloom_off as u32;
+        i.bloom_len = filter.len() as u32;
+        let mut e = Enc::default();
+        i.encode(&mut e);
+        let footer_off = self.next_off;
+        let body = e.0;
+        let footer_len = 8 + 4 + body.len() + 4;
+        i.used_bytes = align_up(footer_off + footer_len, ALIGN) as u32;
+        // used_bytes is part of the encoded info; encode again now that it is known.
+        let mut e = Enc::default();
+        i.encode(&mut e);
+        let body = e.0;
+        let f = &mut self.buf[footer_off..footer_off + footer_len];
+        f[..8].copy_from_slice(FOOTER_MAGIC);
+        put_u32(f, 8, body.len() as u32);
+        f[12..12 + body.len()].copy_from_slice(&body);
+        let crc = crc32c::crc32c(&f[..12 + body.len()]);
+        put_u32(f, 12 + body.len(), crc);
+        (self.buf, self.info)
+    }
+
+    fn put_node(&mut self, n: NodeBuf) -> u32 {
+        let off = self.next_off;
+        self.buf[off..off + self.node_bytes].copy_from_slice(&n.finish());
+        self.next_off += self.node_bytes;
+        off as u32
+    }
+}
+
+/// What reads need: the device, the cache and the geometry.
+pub(crate) struct ReadCtx {
+    pub dev: Arc<Device>,
+    pub cache: Cache,
+    pub node_bytes: usize,
+}
+
+impl ReadCtx {
+    /// Reads a verified node through the cache.
+    pub(crate) fn node(&self, uid: u64, seg: u32, off: u32) -> Result<Arc<Vec<u8>>> {
+        let at = self.dev.seg_base(seg) + off as u64;
+        let key = (1u128 << 127) | ((uid as u128) << 32) | off as u128;
+        if let Some(n) = self.cache.get(key) {
+            return Ok(n);
+        }
+        let bytes = self.dev.read(at, self.node_bytes, IoKind::Read)?;
+        if !node::verify(&bytes) {
+            return Err(Error::corrupt(seg as u64, off as u64, "node checksum mismatch"));
+        }
+        let n = Arc::new(bytes);
+        self.cache.insert(key, n.clone());
+        Ok(n)
+    }
+}
+
+/// An SST as a level holds it.
+pub(crate) struct Sst {
+    pub info: SstInfo,
+    /// Identity for the cache: unique per SST object in this process.
+    uid: u64,
+    bloom: OnceLock<Vec<u8>>,
+}
+
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn bad(seg: u32, off: u32) -> impl Fn(node::BadNode) -> Error {
+    move |_| Error::corrupt(seg as u64, off as u64, "malformed node")
+}
+
+impl Sst {
+    pub(crate) fn new(info: SstInfo) -> Sst {
+        Sst { info, uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed), bloom: OnceLock::new() }
+    }
+
+    fn filter(&self, ctx: &ReadCtx) -> Result<&[u8]> {
+        if let Some(f) = self.bloom.get() {
+            return Ok(f);
+        }
+        let at = ctx.dev.seg_base(self.info.seg) + self.info.bloom_off as u64;
+        let f = ctx.dev.read(at, self.info.bloom_len as usize, IoKind::Read)?;
+        Ok(self.bloom.get_or_init(|| f))
+    }
+
+    /// The entry for `key`, if this SST has one.
+    pub(crate) fn get(&self, ctx: &ReadCtx, key: &[u8], h: u64) -> Result<Option<Entry>> {
+        if !bloom::may_contain(self.filter(ctx)?, h) {
+            return Ok(None);
+        }
+        let seg = self.info.seg;
+        let mut off = self.info.root_off;
+        loop {
+            let n = ctx.node(self.uid, seg, off)?;
+            let node = Node { bytes: &n };
+            match node.ty() {
+                INDEX => off = node.child_for(key).map_err(bad(seg, off))?,
+                LEAF => {
+                    let i = node.lower_bound(key).map_err(bad(seg, off))?;
+                    if i < node.count() && node.key(i).map_err(bad(seg, off))? == key {
+                        return Ok(Some(node.entry(i).map_err(bad(seg, off))?));
+                    }
+                    return Ok(None);
+                }
+                _ => return Err(Error::corrupt(seg as u64, off as u64, "unknown node type")),
+            }
+            if off as u64 >= ctx.dev.seg_bytes() {
+                return Err(Error::corrupt(seg as u64, off as u64, "child offset outside the segment"));
+            }
+        }
+    }
+
+    /// The leaf number whose range holds `key`.
+    pub(crate) fn leaf_for(&self, ctx: &ReadCtx, key: &[u8]) -> Result<u32> {
+        let seg = self.info.seg;
+        let mut off = self.info.root_off;
+        for _ in 0..self.info.height {
+            let n = ctx.node(self.uid, seg, off)?;
+            let node = Node { bytes: &n };
+            if node.ty() != INDEX {
+                return Err(Error::corrupt(seg as u64, off as u64, "expected an index node"));
+            }
+            off = node.child_for(key).map_err(bad(seg, off))?;
+        }
+        Ok(off / ctx.node_bytes as u32)
+    }
+
+    /// All entries of leaf `i`.
+    pub(crate) fn leaf_entries(&self, ctx: &ReadCtx, i: u32) -> Result<Vec<Entry>> {
+        let off = i * ctx.node_bytes as u32;
+        let n = ctx.node(self.uid, self.info.seg, off)?;
+        let node = Node { bytes: &n };
+        if node.ty() != LEAF {
+            return Err(Error::corrupt(self.info.seg as u64, off as u64, "expected a leaf"));
+        }
+        (0..node.count()).map(|j| node.entry(j).map_err(bad(self.info.seg, off))).collect()
+    }
+}
+
+/// Decodes every entry of an SST from its whole segment image (compaction input), checking
+/// each leaf's checksum.
+pub(crate) fn decode_all(info: &SstInfo, img: &[u8], node_bytes: usize) -> Result<Vec<Entry>> {
+    let mut out = Vec::with_capacity(info.entries as usize);
+    for l in 0..info.leaf_count as usize {
+        let off = l * node_bytes;
+        let bytes = img
+            .get(off..off + node_bytes)
+            .ok_or_else(|| Error::corrupt(info.seg as u64, off as u64, "leaf past the segment"))?;
+        if !node::verify(bytes) {
+            return Err(Error::corrupt(info.seg as u64, off as u64, "node checksum mismatch"));
+        }
+        let node = Node { bytes };
+        for j in 0..node.count() {
+            out.push(node.entry(j).map_err(bad(info.seg, off as u32))?);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,167 @@
+//! What the store reports about itself.
+
+use crate::db::Db;
+use crate::device::IoKind;
+use crate::logtail::LogKind;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Size of one level.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LevelStats {
+    /// SSTs in the level.
+    pub ssts: usize,
+    /// Entries.
+    pub entries: u64,
+    /// Bytes as stored (medium and large pairs as pointers).
+    pub stored_bytes: u64,
+    /// Bytes with medium values at full size (what the growth factor applies to).
+    pub full_bytes: u64,
+}
+
+/// A snapshot of the store's counters.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// All device bytes read.
+    pub device_read_bytes: u64,
+    /// All device bytes written.
+    pub device_write_bytes: u64,
+    /// Device bytes read, by purpose.
+    pub read_bytes_by: Vec<(&'static str, u64)>,
+    /// Device bytes written, by purpose.
+    pub write_bytes_by: Vec<(&'static str, u64)>,
+    /// fdatasync calls.
+    pub syncs: u64,
+    /// Bytes of keys and values the application wrote (puts and deletes).
+    pub user_bytes_written: u64,
+    /// Puts by category: small, medium, large.
+    pub puts: [u64; 3],
+    /// Bytes put by category.
+    pub put_bytes: [u64; 3],
+    /// Deletes.
+    pub deletes: u64,
+    /// Bytes in L0 (mutable and immutable tables).
+    pub l0_bytes: u64,
+    /// Levels L1.. (index 0 = L1).
+    pub levels: Vec<LevelStats>,
+    /// Segments in the L0, medium and large logs.
+    pub log_segments: [u64; 3],
+    /// Bytes of the large log no index entry needs.
+    pub large_garbage_bytes: u64,
+    /// Bytes of segments in use.
+    pub space_allocated_bytes: u64,
+    /// Size of the data file.
+    pub file_bytes: u64,
+    /// Estimate of live user bytes: level contents plus valid large-log bytes.
+    pub live_bytes: u64,
+    /// Seconds writers waited for L0 space.
+    pub stall_seconds: f64,
+    /// Compactions completed (merges and moves).
+    pub compactions: u64,
+    /// Compactions that moved an SST down without rewriting it.
+    pub trivial_moves: u64,
+    /// Medium pairs merged back in place.
+    pub medium_merged: u64,
+    /// GC passes over a region.
+    pub gc_runs: u64,
+    /// Large-log segments reclaimed by GC.
+    pub gc_segments: u64,
+    /// Bytes GC moved.
+    pub gc_bytes_moved: u64,
+    /// Cache hits.
+    pub cache_hits: u64,
+    /// Cache misses.
+    pub cache_misses: u64,
+    /// Bytes held by the cache.
+    pub cache_bytes: u64,
+    /// Whether the device runs with O_DIRECT.
+    pub direct_io: bool,
+    /// Why the store refuses writes, if it does.
+    pub poisoned: bool,
+}
+
+impl Stats {
+    /// Device bytes read and written per user byte written.
+    pub fn io_amplification(&self) -> f64 {
+        (self.device_read_bytes + self.device_write_bytes) as f64 / self.user_bytes_written.max(1) as f64
+    }
+    /// Hits over lookups.
+    pub fn cache_hit_rate(&self) -> f64 {
+        self.cache_hits as f64 / (self.cache_hits + self.cache_misses).max(1) as f64
+    }
+}
+
+const KINDS: [(IoKind, &str); 8] = [
+    (IoKind::L0Log, "l0_log"),
+    (IoKind::MediumLog, "medium_log"),
+    (IoKind::LargeLog, "large_log"),
+    (IoKind::Compaction, "compaction"),
+    (IoKind::CompactionRead, "compaction_read"),
+    (IoKind::Read, "reads"),
+    (IoKind::Gc, "gc"),
+    (IoKind::Catalog, "catalog"),
+];
+
+impl Db {
+    /// Current counters and sizes.
+    pub fn stats(&self) -> Stats {
+        let sh = &self.inner.sh;
+        let io = sh.dev.counters();
+        let c = &sh.counters;
+        let mut s = Stats {
+            device_read_bytes: io.total_read(),
+            device_write_bytes: io.total_written(),
+            read_bytes_by: KINDS.iter().map(|(k, n)| (*n, io.read(*k))).collect(),
+            write_bytes_by: KINDS.iter().map(|(k, n)| (*n, io.written(*k))).collect(),
+            syncs: io.syncs(),
+            user_bytes_written: c.user_bytes.load(Relaxed),
+            puts: [0, 1, 2].map(|i| c.puts[i].load(Relaxed)),
+            put_bytes: [0, 1, 2].map(|i| c.put_bytes[i].load(Relaxed)),
+            deletes: c.deletes.load(Relaxed),
+            stall_seconds: c.stall_ns.load(Relaxed) as f64 / 1e9,
+            compactions: c.compactions.load(Relaxed),
+            trivial_moves: c.trivial_moves.load(Relaxed),
+            medium_merged: c.medium_merged.load(Relaxed),
+            gc_runs: c.gc_runs.load(Relaxed),
+            gc_segments: c.gc_segments.load(Relaxed),
+            gc_bytes_moved: c.gc_bytes_moved.load(Relaxed),
+            direct_io: sh.dev.is_direct(),
+            poisoned: sh.is_poisoned(),
+            ..Stats::default()
+        };
+        let (hits, misses, bytes) = sh.ctx.cache.stats();
+        (s.cache_hits, s.cache_misses, s.cache_bytes) = (hits, misses, bytes);
+        let seg = sh.dev.seg_bytes();
+        let (used, file) = sh.alloc.usage();
+        s.space_allocated_bytes = used * seg;
+        s.file_bytes = file * seg;
+        for r in self.inner.regions.read().values() {
+            let v = r.view();
+            s.l0_bytes += (v.mem.bytes() + v.imm.as_ref().map_or(0, |m| m.bytes())) as u64;
+            for (i, l) in v.version.levels.iter().enumerate() {
+                if s.levels.len() <= i {
+                    s.levels.push(LevelStats::default());
+                }
+                let ls = &mut s.levels[i];
+                ls.ssts += l.len();
+                for t in l {
+                    ls.entries += t.info.entries;
+                    ls.stored_bytes += t.info.stored_bytes;
+                    ls.full_bytes += t.info.full_bytes;
+                }
+            }
+        }
+        sh.manifest.with(|cat| {
+            for m in cat.regions.values() {
+                for k in [LogKind::L0, LogKind::Medium, LogKind::Large] {
+                    s.log_segments[k as usize] += m.logs[k as usize].len() as u64;
+                }
+                s.large_garbage_bytes += m.large_garbage.values().sum::<u64>();
+            }
+        });
+        let large_bytes = s.log_segments[LogKind::Large as usize] * seg;
+        s.live_bytes =
+            s.levels.iter().map(|l| l.full_bytes).sum::<u64>() + large_bytes.saturating_sub(s.large_garbage_bytes);
+        s
+    }
+}

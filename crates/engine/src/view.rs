@@ -1,0 +1,79 @@
+//! Views: what a reader sees (L0 tables and levels), and deferred release of segments.
+//!
+//! Every change of the tree installs a new view. A segment the change frees is attached to
+//! the view it replaced. Each view holds the next newer one, so a view is dropped only after
+//! every older view is: a segment is reused only once no reader, iterator or snapshot that
+//! could see it remains.
+
+use crate::alloc::Allocator;
+use crate::memtable::Memtable;
+use crate::sst::Sst;
+use parking_lot::Mutex;
+use std::sync::{Arc, OnceLock};
+
+/// The levels of a region: `levels[0]` is L1. Each level is sorted by key and non-overlapping.
+#[derive(Default, Clone)]
+pub(crate) struct Version {
+    pub levels: Vec<Vec<Arc<Sst>>>,
+}
+
+impl Version {
+    pub(crate) fn level_bytes(&self, i: usize) -> (u64, u64) {
+        self.levels
+            .get(i)
+            .map_or((0, 0), |l| l.iter().fold((0, 0), |(s, f), t| (s + t.info.stored_bytes, f + t.info.full_bytes)))
+    }
+
+    /// 1-based number of the deepest level holding data (0 when there is none).
+    pub(crate) fn deepest(&self) -> usize {
+        self.levels.iter().rposition(|l| !l.is_empty()).map_or(0, |i| i + 1)
+    }
+}
+
+pub(crate) struct View {
+    pub mem: Arc<Memtable>,
+    pub imm: Option<Arc<Memtable>>,
+    pub version: Arc<Version>,
+    next: OnceLock<Arc<View>>,
+    free_on_drop: Mutex<Vec<u32>>,
+    alloc: Arc<Allocator>,
+}
+
+impl View {
+    pub(crate) fn new(
+        mem: Arc<Memtable>,
+        imm: Option<Arc<Memtable>>,
+        version: Arc<Version>,
+        alloc: Arc<Allocator>,
+    ) -> View {
+        View { mem, imm, version, next: OnceLock::new(), free_on_drop: Mutex::new(Vec::new()), alloc }
+    }
+
+    /// Links `self` (the view being replaced) to its successor and hands it the segments the
+    /// change freed.
+    pub(crate) fn retire(&self, next: Arc<View>, freed: Vec<u32>) {
+        self.free_on_drop.lock().extend(freed);
+        let _ = self.next.set(next);
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        for s in self.free_on_drop.get_mut().drain(..) {
+            self.alloc.release(s);
+        }
+        // Unlink the chain iteratively so a long chain cannot overflow the stack.
+        let mut next = self.next.take();
+        while let Some(v) = next {
+            match Arc::try_unwrap(v) {
+                Ok(mut v) => {
+                    next = v.next.take();
+                    for s in v.free_on_drop.get_mut().drain(..) {
+                        v.alloc.release(s);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+use halyard_engine::{Db, Error, Options, ScanOptions, SyncMode, WriteBatch};
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{:08}", i).into_bytes()
+}
+
+fn value(i: u32, round: u32) -> Vec<u8> {
+    // Mix of small, medium and large pairs under Options::tiny (40 / 200 byte thresholds).
+    let len = match (i + round) % 5 {
+        0 | 1 => 10,
+        2 | 3 => 90,
+        _ => 700,
+    };
+    let mut v = format!("v{round}-{i}-").into_bytes();
+    v.resize(len, b'x' + (round % 3) as u8);
+    v
+}
+
+#[test]
+fn put_get_scan_delete_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 3000;
+    {
+        let db = Db::open(dir.path(), Options::tiny()).unwrap();
+        for round in 0..3 {
+            for i in 0..n {
+                db.put(&key(i), &value(i, round)).unwrap();
+            }
+        }
+        for i in (0..n).step_by(7) {
+            db.delete(&key(i)).unwrap();
+        }
+        db.compact().unwrap();
+        let s = db.stats();
+        assert!(s.levels.len() >= 2, "expected several levels: {:?}", s.levels);
+        assert!(s.compactions > 0);
+        for i in 0..n {
+            let want = if i % 7 == 0 { None } else { Some(value(i, 2)) };
+            assert_eq!(db.get(&key(i)).unwrap(), want, "key {i}");
+        }
+        let all: Vec<_> = db.scan(..).map(|r| r.unwrap()).collect();
+        assert_eq!(all.len(), (0..n).filter(|i| i % 7 != 0).count());
+        assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+        let rev: Vec<_> =
+            db.scan_with(.., ScanOptions { reverse: true, limit: Some(10) }).map(|r| r.unwrap().0).collect();
+        assert_eq!(rev.len(), 10);
+        assert_eq!(rev[0], key(n - 1));
+        eprintln!("BEFORE DROP {:?}", db.stats());
+    }
+    let db = Db::open(dir.path(), Options::tiny()).unwrap();
+    eprintln!("{:?}", db.stats());
+    for i in 0..n {
+        let want = if i % 7 == 0 { None } else { Some(value(i, 2)) };
+        assert_eq!(
+            db.get(&key(i)).map_err(|e| format!("{e} key {i} len {}", value(i, 2).len())).unwrap(),
+            want,
+            "after reopen, key {i}"
+        );
+    }
+}
+
+#[test]
+fn limits_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::tiny()).unwrap();
+    let big_key = vec![1u8; 257];
+    assert!(matches!(db.put(&big_key, b"v"), Err(Error::KeyTooLarge { len: 257, limit: 256 })));
+    let big_val = vec![1u8; 64 << 10];
+    assert!(matches!(db.put(b"k", &big_val), Err(Error::ValueTooLarge { .. })));
+    db.put(b"k", b"v").unwrap();
+    assert_eq!(db.get(b"k").unwrap(), Some(b"v".to_vec()));
+}
+
+#[test]
+fn batch_and_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options { sync: SyncMode::Always, ..Options::tiny() }).unwrap();
+    db.put(b"a", b"1").unwrap();
+    let snap = db.snapshot();
+    let mut b = WriteBatch::new();
+    b.put(b"a".to_vec(), b"2".to_vec()).put(b"b".to_vec(), vec![7u8; 500]).delete(b"c".to_vec());
+    db.write(&b).unwrap();
+    for i in 0..2000 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.compact().unwrap();
+    assert_eq!(snap.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(snap.get(b"b").unwrap(), None);
+    assert_eq!(snap.scan(..).count(), 1);
+    assert_eq!(db.get(b"a").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(db.get(b"b").unwrap(), Some(vec![7u8; 500]));
+}
