@@ -1,4 +1,4 @@
-//! Bloom filter of an SST's keys: `u32 bit count | u8 probes | 3 bytes 0 | bits`.
+//! Bloom filter of an SST's keys: `u32 bit count | u8 probes | 3 bytes 0 | u32 crc32c of the bits | bits`.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -9,10 +9,10 @@ pub(crate) fn hash(key: &[u8]) -> u64 {
 pub(crate) fn build(hashes: &[u64], bits_per_key: usize) -> Vec<u8> {
     let nbits = (hashes.len() * bits_per_key).max(64);
     let k = ((bits_per_key as f64) * 0.69).round().clamp(1.0, 30.0) as u8;
-    let mut out = vec![0u8; 8 + nbits.div_ceil(8)];
+    let mut out = vec![0u8; HEADER + nbits.div_ceil(8)];
     out[..4].copy_from_slice(&(nbits as u32).to_le_bytes());
     out[4] = k;
-    let bits = &mut out[8..];
+    let bits = &mut out[HEADER..];
     for &h in hashes {
         let (mut a, b) = (h as u32, (h >> 32) as u32 | 1);
         for _ in 0..k {
@@ -21,11 +21,23 @@ pub(crate) fn build(hashes: &[u64], bits_per_key: usize) -> Vec<u8> {
             a = a.wrapping_add(b);
         }
     }
+    let crc = crc32c::crc32c(&out[HEADER..]);
+    out[8..12].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
+const HEADER: usize = 12;
+
+/// Whether a filter's header is sane and its bits match their checksum.
+pub(crate) fn verify(filter: &[u8]) -> bool {
+    let (Some(nb), Some(crc)) = (crate::codec::get_u32(filter, 0), crate::codec::get_u32(filter, 8)) else {
+        return false;
+    };
+    filter.len() == HEADER + (nb as usize).div_ceil(8) && crc32c::crc32c(&filter[HEADER..]) == crc
+}
+
 pub(crate) fn encoded_len(keys: usize, bits_per_key: usize) -> usize {
-    8 + (keys * bits_per_key).max(64).div_ceil(8)
+    HEADER + (keys * bits_per_key).max(64).div_ceil(8)
 }
 
 /// Checks a filter; a malformed filter answers "maybe" so that reads stay correct.
@@ -35,7 +47,7 @@ pub(crate) fn may_contain(filter: &[u8], h: u64) -> bool {
     };
     let nbits = u32::from_le_bytes([nb[0], nb[1], nb[2], nb[3]]) as usize;
     let k = filter.get(4).copied().unwrap_or(0);
-    let bits = &filter[8.min(filter.len())..];
+    let bits = &filter[HEADER.min(filter.len())..];
     if nbits == 0 || bits.len() * 8 < nbits {
         return true;
     }
@@ -58,6 +70,10 @@ mod tests {
     fn no_false_negatives_and_few_false_positives() {
         let keys: Vec<u64> = (0..10_000u32).map(|i| hash(&i.to_le_bytes())).collect();
         let f = build(&keys, 10);
+        assert!(verify(&f));
+        let mut bad = f.clone();
+        bad[100] ^= 1;
+        assert!(!verify(&bad));
         assert!(keys.iter().all(|&h| may_contain(&f, h)));
         let fp = (10_000..110_000u32).filter(|i| may_contain(&f, hash(&i.to_le_bytes()))).count();
         assert!(fp < 2_000, "false positive rate {fp}/100000");

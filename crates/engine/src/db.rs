@@ -120,14 +120,44 @@ pub struct Snapshot {
     parts: Vec<(Arc<Region>, Arc<View>, u64)>,
 }
 
-fn bounds<R: RangeBounds<[u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let c = |b: Bound<&[u8]>| match b {
-        Bound::Included(k) => Bound::Included(k.to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    (c(r.start_bound()), c(r.end_bound()))
+/// A key range for scans: `..`, `a..b`, `a..=b`, `a..`, `..b`, `..=b` over anything that is
+/// `AsRef<[u8]>` (`&[u8]`, `Vec<u8>`, `&str`, byte string literals), or a pair of `Bound`s.
+pub trait KeyRange {
+    /// Lower and upper bound.
+    fn into_bounds(self) -> (Bound<Vec<u8>>, Bound<Vec<u8>>);
 }
+
+fn owned<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl KeyRange for std::ops::RangeFull {
+    fn into_bounds(self) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+        (Bound::Unbounded, Bound::Unbounded)
+    }
+}
+
+macro_rules! key_range {
+    ($($t:ty),*) => {$(
+        impl<K: AsRef<[u8]>> KeyRange for $t {
+            fn into_bounds(self) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+                (owned(self.start_bound()), owned(self.end_bound()))
+            }
+        }
+    )*};
+}
+key_range!(
+    std::ops::Range<K>,
+    std::ops::RangeInclusive<K>,
+    std::ops::RangeFrom<K>,
+    std::ops::RangeTo<K>,
+    std::ops::RangeToInclusive<K>,
+    (Bound<K>, Bound<K>)
+);
 
 /// Does region [start, end) intersect the bounds?
 fn overlaps(r: &Region, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
@@ -170,12 +200,12 @@ impl Snapshot {
         r.get_at(v, *s, key)
     }
     /// A scan as of the snapshot.
-    pub fn scan<R: RangeBounds<[u8]>>(&self, range: R) -> Scan {
+    pub fn scan<R: KeyRange>(&self, range: R) -> Scan {
         self.scan_with(range, ScanOptions::default())
     }
     /// A scan as of the snapshot, with direction and limit.
-    pub fn scan_with<R: RangeBounds<[u8]>>(&self, range: R, opts: ScanOptions) -> Scan {
-        let (lo, hi) = bounds(&range);
+    pub fn scan_with<R: KeyRange>(&self, range: R, opts: ScanOptions) -> Scan {
+        let (lo, hi) = range.into_bounds();
         scan_parts(&self.parts, lo, hi, opts)
     }
     /// The LSN the snapshot sees up to, per region id.
@@ -333,13 +363,13 @@ impl Db {
     }
 
     /// A forward scan over `range`.
-    pub fn scan<R: RangeBounds<[u8]>>(&self, range: R) -> Scan {
+    pub fn scan<R: KeyRange>(&self, range: R) -> Scan {
         self.scan_with(range, ScanOptions::default())
     }
 
     /// A scan over `range` with direction and limit.
-    pub fn scan_with<R: RangeBounds<[u8]>>(&self, range: R, opts: ScanOptions) -> Scan {
-        let (lo, hi) = bounds(&range);
+    pub fn scan_with<R: KeyRange>(&self, range: R, opts: ScanOptions) -> Scan {
+        let (lo, hi) = range.into_bounds();
         scan_parts(&self.capture(), lo, hi, opts)
     }
 
@@ -529,8 +559,8 @@ impl RegionHandle {
         self.region.get(key)
     }
     /// A scan of the region.
-    pub fn scan_with<R: RangeBounds<[u8]>>(&self, range: R, opts: ScanOptions) -> Scan {
-        let (lo, hi) = bounds(&range);
+    pub fn scan_with<R: KeyRange>(&self, range: R, opts: ScanOptions) -> Scan {
+        let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
         let snap = r.visible.load(Relaxed);

@@ -10,7 +10,7 @@
 //! let db = Db::open("/tmp/halyard-example", Options::default())?;
 //! db.put(b"hello", b"world")?;
 //! assert_eq!(db.get(b"hello")?, Some(b"world".to_vec()));
-//! for kv in db.scan(&b"a"[..]..&b"z"[..]) {
+//! for kv in db.scan(b"a"..b"z") {
 //!     let (k, v) = kv?;
 //!     println!("{k:?} = {v:?}");
 //! }
@@ -48,7 +48,7 @@ mod stats;
 mod view;
 
 pub use catalog::{Edit, LogSeg, SstInfo};
-pub use db::{Db, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
+pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::IoKind;
 pub use error::{Error, Result};
 pub use logtail::LogKind;

@@ -262,6 +262,13 @@ impl Sst {
         }
         let at = ctx.dev.seg_base(self.info.seg) + self.info.bloom_off as u64;
         let f = ctx.dev.read(at, self.info.bloom_len as usize, IoKind::Read)?;
+        if !bloom::verify(&f) {
+            return Err(Error::corrupt(
+                self.info.seg as u64,
+                self.info.bloom_off as u64,
+                "Bloom filter checksum mismatch",
+            ));
+        }
         Ok(self.bloom.get_or_init(|| f))
     }
 
