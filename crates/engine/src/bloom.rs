@@ -1,4 +1,4 @@
-//! Bloom filter of an SST's keys: `u32 bit count | u8 probes | 3 bytes 0 | u32 crc32c of the bits | bits`.
+//! Bloom filter of an SST's keys: `u32 bit count | u8 probes | 3 bytes 0 | u32 crc32c (of bytes 0..8 and the bits) | bits`.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -21,19 +21,24 @@ pub(crate) fn build(hashes: &[u64], bits_per_key: usize) -> Vec<u8> {
             a = a.wrapping_add(b);
         }
     }
-    let crc = crc32c::crc32c(&out[HEADER..]);
+    let crc = checksum(&out);
     out[8..12].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
 const HEADER: usize = 12;
 
+/// crc32c of the header's first 8 bytes and the bits.
+fn checksum(filter: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&filter[..8]), &filter[HEADER..])
+}
+
 /// Whether a filter's header is sane and its bits match their checksum.
 pub(crate) fn verify(filter: &[u8]) -> bool {
     let (Some(nb), Some(crc)) = (crate::codec::get_u32(filter, 0), crate::codec::get_u32(filter, 8)) else {
         return false;
     };
-    filter.len() == HEADER + (nb as usize).div_ceil(8) && crc32c::crc32c(&filter[HEADER..]) == crc
+    filter.len() == HEADER + (nb as usize).div_ceil(8) && checksum(filter) == crc
 }
 
 pub(crate) fn encoded_len(keys: usize, bits_per_key: usize) -> usize {

@@ -19,7 +19,7 @@ pub struct SstInfo {
     pub root_off: u32,
     /// Height of the tree (0 = the root is a leaf).
     pub height: u8,
-    /// Offset and length of the Bloom filter within the segment.
+    /// Offset of the Bloom filter within the segment.
     pub bloom_off: u32,
     /// Length of the Bloom filter.
     pub bloom_len: u32,
@@ -33,7 +33,7 @@ pub struct SstInfo {
     pub medium_ptrs: u32,
     /// Entries pointing into the large log.
     pub large_ptrs: u32,
-    /// Smallest and largest LSN.
+    /// Smallest LSN.
     pub min_lsn: u64,
     /// Largest LSN.
     pub max_lsn: u64,
@@ -91,7 +91,8 @@ pub enum Edit {
         /// The SST.
         sst: SstInfo,
     },
-    /// An SST leaves a level; its segment is freed unless another level still names it.
+    /// An SST leaves a level; its segment is freed unless the same edit list adds it again
+    /// (a move to another level).
     RemoveSst {
         /// Level.
         level: u8,

@@ -628,6 +628,7 @@ fn compaction_worker(inner: &DbInner) {
                 r.w_cv.notify_all();
                 wait(inner, 200);
             }
+            Err(Error::Closed) => {}
             Err(e) => inner.sh.poison(format!("compaction failed: {e}")),
         }
     }
@@ -642,7 +643,7 @@ fn gc_worker(inner: &DbInner) {
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
         for r in regions {
             match guarded(inner, "garbage collection", || gc::run(&r).map(|_| ())) {
-                Ok(()) | Err(Error::NoSpace { .. }) => {}
+                Ok(()) | Err(Error::NoSpace { .. } | Error::Closed) => {}
                 Err(e) => inner.sh.poison(format!("garbage collection failed: {e}")),
             }
         }

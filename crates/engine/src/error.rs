@@ -79,6 +79,9 @@ pub enum Error {
     /// Client writes went to a region that is a replication backup.
     #[error("region {0} is a backup: it takes replicated data only")]
     BackupRegion(u32),
+    /// The store is closing; background work stops.
+    #[error("the store is closing")]
+    Closed,
     /// Another process has the store open.
     #[error("the store at {0} is open in another process (lock file held)")]
     Locked(String),

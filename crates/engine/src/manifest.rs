@@ -99,6 +99,8 @@ impl Superblock {
 struct RedoWriter {
     seg: u32,
     salt: u32,
+    /// Salt of the chain's first segment, which the superblock names.
+    first_salt: u32,
     buf: AlignedBuf,
     pos: usize,
     written: usize,
@@ -108,9 +110,11 @@ struct RedoWriter {
 impl RedoWriter {
     fn start(dev: &Device, alloc: &Allocator) -> Result<RedoWriter> {
         let seg = alloc.alloc(Purpose::Background)?;
+        let salt = rand::random();
         Ok(RedoWriter {
             seg,
-            salt: rand::random(),
+            salt,
+            first_salt: salt,
             buf: AlignedBuf::new(dev.seg_bytes() as usize),
             pos: 0,
             written: 0,
@@ -247,6 +251,9 @@ struct Inner {
     catalog: Catalog,
     redo: RedoWriter,
     sb: Superblock,
+    /// Segments the last checkpoint took; the chain is rewritten once it grows by
+    /// CHECKPOINT_SEGMENTS beyond them.
+    checkpoint_segments: usize,
 }
 
 /// The durable catalog: commit edits, read the current catalog, checkpoint.
@@ -314,7 +321,7 @@ impl Manifest {
             redo_salt: 0,
         });
         let redo = RedoWriter::start(&dev, &alloc)?;
-        let m = Manifest { dev, alloc, inner: Mutex::new(Inner { catalog, redo, sb }) };
+        let m = Manifest { dev, alloc, inner: Mutex::new(Inner { catalog, redo, sb, checkpoint_segments: 0 }) };
         {
             let mut g = m.inner.lock();
             m.checkpoint_locked(&mut g, old_chain.to_vec(), true)?;
@@ -349,7 +356,7 @@ impl Manifest {
         let mut g = self.inner.lock();
         g.redo.append(&self.dev, &self.alloc, &encode_edits(region, edits))?;
         let freed = g.catalog.apply(region, edits);
-        if g.redo.chain.len() >= CHECKPOINT_SEGMENTS {
+        if g.redo.chain.len() >= g.checkpoint_segments + CHECKPOINT_SEGMENTS {
             let old = std::mem::take(&mut g.redo.chain);
             self.checkpoint_locked(&mut g, old, false)?;
         }

@@ -30,7 +30,7 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Segment size in bytes (power of two, 64 KiB..=256 MiB). Fixed at creation.
     pub segment_bytes: u64,
-    /// B+-tree node size in bytes (power of two, 1 KiB..=64 KiB). Fixed at creation.
+    /// B+-tree node size in bytes (power of two, 1 KiB..=32 KiB). Fixed at creation.
     pub node_bytes: usize,
     /// Size of one in-memory L0 table; one more (immutable) may exist while it compacts.
     pub l0_bytes: usize,
@@ -141,8 +141,8 @@ impl Options {
         if !self.segment_bytes.is_power_of_two() || !(64 << 10..=256 << 20).contains(&self.segment_bytes) {
             return bad(format!("segment_bytes {} must be a power of two in 64 KiB..=256 MiB", self.segment_bytes));
         }
-        if !self.node_bytes.is_power_of_two() || !(1 << 10..=64 << 10).contains(&self.node_bytes) {
-            return bad(format!("node_bytes {} must be a power of two in 1 KiB..=64 KiB", self.node_bytes));
+        if !self.node_bytes.is_power_of_two() || !(1 << 10..=32 << 10).contains(&self.node_bytes) {
+            return bad(format!("node_bytes {} must be a power of two in 1 KiB..=32 KiB", self.node_bytes));
         }
         if (self.node_bytes as u64) * 8 > self.segment_bytes {
             return bad("segment_bytes must hold at least 8 nodes".into());
@@ -171,8 +171,11 @@ impl Options {
         if self.l0_bytes < 4096 {
             return bad("l0_bytes must be at least 4 KiB".into());
         }
-        if self.log_chunk_bytes < 4096 || self.log_chunk_bytes as u64 > self.segment_bytes {
-            return bad("log_chunk_bytes must be in 4 KiB..=segment_bytes".into());
+        if !self.log_chunk_bytes.is_power_of_two()
+            || self.log_chunk_bytes < 4096
+            || self.log_chunk_bytes as u64 > self.segment_bytes
+        {
+            return bad("log_chunk_bytes must be a power of two in 4 KiB..=segment_bytes".into());
         }
         if !(0.0..=1.0).contains(&self.gc_threshold) {
             return bad("gc_threshold must be in 0..=1".into());

@@ -276,6 +276,9 @@ impl Region {
             if let Err(e) = self.sh.check() {
                 break Err(e);
             }
+            if self.sh.shutdown.load(Relaxed) {
+                break Err(Error::Closed);
+            }
             let view = self.view.load();
             if view.mem.bytes() < self.sh.opts.l0_bytes {
                 break Ok(());

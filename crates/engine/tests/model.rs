@@ -1,0 +1,212 @@
+//! Model-based tests: random operation sequences against a `BTreeMap`, under several option
+//! sets that move the placement thresholds, the in-place level, the growth factor and the
+//! sync mode (one operation log, many configurations, same answers).
+
+use halyard_engine::{Db, MediumPlacement, Options, ScanOptions, Snapshot, SyncMode, WriteBatch};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(u16, usize),
+    Delete(u16),
+    Batch(Vec<(u16, Option<usize>)>),
+    Get(u16),
+    Scan(u16, u16, bool, usize),
+    Snapshot,
+    Flush,
+    Compact,
+    Gc,
+    Reopen,
+}
+
+fn key(k: u16) -> Vec<u8> {
+    // Some keys are long so that leaves and index nodes fill at different rates.
+    if k % 17 == 0 {
+        format!("k{k:05}-{}", "x".repeat(60)).into_bytes()
+    } else {
+        format!("k{k:05}").into_bytes()
+    }
+}
+
+fn value(seq: usize, len: usize) -> Vec<u8> {
+    let mut v = format!("{seq}:").into_bytes();
+    v.resize(len.max(v.len()), b'a' + (seq % 26) as u8);
+    v
+}
+
+fn len_strategy() -> impl Strategy<Value = usize> {
+    // small, medium and large pairs for every option set below
+    prop_oneof![0usize..20, 30usize..180, 180usize..1500]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let k = 0u16..300;
+    prop_oneof![
+        30 => (k.clone(), len_strategy()).prop_map(|(k, l)| Op::Put(k, l)),
+        6 => k.clone().prop_map(Op::Delete),
+        4 => prop::collection::vec((k.clone(), prop::option::weighted(0.8, len_strategy())), 1..12).prop_map(Op::Batch),
+        10 => k.clone().prop_map(Op::Get),
+        4 => (k.clone(), k, any::<bool>(), 0usize..40).prop_map(|(a, b, r, l)| Op::Scan(a, b, r, l)),
+        1 => Just(Op::Snapshot),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Compact),
+        1 => Just(Op::Gc),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn options(variant: usize) -> Options {
+    let base = Options::tiny();
+    match variant {
+        0 => base,
+        1 => Options { medium_placement: MediumPlacement::LastMinus1, ..base },
+        2 => Options { growth_factor: 2, l0_bytes: 16 << 10, ..base },
+        3 => Options { small_threshold: 12, large_threshold: 100, l0_bytes: 16 << 10, ..base },
+        4 => Options { sync: SyncMode::Always, gc_threshold: 0.01, ..base },
+        _ => Options { compaction_threads: 2, sync: SyncMode::None, ..base },
+    }
+}
+
+fn check_scan(found: Vec<(Vec<u8>, Vec<u8>)>, model: &Model, lo: &[u8], hi: &[u8], reverse: bool, limit: usize) {
+    let range = model.range::<[u8], _>((Bound::Included(lo), Bound::Included(hi)));
+    let want: Vec<_> = if reverse {
+        range.rev().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+    } else {
+        range.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    assert_eq!(found.len(), want.len(), "scan length");
+    assert!(found == want, "scan contents differ");
+}
+
+fn full_scan(db_scan: halyard_engine::Scan) -> Vec<(Vec<u8>, Vec<u8>)> {
+    db_scan.map(|r| r.expect("scan")).collect()
+}
+
+fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = options(variant);
+    let mut db = Some(Db::open(dir.path(), opts.clone()).expect("open"));
+    let mut model = Model::new();
+    let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
+    // Counters restart with each open; add them up over the whole run.
+    let mut totals = [0u64; 3];
+    let add = |t: &mut [u64; 3], s: &halyard_engine::Stats| {
+        t[0] += s.compactions;
+        t[1] += s.medium_merged;
+        t[2] += s.gc_segments;
+    };
+    for (seq, op) in ops.into_iter().enumerate() {
+        let d = db.as_ref().expect("db");
+        match op {
+            Op::Put(k, l) => {
+                let v = value(seq, l);
+                d.put(&key(k), &v).expect("put");
+                model.insert(key(k), v);
+            }
+            Op::Delete(k) => {
+                d.delete(&key(k)).expect("delete");
+                model.remove(&key(k));
+            }
+            Op::Batch(items) => {
+                let mut b = WriteBatch::new();
+                for (i, (k, l)) in items.iter().enumerate() {
+                    match l {
+                        Some(l) => {
+                            let v = value(seq * 100 + i, *l);
+                            b.put(key(*k), v.clone());
+                            model.insert(key(*k), v);
+                        }
+                        None => {
+                            b.delete(key(*k));
+                            model.remove(&key(*k));
+                        }
+                    }
+                }
+                d.write(&b).expect("batch");
+            }
+            Op::Get(k) => assert_eq!(d.get(&key(k)).expect("get"), model.get(&key(k)).cloned(), "get {k}"),
+            Op::Scan(a, b, reverse, limit) => {
+                let (lo, hi) = (key(a.min(b)), key(a.max(b)));
+                let found =
+                    full_scan(d.scan_with(lo.clone()..=hi.clone(), ScanOptions { reverse, limit: Some(limit) }));
+                check_scan(found, &model, &lo, &hi, reverse, limit);
+            }
+            Op::Snapshot => snaps.push((d.snapshot(), model.clone())),
+            Op::Flush => d.flush().expect("flush"),
+            Op::Compact => d.compact().expect("compact"),
+            Op::Gc => {
+                d.gc().expect("gc");
+            }
+            Op::Reopen => {
+                snaps.clear();
+                add(&mut totals, &d.stats());
+                db = None;
+                db = Some(Db::open(dir.path(), opts.clone()).expect("reopen"));
+            }
+        }
+    }
+    let d = db.as_ref().expect("db");
+    for (snap, m) in &snaps {
+        let got = full_scan(snap.scan(..));
+        let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert!(got == want, "snapshot scan differs from its model ({} vs {} keys)", got.len(), want.len());
+    }
+    let got = full_scan(d.scan(..));
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert!(got == want, "final scan differs ({} vs {} keys)", got.len(), want.len());
+    d.compact().expect("compact");
+    d.gc().expect("gc");
+    for (k, v) in &model {
+        assert_eq!(d.get(k).expect("get").as_ref(), Some(v));
+    }
+    let mut stats = d.stats();
+    add(&mut totals, &stats);
+    [stats.compactions, stats.medium_merged, stats.gc_segments] = totals;
+    snaps.clear();
+    drop(db);
+    let d = Db::open(dir.path(), opts).expect("final reopen");
+    let got = full_scan(d.scan(..));
+    assert!(got == want, "after reopen the contents differ ({} vs {} keys)", got.len(), want.len());
+    stats
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, max_shrink_iters: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matches_btreemap(variant in 0usize..6, ops in prop::collection::vec(op_strategy(), 50..400)) {
+        let _ = run(variant, ops);
+    }
+}
+
+/// A long fixed workload under every option set: many levels, medium merges and GC happen.
+#[test]
+fn long_sequence_every_variant() {
+    for variant in 0..6 {
+        let mut ops = Vec::new();
+        for i in 0..16000u32 {
+            let k = (i.wrapping_mul(2654435761) % 4000) as u16;
+            ops.push(match i % 50 {
+                0 => Op::Delete(k),
+                1 => Op::Get(k),
+                2 if i % 3000 == 2 => Op::Snapshot,
+                3 if i % 5000 == 3 => Op::Reopen,
+                4 => Op::Scan(k, k.saturating_add(40), i % 3 == 0, 25),
+                _ => Op::Put(k, [10, 60, 120, 300, 900][(i % 5) as usize]),
+            });
+        }
+        let s = run(variant, ops);
+        // The workload must have exercised what it is meant to test.
+        assert!(s.levels.iter().filter(|l| l.ssts > 0).count() >= 2, "variant {variant}: levels {:?}", s.levels);
+        assert!(s.compactions > 10, "variant {variant}: {} compactions", s.compactions);
+        // With two levels and LastMinus1, L1 is the in-place level: nothing goes through the log.
+        if variant != 1 {
+            assert!(s.medium_merged > 0, "variant {variant}: no medium pair merged in place");
+        }
+        assert!(s.gc_segments > 0, "variant {variant}: GC reclaimed nothing");
+    }
+}
