@@ -12,7 +12,7 @@ use crate::memtable::{Entry, Value};
 use crate::options::MediumPlacement;
 use crate::record::{self, RECORD_OVERHEAD};
 use crate::region::{category, Category, Region};
-use crate::shared::SegmentKind;
+use crate::shared::ShippedSegment;
 use crate::sst::{decode_all, Sst, SstBuilder};
 use crate::view::{Version, View};
 use std::collections::{HashMap, VecDeque};
@@ -248,9 +248,9 @@ impl<'a> Output<'a> {
 
     fn finish_medium_seg(&mut self) -> Result<()> {
         if let Some(t) = self.medium.as_mut() {
-            if let Some((seg, _)) = t.seg {
+            if let Some((seg, salt)) = t.seg {
                 t.write_out(&self.r.sh.dev)?;
-                self.r.sh.ship_segment(self.r.id, SegmentKind::MediumRun, seg, t.image());
+                self.r.sh.ship_segment(self.r.id, ShippedSegment::MediumRun { seg, salt, bytes: t.image() });
                 t.close();
             }
         }
@@ -269,7 +269,7 @@ impl<'a> Output<'a> {
         let used = &img[..info.used_bytes as usize];
         let dev = &self.r.sh.dev;
         dev.write(dev.seg_base(seg), used, IoKind::Compaction)?;
-        self.r.sh.ship_segment(self.r.id, SegmentKind::Sst, seg, used);
+        self.r.sh.ship_segment(self.r.id, ShippedSegment::Sst { info: &info, bytes: used });
         self.ssts.push(info);
         Ok(())
     }

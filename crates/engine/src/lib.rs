@@ -54,6 +54,6 @@ pub use error::{Error, Result};
 pub use logtail::LogKind;
 pub use options::{MediumPlacement, Options, SyncMode};
 pub use record::RECORD_OVERHEAD;
-pub use shared::{SegmentKind, ShipListener};
-pub use ship::SegmentMap;
+pub use shared::{ShipListener, ShippedSegment};
+pub use ship::{LogMap, SegmentMap};
 pub use stats::{LevelStats, Stats};

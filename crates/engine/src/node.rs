@@ -201,12 +201,12 @@ impl<'a> Node<'a> {
         self.child(lo.saturating_sub(1))
     }
 
-    /// Rewrites the log pointers of a leaf through `map` (primary segment -> local segment).
-    /// Returns false if a pointer's segment is missing from the map.
+    /// Rewrites the log pointers of a leaf through `map` ((primary segment, salt) -> local
+    /// segment). Returns false if a pointer's segment is missing from the map.
     pub(crate) fn rewrite_pointers(
         node: &mut [u8],
         seg_bits: u32,
-        map: &dyn Fn(u32) -> Option<u32>,
+        map: &dyn Fn(u32, u32) -> Option<u32>,
     ) -> Result<bool, BadNode> {
         if node[0] != LEAF {
             return Ok(true);
@@ -219,8 +219,9 @@ impl<'a> Node<'a> {
                 let n = get_u16(node, off + 1).ok_or(BadNode)? as usize;
                 let p = off + 11 + n;
                 let ptr = get_u64(node, p).ok_or(BadNode)?;
+                let salt = get_u32(node, p + 12).ok_or(BadNode)?;
                 let seg = (ptr >> seg_bits) as u32;
-                let Some(local) = map(seg) else {
+                let Some(local) = map(seg, salt) else {
                     return Ok(false);
                 };
                 let within = ptr & ((1u64 << seg_bits) - 1);

@@ -1,7 +1,7 @@
 //! State every region and background thread of a store shares.
 
 use crate::alloc::Allocator;
-use crate::catalog::Edit;
+use crate::catalog::{Edit, SstInfo};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
@@ -11,22 +11,34 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// Receives what a primary must ship to its backups (DESIGN.md §3 step 3).
+/// Receives what a primary must ship to its backups (DESIGN.md §3 step 3). Called from
+/// compaction and GC threads, in the order things happen; keep it quick (queue and return).
 pub trait ShipListener: Send + Sync {
-    /// A finished compaction output segment: an SST or a medium-log run segment.
-    /// `bytes` is the segment image (its used part).
-    fn segment(&self, region: u32, kind: SegmentKind, seg: u32, bytes: &[u8]);
+    /// A finished compaction output segment, before the edit that publishes it.
+    fn segment(&self, region: u32, seg: ShippedSegment<'_>);
     /// The edits a compaction or GC committed, in primary segment numbers.
     fn edits(&self, region: u32, edits: &[Edit]);
 }
 
-/// What a shipped segment holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SegmentKind {
-    /// An SST (leaves hold log pointers that a backup rewrites).
-    Sst,
-    /// A run of the medium log.
-    MediumRun,
+/// A compaction output segment.
+#[derive(Clone, Copy, Debug)]
+pub enum ShippedSegment<'a> {
+    /// An SST: its leaves hold log pointers that a backup rewrites (`Db::rewrite_sst`).
+    Sst {
+        /// Its description (`info.seg` is the primary's segment).
+        info: &'a SstInfo,
+        /// The used part of the segment.
+        bytes: &'a [u8],
+    },
+    /// A segment of the medium log holding part of a sorted run.
+    MediumRun {
+        /// The primary's segment.
+        seg: u32,
+        /// Salt of the records in it.
+        salt: u32,
+        /// The written part of the segment.
+        bytes: &'a [u8],
+    },
 }
 
 /// Counters kept outside the device.
@@ -119,9 +131,9 @@ impl Shared {
         self.work_cv.notify_all();
     }
 
-    pub(crate) fn ship_segment(&self, region: u32, kind: SegmentKind, seg: u32, bytes: &[u8]) {
+    pub(crate) fn ship_segment(&self, region: u32, seg: ShippedSegment<'_>) {
         if let Some(l) = self.listener.read().as_ref() {
-            l.segment(region, kind, seg, bytes);
+            l.segment(region, seg);
         }
     }
 

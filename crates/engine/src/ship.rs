@@ -18,6 +18,10 @@ use std::sync::Arc;
 /// A segment number translation (primary segment -> local segment).
 pub type SegmentMap<'a> = &'a dyn Fn(u32) -> Option<u32>;
 
+/// A log segment translation ((primary segment, salt of the records) -> local segment). The
+/// salt tells incarnations of a reused primary segment apart.
+pub type LogMap<'a> = &'a dyn Fn(u32, u32) -> Option<u32>;
+
 impl Db {
     /// Reserves a local segment for a shipped segment (its contents arrive later through
     /// [`Db::write_segment`]). An unused reservation is freed by the next restart.
@@ -39,8 +43,10 @@ impl Db {
     }
 
     /// Rewrites the log pointers in a shipped SST image's leaves through `map`
-    /// (index nodes hold segment-relative offsets and need nothing).
-    pub fn rewrite_sst(&self, img: &mut [u8], info: &SstInfo, map: SegmentMap<'_>) -> Result<()> {
+    /// (index nodes hold segment-relative offsets and need nothing). A pointer into a
+    /// segment the map lacks is an error: the caller maps medium segments it has not seen
+    /// yet to freshly reserved ones (`Db::alloc_segment`) before calling this.
+    pub fn rewrite_sst(&self, img: &mut [u8], info: &SstInfo, map: LogMap<'_>) -> Result<()> {
         let nb = self.inner.sh.opts.node_bytes;
         let bits = self.inner.sh.dev.seg_bits();
         for l in 0..info.leaf_count as usize {
