@@ -24,11 +24,11 @@ fn key(k: u64) -> Vec<u8> {
 
 /// Operation `i`: a list of writes applied atomically.
 fn op(i: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let width = if i % 29 == 0 { 4 } else { 1 };
+    let width = if i.is_multiple_of(29) { 4 } else { 1 };
     (0..width)
         .map(|j| {
             let k = key((i * 7 + j * 13) % KEYS);
-            if i % 13 == 0 && j == 0 {
+            if i.is_multiple_of(13) && j == 0 {
                 return (k, None);
             }
             let len = [8usize, 25, 60, 150, 400, 1200][((i + j) % 6) as usize];
@@ -175,7 +175,10 @@ fn crash_recovery_under_sigkill() {
             panic!("cycle {cycle} ({sync}): recovered state is no prefix of the operations (acked up to {last_acked}); differing keys {diff:?}");
         };
         if sync == "always" {
-            assert!(p as i64 > last_acked, "cycle {cycle}: acknowledged operation {last_acked} lost under SyncMode::Always (recovered up to {p})");
+            assert!(
+                p as i64 > last_acked,
+                "cycle {cycle}: acknowledged operation {last_acked} lost under SyncMode::Always (recovered up to {p})"
+            );
         }
         for i in next..p {
             apply(&mut model, i);

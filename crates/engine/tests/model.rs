@@ -25,7 +25,7 @@ enum Op {
 
 fn key(k: u16) -> Vec<u8> {
     // Some keys are long so that leaves and index nodes fill at different rates.
-    if k % 17 == 0 {
+    if k.is_multiple_of(17) {
         format!("k{k:05}-{}", "x".repeat(60)).into_bytes()
     } else {
         format!("k{k:05}").into_bytes()
@@ -144,7 +144,8 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
             Op::Reopen => {
                 snaps.clear();
                 add(&mut totals, &d.stats());
-                db = None;
+                // The old store must be closed (its lock released) before it opens again.
+                drop(db.take());
                 db = Some(Db::open(dir.path(), opts.clone()).expect("reopen"));
             }
         }

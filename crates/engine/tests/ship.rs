@@ -119,9 +119,9 @@ fn levels_copied_through_segment_stream_read_back_identically() {
                     backup.rewrite_sst(&mut copy, &info, &probe).expect("probe");
                 }
                 for (s, salt) in reserve.into_inner() {
-                    if !log_map.contains_key(&(s, salt)) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = log_map.entry((s, salt)) {
                         let l = backup.alloc_segment().expect("alloc");
-                        log_map.insert((s, salt), l);
+                        e.insert(l);
                         map.insert(s, l);
                     }
                 }
