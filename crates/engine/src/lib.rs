@@ -31,6 +31,8 @@ mod compaction;
 mod db;
 mod device;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gc;
 mod iter;
 mod logtail;
