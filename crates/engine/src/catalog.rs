@@ -379,7 +379,7 @@ pub(crate) fn decode_edits(buf: &[u8]) -> Result<(u32, Vec<Edit>), Short> {
     let mut d = Dec::new(buf);
     let region = d.u32()?;
     let n = d.u32()? as usize;
-    let mut v = Vec::with_capacity(n.min(1 << 16));
+    let mut v = Vec::with_capacity(n.min(buf.len()));
     for _ in 0..n {
         v.push(Edit::decode(&mut d)?);
     }

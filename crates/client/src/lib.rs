@@ -1,0 +1,1 @@
+//! Halyard client (to be written).

@@ -1,0 +1,1 @@
+//! Halyard native protocol (to be written).

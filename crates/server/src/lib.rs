@@ -1,0 +1,1 @@
+//! Halyard server (being written).
