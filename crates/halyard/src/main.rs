@@ -1,10 +1,16 @@
 //! The `halyard` command.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use halyard_server::config::ServerConfig;
+use std::path::PathBuf;
 
 /// Halyard: a replicated key-value store for fast storage.
+///
+/// `halyard serve` with no arguments runs a single-node server on the embedded default:
+/// data in ./halyard-data, Redis protocol on 127.0.0.1:6379, native protocol on
+/// 127.0.0.1:7379, metrics on http://127.0.0.1:9379/metrics.
 #[derive(Parser, Debug)]
-#[command(name = "halyard", version, about, long_about = None)]
+#[command(name = "halyard", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -12,13 +18,105 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Run a server (single node, all regions local).
+    Serve(ServeArgs),
     /// Run benchmarks (YCSB workloads) against Halyard and other engines side by side.
     Bench(halyard_bench::BenchArgs),
 }
 
+/// Flags override the TOML file given with --config, which overrides the defaults.
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// TOML file with any of the settings below (and [engine] settings).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data directory [default: ./halyard-data].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Redis protocol (RESP2/RESP3) address [default: 127.0.0.1:6379].
+    #[arg(long)]
+    resp: Option<String>,
+    /// Native protocol address [default: 127.0.0.1:7379].
+    #[arg(long)]
+    listen: Option<String>,
+    /// HTTP address for /metrics and /health [default: 127.0.0.1:9379].
+    #[arg(long)]
+    http: Option<String>,
+    /// Require clients to AUTH with this password.
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Most concurrent clients [default: 10000].
+    #[arg(long)]
+    max_clients: Option<usize>,
+    /// Disconnect clients silent for this many seconds (0 = never) [default: 0].
+    #[arg(long)]
+    idle_timeout: Option<u64>,
+    /// Largest request in bytes [default: 16 MiB].
+    #[arg(long)]
+    max_request_bytes: Option<usize>,
+    /// Durability: none, group (synced every 5 ms) or always (synced before the reply).
+    #[arg(long)]
+    sync: Option<String>,
+    /// Engine cache budget in MiB [default: 256].
+    #[arg(long)]
+    cache_mb: Option<usize>,
+    /// Network worker threads (0 = one per core) [default: 0].
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+fn serve(a: &ServeArgs) -> Result<(), String> {
+    let mut cfg = match &a.config {
+        Some(p) => ServerConfig::from_file(p)?,
+        None => ServerConfig::default(),
+    };
+    macro_rules! set {
+        ($($f:ident => $t:expr),*) => {$( if let Some(v) = &a.$f { $t = v.clone(); } )*};
+    }
+    set!(dir => cfg.dir, resp => cfg.resp, listen => cfg.listen, http => cfg.http,
+         max_clients => cfg.max_clients, idle_timeout => cfg.idle_timeout_secs,
+         max_request_bytes => cfg.max_request_bytes, sync => cfg.engine.sync,
+         cache_mb => cfg.engine.cache_mb, workers => cfg.workers);
+    if a.requirepass.is_some() {
+        cfg.requirepass.clone_from(&a.requirepass);
+    }
+    let workers =
+        if cfg.workers == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { cfg.workers };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("halyard-net")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(halyard_server::run(cfg, shutdown_signal())).map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
 fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let r = match &cli.cmd {
+        Cmd::Serve(a) => serve(a),
         Cmd::Bench(a) => halyard_bench::run(a),
     };
     if let Err(e) = r {

@@ -1,1 +1,300 @@
-//! Halyard server (being written).
+//! Halyard's server: the Redis protocol (RESP2 and RESP3) and the native protocol over the
+//! engine, with Prometheus metrics over HTTP.
+//!
+//! Each connection runs as a task that reads what the client sent, executes every complete
+//! request in it in order, and answers them all with one write: pipelined requests cost one
+//! wake-up and one syscall per batch, not per request.
+
+#![warn(rust_2018_idioms)]
+
+pub mod commands;
+pub mod config;
+pub mod keyspace;
+pub mod metrics;
+pub mod resp;
+pub mod state;
+
+use crate::resp::{Limits, Reply};
+use crate::state::Shared;
+use config::ServerConfig;
+use halyard_engine::Db;
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// A listen address is taken or invalid.
+    #[error(
+        "cannot listen on {addr} ({flag}): {source}; is another server running there? Pick another address with {flag}"
+    )]
+    Bind {
+        /// The flag that sets the address.
+        flag: &'static str,
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The configuration is inconsistent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The storage engine failed.
+    #[error("storage engine: {0}")]
+    Engine(#[from] halyard_engine::Error),
+}
+
+async fn bind(flag: &'static str, addr: &str) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { flag, addr: addr.to_string(), source })
+}
+
+/// Runs a server until `shutdown` completes, then stops accepting, lets connections finish
+/// the requests they are executing, flushes the engine and closes it.
+pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let opts = cfg.engine_options().map_err(ServerError::Config)?;
+    let resp_l = bind("--resp", &cfg.resp).await?;
+    let http_l = bind("--http", &cfg.http).await?;
+    let db = Arc::new(Db::open(&cfg.dir, opts)?);
+    let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
+    let names: Vec<&'static str> = commands::COMMANDS.iter().map(|(n, _)| *n).collect();
+    let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&names)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tracing::info!(resp = %cfg.resp, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
+    let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
+    let idle = (cfg.idle_timeout_secs > 0).then(|| Duration::from_secs(cfg.idle_timeout_secs));
+    let conns = tokio_util_tracker::Tracker::default();
+    let resp_task =
+        tokio::spawn(accept_resp(resp_l, sh.clone(), limits, idle, cfg.max_clients, stop_rx.clone(), conns.clone()));
+    let http_task = tokio::spawn(accept_http(http_l, sh.clone(), stop_rx.clone()));
+    shutdown.await;
+    tracing::info!("shutting down: no new connections, finishing requests in flight");
+    let _ = stop_tx.send(true);
+    let _ = resp_task.await;
+    let _ = http_task.await;
+    conns.wait(Duration::from_secs(10)).await;
+    let flushed = tokio::task::spawn_blocking(move || db.flush()).await;
+    match flushed {
+        Ok(Ok(())) => tracing::info!("engine flushed; bye"),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => tracing::error!("flush task failed: {e}"),
+    }
+    drop(sh);
+    Ok(())
+}
+
+/// Counts live connection tasks so shutdown can wait for them.
+mod tokio_util_tracker {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::sync::Notify;
+
+    #[derive(Clone, Default)]
+    pub struct Tracker(Arc<(AtomicUsize, Notify)>);
+
+    pub struct Guard(Tracker);
+
+    impl Tracker {
+        pub fn enter(&self) -> Guard {
+            self.0 .0.fetch_add(1, Ordering::SeqCst);
+            Guard(self.clone())
+        }
+        pub async fn wait(&self, max: Duration) {
+            let _ = tokio::time::timeout(max, async {
+                while self.0 .0.load(Ordering::SeqCst) > 0 {
+                    let n = self.0 .1.notified();
+                    if self.0 .0.load(Ordering::SeqCst) == 0 {
+                        break;
+                    }
+                    n.await;
+                }
+            })
+            .await;
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0 .0 .0.fetch_sub(1, Ordering::SeqCst);
+            self.0 .0 .1.notify_waiters();
+        }
+    }
+}
+
+async fn accept_resp(
+    l: TcpListener,
+    sh: Arc<Shared>,
+    limits: Limits,
+    idle: Option<Duration>,
+    max_clients: usize,
+    mut stop: watch::Receiver<bool>,
+    conns: tokio_util_tracker::Tracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let (mut stream, addr) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        sh.metrics.connections_total.fetch_add(1, Relaxed);
+        if sh.connected.load(Relaxed) >= max_clients {
+            sh.metrics.connections_rejected.fetch_add(1, Relaxed);
+            let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
+        tokio::spawn(async move {
+            sh.connected.fetch_add(1, Relaxed);
+            if let Err(e) = resp_connection(&sh, stream, addr.to_string(), limits, idle, stop).await {
+                tracing::debug!("connection {addr}: {e}");
+            }
+            sh.connected.fetch_sub(1, Relaxed);
+            drop(guard);
+        });
+    }
+}
+
+async fn resp_connection(
+    sh: &Shared,
+    mut stream: TcpStream,
+    addr: String,
+    limits: Limits,
+    idle: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let mut sess = sh.session(addr);
+    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+    loop {
+        let read = async {
+            match idle {
+                Some(t) => tokio::time::timeout(t, stream.read_buf(&mut buf)).await.ok(),
+                None => Some(stream.read_buf(&mut buf).await),
+            }
+        };
+        let n = tokio::select! {
+            r = read => r,
+            _ = stop.changed() => return Ok(()),
+        };
+        let n = match n {
+            None => {
+                sh.metrics.idle_timeouts.fetch_add(1, Relaxed);
+                return Ok(());
+            }
+            Some(r) => r?,
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        sh.metrics.bytes_in.fetch_add(n as u64, Relaxed);
+        let mut pos = 0;
+        let mut close = false;
+        loop {
+            match resp::parse(&buf[pos..], limits) {
+                Ok(Some((args, used))) => {
+                    pos += used;
+                    if args.is_empty() {
+                        continue;
+                    }
+                    let reply = commands::execute(sh, &mut sess, &args);
+                    if let Some(p) = sess.proto_next.take() {
+                        sess.proto = p;
+                    }
+                    reply.encode(sess.proto, &mut out);
+                    if sess.quit {
+                        close = true;
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    sh.metrics.protocol_errors.fetch_add(1, Relaxed);
+                    Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, &mut out);
+                    close = true;
+                    break;
+                }
+            }
+        }
+        buf.drain(..pos);
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            sh.metrics.bytes_out.fetch_add(out.len() as u64, Relaxed);
+            out.clear();
+        }
+        if close {
+            return Ok(());
+        }
+        if buf.capacity() > 1 << 20 && buf.len() < 16 << 10 {
+            buf.shrink_to(16 << 10);
+        }
+    }
+}
+
+async fn accept_http(l: TcpListener, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let sh = sh.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), http_request(&sh, stream)).await;
+        });
+    }
+}
+
+async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
+    let mut req = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || req.len() > 16 << 10 {
+            return Ok(());
+        }
+        req.extend_from_slice(&chunk[..n]);
+    }
+    let line = String::from_utf8_lossy(&req[..req.iter().position(|&b| b == b'\r').unwrap_or(0)]).to_string();
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => {
+            let db = sh.ks.db.clone();
+            let stats = tokio::task::spawn_blocking(move || db.stats()).await.unwrap_or_default();
+            (
+                "200 OK",
+                "text/plain; version=0.0.4",
+                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), None),
+            )
+        }
+        ("GET", "/health") => {
+            if sh.ks.db.stats().poisoned {
+                ("503 Service Unavailable", "text/plain", "poisoned: the store refuses writes\n".to_string())
+            } else {
+                ("200 OK", "text/plain", "ok\n".to_string())
+            }
+        }
+        _ => ("404 Not Found", "text/plain", "try /metrics or /health\n".to_string()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}

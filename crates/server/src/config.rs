@@ -1,0 +1,120 @@
+//! Server configuration: defaults, a TOML file (`--config`), then command-line flags.
+
+use halyard_engine::{Options, SyncMode};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Everything `halyard serve` takes. Every field can be set in the TOML file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Data directory.
+    pub dir: PathBuf,
+    /// RESP (Redis protocol) listen address.
+    pub resp: String,
+    /// Native protocol listen address.
+    pub listen: String,
+    /// HTTP listen address for /metrics and /health.
+    pub http: String,
+    /// Password clients must AUTH with (none: no authentication).
+    pub requirepass: Option<String>,
+    /// Most concurrent client connections (RESP and native together).
+    pub max_clients: usize,
+    /// Seconds a client may stay silent before it is disconnected (0: never).
+    pub idle_timeout_secs: u64,
+    /// Largest request in bytes.
+    pub max_request_bytes: usize,
+    /// Network worker threads (0: one per core).
+    pub workers: usize,
+    /// Engine settings.
+    pub engine: EngineConfig,
+}
+
+/// The engine settings a server exposes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// "none", "group" or "always".
+    pub sync: String,
+    /// Cache budget in MiB.
+    pub cache_mb: usize,
+    /// L0 size in MiB.
+    pub l0_mb: usize,
+    /// Level growth factor.
+    pub growth_factor: u32,
+    /// KV pairs below this size (bytes) are small.
+    pub small_threshold: usize,
+    /// KV pairs of at least this size (bytes) are large.
+    pub large_threshold: usize,
+    /// Direct I/O.
+    pub direct_io: bool,
+    /// Cap on the data file in MiB (0: none).
+    pub max_device_mb: u64,
+    /// Compaction threads.
+    pub compaction_threads: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            dir: PathBuf::from("halyard-data"),
+            resp: "127.0.0.1:6379".into(),
+            listen: "127.0.0.1:7379".into(),
+            http: "127.0.0.1:9379".into(),
+            requirepass: None,
+            max_clients: 10_000,
+            idle_timeout_secs: 0,
+            max_request_bytes: 16 << 20,
+            workers: 0,
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let o = Options::default();
+        EngineConfig {
+            sync: "group".into(),
+            cache_mb: o.cache_bytes >> 20,
+            l0_mb: o.l0_bytes >> 20,
+            growth_factor: o.growth_factor,
+            small_threshold: o.small_threshold,
+            large_threshold: o.large_threshold,
+            direct_io: o.direct_io,
+            max_device_mb: 0,
+            compaction_threads: o.compaction_threads,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<ServerConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The engine options this configuration asks for.
+    pub fn engine_options(&self) -> Result<Options, String> {
+        let e = &self.engine;
+        let sync = match e.sync.as_str() {
+            "none" => SyncMode::None,
+            "group" => SyncMode::Group,
+            "always" => SyncMode::Always,
+            other => return Err(format!("engine.sync must be none, group or always, not {other:?}")),
+        };
+        Ok(Options {
+            sync,
+            cache_bytes: e.cache_mb << 20,
+            l0_bytes: (e.l0_mb << 20).max(4096),
+            growth_factor: e.growth_factor,
+            small_threshold: e.small_threshold,
+            large_threshold: e.large_threshold,
+            direct_io: e.direct_io,
+            max_device_bytes: (e.max_device_mb > 0).then_some(e.max_device_mb << 20),
+            compaction_threads: e.compaction_threads,
+            ..Options::default()
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! Counters and latency histograms, rendered in the Prometheus text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Latency bucket upper bounds in microseconds.
+const BUCKETS_US: [u64; 12] = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10_000, 100_000, 1_000_000];
+
+#[derive(Default)]
+pub struct CmdStats {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    pub usec: AtomicU64,
+    buckets: [AtomicU64; BUCKETS_US.len()],
+}
+
+impl CmdStats {
+    pub fn record(&self, usec: u64, error: bool) {
+        self.calls.fetch_add(1, Relaxed);
+        self.usec.fetch_add(usec, Relaxed);
+        if error {
+            self.errors.fetch_add(1, Relaxed);
+        }
+        if let Some(i) = BUCKETS_US.iter().position(|&b| usec <= b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Server-wide counters.
+#[derive(Default)]
+pub struct Metrics {
+    pub commands: BTreeMap<&'static str, CmdStats>,
+    pub unknown_commands: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub connections_rejected: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub idle_timeouts: AtomicU64,
+    pub auth_failures: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+}
+
+impl Metrics {
+    pub fn new(names: &[&'static str]) -> Metrics {
+        Metrics { commands: names.iter().map(|n| (*n, CmdStats::default())).collect(), ..Metrics::default() }
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        self.commands.values().map(|c| c.calls.load(Relaxed)).sum()
+    }
+}
+
+/// CPU seconds (user, system) this process has used.
+pub fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_utime), t(ru.ru_stime))
+}
+
+/// Everything /metrics shows.
+/// `native` = (requests, error replies, bad frames) of the native protocol.
+pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, native: Option<[u64; 3]>) -> String {
+    let mut o = String::new();
+    let counter = |o: &mut String, name: &str, help: &str, v: f64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+    };
+    counter(
+        &mut o,
+        "halyard_connections_total",
+        "Client connections accepted.",
+        m.connections_total.load(Relaxed) as f64,
+    );
+    counter(
+        &mut o,
+        "halyard_connections_rejected_total",
+        "Connections refused over --max-clients.",
+        m.connections_rejected.load(Relaxed) as f64,
+    );
+    counter(
+        &mut o,
+        "halyard_protocol_errors_total",
+        "Malformed or oversized requests (connection closed).",
+        m.protocol_errors.load(Relaxed) as f64,
+    );
+    counter(
+        &mut o,
+        "halyard_idle_timeouts_total",
+        "Connections closed for idling.",
+        m.idle_timeouts.load(Relaxed) as f64,
+    );
+    counter(&mut o, "halyard_auth_failures_total", "Failed AUTH attempts.", m.auth_failures.load(Relaxed) as f64);
+    counter(&mut o, "halyard_unknown_commands_total", "Unknown commands.", m.unknown_commands.load(Relaxed) as f64);
+    counter(
+        &mut o,
+        "halyard_network_received_bytes_total",
+        "Bytes received from clients.",
+        m.bytes_in.load(Relaxed) as f64,
+    );
+    counter(&mut o, "halyard_network_sent_bytes_total", "Bytes sent to clients.", m.bytes_out.load(Relaxed) as f64);
+    let _ = writeln!(o, "# HELP halyard_connected_clients Clients connected now.\n# TYPE halyard_connected_clients gauge\nhalyard_connected_clients {connected}");
+    let _ = writeln!(
+        o,
+        "# HELP halyard_commands_total Commands executed, by command.\n# TYPE halyard_commands_total counter"
+    );
+    for (n, c) in &m.commands {
+        let _ = writeln!(o, "halyard_commands_total{{cmd=\"{n}\"}} {}", c.calls.load(Relaxed));
+    }
+    let _ = writeln!(o, "# HELP halyard_command_errors_total Commands that replied with an error.\n# TYPE halyard_command_errors_total counter");
+    for (n, c) in &m.commands {
+        let _ = writeln!(o, "halyard_command_errors_total{{cmd=\"{n}\"}} {}", c.errors.load(Relaxed));
+    }
+    let _ = writeln!(
+        o,
+        "# HELP halyard_command_duration_seconds Command latency.\n# TYPE halyard_command_duration_seconds histogram"
+    );
+    for (n, c) in m.commands.iter().filter(|(_, c)| c.calls.load(Relaxed) > 0) {
+        let mut cum = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            cum += c.buckets[i].load(Relaxed);
+            let _ =
+                writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"{}\"}} {cum}", *b as f64 / 1e6);
+        }
+        let calls = c.calls.load(Relaxed);
+        let _ = writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"+Inf\"}} {calls}");
+        let _ =
+            writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(o, "halyard_command_duration_seconds_count{{cmd=\"{n}\"}} {calls}");
+    }
+    if let Some([requests, errors, bad]) = native {
+        counter(&mut o, "halyard_native_requests_total", "Native protocol requests.", requests as f64);
+        counter(&mut o, "halyard_native_errors_total", "Native protocol error replies.", errors as f64);
+        counter(&mut o, "halyard_native_bad_frames_total", "Malformed native frames (connection closed).", bad as f64);
+    }
+    let (user, sys) = cpu_seconds();
+    counter(&mut o, "halyard_cpu_user_seconds_total", "User CPU time of the server process.", user);
+    counter(&mut o, "halyard_cpu_system_seconds_total", "System CPU time of the server process.", sys);
+    let requests = m.total_calls() + native.map_or(0, |n| n[0]);
+    let _ = writeln!(
+        o,
+        "# HELP halyard_cpu_us_per_request CPU time (user+system) per request served.\n# TYPE halyard_cpu_us_per_request gauge\nhalyard_cpu_us_per_request {}",
+        if requests == 0 { 0.0 } else { (user + sys) * 1e6 / requests as f64 }
+    );
+    let e = engine;
+    counter(
+        &mut o,
+        "halyard_engine_device_read_bytes_total",
+        "Bytes read from the device.",
+        e.device_read_bytes as f64,
+    );
+    counter(
+        &mut o,
+        "halyard_engine_device_write_bytes_total",
+        "Bytes written to the device.",
+        e.device_write_bytes as f64,
+    );
+    for (k, v) in &e.write_bytes_by {
+        let _ = writeln!(o, "halyard_engine_device_write_bytes_by_purpose{{purpose=\"{k}\"}} {v}");
+    }
+    for (k, v) in &e.read_bytes_by {
+        let _ = writeln!(o, "halyard_engine_device_read_bytes_by_purpose{{purpose=\"{k}\"}} {v}");
+    }
+    counter(
+        &mut o,
+        "halyard_engine_user_bytes_total",
+        "Bytes of keys and values written by clients.",
+        e.user_bytes_written as f64,
+    );
+    let gauge = |o: &mut String, name: &str, help: &str, v: f64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    };
+    gauge(
+        &mut o,
+        "halyard_engine_io_amplification",
+        "Device bytes read and written per user byte written.",
+        e.io_amplification(),
+    );
+    gauge(&mut o, "halyard_engine_l0_bytes", "Bytes in the in-memory L0.", e.l0_bytes as f64);
+    let _ = writeln!(
+        o,
+        "# HELP halyard_engine_level_bytes Bytes per level (stored).\n# TYPE halyard_engine_level_bytes gauge"
+    );
+    for (i, l) in e.levels.iter().enumerate() {
+        let _ = writeln!(o, "halyard_engine_level_bytes{{level=\"{}\"}} {}", i + 1, l.stored_bytes);
+        let _ = writeln!(o, "halyard_engine_level_ssts{{level=\"{}\"}} {}", i + 1, l.ssts);
+    }
+    counter(&mut o, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", e.stall_seconds);
+    counter(&mut o, "halyard_engine_compactions_total", "Compactions completed.", e.compactions as f64);
+    counter(&mut o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
+    counter(&mut o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
+    gauge(&mut o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
+    gauge(&mut o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);
+    o
+}

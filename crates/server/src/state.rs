@@ -1,0 +1,161 @@
+//! What connections share, and what each one keeps.
+
+use crate::keyspace::Keyspace;
+use crate::metrics::Metrics;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
+
+/// One client connection.
+pub struct Session {
+    pub id: u64,
+    pub addr: String,
+    pub proto: u8,
+    /// Protocol switch requested by HELLO, applied once its reply is encoded.
+    pub proto_next: Option<u8>,
+    pub authed: bool,
+    pub name: Option<Vec<u8>>,
+    pub quit: bool,
+    pub created: Instant,
+}
+
+/// SCAN cursors: numbers that stand for "continue after this key". Old ones are forgotten
+/// (a client holding one then gets "invalid cursor").
+pub struct Cursors {
+    next: u64,
+    map: HashMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+}
+
+const MAX_CURSORS: usize = 100_000;
+
+impl Cursors {
+    pub fn get(&self, c: u64) -> Option<Vec<u8>> {
+        self.map.get(&c).cloned()
+    }
+    pub fn put(&mut self, key: Vec<u8>) -> u64 {
+        self.next += 1;
+        let c = self.next;
+        self.map.insert(c, key);
+        self.order.push_back(c);
+        if self.order.len() > MAX_CURSORS {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+        c
+    }
+}
+
+/// Server-wide state.
+pub struct Shared {
+    pub ks: Keyspace,
+    pub requirepass: Option<String>,
+    pub metrics: Metrics,
+    pub cursors: Mutex<Cursors>,
+    pub connected: AtomicUsize,
+    pub started: Instant,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(ks: Keyspace, requirepass: Option<String>, metrics: Metrics) -> Shared {
+        Shared {
+            ks,
+            requirepass,
+            metrics,
+            cursors: Mutex::new(Cursors { next: 0, map: HashMap::new(), order: VecDeque::new() }),
+            connected: AtomicUsize::new(0),
+            started: Instant::now(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn session(&self, addr: String) -> Session {
+        Session {
+            id: self.next_id.fetch_add(1, Relaxed),
+            addr,
+            proto: 2,
+            proto_next: None,
+            authed: self.requirepass.is_none(),
+            name: None,
+            quit: false,
+            created: Instant::now(),
+        }
+    }
+
+    pub fn client_line(&self, s: &Session) -> String {
+        format!(
+            "id={} addr={} name={} age={} db=0 resp={}\n",
+            s.id,
+            s.addr,
+            String::from_utf8_lossy(s.name.as_deref().unwrap_or_default()),
+            s.created.elapsed().as_secs(),
+            s.proto
+        )
+    }
+
+    /// INFO text for a section (None: the default set).
+    pub fn info(&self, section: Option<&str>) -> String {
+        let want = |s: &str| {
+            matches!(section, None | Some("all") | Some("everything") | Some("default")) || section == Some(s)
+        };
+        let mut o = String::new();
+        if want("server") {
+            let _ = write!(
+                o,
+                "# Server\r\nredis_version:7.0.0\r\nhalyard_version:{}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::process::id(),
+                self.started.elapsed().as_secs()
+            );
+        }
+        if want("clients") {
+            let _ = write!(o, "# Clients\r\nconnected_clients:{}\r\n\r\n", self.connected.load(Relaxed));
+        }
+        let m = &self.metrics;
+        if want("stats") {
+            let _ = write!(
+                o,
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n\r\n",
+                m.connections_total.load(Relaxed),
+                m.total_calls(),
+                m.connections_rejected.load(Relaxed),
+                m.bytes_in.load(Relaxed),
+                m.bytes_out.load(Relaxed)
+            );
+        }
+        if want("keyspace") {
+            let n = self.ks.count().unwrap_or(0);
+            let _ = write!(o, "# Keyspace\r\n");
+            if n > 0 {
+                let _ = write!(o, "db0:keys={n},expires=0,avg_ttl=0\r\n");
+            }
+            let _ = write!(o, "\r\n");
+        }
+        if want("halyard") {
+            let s = self.ks.db.stats();
+            let levels: Vec<String> = s.levels.iter().map(|l| l.ssts.to_string()).collect();
+            let _ = write!(
+                o,
+                "# Halyard\r\ndevice_read_bytes:{}\r\ndevice_write_bytes:{}\r\nuser_bytes_written:{}\r\nio_amplification:{:.3}\r\nl0_bytes:{}\r\nlevel_ssts:{}\r\nstall_seconds:{:.3}\r\ncompactions:{}\r\ngc_segments:{}\r\ncache_hit_rate:{:.4}\r\nspace_allocated_bytes:{}\r\ndirect_io:{}\r\n\r\n",
+                s.device_read_bytes,
+                s.device_write_bytes,
+                s.user_bytes_written,
+                s.io_amplification(),
+                s.l0_bytes,
+                levels.join(","),
+                s.stall_seconds,
+                s.compactions,
+                s.gc_segments,
+                s.cache_hit_rate(),
+                s.space_allocated_bytes,
+                s.direct_io as u8
+            );
+        }
+        o
+    }
+}
