@@ -156,9 +156,10 @@ async fn accept_resp(
             continue;
         }
         let _ = stream.set_nodelay(true);
+        // Counted before the task runs, so that a burst of connections cannot overshoot.
+        sh.connected.fetch_add(1, Relaxed);
         let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
         tokio::spawn(async move {
-            sh.connected.fetch_add(1, Relaxed);
             if let Err(e) = resp_connection(&sh, stream, addr.to_string(), limits, idle, stop).await {
                 tracing::debug!("connection {addr}: {e}");
             }

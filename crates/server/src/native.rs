@@ -21,9 +21,8 @@ use std::time::Duration;
 
 use halyard_engine::{Db, ScanOptions, WriteBatch};
 use halyard_proto::{
-    decode_frame, encode_response, scan_page_overhead, scan_pair_len, BatchOp, ErrorCode, Frame, ProtoError,
-    Request, Response, ScanPage, ScanRequest, CONNECTION_ID, MIN_MAX_FRAME_BYTES, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
+    decode_frame, encode_response, scan_page_overhead, scan_pair_len, BatchOp, ErrorCode, Frame, Request, Response,
+    ScanPage, ScanRequest, CONNECTION_ID, MIN_MAX_FRAME_BYTES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -321,10 +320,4 @@ fn engine_code(e: &halyard_engine::Error) -> ErrorCode {
         E::InvalidOptions(_) => ErrorCode::InvalidArgument,
         _ => ErrorCode::Internal,
     }
-}
-
-/// Keeps `ProtoError` in the public signature set stable for callers matching on decode errors.
-#[allow(dead_code)]
-fn _assert_framing(e: &ProtoError) -> bool {
-    e.is_framing()
 }

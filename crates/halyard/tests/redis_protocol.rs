@@ -1,0 +1,334 @@
+//! `halyard serve` driven through the Redis protocol: by a raw RESP client, by Debian's
+//! `redis-cli` and `redis-benchmark`, by the `redis` Python package, and side by side with a
+//! real `redis-server` on the same command script.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn every_command_answers_like_redis() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["PING"]), R::Simple("PONG".into()));
+    assert_eq!(c.cmd(&["ECHO", "hi"]), bulk("hi"));
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(c.cmd(&["SELECT", "1"]), R::Err("ERR DB index is out of range".into()));
+    assert_eq!(c.cmd(&["SET", "k", "v"]), ok());
+    assert_eq!(c.cmd(&["GET", "k"]), bulk("v"));
+    assert_eq!(c.cmd(&["SET", "k", "w", "NX"]), R::Bulk(None));
+    assert_eq!(c.cmd(&["SET", "k", "w", "XX", "GET"]), bulk("v"));
+    assert_eq!(c.cmd(&["SET", "k2", "w", "XX"]), R::Bulk(None));
+    assert!(matches!(c.cmd(&["SET", "k", "v", "EX", "10"]), R::Err(e) if e.contains("expiry")));
+    assert_eq!(c.cmd(&["SETNX", "k", "z"]), R::Int(0));
+    assert_eq!(c.cmd(&["GETSET", "k", "x"]), bulk("w"));
+    assert_eq!(c.cmd(&["APPEND", "k", "yz"]), R::Int(3));
+    assert_eq!(c.cmd(&["STRLEN", "k"]), R::Int(3));
+    assert_eq!(c.cmd(&["GETRANGE", "k", "1", "-1"]), bulk("yz"));
+    assert_eq!(c.cmd(&["MSET", "a", "1", "b", "2"]), ok());
+    assert_eq!(c.cmd(&["MGET", "a", "nope", "b"]), R::Array(Some(vec![bulk("1"), R::Bulk(None), bulk("2")])));
+    assert_eq!(c.cmd(&["MSETNX", "a", "9", "c", "3"]), R::Int(0));
+    assert_eq!(c.cmd(&["EXISTS", "a", "b", "c"]), R::Int(2));
+    assert_eq!(c.cmd(&["INCR", "n"]), R::Int(1));
+    assert_eq!(c.cmd(&["INCRBY", "n", "41"]), R::Int(42));
+    assert_eq!(c.cmd(&["DECRBY", "n", "2"]), R::Int(40));
+    assert_eq!(c.cmd(&["DECR", "n"]), R::Int(39));
+    assert_eq!(c.cmd(&["INCR", "k"]), R::Err("ERR value is not an integer or out of range".into()));
+    assert_eq!(c.cmd(&["GETDEL", "a"]), bulk("1"));
+    assert_eq!(c.cmd(&["DEL", "a", "b", "zz"]), R::Int(1));
+    assert_eq!(c.cmd(&["UNLINK", "n"]), R::Int(1));
+    assert_eq!(c.cmd(&["HSET", "h", "f1", "v1", "f2", "v2"]), R::Int(2));
+    assert_eq!(c.cmd(&["HSET", "h", "f1", "v9"]), R::Int(0));
+    assert_eq!(c.cmd(&["HGET", "h", "f1"]), bulk("v9"));
+    assert_eq!(c.cmd(&["HMGET", "h", "f2", "f3"]), R::Array(Some(vec![bulk("v2"), R::Bulk(None)])));
+    assert_eq!(c.cmd(&["HLEN", "h"]), R::Int(2));
+    assert_eq!(c.cmd(&["HEXISTS", "h", "f2"]), R::Int(1));
+    assert_eq!(c.cmd(&["HGETALL", "h"]), R::Array(Some(vec![bulk("f1"), bulk("v9"), bulk("f2"), bulk("v2")])));
+    assert_eq!(
+        c.cmd(&["GET", "h"]),
+        R::Err("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+    );
+    assert_eq!(c.cmd(&["HDEL", "h", "f1", "f1", "nope"]), R::Int(1));
+    assert_eq!(c.cmd(&["TYPE", "h"]), R::Simple("hash".into()));
+    assert_eq!(c.cmd(&["DEL", "h"]), R::Int(1));
+    assert_eq!(c.cmd(&["HLEN", "h"]), R::Int(0));
+    assert_eq!(c.cmd(&["GET", "nope", "x"]), R::Err("ERR wrong number of arguments for 'get' command".into()));
+    assert_eq!(
+        c.cmd(&["FROB", "a", "b"]),
+        R::Err("ERR unknown command 'FROB', with args beginning with: 'a' 'b'".into())
+    );
+    // Ordered range reads and SCAN in key order.
+    for i in 0..30 {
+        assert_eq!(c.cmd(&["SET", &format!("r{i:02}"), &i.to_string()]), ok());
+    }
+    let R::Array(Some(pairs)) = c.cmd(&["HALYARD.RANGE", "r05", "r08"]) else { panic!("range") };
+    assert_eq!(pairs, vec![bulk("r05"), bulk("5"), bulk("r06"), bulk("6"), bulk("r07"), bulk("7")]);
+    let R::Array(Some(pairs)) = c.cmd(&["HALYARD.RANGE", "r", "", "LIMIT", "2", "REV"]) else { panic!("range") };
+    assert_eq!(pairs, vec![bulk("r29"), bulk("29"), bulk("r28"), bulk("28")]);
+    let mut cursor = "0".to_string();
+    let mut seen = Vec::new();
+    loop {
+        let R::Array(Some(v)) = c.cmd(&["SCAN", &cursor, "MATCH", "r*", "COUNT", "7"]) else { panic!("scan") };
+        let R::Bulk(Some(next)) = &v[0] else { panic!("cursor") };
+        let R::Array(Some(keys)) = &v[1] else { panic!("keys") };
+        seen.extend(keys.iter().cloned());
+        cursor = String::from_utf8(next.clone()).expect("utf8");
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen, (0..30).map(|i| bulk(&format!("r{i:02}"))).collect::<Vec<_>>());
+    let R::Array(Some(keys)) = c.cmd(&["KEYS", "r1?"]) else { panic!("keys") };
+    assert_eq!(keys.len(), 10);
+    // k and r00..r29 (a, b, n, h were deleted; k2 and c never written).
+    assert_eq!(c.cmd(&["DBSIZE"]), R::Int(31));
+    // RESP3 through HELLO.
+    let R::Map(hello) = c.cmd(&["HELLO", "3"]) else { panic!("hello map") };
+    assert!(hello.contains(&(bulk("proto"), R::Int(3))));
+    assert_eq!(c.cmd(&["GET", "missing"]), R::Null);
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", "t1"]), ok());
+    assert_eq!(c.cmd(&["CLIENT", "GETNAME"]), bulk("t1"));
+    assert!(matches!(c.cmd(&["INFO"]), R::Bulk(Some(b)) if String::from_utf8_lossy(&b).contains("# Halyard")));
+    assert_eq!(c.cmd(&["QUIT"]), ok());
+    assert!(c.read().is_none(), "QUIT closes the connection");
+}
+
+#[test]
+fn pipelining_auth_restart_and_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut srv = Server::start(dir.path(), &["--requirepass", "s3cret", "--sync", "always"]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["GET", "x"]), R::Err("NOAUTH Authentication required.".into()));
+    assert!(matches!(c.cmd(&["AUTH", "nope"]), R::Err(e) if e.starts_with("WRONGPASS")));
+    assert_eq!(c.cmd(&["AUTH", "s3cret"]), ok());
+    // 5000 pipelined commands in one write; every reply comes back in order.
+    let mut batch = Vec::new();
+    for i in 0..5000 {
+        let (k, v) = (format!("p{i}"), format!("value-{i}"));
+        batch
+            .extend_from_slice(format!("*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n", k.len(), v.len()).as_bytes());
+    }
+    c.raw(&batch);
+    for _ in 0..5000 {
+        assert_eq!(c.read(), Some(ok()));
+    }
+    let status = srv.stop();
+    assert!(status.success(), "SIGTERM must exit 0, got {status:?}");
+    let srv = Server::start(dir.path(), &["--requirepass", "s3cret"]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["AUTH", "default", "s3cret"]), ok());
+    for i in (0..5000).step_by(97) {
+        assert_eq!(c.cmd(&["GET", &format!("p{i}")]), bulk(&format!("value-{i}")));
+    }
+    let metrics = srv.http_get("/metrics");
+    assert!(metrics.contains("halyard_commands_total{cmd=\"get\"}"), "{metrics}");
+    assert!(metrics.contains("halyard_engine_device_write_bytes_total"));
+    assert!(srv.http_get("/health").contains("200 OK"));
+}
+
+#[test]
+fn concurrent_incr_is_atomic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut c = srv.conn();
+                for _ in 0..500 {
+                    assert!(matches!(c.cmd(&["INCR", "counter"]), R::Int(_)));
+                }
+            });
+        }
+    });
+    assert_eq!(srv.conn().cmd(&["GET", "counter"]), bulk("2000"));
+}
+
+#[test]
+fn bad_input_is_refused_without_harm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv =
+        Server::start(dir.path(), &["--max-request-bytes", "100000", "--max-clients", "3", "--idle-timeout", "1"]);
+    let mut good = srv.conn();
+    assert_eq!(good.cmd(&["SET", "safe", "1"]), ok());
+    let mut bad = srv.conn();
+    bad.raw(b"*1\r\n$3\r\nGETX\r\n");
+    assert!(matches!(bad.read(), Some(R::Err(e)) if e.starts_with("ERR Protocol error")));
+    assert!(bad.read().is_none(), "closed after a protocol error");
+    let mut big = srv.conn();
+    big.raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$200000\r\n");
+    assert!(matches!(big.read(), Some(R::Err(e)) if e.contains("--max-request-bytes")));
+    // Over --max-clients: refused with an error.
+    let _c2 = srv.conn();
+    let _c3 = srv.conn();
+    let mut c4 = srv.conn();
+    assert!(matches!(c4.read(), Some(R::Err(e)) if e.contains("max number of clients")));
+    drop((_c2, _c3));
+    // Idle clients are disconnected.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(good.read().is_none(), "idle client disconnected");
+    let mut again = srv.conn();
+    assert_eq!(again.cmd(&["GET", "safe"]), bulk("1"));
+    let m = srv.http_get("/metrics");
+    for name in ["halyard_protocol_errors_total 2", "halyard_connections_rejected_total 1"] {
+        assert!(m.contains(name), "{name} in {m}");
+    }
+    assert!(!m.contains("halyard_idle_timeouts_total 0"));
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work_unchanged() {
+    assert!(have("redis-cli") && have("redis-benchmark"), "install redis-tools (scripts/test.sh does)");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let cli = |args: &[&str]| {
+        let o = Command::new("redis-cli").args(["-p", &srv.resp.to_string()]).args(args).output().expect("redis-cli");
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(cli(&["set", "a", "b"]), "OK");
+    assert_eq!(cli(&["get", "a"]), "b");
+    assert_eq!(cli(&["-3", "hset", "h", "f", "v"]), "(integer) 1".replace("(integer) ", ""));
+    let o = Command::new("redis-benchmark")
+        .args(["-p", &srv.resp.to_string(), "-t", "set,get", "-n", "20000", "-P", "16", "-c", "8", "-r", "1000", "-q"])
+        .output()
+        .expect("redis-benchmark");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    for t in ["SET", "GET"] {
+        // -q prints progress with carriage returns, then "SET: 50377.83 requests per second, ...".
+        let line = out
+            .split(['\r', '\n'])
+            .find(|l| l.trim_start().starts_with(t) && l.contains("requests per second"))
+            .unwrap_or_else(|| panic!("no {t} result in {out}"));
+        let rps: f64 = line.split_whitespace().nth(1).and_then(|x| x.parse().ok()).unwrap_or(0.0);
+        assert!(rps > 0.0, "{line}");
+    }
+    // redis-benchmark's SET writes key:__rand_int__ keys; they are all there.
+    let n: u64 = cli(&["dbsize"]).parse().expect("dbsize");
+    assert!((900..=1002).contains(&n), "dbsize {n}");
+}
+
+#[test]
+fn python_redis_client_works() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let script = r#"
+import sys, redis, threading
+r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]), protocol=int(sys.argv[2]))
+assert r.ping()
+r.set("a", "1"); assert r.get("a") == b"1"
+p = r.pipeline(transaction=False)
+for i in range(1000): p.set(f"k{i}", i)
+p.execute()
+assert r.mget("k1", "k999", "nope") == [b"1", b"999", None]
+r.hset("user:1", mapping={"name": "ann", "age": "7"})
+assert r.hgetall("user:1") == {b"name": b"ann", b"age": b"7"}
+assert sorted(r.scan_iter(match="k99*", count=50)) == sorted([b"k99"] + [f"k99{i}".encode() for i in range(10)])
+def work():
+    c = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]))
+    for _ in range(200): c.incr("ctr")
+ts = [threading.Thread(target=work) for _ in range(4)]
+[t.start() for t in ts]; [t.join() for t in ts]
+assert r.get("ctr") == b"800", r.get("ctr")
+try:
+    r.execute_command("NOSUCH")
+    raise SystemExit("no error")
+except redis.ResponseError as e:
+    assert "unknown command" in str(e)
+print("python ok")
+"#;
+    for proto in ["2", "3"] {
+        let o = Command::new("python3")
+            .args(["-c", script, &srv.resp.to_string(), proto])
+            .output()
+            .expect("python3 (apt-get install python3-redis)");
+        assert!(
+            o.status.success(),
+            "RESP{proto}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        srv.conn().cmd(&["DEL", "ctr"]);
+    }
+}
+
+/// The same script against redis-server and Halyard: identical replies.
+#[test]
+fn conformance_with_redis_server() {
+    assert!(have("redis-server"), "install redis-server (scripts/test.sh does)");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let script: &[&[&str]] = &[
+        &["PING"],
+        &["PING", "hello"],
+        &["ECHO", "x y"],
+        &["SET", "s", "1"],
+        &["SET", "s", "2", "NX"],
+        &["SET", "s", "3", "XX", "GET"],
+        &["SET", "s", "4", "NX", "XX"],
+        &["SET", "s", "v", "BOGUS"],
+        &["GET", "s"],
+        &["GET"],
+        &["SETNX", "s", "x"],
+        &["SETNX", "t", "x"],
+        &["GETSET", "t", "y"],
+        &["GETDEL", "t"],
+        &["GETDEL", "t"],
+        &["MSET", "a", "1", "b", "2", "c"],
+        &["MSET", "a", "1", "b", "2"],
+        &["MSETNX", "b", "3", "d", "4"],
+        &["MGET", "a", "b", "d", "s"],
+        &["EXISTS", "a", "a", "zz"],
+        &["STRLEN", "a"],
+        &["STRLEN", "zz"],
+        &["APPEND", "a", "234"],
+        &["GETRANGE", "a", "0", "1"],
+        &["GETRANGE", "a", "-2", "-1"],
+        &["GETRANGE", "a", "5", "9"],
+        &["INCR", "n"],
+        &["INCRBY", "n", "10"],
+        &["DECR", "n"],
+        &["DECRBY", "n", "-5"],
+        &["INCRBY", "n", "x"],
+        &["INCR", "s"],
+        &["SET", "big", "9223372036854775807"],
+        &["INCR", "big"],
+        &["HSET", "h", "a", "1", "b", "2"],
+        &["HSET", "h", "a", "3"],
+        &["HSET", "h", "a"],
+        &["HGET", "h", "a"],
+        &["HGET", "h", "zz"],
+        &["HMGET", "h", "a", "zz", "b"],
+        &["HLEN", "h"],
+        &["HEXISTS", "h", "b"],
+        &["HDEL", "h", "a", "zz"],
+        &["HGETALL", "h"],
+        &["GET", "h"],
+        &["HGET", "s", "x"],
+        &["INCR", "h"],
+        &["TYPE", "h"],
+        &["TYPE", "s"],
+        &["TYPE", "none"],
+        &["DEL", "h", "s", "zz"],
+        &["UNLINK", "a"],
+        &["EXISTS", "h", "s", "a"],
+        &["SELECT", "0"],
+        &["AUTH", "x"],
+        &["CLIENT", "SETNAME", "bad name"],
+        &["CLIENT", "SETNAME", "good"],
+        &["CLIENT", "GETNAME"],
+        &["NOSUCHCMD", "a"],
+    ];
+    let (mut a, mut b) = (Resp::connect(redis.port), srv.conn());
+    for cmd in script {
+        let (x, y) = (a.cmd(cmd), b.cmd(cmd));
+        let norm = |r: R| match r {
+            // Redis 7 words some messages slightly differently; the error code must match.
+            R::Err(e) => R::Err(e.split_whitespace().next().unwrap_or("").to_string()),
+            other => other,
+        };
+        assert_eq!(norm(y.clone()), norm(x.clone()), "{cmd:?}: redis {x:?}, halyard {y:?}");
+    }
+}
