@@ -78,8 +78,7 @@ fn lower(a: &[u8]) -> String {
 /// Runs one command. `sess.quit` is set by QUIT.
 pub fn execute(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> Reply {
     let Some(first) = args.first() else { return Reply::err("ERR empty command") };
-    let name = lower(first);
-    let Some(&(cname, arity)) = COMMANDS.iter().find(|(n, _)| *n == name) else {
+    let Some(&(cname, arity)) = COMMANDS.iter().find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(first)) else {
         sh.metrics.unknown_commands.fetch_add(1, Relaxed);
         let rest: Vec<String> = args[1..].iter().take(8).map(|a| format!("'{}'", String::from_utf8_lossy(a))).collect();
         return Reply::err(format!(

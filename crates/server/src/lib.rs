@@ -11,6 +11,7 @@ pub mod commands;
 pub mod config;
 pub mod keyspace;
 pub mod metrics;
+pub mod native;
 pub mod resp;
 pub mod state;
 
@@ -59,23 +60,38 @@ async fn bind(flag: &'static str, addr: &str) -> Result<TcpListener, ServerError
 pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let opts = cfg.engine_options().map_err(ServerError::Config)?;
     let resp_l = bind("--resp", &cfg.resp).await?;
+    let native_l = bind("--listen", &cfg.listen).await?;
     let http_l = bind("--http", &cfg.http).await?;
     let db = Arc::new(Db::open(&cfg.dir, opts)?);
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let names: Vec<&'static str> = commands::COMMANDS.iter().map(|(n, _)| *n).collect();
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&names)));
     let (stop_tx, stop_rx) = watch::channel(false);
-    tracing::info!(resp = %cfg.resp, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
+    tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
     let idle = (cfg.idle_timeout_secs > 0).then(|| Duration::from_secs(cfg.idle_timeout_secs));
     let conns = tokio_util_tracker::Tracker::default();
     let resp_task =
         tokio::spawn(accept_resp(resp_l, sh.clone(), limits, idle, cfg.max_clients, stop_rx.clone(), conns.clone()));
+    let native_limits = native::NativeLimits {
+        max_frame_bytes: cfg.max_request_bytes.max(64 << 10),
+        // The native protocol always has an idle limit: its clients reconnect transparently.
+        idle_timeout: idle.unwrap_or(Duration::from_secs(3600)),
+    };
+    let native_task = tokio::spawn(accept_native(
+        native_l,
+        sh.clone(),
+        native_limits,
+        cfg.max_clients,
+        stop_rx.clone(),
+        conns.clone(),
+    ));
     let http_task = tokio::spawn(accept_http(http_l, sh.clone(), stop_rx.clone()));
     shutdown.await;
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
     let _ = resp_task.await;
+    let _ = native_task.await;
     let _ = http_task.await;
     conns.wait(Duration::from_secs(10)).await;
     let flushed = tokio::task::spawn_blocking(move || db.flush()).await;
@@ -242,6 +258,48 @@ async fn resp_connection(
         if buf.capacity() > 1 << 20 && buf.len() < 16 << 10 {
             buf.shrink_to(16 << 10);
         }
+    }
+}
+
+async fn accept_native(
+    l: TcpListener,
+    sh: Arc<Shared>,
+    limits: native::NativeLimits,
+    max_clients: usize,
+    mut stop: watch::Receiver<bool>,
+    conns: tokio_util_tracker::Tracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, addr)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        sh.metrics.connections_total.fetch_add(1, Relaxed);
+        if sh.connected.load(Relaxed) >= max_clients {
+            // Dropping the stream closes it; the client sees the connection refused.
+            sh.metrics.connections_rejected.fetch_add(1, Relaxed);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        sh.connected.fetch_add(1, Relaxed);
+        let (sh, mut stop, guard) = (sh.clone(), stop.clone(), conns.enter());
+        tokio::spawn(async move {
+            let db = sh.ks.db.clone();
+            tokio::select! {
+                r = native::serve_connection(stream, db, limits, sh.native.clone()) => {
+                    if let Err(e) = r {
+                        tracing::debug!("native connection {addr}: {e}");
+                    }
+                }
+                _ = stop.changed() => {}
+            }
+            sh.connected.fetch_sub(1, Relaxed);
+            drop(guard);
+        });
     }
 }
 

@@ -110,7 +110,7 @@ pub async fn serve_connection(
         match tokio::time::timeout(limits.idle_timeout, stream.read_buf(&mut inbuf)).await {
             Err(_) => {
                 session.counters.errors.fetch_add(1, Relaxed);
-                let msg = format!("no complete request for {:?}; closing", limits.idle_timeout);
+                let msg = format!("nothing received for {:?}; closing", limits.idle_timeout);
                 error_reply(&mut out, CONNECTION_ID, ErrorCode::IdleTimeout, &msg, session.reply_limit);
                 // Best effort and never blocking: the client is not talking, it may not be reading either.
                 let _ = stream.try_write(&out);

@@ -121,6 +121,10 @@ fn parse_inline(buf: &[u8], limits: Limits) -> Result<Option<(Vec<Vec<u8>>, usiz
     Ok(Some((args, nl + 1)))
 }
 
+fn num(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
 /// A reply, encoded for the connection's protocol version.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
@@ -173,12 +177,12 @@ impl Reply {
             }
             Reply::Int(n) => {
                 out.push(b':');
-                out.extend_from_slice(n.to_string().as_bytes());
+                num(out, *n);
                 out.extend_from_slice(b"\r\n");
             }
             Reply::Bulk(b) => {
                 out.push(b'$');
-                out.extend_from_slice(b.len().to_string().as_bytes());
+                num(out, b.len());
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(b);
                 out.extend_from_slice(b"\r\n");
@@ -186,7 +190,7 @@ impl Reply {
             Reply::Nil => out.extend_from_slice(if proto >= 3 { b"_\r\n" } else { b"$-1\r\n" }),
             Reply::Array(items) => {
                 out.push(b'*');
-                out.extend_from_slice(items.len().to_string().as_bytes());
+                num(out, items.len());
                 out.extend_from_slice(b"\r\n");
                 for i in items {
                     i.encode(proto, out);
@@ -195,10 +199,10 @@ impl Reply {
             Reply::Map(pairs) => {
                 if proto >= 3 {
                     out.push(b'%');
-                    out.extend_from_slice(pairs.len().to_string().as_bytes());
+                    num(out, pairs.len());
                 } else {
                     out.push(b'*');
-                    out.extend_from_slice((pairs.len() * 2).to_string().as_bytes());
+                    num(out, pairs.len() * 2);
                 }
                 out.extend_from_slice(b"\r\n");
                 for (k, v) in pairs {

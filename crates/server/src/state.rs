@@ -57,6 +57,7 @@ pub struct Shared {
     pub cursors: Mutex<Cursors>,
     pub connected: AtomicUsize,
     pub started: Instant,
+    pub native: std::sync::Arc<crate::native::NativeCounters>,
     next_id: AtomicU64,
 }
 
@@ -69,6 +70,7 @@ impl Shared {
             cursors: Mutex::new(Cursors { next: 0, map: HashMap::new(), order: VecDeque::new() }),
             connected: AtomicUsize::new(0),
             started: Instant::now(),
+            native: Default::default(),
             next_id: AtomicU64::new(1),
         }
     }

@@ -1,0 +1,295 @@
+//! Requests (client to server): opcodes `0x01..=0x7f`.
+
+use std::ops::Bound;
+
+use crate::reader::{put_blob, Reader};
+use crate::{begin_frame, finish_frame, ProtoError};
+
+/// Request opcodes (the frame's kind byte).
+pub mod kind {
+    /// Handshake; must be the first frame on a connection.
+    pub const HELLO: u8 = 0x01;
+    /// Liveness check; the reply echoes the payload.
+    pub const PING: u8 = 0x02;
+    /// Read one key.
+    pub const GET: u8 = 0x03;
+    /// Write one key.
+    pub const PUT: u8 = 0x04;
+    /// Delete one key.
+    pub const DELETE: u8 = 0x05;
+    /// Atomic group of puts and deletes.
+    pub const BATCH: u8 = 0x06;
+    /// One page of an ordered range scan.
+    pub const SCAN: u8 = 0x07;
+}
+
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+const BOUND_UNBOUNDED: u8 = 0;
+const BOUND_INCLUDED: u8 = 1;
+const BOUND_EXCLUDED: u8 = 2;
+const SCAN_REVERSE: u8 = 1;
+
+/// A request, borrowing its keys and values from the receive buffer (server) or the caller (client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request<'a> {
+    /// Handshake: the versions the client speaks and the largest frame it accepts.
+    Hello {
+        /// Oldest supported version.
+        min_version: u16,
+        /// Newest supported version.
+        max_version: u16,
+        /// Largest frame the client will accept; the server keeps replies within it.
+        max_frame_bytes: u32,
+    },
+    /// Echo request.
+    Ping {
+        /// Echoed back verbatim.
+        payload: &'a [u8],
+    },
+    /// Read one key.
+    Get {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// Write one key.
+    Put {
+        /// The key.
+        key: &'a [u8],
+        /// The value.
+        value: &'a [u8],
+    },
+    /// Delete one key.
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// Apply all operations atomically, or none.
+    Batch {
+        /// The operations, in order.
+        ops: Vec<BatchOp<'a>>,
+    },
+    /// Read one page of a range.
+    Scan(ScanRequest<'a>),
+}
+
+/// One operation of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOp<'a> {
+    /// Write a key.
+    Put {
+        /// The key.
+        key: &'a [u8],
+        /// The value.
+        value: &'a [u8],
+    },
+    /// Delete a key.
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
+}
+
+/// A scan page request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanRequest<'a> {
+    /// Lower bound.
+    pub start: Bound<&'a [u8]>,
+    /// Upper bound.
+    pub end: Bound<&'a [u8]>,
+    /// Descending order (pages then walk from `end` down to `start`).
+    pub reverse: bool,
+    /// At most this many pairs in the page; 0 means no count limit (the frame size still bounds the page).
+    pub limit: u32,
+}
+
+impl<'a> Request<'a> {
+    /// The opcode of this request.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Request::Hello { .. } => kind::HELLO,
+            Request::Ping { .. } => kind::PING,
+            Request::Get { .. } => kind::GET,
+            Request::Put { .. } => kind::PUT,
+            Request::Delete { .. } => kind::DELETE,
+            Request::Batch { .. } => kind::BATCH,
+            Request::Scan(_) => kind::SCAN,
+        }
+    }
+
+    /// Parses a request payload. Never panics; allocates at most in proportion to `payload`.
+    pub fn decode(kind: u8, payload: &'a [u8]) -> Result<Request<'a>, ProtoError> {
+        let mut r = Reader::new(payload);
+        let req = match kind {
+            kind::HELLO => Request::Hello {
+                min_version: r.u16("hello min_version")?,
+                max_version: r.u16("hello max_version")?,
+                max_frame_bytes: r.u32("hello max_frame_bytes")?,
+            },
+            kind::PING => Request::Ping { payload: r.rest() },
+            kind::GET => Request::Get { key: r.rest() },
+            kind::PUT => Request::Put { key: r.blob("put key")?, value: r.rest() },
+            kind::DELETE => Request::Delete { key: r.rest() },
+            kind::BATCH => Request::Batch { ops: decode_batch(&mut r)? },
+            kind::SCAN => {
+                let flags = r.u8("scan flags")?;
+                if flags & !SCAN_REVERSE != 0 {
+                    return Err(ProtoError::Invalid("unknown scan flags"));
+                }
+                let limit = r.u32("scan limit")?;
+                let start = decode_bound(&mut r, "scan start bound")?;
+                let end = decode_bound(&mut r, "scan end bound")?;
+                Request::Scan(ScanRequest { start, end, reverse: flags & SCAN_REVERSE != 0, limit })
+            }
+            other => return Err(ProtoError::UnknownKind(other)),
+        };
+        r.finish()?;
+        Ok(req)
+    }
+
+    /// Appends the payload (no frame) to `out`.
+    pub fn encode_payload(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::Hello { min_version, max_version, max_frame_bytes } => {
+                out.extend_from_slice(&min_version.to_le_bytes());
+                out.extend_from_slice(&max_version.to_le_bytes());
+                out.extend_from_slice(&max_frame_bytes.to_le_bytes());
+            }
+            Request::Ping { payload } => out.extend_from_slice(payload),
+            Request::Get { key } | Request::Delete { key } => out.extend_from_slice(key),
+            Request::Put { key, value } => {
+                put_blob(out, key);
+                out.extend_from_slice(value);
+            }
+            Request::Batch { ops } => {
+                out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+                for op in ops {
+                    match op {
+                        BatchOp::Put { key, value } => {
+                            out.push(OP_PUT);
+                            put_blob(out, key);
+                            put_blob(out, value);
+                        }
+                        BatchOp::Delete { key } => {
+                            out.push(OP_DELETE);
+                            put_blob(out, key);
+                        }
+                    }
+                }
+            }
+            Request::Scan(s) => {
+                out.push(if s.reverse { SCAN_REVERSE } else { 0 });
+                out.extend_from_slice(&s.limit.to_le_bytes());
+                encode_bound(out, s.start);
+                encode_bound(out, s.end);
+            }
+        }
+    }
+}
+
+/// Appends one complete request frame to `out`; on `FrameTooLarge` (the peer's limit) `out` is unchanged.
+pub fn encode_request(
+    id: u64,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+    max_frame_bytes: usize,
+) -> Result<usize, ProtoError> {
+    let start = begin_frame(out, id, req.kind());
+    req.encode_payload(out);
+    finish_frame(out, start, max_frame_bytes)
+}
+
+fn decode_batch<'a>(r: &mut Reader<'a>) -> Result<Vec<BatchOp<'a>>, ProtoError> {
+    let count = r.u32("batch count")? as usize;
+    // Each op takes at least 5 bytes; bounding the reservation by what is present stops a forged
+    // count from allocating more than the payload justifies.
+    let mut ops = Vec::with_capacity(count.min(r.remaining() / 5));
+    for _ in 0..count {
+        let op = match r.u8("batch op")? {
+            OP_PUT => BatchOp::Put { key: r.blob("batch key")?, value: r.blob("batch value")? },
+            OP_DELETE => BatchOp::Delete { key: r.blob("batch key")? },
+            _ => return Err(ProtoError::Invalid("unknown batch op")),
+        };
+        ops.push(op);
+    }
+    Ok(ops)
+}
+
+fn decode_bound<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<Bound<&'a [u8]>, ProtoError> {
+    match r.u8(what)? {
+        BOUND_UNBOUNDED => Ok(Bound::Unbounded),
+        BOUND_INCLUDED => Ok(Bound::Included(r.blob(what)?)),
+        BOUND_EXCLUDED => Ok(Bound::Excluded(r.blob(what)?)),
+        _ => Err(ProtoError::Invalid("unknown bound kind")),
+    }
+}
+
+fn encode_bound(out: &mut Vec<u8>, b: Bound<&[u8]>) {
+    match b {
+        Bound::Unbounded => out.push(BOUND_UNBOUNDED),
+        Bound::Included(k) => {
+            out.push(BOUND_INCLUDED);
+            put_blob(out, k);
+        }
+        Bound::Excluded(k) => {
+            out.push(BOUND_EXCLUDED);
+            put_blob(out, k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(req: Request<'_>) {
+        let mut p = Vec::new();
+        req.encode_payload(&mut p);
+        assert_eq!(Request::decode(req.kind(), &p).unwrap(), req);
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        round_trip(Request::Hello { min_version: 1, max_version: 3, max_frame_bytes: 1 << 20 });
+        round_trip(Request::Ping { payload: b"" });
+        round_trip(Request::Get { key: b"k" });
+        round_trip(Request::Put { key: b"", value: b"v" });
+        round_trip(Request::Delete { key: b"key" });
+        round_trip(Request::Batch { ops: vec![] });
+        round_trip(Request::Batch {
+            ops: vec![BatchOp::Put { key: b"a", value: b"1" }, BatchOp::Delete { key: b"b" }],
+        });
+        round_trip(Request::Scan(ScanRequest {
+            start: Bound::Included(b"a"),
+            end: Bound::Excluded(b"z"),
+            reverse: true,
+            limit: 10,
+        }));
+        round_trip(Request::Scan(ScanRequest {
+            start: Bound::Unbounded,
+            end: Bound::Unbounded,
+            reverse: false,
+            limit: 0,
+        }));
+    }
+
+    #[test]
+    fn put_layout_is_documented_bytes() {
+        let mut p = Vec::new();
+        Request::Put { key: b"ab", value: b"xyz" }.encode_payload(&mut p);
+        assert_eq!(p, [2, 0, 0, 0, b'a', b'b', b'x', b'y', b'z']);
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors() {
+        assert_eq!(Request::decode(0x7f, b""), Err(ProtoError::UnknownKind(0x7f)));
+        assert_eq!(Request::decode(kind::HELLO, b"\x01\x00"), Err(ProtoError::Truncated("hello max_version")));
+        assert_eq!(Request::decode(kind::PUT, b"\x05\x00\x00\x00ab"), Err(ProtoError::Truncated("put key")));
+        // A forged count of 4 billion operations fails on the missing bytes without reserving for them.
+        assert_eq!(Request::decode(kind::BATCH, b"\xff\xff\xff\xff"), Err(ProtoError::Truncated("batch op")));
+        assert_eq!(Request::decode(kind::BATCH, b"\x01\x00\x00\x00\x09"), Err(ProtoError::Invalid("unknown batch op")));
+        assert_eq!(Request::decode(kind::SCAN, b"\x02\0\0\0\0\0\0"), Err(ProtoError::Invalid("unknown scan flags")));
+        assert_eq!(Request::decode(kind::SCAN, b"\x00\0\0\0\0\0\0\0"), Err(ProtoError::TrailingBytes(1)));
+    }
+}
