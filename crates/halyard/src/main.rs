@@ -22,6 +22,98 @@ enum Cmd {
     Serve(ServeArgs),
     /// Run benchmarks (YCSB workloads) against Halyard and other engines side by side.
     Bench(halyard_bench::BenchArgs),
+    /// Print the value of a key (native protocol).
+    Get {
+        /// Key.
+        key: String,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Store a value under a key (native protocol).
+    Put {
+        /// Key.
+        key: String,
+        /// Value.
+        value: String,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Delete a key (native protocol).
+    Del {
+        /// Key.
+        key: String,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Print the pairs of a key range in order, one "key<TAB>value" per line (native protocol).
+    Scan {
+        /// First key (inclusive); empty = from the first key.
+        #[arg(default_value = "")]
+        start: String,
+        /// Last key (exclusive); omit for no upper bound.
+        end: Option<String>,
+        /// Most pairs to print.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Descending order.
+        #[arg(long)]
+        reverse: bool,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+}
+
+/// Where the server is.
+#[derive(Args, Debug)]
+struct ConnArgs {
+    /// Native protocol address of a server.
+    #[arg(long, default_value = "127.0.0.1:7379")]
+    addr: String,
+    /// Seconds to wait for the server.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+}
+
+impl ConnArgs {
+    fn client(&self) -> Result<halyard_client::blocking::Client, String> {
+        let opts = halyard_client::ClientOptions {
+            timeout: std::time::Duration::from_secs(self.timeout),
+            ..Default::default()
+        };
+        halyard_client::blocking::Client::connect(self.addr.as_str(), opts)
+            .map_err(|e| format!("cannot reach a server at {} (--addr): {e}", self.addr))
+    }
+}
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tool(cmd: &Cmd) -> Result<(), String> {
+    use std::ops::Bound;
+    match cmd {
+        Cmd::Get { key, conn } => match conn.client()?.get(key).map_err(|e| e.to_string())? {
+            Some(v) => {
+                println!("{}", show(&v));
+                Ok(())
+            }
+            None => Err(format!("{key}: not found")),
+        },
+        Cmd::Put { key, value, conn } => conn.client()?.put(key, value).map_err(|e| e.to_string()),
+        Cmd::Del { key, conn } => conn.client()?.delete(key).map_err(|e| e.to_string()),
+        Cmd::Scan { start, end, limit, reverse, conn } => {
+            let end = end.as_deref().map_or(Bound::Unbounded, |e| Bound::Excluded(e.as_bytes()));
+            let page = conn
+                .client()?
+                .scan(Bound::Included(start.as_bytes()), end, *limit, *reverse)
+                .map_err(|e| e.to_string())?;
+            for (k, v) in page.pairs {
+                println!("{}\t{}", show(&k), show(&v));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Flags override the TOML file given with --config, which overrides the defaults.
@@ -118,6 +210,7 @@ fn main() {
     let r = match &cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Bench(a) => halyard_bench::run(a),
+        other => tool(other),
     };
     if let Err(e) = r {
         eprintln!("halyard: {e}");
