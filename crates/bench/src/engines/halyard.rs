@@ -1,0 +1,100 @@
+//! Halyard's engine.
+
+use super::{Engine, EngineConfig, EngineStats};
+use crate::args::Sync;
+use halyard_engine::{Db, Options, ScanOptions, SyncMode};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Halyard, optionally failing after a number of writes (to test the failure path).
+pub(super) struct Halyard {
+    db: Db,
+    opts: Options,
+    fail_after: Option<u64>,
+    writes: AtomicU64,
+}
+
+impl Halyard {
+    pub(super) fn open(dir: &Path, cfg: &EngineConfig, fail_after: Option<u64>) -> Result<Halyard, String> {
+        let opts = Options {
+            cache_bytes: cfg.cache_bytes as usize,
+            l0_bytes: cfg.l0_bytes as usize,
+            growth_factor: cfg.growth_factor,
+            sync: match cfg.sync {
+                Sync::None => SyncMode::None,
+                Sync::Group => SyncMode::Group,
+                Sync::Always => SyncMode::Always,
+            },
+            direct_io: true,
+            bloom_bits_per_key: 10,
+            ..Options::default()
+        };
+        let db = Db::open(dir, opts.clone()).map_err(|e| format!("open {}: {e}", dir.display()))?;
+        Ok(Halyard { db, opts, fail_after, writes: AtomicU64::new(0) })
+    }
+}
+
+impl Engine for Halyard {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        if let Some(n) = self.fail_after {
+            if self.writes.fetch_add(1, Relaxed) >= n {
+                return Err(format!("injected failure after {n} writes"));
+            }
+        }
+        self.db.put(key, value).map_err(|e| e.to_string())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<usize>, String> {
+        self.db.get(key).map(|v| v.map(|v| v.len())).map_err(|e| e.to_string())
+    }
+
+    fn scan(&self, start: &[u8], len: usize) -> Result<(usize, u64), String> {
+        let (mut n, mut bytes) = (0, 0);
+        for kv in self.db.scan_with(start.., ScanOptions { reverse: false, limit: Some(len) }) {
+            let (k, v) = kv.map_err(|e| e.to_string())?;
+            n += 1;
+            bytes += (k.len() + v.len()) as u64;
+        }
+        Ok((n, bytes))
+    }
+
+    fn stats(&self) -> EngineStats {
+        let s = self.db.stats();
+        EngineStats {
+            device_read_bytes: Some(s.device_read_bytes),
+            device_write_bytes: Some(s.device_write_bytes),
+            stall_seconds: s.stall_seconds,
+        }
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        let o = &self.opts;
+        let mut v: Vec<(String, String)> = [
+            ("cache_bytes", o.cache_bytes.to_string()),
+            ("l0_bytes", o.l0_bytes.to_string()),
+            ("growth_factor", o.growth_factor.to_string()),
+            ("max_levels", o.max_levels.to_string()),
+            ("sync", format!("{:?}", o.sync)),
+            ("group_commit_ms", o.group_commit_ms.to_string()),
+            ("direct_io", format!("{} (effective: {})", o.direct_io, self.db.stats().direct_io)),
+            ("compression", "none (Halyard does not compress)".into()),
+            ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
+            ("segment_bytes", o.segment_bytes.to_string()),
+            ("node_bytes", o.node_bytes.to_string()),
+            ("small_threshold", o.small_threshold.to_string()),
+            ("large_threshold", o.large_threshold.to_string()),
+            ("medium_placement", format!("{:?}", o.medium_placement)),
+            ("gc_threshold", o.gc_threshold.to_string()),
+            ("gc_interval_ms", o.gc_interval_ms.to_string()),
+            ("log_chunk_bytes", o.log_chunk_bytes.to_string()),
+            ("compaction_threads", o.compaction_threads.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if let Some(n) = self.fail_after {
+            v.push(("fail_after_writes".into(), n.to_string()));
+        }
+        v
+    }
+}

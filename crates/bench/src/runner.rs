@@ -1,0 +1,383 @@
+//! Runs the workload sequence on one engine and measures every phase.
+
+use crate::args::{Config, EngineKind};
+use crate::engines::{self, disk_bytes, Engine, EngineConfig};
+use crate::measure::{self, ProcIo};
+use crate::workload::{key, Chooser, Dist, Mix, Op, OpGen, Workload, KEY_BYTES, PAIR_BYTES};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often the sampler reads the op counters (throughput series, progress bar).
+const TICK: Duration = Duration::from_millis(100);
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Measures of one phase on one engine. The first fields are the documented JSON shape;
+/// the rest are extras for diagnosis.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseResult {
+    /// Engine name.
+    pub engine: String,
+    /// Mix name.
+    pub mix: String,
+    /// Workload name.
+    pub workload: String,
+    /// Operations completed.
+    pub ops: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Latency per operation (a read-modify-write counts as one).
+    pub latency_us: Latency,
+    /// Key and value bytes the workload wrote or read back.
+    pub user_bytes: u64,
+    /// Device bytes read (/proc/self/io).
+    pub device_read_bytes: u64,
+    /// Device bytes written (/proc/self/io, net of cancelled writes).
+    pub device_write_bytes: u64,
+    /// (device read + write) / user bytes.
+    pub io_amplification: f64,
+    /// Bytes on disk / live user bytes at the end of the phase.
+    pub space_amplification: f64,
+    /// Process CPU time (user + sys) per operation, microseconds.
+    pub cpu_us_per_op: f64,
+    /// Coefficient of variation of the throughput series.
+    pub throughput_cv: f64,
+    /// Seconds writers were stalled during the phase.
+    pub stall_seconds: f64,
+    /// Peak resident set size during the phase (whole run if the kernel cannot reset it).
+    pub peak_rss_bytes: u64,
+    /// Device bytes (read + written) per operation.
+    pub device_bytes_per_op: f64,
+    /// Bytes allocated under the engine's directory at the end of the phase.
+    pub disk_bytes: u64,
+    /// Bytes of the live pairs at the end of the phase.
+    pub live_bytes: u64,
+    /// Reads (and scan starts) that found no pair.
+    pub misses: u64,
+    /// The engine's own count of device bytes read (Halyard), to cross-check /proc.
+    pub engine_device_read_bytes: Option<u64>,
+    /// The engine's own count of device bytes written (Halyard).
+    pub engine_device_write_bytes: Option<u64>,
+    /// Interval of `throughput_series`, seconds.
+    pub series_interval_s: f64,
+    /// Throughput per interval, ops/s.
+    pub throughput_series: Vec<f64>,
+}
+
+/// One engine on one mix: its settings, the phases that completed and, if it failed, why.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineRun {
+    /// Engine.
+    pub engine: EngineKind,
+    /// Mix name.
+    pub mix: String,
+    /// Settings as the engine reports them.
+    pub settings: Vec<(String, String)>,
+    /// Completed phases.
+    pub results: Vec<PhaseResult>,
+    /// The failed phase and the error.
+    pub failure: Option<(String, String)>,
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicU64);
+
+/// Per-thread outcome of a phase.
+struct Worker {
+    hist: Histogram<u64>,
+    user_bytes: u64,
+    misses: u64,
+    inserts: u64,
+}
+
+fn engine_dir(cfg: &Config, kind: EngineKind, mix: &Mix) -> PathBuf {
+    let m: String = mix.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    cfg.dir.join(format!("{}-{m}", kind.name()))
+}
+
+/// Runs every workload of `cfg` on a fresh `kind` store. Never fails: errors end up in
+/// `EngineRun::failure` with the phases completed before them.
+pub fn run_engine(cfg: &Config, kind: EngineKind, mix: &Mix) -> EngineRun {
+    let mut run =
+        EngineRun { engine: kind, mix: mix.name.clone(), settings: Vec::new(), results: Vec::new(), failure: None };
+    let dir = engine_dir(cfg, kind, mix);
+    let fresh = std::fs::remove_dir_all(&dir)
+        .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+        .and_then(|()| std::fs::create_dir_all(&dir));
+    if let Err(e) = fresh {
+        run.failure = Some(("open".into(), format!("cannot make a fresh {}: {e}", dir.display())));
+        return run;
+    }
+    let engine = match engines::open(kind, &dir, &EngineConfig::from_config(cfg)) {
+        Ok(e) => e,
+        Err(e) => {
+            run.failure = Some(("open".into(), e));
+            return run;
+        }
+    };
+    run.settings = engine.settings();
+    // Room for every record number a phase can create: load-a's, plus per inserting run
+    // phase at most ceil(ops / threads) per thread.
+    let per_thread = cfg.ops.div_ceil(cfg.threads as u64);
+    let inserting = cfg.workloads.iter().filter(|w| w.inserts() && **w != Workload::LoadA).count() as u64;
+    let cap = cfg.records + inserting * per_thread * cfg.threads as u64;
+    let sizes: Vec<AtomicU8> = (0..cap).map(|_| AtomicU8::new(0)).collect();
+    let mut base = 0;
+    for (i, &w) in cfg.workloads.iter().enumerate() {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_phase(cfg, kind, mix, &*engine, &dir, &sizes, i, w, base)
+        }));
+        match r {
+            Ok(Ok((res, new_base))) => {
+                if !cfg.quiet {
+                    eprintln!(
+                        "{} {} {}: {} ops in {:.1} s, {:.0} ops/s, I/O amp {:.2}",
+                        res.engine, res.mix, res.workload, res.ops, res.seconds, res.ops_per_sec, res.io_amplification
+                    );
+                }
+                run.results.push(res);
+                base = new_base;
+            }
+            Ok(Err(e)) => {
+                run.failure = Some((w.name().into(), e));
+                break;
+            }
+            Err(p) => {
+                run.failure = Some((w.name().into(), format!("panicked: {}", panic_text(&*p))));
+                break;
+            }
+        }
+    }
+    // Closing can panic in a broken engine too; the results are kept either way.
+    let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(engine)));
+    if let (Err(p), None) = (closed, &run.failure) {
+        run.failure = Some(("close".into(), format!("panicked: {}", panic_text(&*p))));
+    }
+    if !cfg.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    run
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
+}
+
+fn progress(cfg: &Config, total: u64, label: String) -> ProgressBar {
+    if cfg.quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{msg:24} [{bar:40}] {pos}/{len} {per_sec} eta {eta}") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(label);
+    pb
+}
+
+/// Runs one phase; returns its result and the record count after it.
+#[allow(clippy::too_many_arguments)]
+fn run_phase(
+    cfg: &Config,
+    kind: EngineKind,
+    mix: &Mix,
+    engine: &dyn Engine,
+    dir: &std::path::Path,
+    sizes: &[AtomicU8],
+    phase: usize,
+    w: Workload,
+    base: u64,
+) -> Result<(PhaseResult, u64), String> {
+    let total = if w == Workload::LoadA { cfg.records } else { cfg.ops };
+    let dist = if w == Workload::RunD { Dist::Latest } else { cfg.dist };
+    let chooser = Chooser::new(dist, base.max(1));
+    let counters: Vec<Padded> = (0..cfg.threads).map(|_| Padded::default()).collect();
+    let stop = AtomicBool::new(false);
+    // Each worker holds a sender; the channel disconnects the moment the last one ends, so
+    // the phase's end is not rounded up to the sampler's tick.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let error: Mutex<Option<String>> = Mutex::new(None);
+    let pb = progress(cfg, total, format!("{} {} {}", kind.name(), mix.name, w));
+
+    let (est0, io0, cpu0) = (engine.stats(), ProcIo::now(), measure::cpu_time());
+    measure::reset_peak_rss();
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    let mut end = t0;
+    let workers: Vec<Result<Worker, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.threads)
+            .map(|t| {
+                let gen = OpGen::new(cfg.seed, phase, w, mix, chooser.clone(), t, cfg.threads, base, total);
+                let (counter, stop, error, done) = (&counters[t].0, &stop, &error, done_tx.clone());
+                s.spawn(move || {
+                    let r = worker(engine, gen, sizes, counter, stop);
+                    if let Err(e) = &r {
+                        stop.store(true, Relaxed);
+                        error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.clone());
+                    }
+                    drop(done);
+                    r
+                })
+            })
+            .collect();
+        drop(done_tx);
+        // Sample the counters until the workers are done: throughput series and progress.
+        // The last, partial tick is left out of the series.
+        let mut next = t0 + TICK;
+        loop {
+            match done_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) => {
+                    let n: u64 = counters.iter().map(|c| c.0.load(Relaxed)).sum();
+                    samples.push(n);
+                    pb.set_position(n);
+                    next += TICK;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+                Ok(()) => {}
+            }
+        }
+        end = Instant::now();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| Err(format!("worker panicked: {}", panic_text(&*p)))))
+            .collect()
+    });
+    let seconds = (end - t0).as_secs_f64();
+    pb.finish_and_clear();
+    let (cpu, io, est) = (measure::cpu_time() - cpu0, ProcIo::now().since(&io0), engine.stats());
+    let peak_rss_bytes = measure::peak_rss();
+    if let Some(e) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let (mut user_bytes, mut misses, mut max_inserts) = (0, 0, 0);
+    for wk in workers {
+        let wk = wk?;
+        hist.add(&wk.hist).map_err(|e| e.to_string())?;
+        user_bytes += wk.user_bytes;
+        misses += wk.misses;
+        max_inserts = max_inserts.max(wk.inserts);
+    }
+    let ops = hist.len();
+    let live_bytes: u64 =
+        sizes.iter().map(|c| c.load(Relaxed)).filter(|&c| c > 0).map(|c| PAIR_BYTES[c as usize - 1] as u64).sum();
+    let disk = disk_bytes(dir);
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let device = io.read_bytes + io.write_bytes;
+    let series = measure::per_second(&samples, TICK);
+    let interval = if series.len() < samples.len() { 1.0 } else { TICK.as_secs_f64() };
+    let delta = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
+    let res = PhaseResult {
+        engine: kind.name().into(),
+        mix: mix.name.clone(),
+        workload: w.name().into(),
+        ops,
+        seconds,
+        ops_per_sec: ops as f64 / seconds.max(1e-9),
+        latency_us: Latency { p50: us(0.5), p99: us(0.99), p999: us(0.999), max: hist.max() as f64 / 1000.0 },
+        user_bytes,
+        device_read_bytes: io.read_bytes,
+        device_write_bytes: io.write_bytes,
+        io_amplification: device as f64 / user_bytes.max(1) as f64,
+        space_amplification: disk as f64 / live_bytes.max(1) as f64,
+        cpu_us_per_op: cpu.as_secs_f64() * 1e6 / ops.max(1) as f64,
+        throughput_cv: measure::cv(&series),
+        stall_seconds: (est.stall_seconds - est0.stall_seconds).max(0.0),
+        peak_rss_bytes,
+        device_bytes_per_op: device as f64 / ops.max(1) as f64,
+        disk_bytes: disk,
+        live_bytes,
+        misses,
+        engine_device_read_bytes: delta(est.device_read_bytes, est0.device_read_bytes),
+        engine_device_write_bytes: delta(est.device_write_bytes, est0.device_write_bytes),
+        series_interval_s: interval,
+        throughput_series: series,
+    };
+    let new_base = match w {
+        Workload::LoadA => cfg.records,
+        Workload::RunD | Workload::RunE => base + max_inserts * cfg.threads as u64,
+        _ => base,
+    };
+    Ok((res, new_base))
+}
+
+/// One client thread: issues its operations, timing each.
+fn worker(
+    engine: &dyn Engine,
+    mut gen: OpGen,
+    sizes: &[AtomicU8],
+    counter: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<Worker, String> {
+    // 1 ns .. 1 hour at 3 significant digits.
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
+    let pool = gen.value_pool();
+    let (mut user_bytes, mut misses) = (0u64, 0u64);
+    let mut k = [0u8; KEY_BYTES];
+    let put = |gen: &mut OpGen, n: u64, cat: u8, k: &[u8; KEY_BYTES]| -> Result<u64, String> {
+        let len = PAIR_BYTES[cat as usize] - KEY_BYTES;
+        let off = gen.value_offset(len);
+        engine.put(k, &pool[off..off + len])?;
+        if let Some(s) = sizes.get(n as usize) {
+            s.store(cat + 1, Relaxed);
+        }
+        Ok(PAIR_BYTES[cat as usize] as u64)
+    };
+    while let Some(op) = gen.next() {
+        if stop.load(Relaxed) {
+            break;
+        }
+        let t = Instant::now();
+        match op {
+            Op::Read(n) => {
+                key(n, &mut k);
+                // The key is issued whether or not the pair exists.
+                let len = engine.get(&k)?;
+                misses += u64::from(len.is_none());
+                user_bytes += (KEY_BYTES + len.unwrap_or(0)) as u64;
+            }
+            Op::Update(n, c) | Op::Insert(n, c) => {
+                key(n, &mut k);
+                user_bytes += put(&mut gen, n, c, &k)?;
+            }
+            Op::Scan(n, len) => {
+                key(n, &mut k);
+                let (pairs, bytes) = engine.scan(&k, len)?;
+                misses += u64::from(pairs == 0);
+                user_bytes += KEY_BYTES as u64 + bytes;
+            }
+            Op::ReadModifyWrite(n, c) => {
+                key(n, &mut k);
+                // The key is issued whether or not the pair exists.
+                let len = engine.get(&k)?;
+                misses += u64::from(len.is_none());
+                user_bytes += (KEY_BYTES + len.unwrap_or(0)) as u64;
+                user_bytes += put(&mut gen, n, c, &k)?;
+            }
+        }
+        hist.saturating_record(t.elapsed().as_nanos() as u64);
+        counter.fetch_add(1, Relaxed);
+    }
+    Ok(Worker { hist, user_bytes, misses, inserts: gen.inserts })
+}

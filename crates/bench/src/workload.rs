@@ -1,0 +1,540 @@
+//! YCSB workloads: key names, request distributions, KV size mixes and the per-thread
+//! operation generator.
+//!
+//! The generators follow YCSB's `CoreWorkload` so that figures compare with published ones:
+//! keys are `"user"` + FNV-1a-64 of the record number (so Load A inserts in hashed, not
+//! sorted, order), Zipfian is YCSB's `ScrambledZipfianGenerator` and `latest` its
+//! `SkewedLatestGenerator`.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::fmt;
+
+/// Bytes of every key: "user" + 20 zero-padded digits (the widest u64).
+pub const KEY_BYTES: usize = 24;
+/// KV pair sizes of the S, M and L categories (Tebis Table 2; DESIGN.md §5).
+pub const PAIR_BYTES: [usize; 3] = [33, 148, 1228];
+/// Longest scan of Run E (YCSB's default `maxscanlength`).
+pub const MAX_SCAN: usize = 100;
+/// Zipfian constant of YCSB.
+pub const ZIPF_THETA: f64 = 0.99;
+
+/// A YCSB workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Workload {
+    /// Insert `records` pairs.
+    #[serde(rename = "load-a")]
+    LoadA,
+    /// 50% reads, 50% updates.
+    #[serde(rename = "run-a")]
+    RunA,
+    /// 95% reads, 5% updates.
+    #[serde(rename = "run-b")]
+    RunB,
+    /// Reads only.
+    #[serde(rename = "run-c")]
+    RunC,
+    /// 95% reads of the latest keys, 5% inserts.
+    #[serde(rename = "run-d")]
+    RunD,
+    /// 95% scans of 1..100 pairs, 5% inserts.
+    #[serde(rename = "run-e")]
+    RunE,
+    /// 50% reads, 50% read-modify-writes.
+    #[serde(rename = "run-f")]
+    RunF,
+}
+
+impl Workload {
+    /// All workloads.
+    pub const ALL: [Workload; 7] = [
+        Workload::LoadA,
+        Workload::RunA,
+        Workload::RunB,
+        Workload::RunC,
+        Workload::RunD,
+        Workload::RunE,
+        Workload::RunF,
+    ];
+
+    /// Name as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::LoadA => "load-a",
+            Workload::RunA => "run-a",
+            Workload::RunB => "run-b",
+            Workload::RunC => "run-c",
+            Workload::RunD => "run-d",
+            Workload::RunE => "run-e",
+            Workload::RunF => "run-f",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Result<Workload, String> {
+        let l = s.to_ascii_lowercase();
+        Workload::ALL.into_iter().find(|w| w.name() == l).ok_or_else(|| {
+            format!("unknown workload `{s}` (expected load-a, run-a, run-b, run-c, run-d, run-e or run-f)")
+        })
+    }
+
+    /// Whether the workload adds new keys (so the key space grows).
+    pub fn inserts(self) -> bool {
+        matches!(self, Workload::LoadA | Workload::RunD | Workload::RunE)
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Request distribution over existing keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dist {
+    /// Scrambled Zipfian, constant 0.99.
+    Zipfian,
+    /// Uniform.
+    Uniform,
+    /// Zipfian over recency: the newest keys are the most popular.
+    Latest,
+}
+
+impl Dist {
+    /// Parses a name.
+    pub fn parse(s: &str) -> Result<Dist, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "zipfian" => Ok(Dist::Zipfian),
+            "uniform" => Ok(Dist::Uniform),
+            "latest" => Ok(Dist::Latest),
+            _ => Err(format!("unknown --dist `{s}` (expected zipfian, uniform or latest)")),
+        }
+    }
+}
+
+/// A KV size mix: percentages of S, M and L pairs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Mix {
+    /// Name (S, M, L, SD, MD, LD or custom:s,m,l).
+    pub name: String,
+    /// Percent of S, M, L pairs; sums to 100.
+    pub percent: [u32; 3],
+}
+
+impl Mix {
+    /// Parses a mix name.
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let percent = match s.to_ascii_uppercase().as_str() {
+            "S" => [100, 0, 0],
+            "M" => [0, 100, 0],
+            "L" => [0, 0, 100],
+            "SD" => [60, 20, 20],
+            "MD" => [20, 60, 20],
+            "LD" => [20, 20, 60],
+            u if u.starts_with("CUSTOM:") => {
+                let parts: Vec<&str> =
+                    s["custom:".len()..].split(',').map(|p| p.trim().trim_end_matches('%')).collect();
+                let bad = || format!("bad mix `{s}`: expected custom:S%,M%,L% with three percentages summing to 100");
+                if parts.len() != 3 {
+                    return Err(bad());
+                }
+                let mut p = [0u32; 3];
+                for (d, x) in p.iter_mut().zip(&parts) {
+                    *d = x.parse().map_err(|_| bad())?;
+                }
+                if p.iter().sum::<u32>() != 100 {
+                    return Err(bad());
+                }
+                p
+            }
+            _ => return Err(format!("unknown mix `{s}` (expected S, M, L, SD, MD, LD or custom:S%,M%,L%)")),
+        };
+        let name = if s.to_ascii_lowercase().starts_with("custom:") {
+            format!("custom:{},{},{}", percent[0], percent[1], percent[2])
+        } else {
+            s.to_ascii_uppercase()
+        };
+        Ok(Mix { name, percent })
+    }
+
+    /// Draws a size category (0 = S, 1 = M, 2 = L).
+    pub fn draw(&self, rng: &mut impl Rng) -> u8 {
+        let x = rng.gen_range(0..100u32);
+        if x < self.percent[0] {
+            0
+        } else if x < self.percent[0] + self.percent[1] {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+/// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 little-endian bytes, made non-negative.
+pub fn fnv64(mut v: u64) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for _ in 0..8 {
+        h ^= v & 0xff;
+        h = h.wrapping_mul(1_099_511_628_211);
+        v >>= 8;
+    }
+    // Java's Math.abs on a long.
+    (h as i64).wrapping_abs() as u64
+}
+
+/// The key of record `n`: "user" + its hash, zero-padded to [`KEY_BYTES`].
+pub fn key(n: u64, out: &mut [u8; KEY_BYTES]) {
+    out[..4].copy_from_slice(b"user");
+    let mut h = fnv64(n);
+    for i in (4..KEY_BYTES).rev() {
+        out[i] = b'0' + (h % 10) as u8;
+        h /= 10;
+    }
+}
+
+/// YCSB's `ZipfianGenerator` (Gray et al., "Quickly generating billion-record synthetic
+/// databases"): item 0 is the most popular. The item count may grow; zeta is then extended
+/// incrementally, as YCSB does.
+#[derive(Clone, Debug)]
+pub struct Zipfian {
+    theta: f64,
+    alpha: f64,
+    zeta2: f64,
+    zetan: f64,
+    eta: f64,
+    n: u64,
+}
+
+fn zeta(from: u64, to: u64, theta: f64, init: f64) -> f64 {
+    (from..to).fold(init, |s, i| s + 1.0 / ((i + 1) as f64).powf(theta))
+}
+
+impl Zipfian {
+    /// Over `n` items, computing zeta(n) (O(n)).
+    pub fn new(n: u64, theta: f64) -> Zipfian {
+        Zipfian::with_zeta(n, theta, zeta(0, n, theta, 0.0))
+    }
+
+    /// Over `n` items with a precomputed zeta(n).
+    pub fn with_zeta(n: u64, theta: f64, zetan: f64) -> Zipfian {
+        let zeta2 = zeta(0, 2, theta, 0.0);
+        let mut z = Zipfian { theta, alpha: 1.0 / (1.0 - theta), zeta2, zetan, eta: 0.0, n: n.max(1) };
+        z.eta = z.eta_for(z.n);
+        z
+    }
+
+    fn eta_for(&self, n: u64) -> f64 {
+        (1.0 - (2.0 / n as f64).powf(1.0 - self.theta)) / (1.0 - self.zeta2 / self.zetan)
+    }
+
+    /// An item in `0..n`, given a uniform `u` in [0, 1).
+    pub fn sample(&mut self, u: f64, n: u64) -> u64 {
+        if n > self.n {
+            self.zetan = zeta(self.n, n, self.theta, self.zetan);
+            self.n = n;
+            self.eta = self.eta_for(n);
+        }
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(n - 1);
+        }
+        let r = (n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        r.min(n - 1)
+    }
+}
+
+/// Item count and zeta of YCSB's `ScrambledZipfianGenerator`: a Zipfian over 10^10 items
+/// whose draws are hashed onto the key space, so popular keys are spread out.
+const SCRAMBLED_ITEMS: u64 = 10_000_000_000;
+const SCRAMBLED_ZETAN: f64 = 26.469_028_201_783_02;
+
+/// Picks an existing record number.
+#[derive(Clone, Debug)]
+pub enum Chooser {
+    /// Uniform.
+    Uniform,
+    /// Scrambled Zipfian.
+    Scrambled(Zipfian),
+    /// Skewed towards the latest records.
+    Latest(Zipfian),
+}
+
+impl Chooser {
+    /// A chooser for `dist` over (initially) `n` records.
+    pub fn new(dist: Dist, n: u64) -> Chooser {
+        match dist {
+            Dist::Uniform => Chooser::Uniform,
+            Dist::Zipfian => Chooser::Scrambled(Zipfian::with_zeta(SCRAMBLED_ITEMS, ZIPF_THETA, SCRAMBLED_ZETAN)),
+            Dist::Latest => Chooser::Latest(Zipfian::new(n, ZIPF_THETA)),
+        }
+    }
+
+    /// A record number in `0..n`.
+    pub fn next(&mut self, rng: &mut impl Rng, n: u64) -> u64 {
+        match self {
+            Chooser::Uniform => rng.gen_range(0..n),
+            Chooser::Scrambled(z) => fnv64(z.sample(rng.gen(), SCRAMBLED_ITEMS)) % n,
+            Chooser::Latest(z) => n - 1 - z.sample(rng.gen(), n),
+        }
+    }
+}
+
+/// One operation. Sizes are categories (index into [`PAIR_BYTES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Point read.
+    Read(u64),
+    /// Overwrite an existing record with a newly drawn size.
+    Update(u64, u8),
+    /// Add a new record.
+    Insert(u64, u8),
+    /// Read `len` pairs from the record's key on.
+    Scan(u64, usize),
+    /// Read, then overwrite.
+    ReadModifyWrite(u64, u8),
+}
+
+/// The operation sequence of one client thread: a function of the seed, the phase, the
+/// thread's index and the thread count only, so every engine gets the same one.
+pub struct OpGen {
+    rng: StdRng,
+    workload: Workload,
+    mix: Mix,
+    chooser: Chooser,
+    thread: u64,
+    threads: u64,
+    /// Records that existed when the phase began (record numbers `0..base`).
+    base: u64,
+    /// Inserts this thread made in the phase; the i-th gets record `base + i*threads + thread`.
+    pub inserts: u64,
+    /// Operations this thread issues.
+    pub count: u64,
+    done: u64,
+}
+
+impl OpGen {
+    /// The generator of `thread` (of `threads`) for a phase that starts with `base` records.
+    /// `chooser` is cloned from one built per phase, since building `latest` costs O(records).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        seed: u64,
+        phase: usize,
+        workload: Workload,
+        mix: &Mix,
+        chooser: Chooser,
+        thread: usize,
+        threads: usize,
+        base: u64,
+        total_ops: u64,
+    ) -> OpGen {
+        let (t, ts) = (thread as u64, threads as u64);
+        let count = total_ops / ts + u64::from(t < total_ops % ts);
+        let s = seed ^ fnv64((phase as u64) << 32 | t);
+        OpGen {
+            rng: StdRng::seed_from_u64(s),
+            workload,
+            mix: mix.clone(),
+            chooser,
+            thread: t,
+            threads: ts,
+            base,
+            inserts: 0,
+            count,
+            done: 0,
+        }
+    }
+
+    /// Records this thread may choose from: the phase's base plus the inserts made at the
+    /// same pace by every thread (another thread's may lag and read as missing).
+    fn known(&self) -> u64 {
+        self.base + self.inserts * self.threads
+    }
+
+    fn insert(&mut self) -> Op {
+        let n = if self.workload == Workload::LoadA {
+            self.done * self.threads + self.thread
+        } else {
+            let n = self.base + self.inserts * self.threads + self.thread;
+            self.inserts += 1;
+            n
+        };
+        Op::Insert(n, self.mix.draw(&mut self.rng))
+    }
+
+    /// Uniform bytes for values, drawn once per thread.
+    pub fn value_pool(&mut self) -> Vec<u8> {
+        (0..4096).map(|_| self.rng.gen()).collect()
+    }
+
+    /// An offset into the value pool for a value of `len` bytes.
+    pub fn value_offset(&mut self, len: usize) -> usize {
+        self.rng.gen_range(0..=4096 - len)
+    }
+}
+
+impl Iterator for OpGen {
+    type Item = Op;
+    fn next(&mut self) -> Option<Op> {
+        if self.done == self.count {
+            return None;
+        }
+        let pct = self.rng.gen_range(0..100u32);
+        let op = match self.workload {
+            Workload::LoadA => self.insert(),
+            Workload::RunA | Workload::RunB | Workload::RunC | Workload::RunF => {
+                let write_pct = match self.workload {
+                    Workload::RunA | Workload::RunF => 50,
+                    Workload::RunB => 5,
+                    _ => 0,
+                };
+                let n = self.known();
+                let k = self.chooser.next(&mut self.rng, n);
+                if pct >= write_pct {
+                    Op::Read(k)
+                } else if self.workload == Workload::RunF {
+                    Op::ReadModifyWrite(k, self.mix.draw(&mut self.rng))
+                } else {
+                    Op::Update(k, self.mix.draw(&mut self.rng))
+                }
+            }
+            Workload::RunD | Workload::RunE => {
+                if pct < 5 {
+                    self.insert()
+                } else {
+                    let n = self.known();
+                    let k = self.chooser.next(&mut self.rng, n);
+                    if self.workload == Workload::RunD {
+                        Op::Read(k)
+                    } else {
+                        Op::Scan(k, self.rng.gen_range(1..=MAX_SCAN))
+                    }
+                }
+            }
+        };
+        self.done += 1;
+        Some(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_hashed_fixed_width_and_deterministic() {
+        let (mut a, mut b) = ([0u8; KEY_BYTES], [0u8; KEY_BYTES]);
+        key(1, &mut a);
+        key(1, &mut b);
+        assert_eq!(a, b);
+        assert!(a.starts_with(b"user") && a[4..].iter().all(u8::is_ascii_digit));
+        key(2, &mut b);
+        assert_ne!(a, b);
+        // Hashing scatters consecutive record numbers: load order is not key order.
+        let keys: Vec<[u8; KEY_BYTES]> = (0..100)
+            .map(|n| {
+                let mut k = [0; KEY_BYTES];
+                key(n, &mut k);
+                k
+            })
+            .collect();
+        assert!(keys.windows(2).any(|w| w[0] > w[1]));
+        // YCSB's first loaded key is the well-known "user6284781860667377211".
+        assert_eq!(fnv64(0), 6_284_781_860_667_377_211);
+        key(0, &mut a);
+        assert_eq!(&a, b"user06284781860667377211");
+    }
+
+    #[test]
+    fn zipfian_is_skewed() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let n = 10_000u64;
+        let mut z = Zipfian::new(n, ZIPF_THETA);
+        let mut hits = vec![0u32; n as usize];
+        let draws = 200_000;
+        for _ in 0..draws {
+            hits[z.sample(rng.gen(), n) as usize] += 1;
+        }
+        // With theta 0.99 over 10^4 items, item 0 takes ~1/zeta(n) ~ 10% of draws and the
+        // top 1% of items take more than half.
+        let top: u32 = hits[..100].iter().sum();
+        assert!(hits[0] as f64 / draws as f64 > 0.07, "{}", hits[0]);
+        assert!(top as f64 / draws as f64 > 0.5, "{top}");
+        assert!(hits[0] > hits[10] && hits[10] > hits[1000]);
+    }
+
+    #[test]
+    fn scrambled_zipfian_stays_in_range_and_is_skewed() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let n = 1000;
+        let mut c = Chooser::new(Dist::Zipfian, n);
+        let mut hits = vec![0u32; n as usize];
+        for _ in 0..100_000 {
+            hits[c.next(&mut rng, n) as usize] += 1;
+        }
+        hits.sort_unstable_by(|a, b| b.cmp(a));
+        // Far from uniform (100 per item).
+        assert!(hits[0] > 2000, "{}", hits[0]);
+    }
+
+    #[test]
+    fn latest_prefers_new_records_and_grows() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut c = Chooser::new(Dist::Latest, 1000);
+        let newest = (0..10_000).filter(|_| c.next(&mut rng, 1000) >= 990).count();
+        assert!(newest > 3000, "{newest}");
+        for _ in 0..1000 {
+            assert!(c.next(&mut rng, 2000) < 2000);
+        }
+    }
+
+    #[test]
+    fn mixes_keep_their_proportions() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for (name, want) in [("SD", [60, 20, 20]), ("MD", [20, 60, 20]), ("custom:5,15,80", [5, 15, 80])] {
+            let m = Mix::parse(name).unwrap();
+            let mut got = [0u32; 3];
+            for _ in 0..100_000 {
+                got[m.draw(&mut rng) as usize] += 1;
+            }
+            for i in 0..3 {
+                let pct = got[i] as f64 / 1000.0;
+                assert!((pct - want[i] as f64).abs() < 1.0, "{name}: {got:?}");
+            }
+        }
+        assert_eq!(Mix::parse("L").unwrap().percent, [0, 0, 100]);
+        assert!(Mix::parse("custom:50,50").is_err());
+    }
+
+    #[test]
+    fn op_sequence_is_deterministic_and_split_across_threads() {
+        let m = Mix::parse("SD").unwrap();
+        let gen = |t| OpGen::new(9, 1, Workload::RunE, &m, Chooser::new(Dist::Zipfian, 100), t, 3, 100, 1000);
+        let a: Vec<Op> = gen(0).collect();
+        assert_eq!(a, gen(0).collect::<Vec<_>>());
+        assert_ne!(a, gen(1).collect::<Vec<_>>());
+        assert_eq!((0..3).map(|t| gen(t).count()).sum::<usize>(), 1000);
+        for op in &a {
+            match *op {
+                Op::Scan(k, len) => assert!(k < 100 + 1000 && (1..=MAX_SCAN).contains(&len)),
+                Op::Insert(k, _) => assert!(k >= 100 && k % 3 == 100 % 3),
+                _ => panic!("run-e issues scans and inserts only: {op:?}"),
+            }
+        }
+        // Load A covers every record number exactly once across the threads.
+        let mut all: Vec<u64> = (0..3)
+            .flat_map(|t| OpGen::new(9, 0, Workload::LoadA, &m, Chooser::Uniform, t, 3, 0, 10))
+            .map(|op| match op {
+                Op::Insert(k, _) => k,
+                _ => unreachable!(),
+            })
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+    }
+}
