@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs what the tests drive (Debian's redis-server, redis-tools; the redis Python
+# Installs what the tests need (Debian packages below; the redis Python
 # package), then runs the whole test suite. Idempotent: installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v redis-cli >/dev/null || need+=(redis-tools)
-command -v redis-benchmark >/dev/null || need+=(redis-tools)
+# redis-server and redis-tools: the server tests drive redis-cli and redis-benchmark and compare
+# with a real redis-server; librocksdb-dev, libclang-dev and clang: the benchmark's RocksDB and
+# BlobDB baselines (see ../shared/ENVIRONMENT.md); fonts-dejavu-core: text in the plots.
+for p in redis-server redis-tools librocksdb-dev libclang-dev clang fonts-dejavu-core; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
@@ -16,4 +19,7 @@ python3 - <<'PY' 2>/dev/null || python3 -m pip install --quiet 'redis>=5'
 import redis, sys
 sys.exit(0 if int(redis.__version__.split(".")[0]) >= 5 else 1)
 PY
+export ROCKSDB_LIB_DIR=/usr/lib/x86_64-linux-gnu
 cargo test --workspace "$@"
+# the benchmark again with RocksDB and BlobDB linked in (a smoke run of all three engines)
+cargo test -p halyard-bench --features rocksdb "$@"
