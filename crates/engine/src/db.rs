@@ -33,6 +33,9 @@ pub const DATA_FILE: &str = "data.hly";
 pub(crate) struct DbInner {
     pub sh: Arc<Shared>,
     pub regions: RwLock<BTreeMap<u32, Arc<Region>>>,
+    /// The same regions for routing: read on every operation without a lock or a reference
+    /// count change, replaced whenever `regions` changes.
+    routes: arc_swap::ArcSwap<Vec<Arc<Region>>>,
     path: PathBuf,
     _lock: File,
 }
@@ -263,8 +266,10 @@ impl Db {
         let alloc =
             Arc::new(Allocator::new(dev.clone(), opts.max_device_bytes, &manifest::segments_in_use(&catalog, &chain))?);
         let mut replayed = Vec::new();
+        let mut dropped = 0;
         for (&id, meta) in &catalog.regions {
-            let (mem, last, seals) = recovery::replay(&dev, meta)?;
+            let (mem, last, seals, d) = recovery::replay_counted(&dev, meta)?;
+            dropped += d;
             replayed.push((id, mem, last, seals));
         }
         for (id, _, _, seals) in &replayed {
@@ -277,6 +282,7 @@ impl Db {
             node_bytes: opts.node_bytes,
         };
         let sh = Arc::new(Shared::new(opts, dev, alloc, manifest, ctx));
+        sh.counters.recovery_dropped.store(dropped, Relaxed);
         let mut regions = BTreeMap::new();
         for (id, mem, last, _) in replayed {
             let Some(meta) = sh.manifest.region(id) else {
@@ -284,7 +290,8 @@ impl Db {
             };
             regions.insert(id, Arc::new(Region::new(id, &meta, sh.clone(), mem, last + 1)));
         }
-        let inner = Arc::new(DbInner { sh, regions: RwLock::new(regions), path, _lock: lock });
+        let routes = arc_swap::ArcSwap::from_pointee(regions.values().cloned().collect());
+        let inner = Arc::new(DbInner { sh, regions: RwLock::new(regions), routes, path, _lock: lock });
         let db = Db { inner, threads: Mutex::new(Vec::new()) };
         db.start_threads();
         Ok(db)
@@ -316,23 +323,29 @@ impl Db {
     }
 
     pub(crate) fn route(&self, key: &[u8]) -> Result<Arc<Region>> {
-        let g = self.inner.regions.read();
-        g.values().find(|r| r.contains(key)).cloned().ok_or(Error::NoRegionForKey)
+        self.inner.routes.load().iter().find(|r| r.contains(key)).cloned().ok_or(Error::NoRegionForKey)
+    }
+
+    /// Runs `f` on the region holding `key` (the hot path: no lock, no reference count).
+    fn on_region<T>(&self, key: &[u8], f: impl FnOnce(&Region) -> Result<T>) -> Result<T> {
+        let routes = self.inner.routes.load();
+        let r = routes.iter().find(|r| r.contains(key)).ok_or(Error::NoRegionForKey)?;
+        f(r)
     }
 
     /// Stores `value` under `key`.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.route(key)?.write(&[Op::Put(key, value)]).map(|_| ())
+        self.on_region(key, |r| r.write(&[Op::Put(key, value)]).map(|_| ()))
     }
 
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.route(key)?.get(key)
+        self.on_region(key, |r| r.get(key))
     }
 
     /// Removes `key`.
     pub fn delete(&self, key: &[u8]) -> Result<()> {
-        self.route(key)?.write(&[Op::Delete(key)]).map(|_| ())
+        self.on_region(key, |r| r.write(&[Op::Delete(key)]).map(|_| ()))
     }
 
     /// Applies a batch atomically: after a crash either all of it or none of it is there.
@@ -487,6 +500,7 @@ impl Db {
         let meta = sh.manifest.region(id).ok_or(Error::NoSuchRegion(id))?;
         let r = Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), 1));
         g.insert(id, r.clone());
+        self.inner.routes.store(Arc::new(g.values().cloned().collect()));
         Ok(RegionHandle { region: r })
     }
 

@@ -45,13 +45,20 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
     let base = dev.seg_base(seg);
     let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
     dev.read_into(base, &mut img, IoKind::Gc)?;
+    let (records, clean) = record::scan_checked(&img, salt);
+    if !clean {
+        // Records past a damaged one cannot be read, so nothing proves they are dead: keep the
+        // segment (reads of its damaged record report Corruption).
+        tracing::error!("large-log segment {seg} holds a damaged record; garbage collection leaves it alone");
+        return Ok(false);
+    }
     // Recovery replays the large log beyond L1's LSN without gaps: a segment holding such
     // records must stay until L1 covers them.
-    if record::scan(&img, salt).any(|(_, rec)| rec.lsn > l1_lsn && rec.lsn <= sealed) {
+    if records.iter().any(|(_, rec)| rec.lsn > l1_lsn && rec.lsn <= sealed) {
         return Ok(false);
     }
     let mut moved = 0u64;
-    for (off, rec) in record::scan(&img, salt) {
+    for (off, rec) in records {
         if rec.kind != KIND_PUT || rec.lsn > sealed {
             continue;
         }

@@ -270,6 +270,14 @@ pub(crate) struct Loaded {
     pub chain: Vec<u32>,
 }
 
+/// First record of every checkpoint: "CKPT" and the generation of the superblock that names
+/// the chain. A chain without it (a superblock copy that outlived its chain) is refused.
+fn checkpoint_marker(generation: u64) -> Vec<u8> {
+    let mut m = b"CKPT".to_vec();
+    m.extend_from_slice(&generation.to_le_bytes());
+    m
+}
+
 /// Reads the superblock and replays the redo chain. `None` for a device never formatted.
 pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
     let Some(sb) = Superblock::read(dev)? else {
@@ -283,8 +291,19 @@ pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
         )));
     }
     let (records, chain) = read_chain(dev, sb.redo_seg, sb.redo_salt)?;
+    if records.first() != Some(&checkpoint_marker(sb.generation)) {
+        return Err(Error::corrupt(
+            sb.redo_seg as u64,
+            0,
+            format!(
+                "the catalog chain of superblock generation {} is not intact (the newer superblock copy is damaged \
+                 and the older one's chain was reused); the store cannot be opened safely",
+                sb.generation
+            ),
+        ));
+    }
     let mut catalog = Catalog::default();
-    for r in &records {
+    for r in &records[1..] {
         let (region, edits) =
             decode_edits(r).map_err(|_| Error::corrupt(sb.redo_seg as u64, 0, "undecodable redo record"))?;
         catalog.apply(region, &edits);
@@ -333,6 +352,7 @@ impl Manifest {
         if !fresh_writer {
             g.redo = RedoWriter::start(&self.dev, &self.alloc)?;
         }
+        g.redo.append(&self.dev, &self.alloc, &checkpoint_marker(g.sb.generation + 1))?;
         let snap: Vec<(u32, Vec<Edit>)> = g.catalog.regions.iter().map(|(id, r)| (*id, r.snapshot())).collect();
         for (id, edits) in snap {
             for part in edits.chunks(256) {

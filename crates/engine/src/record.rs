@@ -117,9 +117,57 @@ pub(crate) fn scan(seg: &[u8], salt: u32) -> impl Iterator<Item = (usize, Record
     })
 }
 
+/// Like [`scan`], and also says whether the scan ended cleanly: false when it stopped at a
+/// damaged record (a torn one, or one whose start marker or salt lost a byte) rather than at
+/// the end of what was written.
+pub(crate) fn scan_checked(seg: &[u8], salt: u32) -> (Vec<(usize, Record<'_>)>, bool) {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    loop {
+        let Some(rest) = seg.get(pos..).filter(|r| r.len() >= HEADER) else { return (out, true) };
+        match decode(rest, Some(salt)) {
+            Ok(r) => {
+                pos += r.len;
+                out.push((pos - r.len, r));
+            }
+            Err(Invalid::Torn) => return (out, false),
+            Err(Invalid::End) => {
+                // Never written (zeros), or a record of the segment's previous life (another
+                // salt). A salt one byte away from ours, or a good salt behind a bad start
+                // marker, is damage instead.
+                let s = get_u32(rest, 4).unwrap_or(0);
+                let near = (s ^ salt).to_le_bytes().iter().filter(|b| **b != 0).count() <= 1;
+                return (out, !(near && s != 0 && rest[..HEADER].iter().any(|b| *b != 0)));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn damage_in_the_middle_is_not_a_clean_end() {
+        let n = encoded_len(3, 5);
+        let mut b = vec![0u8; 4 * n];
+        for i in 0..3 {
+            encode(&mut b[i * n..(i + 1) * n], KIND_PUT, 0xABCD_1234, i as u64, b"key", b"value", 0);
+        }
+        assert_eq!(scan_checked(&b, 0xABCD_1234).0.len(), 3);
+        assert!(scan_checked(&b, 0xABCD_1234).1);
+        for at in [n, n + 1, n + 4, n + 9, n + 20] {
+            let mut d = b.clone();
+            d[at] ^= 0x08;
+            let (recs, clean) = scan_checked(&d, 0xABCD_1234);
+            assert_eq!(recs.len(), 1);
+            assert!(!clean, "flip at {at} looks like a clean end");
+        }
+        // Bytes of another incarnation after the end are a clean end.
+        let mut d = b.clone();
+        encode(&mut d[3 * n..4 * n], KIND_PUT, 0x5555_0000, 9, b"key", b"value", 0);
+        assert!(scan_checked(&d, 0xABCD_1234).1);
+    }
 
     #[test]
     fn roundtrip_and_every_truncation_is_detected() {

@@ -17,12 +17,12 @@ struct Rec {
     batch_remaining: u32,
 }
 
-/// The replayed L0 table, the last recovered LSN, and the edits that void whatever the
-/// logs hold beyond it.
-pub(crate) fn replay(dev: &Device, meta: &RegionMeta) -> Result<(Memtable, u64, Vec<Edit>)> {
+/// The replayed L0 table, the last recovered LSN, the edits that void whatever the logs hold
+/// beyond it, and how many valid records beyond the recovered prefix were not replayed.
+pub(crate) fn replay_counted(dev: &Device, meta: &RegionMeta) -> Result<(Memtable, u64, Vec<Edit>, u64)> {
     let mem = Memtable::new();
     if meta.backup {
-        return Ok((mem, meta.l1_lsn, Vec::new()));
+        return Ok((mem, meta.l1_lsn, Vec::new(), 0));
     }
     let mut recs = Vec::new();
     let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
@@ -46,6 +46,8 @@ pub(crate) fn replay(dev: &Device, meta: &RegionMeta) -> Result<(Memtable, u64, 
     recs.sort_by_key(|r| r.lsn);
     let mut last = meta.l1_lsn;
     let mut pending: Vec<Rec> = Vec::new();
+    let found = recs.len();
+    let mut applied = 0;
     for (expect, r) in (meta.l1_lsn + 1..).zip(recs) {
         if r.lsn != expect || pending.last().is_some_and(|p| p.batch_remaining != r.batch_remaining + 1) {
             break;
@@ -55,9 +57,19 @@ pub(crate) fn replay(dev: &Device, meta: &RegionMeta) -> Result<(Memtable, u64, 
         if done {
             for p in pending.drain(..) {
                 last = p.lsn;
+                applied += 1;
                 mem.insert(&p.key, p.lsn, p.value);
             }
         }
+    }
+    if applied < found {
+        // Point-in-time recovery: the store holds every write up to the first gap. Records
+        // beyond it were never acknowledged as durable (a torn tail under group commit), or
+        // a record was damaged; say so either way.
+        tracing::warn!(
+            "recovery kept LSNs up to {last}; {} later log records were not replayed (a torn tail or a damaged record)",
+            found - applied
+        );
     }
     let mut seals = Vec::new();
     for kind in [LogKind::L0, LogKind::Large] {
@@ -67,5 +79,5 @@ pub(crate) fn replay(dev: &Device, meta: &RegionMeta) -> Result<(Memtable, u64, 
             }
         }
     }
-    Ok((mem, last, seals))
+    Ok((mem, last, seals, (found - applied) as u64))
 }

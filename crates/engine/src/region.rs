@@ -193,13 +193,17 @@ impl Region {
             cats.push(c);
             lens[(c == Category::Large) as usize].push(record::encoded_len(k.len(), v.len()));
         }
+        // Deletes may use the space kept for compaction: on a full device they are how a user
+        // makes room, and the compactions they allow free more than they take.
+        let purpose =
+            if ops.iter().all(|o| matches!(o, Op::Delete(_))) { Purpose::Background } else { Purpose::Writes };
         let mut reserved: [VecDeque<(u32, u32)>; 2] = [VecDeque::new(), VecDeque::new()];
         let mut edits = Vec::new();
         for (i, tail) in [&w.l0, &w.large].into_iter().enumerate() {
             let mut rem = tail.remaining();
             for &l in &lens[i] {
                 if l > rem {
-                    let seg = match self.sh.alloc.alloc(Purpose::Writes) {
+                    let seg = match self.sh.alloc.alloc(purpose) {
                         Ok(s) => s,
                         Err(e) => {
                             for (s, _) in reserved.iter().flatten() {

@@ -55,6 +55,7 @@ pub(crate) struct Counters {
     pub gc_runs: AtomicU64,
     pub gc_segments: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
+    pub recovery_dropped: AtomicU64,
 }
 
 pub(crate) struct Shared {

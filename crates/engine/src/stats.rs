@@ -68,6 +68,9 @@ pub struct Stats {
     pub gc_segments: u64,
     /// Bytes GC moved.
     pub gc_bytes_moved: u64,
+    /// Valid log records found beyond the recovered prefix at the last open and not replayed
+    /// (a torn tail under group commit, or records after a damaged one).
+    pub recovery_dropped_records: u64,
     /// Cache hits.
     pub cache_hits: u64,
     /// Cache misses.
@@ -125,6 +128,7 @@ impl Db {
             gc_runs: c.gc_runs.load(Relaxed),
             gc_segments: c.gc_segments.load(Relaxed),
             gc_bytes_moved: c.gc_bytes_moved.load(Relaxed),
+            recovery_dropped_records: c.recovery_dropped.load(Relaxed),
             direct_io: sh.dev.is_direct(),
             poisoned: sh.is_poisoned(),
             ..Stats::default()

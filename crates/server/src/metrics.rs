@@ -7,24 +7,63 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Latency bucket upper bounds in microseconds.
 const BUCKETS_US: [u64; 12] = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10_000, 100_000, 1_000_000];
 
+/// One thread group's counters, on cache lines of their own: counters every request updates
+/// would otherwise bounce between cores.
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard {
+    calls: AtomicU64,
+    errors: AtomicU64,
+    usec: AtomicU64,
+    buckets: [AtomicU64; BUCKETS_US.len()],
+}
+
+const SHARDS: usize = 8;
+
+fn shard_index() -> usize {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static INDEX: usize = (NEXT.fetch_add(1, Relaxed) as usize) % SHARDS;
+    }
+    INDEX.with(|i| *i)
+}
+
 #[derive(Default)]
 pub struct CmdStats {
-    pub calls: AtomicU64,
-    pub errors: AtomicU64,
-    pub usec: AtomicU64,
-    buckets: [AtomicU64; BUCKETS_US.len()],
+    shards: [Shard; SHARDS],
 }
 
 impl CmdStats {
     pub fn record(&self, usec: u64, error: bool) {
-        self.calls.fetch_add(1, Relaxed);
-        self.usec.fetch_add(usec, Relaxed);
+        let s = &self.shards[shard_index()];
+        s.calls.fetch_add(1, Relaxed);
+        s.usec.fetch_add(usec, Relaxed);
         if error {
-            self.errors.fetch_add(1, Relaxed);
+            s.errors.fetch_add(1, Relaxed);
         }
         if let Some(i) = BUCKETS_US.iter().position(|&b| usec <= b) {
-            self.buckets[i].fetch_add(1, Relaxed);
+            s.buckets[i].fetch_add(1, Relaxed);
         }
+    }
+
+    fn sum(&self, f: impl Fn(&Shard) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| f(s).load(Relaxed)).sum()
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.sum(|s| &s.calls)
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.sum(|s| &s.errors)
+    }
+
+    pub fn usec(&self) -> u64 {
+        self.sum(|s| &s.usec)
+    }
+
+    fn bucket(&self, i: usize) -> u64 {
+        self.sum(|s| &s.buckets[i])
     }
 }
 
@@ -48,7 +87,7 @@ impl Metrics {
     }
 
     pub fn total_calls(&self) -> u64 {
-        self.commands.values().map(|c| c.calls.load(Relaxed)).sum()
+        self.commands.values().map(CmdStats::calls).sum()
     }
 }
 
@@ -108,27 +147,26 @@ pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, nat
         "# HELP halyard_commands_total Commands executed, by command.\n# TYPE halyard_commands_total counter"
     );
     for (n, c) in &m.commands {
-        let _ = writeln!(o, "halyard_commands_total{{cmd=\"{n}\"}} {}", c.calls.load(Relaxed));
+        let _ = writeln!(o, "halyard_commands_total{{cmd=\"{n}\"}} {}", c.calls());
     }
     let _ = writeln!(o, "# HELP halyard_command_errors_total Commands that replied with an error.\n# TYPE halyard_command_errors_total counter");
     for (n, c) in &m.commands {
-        let _ = writeln!(o, "halyard_command_errors_total{{cmd=\"{n}\"}} {}", c.errors.load(Relaxed));
+        let _ = writeln!(o, "halyard_command_errors_total{{cmd=\"{n}\"}} {}", c.errors());
     }
     let _ = writeln!(
         o,
         "# HELP halyard_command_duration_seconds Command latency.\n# TYPE halyard_command_duration_seconds histogram"
     );
-    for (n, c) in m.commands.iter().filter(|(_, c)| c.calls.load(Relaxed) > 0) {
+    for (n, c) in m.commands.iter().filter(|(_, c)| c.calls() > 0) {
         let mut cum = 0;
         for (i, b) in BUCKETS_US.iter().enumerate() {
-            cum += c.buckets[i].load(Relaxed);
+            cum += c.bucket(i);
             let _ =
                 writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"{}\"}} {cum}", *b as f64 / 1e6);
         }
-        let calls = c.calls.load(Relaxed);
+        let calls = c.calls();
         let _ = writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"+Inf\"}} {calls}");
-        let _ =
-            writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec() as f64 / 1e6);
         let _ = writeln!(o, "halyard_command_duration_seconds_count{{cmd=\"{n}\"}} {calls}");
     }
     if let Some([requests, errors, bad]) = native {
