@@ -8,12 +8,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Who asks for a segment. Client writes may not dip into the reserve that keeps
-/// compaction and the catalog able to make progress when the device is nearly full.
+/// compaction and the catalog able to make progress when the device is nearly full, and
+/// compaction may not take the last segments, which the catalog needs to checkpoint (also
+/// at the next open).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Purpose {
     Writes,
     Background,
+    Catalog,
 }
+
+/// Segments only the catalog may take.
+const CATALOG_RESERVE: u64 = 2;
 
 struct Inner {
     free: BTreeSet<u32>,
@@ -62,10 +68,18 @@ impl Allocator {
     pub(crate) fn alloc(&self, purpose: Purpose) -> Result<u32> {
         let mut g = self.inner.lock();
         let headroom = g.free.len() as u64 + self.max_segments.saturating_sub(g.file_segments);
-        let need = if purpose == Purpose::Writes { self.reserve + 1 } else { 1 };
+        let need = match purpose {
+            Purpose::Writes => self.reserve + CATALOG_RESERVE + 1,
+            Purpose::Background if self.reserve > 0 => CATALOG_RESERVE + 1,
+            _ => 1,
+        };
         if headroom < need {
             return Err(Error::NoSpace {
-                what: if purpose == Purpose::Writes { "log segments" } else { "compaction output" },
+                what: match purpose {
+                    Purpose::Writes => "log segments",
+                    Purpose::Background => "compaction output",
+                    Purpose::Catalog => "catalog checkpoint",
+                },
             });
         }
         if g.free.is_empty() {

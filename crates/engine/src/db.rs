@@ -268,7 +268,7 @@ impl Db {
         let mut replayed = Vec::new();
         let mut dropped = 0;
         for (&id, meta) in &catalog.regions {
-            let (mem, last, seals, d) = recovery::replay_counted(&dev, meta)?;
+            let (mem, last, seals, d) = recovery::replay_counted(&dev, meta, opts.tolerate_log_damage)?;
             dropped += d;
             replayed.push((id, mem, last, seals));
         }

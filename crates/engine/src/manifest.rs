@@ -109,7 +109,7 @@ struct RedoWriter {
 
 impl RedoWriter {
     fn start(dev: &Device, alloc: &Allocator) -> Result<RedoWriter> {
-        let seg = alloc.alloc(Purpose::Background)?;
+        let seg = alloc.alloc(Purpose::Catalog)?;
         let salt = rand::random();
         Ok(RedoWriter {
             seg,
@@ -177,7 +177,7 @@ impl RedoWriter {
     }
 
     fn next_segment(&mut self, dev: &Device, alloc: &Allocator) -> Result<()> {
-        let seg = alloc.alloc(Purpose::Background)?;
+        let seg = alloc.alloc(Purpose::Catalog)?;
         let salt: u32 = rand::random();
         let mut p = [0u8; 8];
         put_u32(&mut p, 0, seg);
@@ -278,10 +278,19 @@ fn checkpoint_marker(generation: u64) -> Vec<u8> {
     m
 }
 
-/// Reads the superblock and replays the redo chain. `None` for a device never formatted.
+/// Reads the superblock and replays the redo chain. `None` for an empty (new) data file.
 pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
     let Some(sb) = Superblock::read(dev)? else {
-        return Ok(None);
+        // An empty file is a new store; anything else without a valid superblock is never
+        // formatted over.
+        if dev.len()? == 0 {
+            return Ok(None);
+        }
+        return Err(Error::corrupt(
+            0,
+            0,
+            "no valid superblock copy: the data file is damaged or not a Halyard store (it is left untouched)",
+        ));
     };
     if sb.seg_bits != dev.seg_bits() {
         return Err(Error::Incompatible(format!(

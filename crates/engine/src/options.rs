@@ -70,6 +70,10 @@ pub struct Options {
     pub bloom_bits_per_key: usize,
     /// Create the default region covering all keys when a new store is made.
     pub default_region: bool,
+    /// Open even when a log holds a damaged record followed by intact ones, recovering the
+    /// writes before the damage only (point-in-time recovery). Off: such a store refuses to
+    /// open with `Corruption`, since the intact records after the damage were acknowledged.
+    pub tolerate_log_damage: bool,
 }
 
 impl Default for Options {
@@ -97,6 +101,7 @@ impl Default for Options {
             compaction_threads: 1,
             bloom_bits_per_key: 10,
             default_region: true,
+            tolerate_log_damage: false,
         }
     }
 }

@@ -143,6 +143,18 @@ pub(crate) fn scan_checked(seg: &[u8], salt: u32) -> (Vec<(usize, Record<'_>)>, 
     }
 }
 
+/// Whether a valid record with this salt and an LSN in `lsns` starts anywhere after `from`
+/// (a byte-by-byte search; used only after damage was found).
+pub(crate) fn any_valid_after(seg: &[u8], from: usize, salt: u32, lsns: std::ops::RangeInclusive<u64>) -> bool {
+    let marker = START.to_le_bytes();
+    let salt_bytes = salt.to_le_bytes();
+    (from + 1..seg.len().saturating_sub(HEADER)).any(|p| {
+        seg[p..p + 2] == marker
+            && seg[p + 4..p + 8] == salt_bytes
+            && decode(&seg[p..], Some(salt)).is_ok_and(|r| lsns.contains(&r.lsn))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use crate::aligned::AlignedBuf;
 use crate::catalog::{Edit, RegionMeta};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::logtail::LogKind;
 use crate::memtable::{Memtable, Value};
 use crate::record::{self, KIND_DELETE};
@@ -19,7 +19,11 @@ struct Rec {
 
 /// The replayed L0 table, the last recovered LSN, the edits that void whatever the logs hold
 /// beyond it, and how many valid records beyond the recovered prefix were not replayed.
-pub(crate) fn replay_counted(dev: &Device, meta: &RegionMeta) -> Result<(Memtable, u64, Vec<Edit>, u64)> {
+pub(crate) fn replay_counted(
+    dev: &Device,
+    meta: &RegionMeta,
+    tolerate_damage: bool,
+) -> Result<(Memtable, u64, Vec<Edit>, u64)> {
     let mem = Memtable::new();
     if meta.backup {
         return Ok((mem, meta.l1_lsn, Vec::new(), 0));
@@ -30,7 +34,21 @@ pub(crate) fn replay_counted(dev: &Device, meta: &RegionMeta) -> Result<(Memtabl
         for s in &meta.logs[kind as usize] {
             let base = dev.seg_base(s.seg);
             dev.read_into(base, &mut img, kind.io())?;
-            for (off, r) in record::scan(&img, s.salt) {
+            let (records, clean) = record::scan_checked(&img, s.salt);
+            if !clean && !tolerate_damage {
+                let end = records.last().map_or(0, |(o, r)| o + r.len);
+                if record::any_valid_after(&img, end, s.salt, meta.l1_lsn + 1..=s.sealed) {
+                    return Err(Error::corrupt(
+                        s.seg as u64,
+                        end as u64,
+                        format!(
+                            "damaged record in the {kind:?} log with intact records after it; opening would drop \
+                             acknowledged writes. Set Options::tolerate_log_damage to open with the records before it"
+                        ),
+                    ));
+                }
+            }
+            for (off, r) in records {
                 if r.lsn <= meta.l1_lsn || r.lsn > s.sealed {
                     continue;
                 }
