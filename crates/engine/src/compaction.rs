@@ -467,8 +467,16 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
     };
     let empty = Vec::new();
     let dest_level = view.version.levels.get(i).unwrap_or(&empty);
-    let overlap = overlapping(dest_level, &pick.info.first_key, &pick.info.last_key);
+    let mut overlap = overlapping(dest_level, &pick.info.first_key, &pick.info.last_key);
     let (inplace, _) = placement(r, &view.version, i + 1);
+    let small = (pick.info.used_bytes as u64) < r.sh.dev.seg_bytes() / 2;
+    if overlap.is_empty() && small {
+        // A part-filled SST moved down as it is would hold a whole segment at every level:
+        // merge it with its neighbour below instead, so that SSTs fill up as they descend.
+        let at = dest_level.partition_point(|s| s.info.last_key < pick.info.first_key);
+        let neighbour = at.checked_sub(1).and_then(|j| dest_level.get(j)).or_else(|| dest_level.get(at));
+        overlap.extend(neighbour.cloned());
+    }
     if overlap.is_empty() && (pick.info.medium_ptrs == 0 || !inplace) {
         // Nothing to merge with: move the SST down as it is.
         let edits = vec![

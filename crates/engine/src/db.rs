@@ -650,7 +650,15 @@ fn compaction_worker(inner: &DbInner) {
 
 fn gc_worker(inner: &DbInner) {
     while !inner.sh.shutdown.load(Relaxed) {
-        wait(inner, inner.sh.opts.gc_interval_ms);
+        // Other threads wake workers often (every L0 switch); GC runs on its own period.
+        let until = std::time::Instant::now() + Duration::from_millis(inner.sh.opts.gc_interval_ms);
+        while !inner.sh.shutdown.load(Relaxed) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            wait(inner, left.as_millis().max(1) as u64);
+        }
         if inner.sh.shutdown.load(Relaxed) || inner.sh.is_poisoned() {
             continue;
         }

@@ -352,15 +352,14 @@ impl Manifest {
         let m = Manifest { dev, alloc, inner: Mutex::new(Inner { catalog, redo, sb, checkpoint_segments: 0 }) };
         {
             let mut g = m.inner.lock();
-            m.checkpoint_locked(&mut g, old_chain.to_vec(), true)?;
+            m.checkpoint_locked(&mut g, old_chain.to_vec())?;
         }
         Ok(m)
     }
 
-    fn checkpoint_locked(&self, g: &mut Inner, old_chain: Vec<u32>, fresh_writer: bool) -> Result<()> {
-        if !fresh_writer {
-            g.redo = RedoWriter::start(&self.dev, &self.alloc)?;
-        }
+    /// Writes a checkpoint into `g.redo` (a fresh chain), points a superblock at it, and
+    /// releases `old_chain`.
+    fn checkpoint_locked(&self, g: &mut Inner, old_chain: Vec<u32>) -> Result<()> {
         g.redo.append(&self.dev, &self.alloc, &checkpoint_marker(g.sb.generation + 1))?;
         let snap: Vec<(u32, Vec<Edit>)> = g.catalog.regions.iter().map(|(id, r)| (*id, r.snapshot())).collect();
         for (id, edits) in snap {
@@ -391,8 +390,21 @@ impl Manifest {
         g.redo.append(&self.dev, &self.alloc, &encode_edits(region, edits))?;
         let freed = g.catalog.apply(region, edits);
         if g.redo.chain.len() >= g.checkpoint_segments + CHECKPOINT_SEGMENTS {
-            let old = std::mem::take(&mut g.redo.chain);
-            self.checkpoint_locked(&mut g, old, false)?;
+            // The edits are durable whatever happens to the checkpoint: a failed one is
+            // retried at the next commit, and the current chain stays valid meanwhile.
+            let old = g.redo.chain.clone();
+            match RedoWriter::start(&self.dev, &self.alloc) {
+                Ok(fresh) => {
+                    let current = std::mem::replace(&mut g.redo, fresh);
+                    if let Err(e) = self.checkpoint_locked(&mut g, old) {
+                        tracing::error!("catalog checkpoint failed, keeping the current chain: {e}");
+                        for s in std::mem::replace(&mut g.redo, current).chain {
+                            self.alloc.release(s);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("catalog checkpoint postponed: {e}"),
+            }
         }
         Ok(freed)
     }
