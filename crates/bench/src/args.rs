@@ -16,10 +16,22 @@ pub struct BenchArgs {
     #[arg(long, default_value = "halyard-bench")]
     pub dir: PathBuf,
     /// Engines to run in turn, comma-separated: halyard, rocksdb, blobdb (the last two need
-    /// a build with the `rocksdb` feature). `faulty` is a Halyard that fails after 1000 writes,
-    /// for testing the failure path.
-    #[arg(long, default_value = "halyard")]
-    pub engines: String,
+    /// a build with the `rocksdb` feature), redis (a `redis-server` child on a free loopback
+    /// port, AOF with appendfsync everysec, as a reference for the server path). `faulty` is
+    /// a Halyard that fails after 1000 writes, for testing the failure path.
+    /// [default: halyard, or none when --target is given]
+    #[arg(long)]
+    pub engines: Option<String>,
+    /// Running servers to benchmark through the network, after the engines: resp://HOST:PORT
+    /// (Redis protocol; Halyard or Redis) or halyard://HOST:PORT (native protocol).
+    /// Repeatable or comma-separated. The servers are not emptied first.
+    #[arg(long)]
+    pub target: Vec<String>,
+    /// Prometheus endpoint of the Halyard server behind --target (e.g.
+    /// http://127.0.0.1:9379/metrics): device bytes, CPU, space and stalls then come from the
+    /// server. Without it those figures are reported as unknown (CPU: client side).
+    #[arg(long)]
+    pub metrics: Option<String>,
     /// YCSB workloads in order, comma-separated: load-a, run-a .. run-f. Run workloads need a
     /// loaded store: load-a is put first when missing.
     #[arg(long, default_value = "load-a,run-a,run-b,run-c,run-d,run-e,run-f")]
@@ -69,9 +81,57 @@ pub struct BenchArgs {
     pub keep: bool,
 }
 
+/// Protocol of a remote target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    /// RESP2 (Redis protocol), to a Halyard server or a real Redis.
+    Resp,
+    /// Halyard's native protocol through `halyard-client`.
+    Native,
+}
+
+/// A running server given with `--target`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Protocol, from the URL's scheme.
+    pub proto: Proto,
+    /// `host:port`.
+    pub addr: String,
+    /// The URL as normalised (`scheme://host:port`): the engine's name in the report.
+    pub url: String,
+}
+
+impl Target {
+    /// Parses `resp://host[:port]` or `halyard://host[:port]` (default ports 6379 / 7379).
+    pub fn parse(s: &str) -> Result<Target, String> {
+        let bad = |why: &str| format!("--target `{s}`: {why} (expected resp://HOST:PORT or halyard://HOST:PORT)");
+        let (scheme, rest) = s.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let (proto, port) = match scheme.to_ascii_lowercase().as_str() {
+            "resp" | "redis" => (Proto::Resp, 6379),
+            "halyard" => (Proto::Native, 7379),
+            _ => return Err(bad(&format!("unknown scheme `{scheme}`"))),
+        };
+        let host = rest.strip_suffix('/').unwrap_or(rest);
+        if host.is_empty() || host.contains('/') || host.contains('@') {
+            return Err(bad("only a host and port are accepted"));
+        }
+        // A bracketed IPv6 address has colons of its own; a port follows the bracket.
+        let has_port = match host.rfind(']') {
+            Some(i) => host[i..].contains(':'),
+            None => host.contains(':'),
+        };
+        let addr = if has_port { host.to_string() } else { format!("{host}:{port}") };
+        let p = addr.rsplit(':').next().unwrap_or("");
+        if p.parse::<u16>().is_err() {
+            return Err(bad(&format!("bad port `{p}`")));
+        }
+        let scheme = if proto == Proto::Resp { "resp" } else { "halyard" };
+        Ok(Target { proto, url: format!("{scheme}://{addr}"), addr })
+    }
+}
+
 /// An engine to benchmark.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EngineKind {
     /// Halyard's engine.
     Halyard,
@@ -81,17 +141,35 @@ pub enum EngineKind {
     Blobdb,
     /// Halyard that fails after a number of writes (tests the failure path).
     Faulty,
+    /// A `redis-server` child spoken to over RESP.
+    Redis,
+    /// A running server given with `--target`.
+    Remote(Target),
 }
 
 impl EngineKind {
-    /// Name as given on the command line.
-    pub fn name(self) -> &'static str {
+    /// Name as given on the command line (the URL for a target).
+    pub fn name(&self) -> &str {
         match self {
             EngineKind::Halyard => "halyard",
             EngineKind::Rocksdb => "rocksdb",
             EngineKind::Blobdb => "blobdb",
             EngineKind::Faulty => "faulty",
+            EngineKind::Redis => "redis",
+            EngineKind::Remote(t) => &t.url,
         }
+    }
+
+    /// Whether requests go through a server rather than into this process.
+    pub fn is_server(&self) -> bool {
+        matches!(self, EngineKind::Redis | EngineKind::Remote(_))
+    }
+}
+
+// The JSON names engines as on the command line, a target by its URL.
+impl Serialize for EngineKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -144,6 +222,8 @@ pub struct Config {
     pub quiet: bool,
     /// Keep data directories.
     pub keep: bool,
+    /// Prometheus endpoint of the Halyard server behind the targets.
+    pub metrics: Option<String>,
 }
 
 fn list(s: &str) -> impl Iterator<Item = &str> {
@@ -159,7 +239,8 @@ pub fn parse_engines(s: &str) -> Result<Vec<EngineKind>, String> {
             "rocksdb" => EngineKind::Rocksdb,
             "blobdb" => EngineKind::Blobdb,
             "faulty" => EngineKind::Faulty,
-            _ => return Err(format!("unknown engine `{e}` (expected halyard, rocksdb or blobdb)")),
+            "redis" => EngineKind::Redis,
+            _ => return Err(format!("unknown engine `{e}` (expected halyard, rocksdb, blobdb or redis)")),
         };
         if matches!(k, EngineKind::Rocksdb | EngineKind::Blobdb) && !cfg!(feature = "rocksdb") {
             return Err(format!(
@@ -169,6 +250,23 @@ pub fn parse_engines(s: &str) -> Result<Vec<EngineKind>, String> {
         }
         if v.contains(&k) {
             return Err(format!("engine `{e}` is listed twice"));
+        }
+        v.push(k);
+    }
+    Ok(v)
+}
+
+/// The engines of `--engines` followed by the servers of `--target`.
+pub fn parse_engine_list(engines: Option<&str>, targets: &[String]) -> Result<Vec<EngineKind>, String> {
+    let mut v = match engines {
+        Some(e) => parse_engines(e)?,
+        None if targets.is_empty() => vec![EngineKind::Halyard],
+        None => Vec::new(),
+    };
+    for t in targets.iter().flat_map(|t| list(t)) {
+        let k = EngineKind::Remote(Target::parse(t)?);
+        if v.contains(&k) {
+            return Err(format!("target `{t}` is listed twice"));
         }
         v.push(k);
     }
@@ -240,6 +338,11 @@ impl Config {
         if !(2..=100).contains(&a.growth_factor) {
             return Err(format!("--growth-factor {} must be in 2..=100", a.growth_factor));
         }
+        if let Some(m) = &a.metrics {
+            if !m.starts_with("http://") {
+                return Err(format!("--metrics `{m}`: expected an http:// URL"));
+            }
+        }
         if let Some(p) = &a.plot {
             let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
             if ext != "svg" && ext != "png" {
@@ -248,7 +351,7 @@ impl Config {
         }
         Ok(Config {
             dir: a.dir.clone(),
-            engines: parse_engines(&a.engines)?,
+            engines: parse_engine_list(a.engines.as_deref(), &a.target)?,
             workloads: parse_workloads(&a.workloads)?,
             mixes: parse_mixes(&a.mix)?,
             dist,
@@ -264,6 +367,7 @@ impl Config {
             plot: a.plot.clone(),
             quiet: a.quiet,
             keep: a.keep,
+            metrics: a.metrics.clone(),
         })
     }
 }
@@ -322,6 +426,20 @@ mod tests {
         assert_eq!(c.mixes.len(), 3);
         assert_eq!(c.mixes[2].percent, [10, 20, 70]);
         assert_eq!(c.workloads, vec![Workload::LoadA, Workload::RunC, Workload::RunE]);
+    }
+
+    #[test]
+    fn targets_parse() {
+        let c = cfg(&["--target", "resp://127.0.0.1:6380,halyard://localhost", "--target", "resp://[::1]"]).unwrap();
+        let names: Vec<&str> = c.engines.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["resp://127.0.0.1:6380", "halyard://localhost:7379", "resp://[::1]:6379"]);
+        assert!(c.engines.iter().all(|e| e.is_server()));
+        let c = cfg(&["--engines", "halyard,redis", "--target", "resp://h:1"]).unwrap();
+        assert_eq!(c.engines.len(), 3);
+        assert!(cfg(&["--target", "http://h:1"]).unwrap_err().contains("scheme"));
+        assert!(cfg(&["--target", "resp://h:x"]).unwrap_err().contains("port"));
+        assert!(cfg(&["--target", "resp://h:1,resp://h:1"]).unwrap_err().contains("twice"));
+        assert!(cfg(&["--metrics", "h:9379"]).unwrap_err().contains("http://"));
     }
 
     #[cfg(not(feature = "rocksdb"))]

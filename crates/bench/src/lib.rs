@@ -1,4 +1,5 @@
-//! `halyard bench`: YCSB workloads against Halyard, RocksDB and BlobDB side by side.
+//! `halyard bench`: YCSB workloads against Halyard, RocksDB and BlobDB side by side, and
+//! through servers (Halyard over RESP or its native protocol, Redis as a reference).
 //!
 //! For each mix, each engine in turn gets a fresh directory and the same operation
 //! sequence (a function of `--seed`); every phase is measured (throughput, latency, device
@@ -16,7 +17,7 @@ mod runner;
 mod workload;
 
 pub use args::{BenchArgs, Config};
-pub use engines::{Engine, EngineConfig, EngineStats};
+pub use engines::{set_bench_thread, Engine, EngineConfig, EngineStats, ServerSample};
 pub use workload::{fnv64, key, Chooser, Dist, Mix, Op, OpGen, Workload, Zipfian};
 
 /// Runs the benchmark. Engines that fail are reported and the others' results still
@@ -34,7 +35,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     let mut runs = Vec::new();
     for mix in &cfg.mixes {
-        for &engine in &cfg.engines {
+        for engine in &cfg.engines {
             runs.push(runner::run_engine(&cfg, engine, mix));
         }
     }

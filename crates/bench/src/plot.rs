@@ -71,7 +71,7 @@ fn charts<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[EngineRun])
 }
 
 /// Engines in order of first appearance.
-fn engine_names(runs: &[EngineRun]) -> Vec<&'static str> {
+fn engine_names(runs: &[EngineRun]) -> Vec<&str> {
     let mut v = Vec::new();
     for r in runs {
         if !v.contains(&r.engine.name()) {
@@ -132,7 +132,9 @@ fn bars<DB: DrawingBackend>(
                 .flat_map(|r| &r.results)
                 .find(|r| &r.workload == w)?;
             let x0 = g as f64 - 0.4 + e as f64 * width;
-            Some(Rectangle::new([(x0, 0.0), (x0 + width * 0.95, metric(r))], color.filled()))
+            // Unknown figures (NaN: a server that cannot be measured) get no bar.
+            let v = metric(r);
+            v.is_finite().then(|| Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], color.filled()))
         });
         chart
             .draw_series(rects)?

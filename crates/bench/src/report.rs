@@ -6,7 +6,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-/// Halyard's figure over a baseline's for one workload and metric.
+/// Halyard's figure over a baseline's for one workload and metric: in-process Halyard over
+/// the in-process baselines, and a Halyard server (`resp://`, `halyard://`) over the other
+/// servers (redis).
 #[derive(Clone, Debug, Serialize)]
 pub struct Ratio {
     /// Mix name.
@@ -15,7 +17,7 @@ pub struct Ratio {
     pub workload: String,
     /// Metric name (a field of the results).
     pub metric: String,
-    /// Always "halyard": the engine whose figure is the numerator.
+    /// The Halyard engine whose figure is the numerator ("halyard" or a Halyard target's URL).
     pub engine: String,
     /// The baseline engine.
     pub baseline: String,
@@ -36,11 +38,13 @@ const METRICS: [(&str, Metric); 6] = [
     ("device_bytes_per_op", |r| r.device_bytes_per_op),
 ];
 
-/// Ratios of Halyard over every other engine, for each mix and workload both completed.
+/// Ratios of Halyard over every other engine of the same kind (in process, or behind a
+/// server), for each mix and workload both completed.
 pub fn ratios(runs: &[EngineRun]) -> Vec<Ratio> {
     let mut out = Vec::new();
-    for h in runs.iter().filter(|r| r.engine.name() == "halyard") {
-        for b in runs.iter().filter(|b| b.mix == h.mix && b.engine.name() != "halyard") {
+    for h in runs.iter().filter(|r| r.halyard) {
+        let peers = |b: &&EngineRun| b.mix == h.mix && !b.halyard && b.engine.is_server() == h.engine.is_server();
+        for b in runs.iter().filter(peers) {
             for hr in &h.results {
                 let Some(br) = b.results.iter().find(|br| br.workload == hr.workload) else { continue };
                 for (metric, f) in METRICS {
@@ -51,7 +55,7 @@ pub fn ratios(runs: &[EngineRun]) -> Vec<Ratio> {
                             mix: h.mix.clone(),
                             workload: hr.workload.clone(),
                             metric: metric.into(),
-                            engine: "halyard".into(),
+                            engine: h.engine.name().into(),
                             baseline: b.engine.name().into(),
                             value: hv / bv,
                         });
@@ -65,6 +69,11 @@ pub fn ratios(runs: &[EngineRun]) -> Vec<Ratio> {
 
 fn mb(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
+}
+
+/// Megabytes, NaN when unknown (printed as such in the table).
+fn mbo(b: Option<u64>) -> f64 {
+    b.map_or(f64::NAN, mb)
 }
 
 /// The readable report.
@@ -85,10 +94,10 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
     );
     let mut seen = Vec::new();
     for r in runs.iter().filter(|r| !r.settings.is_empty()) {
-        if seen.contains(&r.engine) {
+        if seen.contains(&&r.engine) {
             continue;
         }
-        seen.push(r.engine);
+        seen.push(&r.engine);
         let _ = writeln!(s, "\n{} configuration:", r.engine.name());
         for (k, v) in &r.settings {
             if v.contains('\n') {
@@ -98,9 +107,11 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
             }
         }
     }
+    // Target URLs are longer than the engine names.
+    let ew = runs.iter().map(|r| r.engine.name().len()).max().unwrap_or(0).max(8);
     let _ = writeln!(
         s,
-        "\n{:<8} {:<8} {:<7} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>7} {:>7}",
+        "\n{:<ew$} {:<8} {:<7} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>7} {:>7}",
         "engine",
         "mix",
         "phase",
@@ -123,7 +134,7 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
         for r in &run.results {
             let _ = writeln!(
                 s,
-                "{:<8} {:<8} {:<7} {:>9} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>6.1} {:>7.2} {:>7.2} {:>7.0}",
+                "{:<ew$} {:<8} {:<7} {:>9} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>6.1} {:>7.2} {:>7.2} {:>7.0}",
                 r.engine,
                 r.mix,
                 r.workload,
@@ -133,47 +144,54 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
                 r.latency_us.p99,
                 r.latency_us.p999,
                 r.latency_us.max,
-                mb(r.device_read_bytes),
-                mb(r.device_write_bytes),
+                mbo(r.device_read_bytes),
+                mbo(r.device_write_bytes),
                 r.io_amplification,
                 r.space_amplification,
                 r.cpu_us_per_op,
                 r.throughput_cv,
                 r.stall_seconds,
-                mb(r.peak_rss_bytes)
+                mbo(r.peak_rss_bytes)
             );
             if let Some(note) = cross_check(r) {
                 let _ = writeln!(s, "  note: {note}");
             }
         }
+        if let Some(m) = run.results.first().and_then(|r| r.server_measures.as_ref()) {
+            let cpu = run.results.first().map_or("", |r| r.cpu_source.as_str());
+            let _ = writeln!(s, "  note: server measures: {m}; cpu us = {cpu} CPU per op");
+        }
+        for (phase, why) in &run.unsupported {
+            let _ = writeln!(s, "{:<ew$} {:<8} {:<7} UNSUPPORTED: {why}", run.engine.name(), run.mix, phase);
+        }
         if let Some((phase, e)) = &run.failure {
-            let _ = writeln!(s, "{:<8} {:<8} {:<7} FAILED: {e}", run.engine.name(), run.mix, phase);
+            let _ = writeln!(s, "{:<ew$} {:<8} {:<7} FAILED: {e}", run.engine.name(), run.mix, phase);
         }
     }
     if !ratios.is_empty() {
         let _ = writeln!(s, "\nHalyard / baseline (ops/s: higher is better for Halyard; the others: lower is):");
         let _ = writeln!(
             s,
-            "{:<8} {:<8} {:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "baseline", "mix", "phase", "ops/s", "io amp", "space", "cpu/op", "p99", "dev B/op"
+            "{:<ew$} {:<ew$} {:<8} {:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "halyard", "baseline", "mix", "phase", "ops/s", "io amp", "space", "cpu/op", "p99", "dev B/op"
         );
-        let mut keys: Vec<(&str, &str, &str)> = Vec::new();
+        let mut keys: Vec<(&str, &str, &str, &str)> = Vec::new();
         for r in ratios {
-            let k = (r.baseline.as_str(), r.mix.as_str(), r.workload.as_str());
+            let k = (r.engine.as_str(), r.baseline.as_str(), r.mix.as_str(), r.workload.as_str());
             if !keys.contains(&k) {
                 keys.push(k);
             }
         }
-        for (b, m, w) in keys {
+        for (h, b, m, w) in keys {
             let cell = |metric: &str| {
                 ratios
                     .iter()
-                    .find(|r| r.baseline == b && r.mix == m && r.workload == w && r.metric == metric)
+                    .find(|r| r.engine == h && r.baseline == b && r.mix == m && r.workload == w && r.metric == metric)
                     .map_or_else(|| "-".to_string(), |r| format!("{:.2}", r.value))
             };
             let _ = writeln!(
                 s,
-                "{b:<8} {m:<8} {w:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "{h:<ew$} {b:<ew$} {m:<8} {w:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
                 cell("ops_per_sec"),
                 cell("io_amplification"),
                 cell("space_amplification"),
@@ -186,7 +204,10 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
     let _ = writeln!(
         s,
         "\nDevice bytes from /proc/self/io (writes net of cancelled); io amp = device bytes / user bytes; \
-         space = allocated bytes / live bytes.\nThroughput varies by up to ~15% between identical runs on \
+         space = allocated bytes / live bytes.\nServer engines (redis, resp://, halyard://): device bytes, \
+         space, CPU, stalls and RSS are the server's (redis: /proc/<pid>; a Halyard target: --metrics);\n\
+         NaN where the server cannot be measured, and cpu us is then the client's (see the notes).\n\
+         Remote targets are not emptied before load-a.\nThroughput varies by up to ~15% between identical runs on \
          this machine: compare medians of at least 3 runs."
     );
     s
@@ -200,11 +221,12 @@ pub fn cross_check(r: &PhaseResult) -> Option<String> {
         let d = proc.abs_diff(own);
         d > 1 << 20 && d as f64 > 0.1 * proc.max(own) as f64
     };
-    (off(r.device_read_bytes, er) || off(r.device_write_bytes, ew)).then(|| {
+    let (pr, pw) = (r.device_read_bytes?, r.device_write_bytes?);
+    (off(pr, er) || off(pw, ew)).then(|| {
         format!(
             "/proc/self/io read {:.1} MB written {:.1} MB, engine counters read {:.1} MB written {:.1} MB",
-            mb(r.device_read_bytes),
-            mb(r.device_write_bytes),
+            mb(pr),
+            mb(pw),
             mb(er),
             mb(ew)
         )
@@ -231,5 +253,13 @@ pub fn json(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> Value {
             Some(json!({"engine": r.engine.name(), "mix": r.mix, "workload": phase, "error": e}))
         })
         .collect();
-    json!({"config": config, "results": results, "ratios": ratios, "failures": failures})
+    let unsupported: Vec<Value> = runs
+        .iter()
+        .flat_map(|r| {
+            r.unsupported
+                .iter()
+                .map(|(phase, why)| json!({"engine": r.engine.name(), "mix": r.mix, "workload": phase, "reason": why}))
+        })
+        .collect();
+    json!({"config": config, "results": results, "ratios": ratios, "failures": failures, "unsupported": unsupported})
 }

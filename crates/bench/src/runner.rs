@@ -1,7 +1,7 @@
 //! Runs the workload sequence on one engine and measures every phase.
 
 use crate::args::{Config, EngineKind};
-use crate::engines::{self, disk_bytes, Engine, EngineConfig};
+use crate::engines::{self, disk_bytes, Engine, EngineConfig, EngineStats};
 use crate::measure::{self, ProcIo};
 use crate::workload::{key, Chooser, Dist, Mix, Op, OpGen, Workload, KEY_BYTES, PAIR_BYTES};
 use hdrhistogram::Histogram;
@@ -50,26 +50,28 @@ pub struct PhaseResult {
     pub latency_us: Latency,
     /// Key and value bytes the workload wrote or read back.
     pub user_bytes: u64,
-    /// Device bytes read (/proc/self/io).
-    pub device_read_bytes: u64,
-    /// Device bytes written (/proc/self/io, net of cancelled writes).
-    pub device_write_bytes: u64,
+    /// Device bytes read (/proc/self/io; for a server, the server's count; null: unknown).
+    pub device_read_bytes: Option<u64>,
+    /// Device bytes written (/proc/self/io net of cancelled writes, or the server's count).
+    pub device_write_bytes: Option<u64>,
     /// (device read + write) / user bytes.
     pub io_amplification: f64,
     /// Bytes on disk / live user bytes at the end of the phase.
     pub space_amplification: f64,
-    /// Process CPU time (user + sys) per operation, microseconds.
+    /// CPU time (user + sys) per operation, microseconds: of this process for in-process
+    /// engines, of the server when it can be measured, else of the client (`cpu_source`).
     pub cpu_us_per_op: f64,
     /// Coefficient of variation of the throughput series.
     pub throughput_cv: f64,
     /// Seconds writers were stalled during the phase.
     pub stall_seconds: f64,
-    /// Peak resident set size during the phase (whole run if the kernel cannot reset it).
-    pub peak_rss_bytes: u64,
+    /// Peak resident set size during the phase (whole run if the kernel cannot reset it); of
+    /// the server for server engines (null: unknown).
+    pub peak_rss_bytes: Option<u64>,
     /// Device bytes (read + written) per operation.
     pub device_bytes_per_op: f64,
-    /// Bytes allocated under the engine's directory at the end of the phase.
-    pub disk_bytes: u64,
+    /// Bytes allocated under the engine's directory (or by the server) at the end of the phase.
+    pub disk_bytes: Option<u64>,
     /// Bytes of the live pairs at the end of the phase.
     pub live_bytes: u64,
     /// Reads (and scan starts) that found no pair.
@@ -82,6 +84,13 @@ pub struct PhaseResult {
     pub series_interval_s: f64,
     /// Throughput per interval, ops/s.
     pub throughput_series: Vec<f64>,
+    /// Whose CPU `cpu_us_per_op` is: "process" (in-process engine), "server" or "client"
+    /// (a server that cannot be measured).
+    pub cpu_source: String,
+    /// CPU per operation of this process alone (for a server engine: the client's cost).
+    pub client_cpu_us_per_op: f64,
+    /// For server engines: where the server-side figures come from, or why they are unknown.
+    pub server_measures: Option<String>,
 }
 
 /// One engine on one mix: its settings, the phases that completed and, if it failed, why.
@@ -97,6 +106,10 @@ pub struct EngineRun {
     pub results: Vec<PhaseResult>,
     /// The failed phase and the error.
     pub failure: Option<(String, String)>,
+    /// Phases the engine cannot run faithfully, skipped, with the reason.
+    pub unsupported: Vec<(String, String)>,
+    /// Halyard (in process or behind a server): a numerator of the ratios.
+    pub halyard: bool,
 }
 
 #[repr(align(64))]
@@ -111,16 +124,24 @@ struct Worker {
     inserts: u64,
 }
 
-fn engine_dir(cfg: &Config, kind: EngineKind, mix: &Mix) -> PathBuf {
-    let m: String = mix.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    cfg.dir.join(format!("{}-{m}", kind.name()))
+fn engine_dir(cfg: &Config, kind: &EngineKind, mix: &Mix) -> PathBuf {
+    // Target names are URLs: no slashes or colons in a directory name.
+    let clean = |s: &str| -> String { s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect() };
+    cfg.dir.join(format!("{}-{}", clean(kind.name()), clean(&mix.name)))
 }
 
 /// Runs every workload of `cfg` on a fresh `kind` store. Never fails: errors end up in
 /// `EngineRun::failure` with the phases completed before them.
-pub fn run_engine(cfg: &Config, kind: EngineKind, mix: &Mix) -> EngineRun {
-    let mut run =
-        EngineRun { engine: kind, mix: mix.name.clone(), settings: Vec::new(), results: Vec::new(), failure: None };
+pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
+    let mut run = EngineRun {
+        engine: kind.clone(),
+        mix: mix.name.clone(),
+        settings: Vec::new(),
+        results: Vec::new(),
+        failure: None,
+        unsupported: Vec::new(),
+        halyard: *kind == EngineKind::Halyard,
+    };
     let dir = engine_dir(cfg, kind, mix);
     let fresh = std::fs::remove_dir_all(&dir)
         .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
@@ -137,6 +158,7 @@ pub fn run_engine(cfg: &Config, kind: EngineKind, mix: &Mix) -> EngineRun {
         }
     };
     run.settings = engine.settings();
+    run.halyard |= engine.halyard_server();
     // Room for every record number a phase can create: load-a's, plus per inserting run
     // phase at most ceil(ops / threads) per thread.
     let per_thread = cfg.ops.div_ceil(cfg.threads as u64);
@@ -145,6 +167,15 @@ pub fn run_engine(cfg: &Config, kind: EngineKind, mix: &Mix) -> EngineRun {
     let sizes: Vec<AtomicU8> = (0..cap).map(|_| AtomicU8::new(0)).collect();
     let mut base = 0;
     for (i, &w) in cfg.workloads.iter().enumerate() {
+        // Skipped rather than failed: the engine is fine, the workload has no equivalent on
+        // it, and the phases after it still run.
+        if let Some(why) = engine.unsupported(w) {
+            if !cfg.quiet {
+                eprintln!("{} {} {w}: {why}", kind.name(), mix.name);
+            }
+            run.unsupported.push((w.name().into(), why));
+            continue;
+        }
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_phase(cfg, kind, mix, &*engine, &dir, &sizes, i, w, base)
         }));
@@ -152,7 +183,7 @@ pub fn run_engine(cfg: &Config, kind: EngineKind, mix: &Mix) -> EngineRun {
             Ok(Ok((res, new_base))) => {
                 if !cfg.quiet {
                     eprintln!(
-                        "{} {} {}: {} ops in {:.1} s, {:.0} ops/s, I/O amp {:.2}",
+                        "{} {} {}: {} ops in {:.1} s, {:.0} ops/s, I/O amp {:.2} (NaN: unknown)",
                         res.engine, res.mix, res.workload, res.ops, res.seconds, res.ops_per_sec, res.io_amplification
                     );
                 }
@@ -200,7 +231,7 @@ fn progress(cfg: &Config, total: u64, label: String) -> ProgressBar {
 #[allow(clippy::too_many_arguments)]
 fn run_phase(
     cfg: &Config,
-    kind: EngineKind,
+    kind: &EngineKind,
     mix: &Mix,
     engine: &dyn Engine,
     dir: &std::path::Path,
@@ -222,6 +253,7 @@ fn run_phase(
 
     let (est0, io0, cpu0) = (engine.stats(), ProcIo::now(), measure::cpu_time());
     measure::reset_peak_rss();
+    engine.begin_phase();
     let t0 = Instant::now();
     let mut samples = Vec::new();
     let mut end = t0;
@@ -231,6 +263,7 @@ fn run_phase(
                 let gen = OpGen::new(cfg.seed, phase, w, mix, chooser.clone(), t, cfg.threads, base, total);
                 let (counter, stop, error, done) = (&counters[t].0, &stop, &error, done_tx.clone());
                 s.spawn(move || {
+                    engines::set_bench_thread(t);
                     let r = worker(engine, gen, sizes, counter, stop);
                     if let Err(e) = &r {
                         stop.store(true, Relaxed);
@@ -282,9 +315,13 @@ fn run_phase(
     let ops = hist.len();
     let live_bytes: u64 =
         sizes.iter().map(|c| c.load(Relaxed)).filter(|&c| c > 0).map(|c| PAIR_BYTES[c as usize - 1] as u64).sum();
-    let disk = disk_bytes(dir);
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    let device = io.read_bytes + io.write_bytes;
+    let m = Measured::new(&est0, &est, io, cpu, peak_rss_bytes, dir);
+    let device = match (m.read, m.write) {
+        (Some(r), Some(w)) => (r + w) as f64,
+        _ => f64::NAN,
+    };
+    let client_cpu = cpu.as_secs_f64() * 1e6 / ops.max(1) as f64;
     let series = measure::per_second(&samples, TICK);
     let interval = if series.len() < samples.len() { 1.0 } else { TICK.as_secs_f64() };
     let delta = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
@@ -297,22 +334,26 @@ fn run_phase(
         ops_per_sec: ops as f64 / seconds.max(1e-9),
         latency_us: Latency { p50: us(0.5), p99: us(0.99), p999: us(0.999), max: hist.max() as f64 / 1000.0 },
         user_bytes,
-        device_read_bytes: io.read_bytes,
-        device_write_bytes: io.write_bytes,
-        io_amplification: device as f64 / user_bytes.max(1) as f64,
-        space_amplification: disk as f64 / live_bytes.max(1) as f64,
-        cpu_us_per_op: cpu.as_secs_f64() * 1e6 / ops.max(1) as f64,
+        device_read_bytes: m.read,
+        device_write_bytes: m.write,
+        io_amplification: device / user_bytes.max(1) as f64,
+        space_amplification: m.disk.map_or(f64::NAN, |d| d as f64 / live_bytes.max(1) as f64),
+        cpu_us_per_op: m.cpu_seconds.map_or(client_cpu, |c| c * 1e6 / ops.max(1) as f64),
         throughput_cv: measure::cv(&series),
-        stall_seconds: (est.stall_seconds - est0.stall_seconds).max(0.0),
-        peak_rss_bytes,
-        device_bytes_per_op: device as f64 / ops.max(1) as f64,
-        disk_bytes: disk,
+        // NaN (unknown) stays NaN: f64::max would turn it into 0.
+        stall_seconds: if m.stall.is_nan() { f64::NAN } else { m.stall.max(0.0) },
+        peak_rss_bytes: m.peak_rss,
+        device_bytes_per_op: device / ops.max(1) as f64,
+        disk_bytes: m.disk,
         live_bytes,
         misses,
         engine_device_read_bytes: delta(est.device_read_bytes, est0.device_read_bytes),
         engine_device_write_bytes: delta(est.device_write_bytes, est0.device_write_bytes),
         series_interval_s: interval,
         throughput_series: series,
+        cpu_source: m.cpu_source.into(),
+        client_cpu_us_per_op: client_cpu,
+        server_measures: m.server,
     };
     let new_base = match w {
         Workload::LoadA => cfg.records,
@@ -320,6 +361,60 @@ fn run_phase(
         _ => base,
     };
     Ok((res, new_base))
+}
+
+/// The resource figures of a phase, from this process or from the server behind the engine.
+struct Measured {
+    read: Option<u64>,
+    write: Option<u64>,
+    /// CPU seconds to charge the phase; `None`: this process's (given apart).
+    cpu_seconds: Option<f64>,
+    cpu_source: &'static str,
+    disk: Option<u64>,
+    peak_rss: Option<u64>,
+    stall: f64,
+    server: Option<String>,
+}
+
+impl Measured {
+    fn new(
+        before: &EngineStats,
+        after: &EngineStats,
+        io: ProcIo,
+        cpu: Duration,
+        peak_rss: u64,
+        dir: &std::path::Path,
+    ) -> Measured {
+        let stall = after.stall_seconds - before.stall_seconds;
+        let (Some(s0), Some(s1)) = (&before.server, &after.server) else {
+            // In process: the engine's costs are this process's.
+            return Measured {
+                read: Some(io.read_bytes),
+                write: Some(io.write_bytes),
+                cpu_seconds: Some(cpu.as_secs_f64()),
+                cpu_source: "process",
+                disk: Some(disk_bytes(dir)),
+                peak_rss: Some(peak_rss),
+                stall,
+                server: None,
+            };
+        };
+        let delta = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+        let cpu_seconds = match (s0.cpu_seconds, s1.cpu_seconds) {
+            (Some(a), Some(b)) => Some((b - a).max(0.0)),
+            _ => None,
+        };
+        Measured {
+            read: delta(s0.read_bytes, s1.read_bytes),
+            write: delta(s0.write_bytes, s1.write_bytes),
+            cpu_source: if cpu_seconds.is_some() { "server" } else { "client" },
+            cpu_seconds,
+            disk: s1.disk_bytes,
+            peak_rss: s1.peak_rss_bytes,
+            stall,
+            server: Some(s1.source.clone()),
+        }
+    }
 }
 
 /// One client thread: issues its operations, timing each.

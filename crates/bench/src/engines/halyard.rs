@@ -64,6 +64,7 @@ impl Engine for Halyard {
             device_read_bytes: Some(s.device_read_bytes),
             device_write_bytes: Some(s.device_write_bytes),
             stall_seconds: s.stall_seconds,
+            server: None,
         }
     }
 

@@ -2,11 +2,35 @@
 //! every engine gets the same budgets.
 
 mod halyard;
+mod native;
+mod resp;
 #[cfg(feature = "rocksdb")]
 mod rocks;
+mod server;
 
-use crate::args::{Config, EngineKind, Sync};
+use crate::args::{Config, EngineKind, Proto, Sync};
+use crate::workload::Workload;
+use std::cell::Cell;
 use std::path::Path;
+
+pub use server::ServerSample;
+
+thread_local! {
+    /// Index of the bench client thread running on this OS thread (set by the runner).
+    static BENCH_THREAD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Tells the engines which bench thread the calling OS thread is. Server engines keep one
+/// connection per bench thread, opened before the phases so that connecting is never timed,
+/// and pick it by this index; the trait's calls stay those of the in-process engines.
+pub fn set_bench_thread(t: usize) {
+    BENCH_THREAD.with(|c| c.set(t));
+}
+
+/// The calling thread's bench thread index (0 outside the runner's workers).
+pub(crate) fn bench_thread() -> usize {
+    BENCH_THREAD.with(Cell::get)
+}
 
 /// Budgets shared by every engine.
 #[derive(Clone, Debug)]
@@ -19,12 +43,23 @@ pub struct EngineConfig {
     pub growth_factor: u32,
     /// Durability.
     pub sync: Sync,
+    /// Client threads (server engines open one connection each).
+    pub threads: usize,
+    /// Prometheus endpoint of the Halyard server behind a target.
+    pub metrics: Option<String>,
 }
 
 impl EngineConfig {
     /// From the validated arguments.
     pub fn from_config(c: &Config) -> EngineConfig {
-        EngineConfig { cache_bytes: c.cache_bytes, l0_bytes: c.l0_bytes, growth_factor: c.growth_factor, sync: c.sync }
+        EngineConfig {
+            cache_bytes: c.cache_bytes,
+            l0_bytes: c.l0_bytes,
+            growth_factor: c.growth_factor,
+            sync: c.sync,
+            threads: c.threads,
+            metrics: c.metrics.clone(),
+        }
     }
 }
 
@@ -35,8 +70,11 @@ pub struct EngineStats {
     pub device_read_bytes: Option<u64>,
     /// Device bytes written, by the engine's own count (Halyard only).
     pub device_write_bytes: Option<u64>,
-    /// Cumulative seconds writers were stalled.
+    /// Cumulative seconds writers were stalled (NaN: unknown).
     pub stall_seconds: f64,
+    /// For engines behind a server: what could be measured of the server process. `None`
+    /// for in-process engines, whose costs show in this process's own counters.
+    pub server: Option<ServerSample>,
 }
 
 /// An engine under test. Shared by the client threads.
@@ -51,11 +89,25 @@ pub trait Engine: Send + std::marker::Sync {
     fn stats(&self) -> EngineStats;
     /// The engine's settings, as name/value pairs, for the report.
     fn settings(&self) -> Vec<(String, String)>;
+    /// Why the engine cannot run `w` faithfully, if it cannot (a Redis has no ordered scan).
+    fn unsupported(&self, _w: Workload) -> Option<String> {
+        None
+    }
+    /// Whether a server engine talks to a Halyard server (numerator of the server ratios).
+    fn halyard_server(&self) -> bool {
+        false
+    }
+    /// Called before each phase (a server child's peak RSS is reset here).
+    fn begin_phase(&self) {}
 }
 
-/// Opens `kind` in `dir` (which must not hold a store).
-pub fn open(kind: EngineKind, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Engine>, String> {
+/// Opens `kind` in `dir` (which must not hold a store; a `redis-server` child keeps its
+/// data there, remote targets do not use it).
+pub fn open(kind: &EngineKind, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Engine>, String> {
     match kind {
+        EngineKind::Redis => Ok(Box::new(resp::Resp::spawn_redis(dir, cfg)?)),
+        EngineKind::Remote(t) if t.proto == Proto::Resp => Ok(Box::new(resp::Resp::connect(t, cfg)?)),
+        EngineKind::Remote(t) => Ok(Box::new(native::Native::connect(t, cfg)?)),
         EngineKind::Halyard => Ok(Box::new(halyard::Halyard::open(dir, cfg, None)?)),
         // Fails after enough writes to be inside the load phase of the smallest test run.
         EngineKind::Faulty => Ok(Box::new(halyard::Halyard::open(dir, cfg, Some(1000))?)),

@@ -144,7 +144,12 @@ impl Engine for Rocks {
 
     fn stats(&self) -> EngineStats {
         let stall = self.db.property_value("rocksdb.dbstats").ok().flatten().as_deref().and_then(parse_stall);
-        EngineStats { device_read_bytes: None, device_write_bytes: None, stall_seconds: stall.unwrap_or(0.0) }
+        EngineStats {
+            device_read_bytes: None,
+            device_write_bytes: None,
+            stall_seconds: stall.unwrap_or(0.0),
+            server: None,
+        }
     }
 
     fn settings(&self) -> Vec<(String, String)> {

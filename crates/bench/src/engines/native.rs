@@ -1,0 +1,68 @@
+//! A Halyard server spoken to in its native protocol, through `halyard-client`.
+
+use super::server::{remote_probe, Probe};
+use super::{bench_thread, Engine, EngineConfig, EngineStats};
+use crate::args::Target;
+use halyard_client::{blocking::Client, ClientOptions};
+use std::ops::Bound;
+use std::time::Duration;
+
+/// One client per bench thread. A client multiplexes its clones onto one connection; separate
+/// clients give each thread its own connection, like the RESP engine, so that the two
+/// protocols are compared with the same number of connections.
+pub(super) struct Native {
+    clients: Vec<Client>,
+    url: String,
+    probe: Probe,
+}
+
+impl Native {
+    pub(super) fn connect(t: &Target, cfg: &EngineConfig) -> Result<Native, String> {
+        let opts = ClientOptions { timeout: Duration::from_secs(60), ..Default::default() };
+        let clients = (0..cfg.threads.max(1))
+            .map(|_| Client::connect(t.addr.as_str(), opts.clone()).map_err(|e| format!("connect {}: {e}", t.url)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Native { clients, url: t.url.clone(), probe: remote_probe(true, cfg.metrics.as_deref()) })
+    }
+
+    fn client(&self) -> &Client {
+        &self.clients[bench_thread() % self.clients.len()]
+    }
+}
+
+impl Engine for Native {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        self.client().put(key, value).map_err(|e| e.to_string())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<usize>, String> {
+        self.client().get(key).map(|v| v.map(|v| v.len())).map_err(|e| e.to_string())
+    }
+
+    fn scan(&self, start: &[u8], len: usize) -> Result<(usize, u64), String> {
+        let limit = u32::try_from(len).unwrap_or(u32::MAX);
+        let page =
+            self.client().scan(Bound::Included(start), Bound::Unbounded, limit, false).map_err(|e| e.to_string())?;
+        let bytes = page.pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        Ok((page.pairs.len(), bytes))
+    }
+
+    fn stats(&self) -> EngineStats {
+        self.probe.stats()
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        vec![
+            ("server".into(), format!("Halyard at {}", self.url)),
+            ("protocol".into(), "native, one halyard-client blocking::Client (own connection) per bench thread".into()),
+            ("connections".into(), self.clients.len().to_string()),
+            ("scans".into(), "scan(start, unbounded, limit): one page".into()),
+            ("server_measures".into(), self.probe.describe()),
+            ("budgets".into(), "the server's own settings (--cache-mb etc. do not apply)".into()),
+        ]
+    }
+
+    fn halyard_server(&self) -> bool {
+        true
+    }
+}
