@@ -175,7 +175,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             a[1..].iter().map(|key| k.get_str(key).ok().flatten().map_or(Reply::Nil, Reply::Bulk)).collect(),
         ),
         "mset" | "msetnx" => {
-            if a.len() % 2 != 1 {
+            if a.len().is_multiple_of(2) {
                 return wrong_args(name);
             }
             let keys: Vec<&[u8]> = a[1..].iter().step_by(2).map(|v| v.as_slice()).collect();
@@ -286,7 +286,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             Ok(Reply::Array(out))
         })()),
         "hset" | "hmset" => {
-            if a.len() % 2 != 0 {
+            if !a.len().is_multiple_of(2) {
                 return wrong_args(name);
             }
             let pairs: Vec<(&[u8], &[u8])> = a[2..].chunks(2).map(|p| (p[0].as_slice(), p[1].as_slice())).collect();
@@ -535,12 +535,10 @@ pub fn glob(p: &[u8], s: &[u8]) -> bool {
                         }
                     }
                 }
-                b'\\' if pi + 1 < p.len() => {
-                    if p[pi + 1] == s[si] {
-                        pi += 2;
-                        si += 1;
-                        continue;
-                    }
+                b'\\' if pi + 1 < p.len() && p[pi + 1] == s[si] => {
+                    pi += 2;
+                    si += 1;
+                    continue;
                 }
                 c if c == s[si] => {
                     pi += 1;

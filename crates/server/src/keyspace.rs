@@ -18,6 +18,9 @@ const STRING: u8 = 0;
 const HASH: u8 = 1;
 const STRIPES: usize = 1024;
 
+/// Key-value pairs, in order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What a user key holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Value {
@@ -239,7 +242,7 @@ impl Keyspace {
         Ok(self.db.get(&field_key(user, field))?)
     }
 
-    pub fn hgetall(&self, user: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KsError> {
+    pub fn hgetall(&self, user: &[u8]) -> Result<Pairs, KsError> {
         if self.hash_len(user)?.is_none() {
             return Ok(Vec::new());
         }
@@ -306,7 +309,7 @@ impl Keyspace {
         end: Option<&[u8]>,
         limit: usize,
         reverse: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KsError> {
+    ) -> Result<Pairs, KsError> {
         let lo = Bound::Included(key(start));
         let hi = end.map_or(Bound::Excluded(b"l".to_vec()), |e| Bound::Excluded(key(e)));
         let mut out = Vec::new();

@@ -26,8 +26,11 @@ fn number(s: &[u8], what: &str) -> Result<i64, ProtocolError> {
         .ok_or_else(|| ProtocolError(format!("invalid {what}")))
 }
 
-/// Parses one request from the start of `buf`. `Ok(None)`: incomplete, read more.
-pub fn parse(buf: &[u8], limits: Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+/// A parsed request (its arguments) and the bytes it took; None: incomplete, read more.
+pub type Parsed = Option<(Vec<Vec<u8>>, usize)>;
+
+/// Parses one request from the start of `buf`.
+pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -74,7 +77,7 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>
     Ok(Some((args, pos)))
 }
 
-fn parse_inline(buf: &[u8], limits: Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > limits.max_request_bytes.min(64 << 10) {
             return Err(ProtocolError("too big inline request".into()));
