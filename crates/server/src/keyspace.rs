@@ -303,13 +303,7 @@ impl Keyspace {
     }
 
     /// String pairs in [start, end) (end None = to the last key), forward or reverse.
-    pub fn range(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-        reverse: bool,
-    ) -> Result<Pairs, KsError> {
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>, limit: usize, reverse: bool) -> Result<Pairs, KsError> {
         let lo = Bound::Included(key(start));
         let hi = end.map_or(Bound::Excluded(b"l".to_vec()), |e| Bound::Excluded(key(e)));
         let mut out = Vec::new();
