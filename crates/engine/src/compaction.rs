@@ -394,6 +394,8 @@ fn compact_l0(r: &Region) -> Result<()> {
     let Some(imm) = view.imm.clone() else {
         return Ok(());
     };
+    // Writers that appended for this table may still be inserting into it.
+    imm.wait_for_writers();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
     let mut out = new_output(r, &view.version, 1, true);
     let inputs = {

@@ -88,7 +88,9 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         if !still_valid {
             continue;
         }
-        r.append_locked(&mut w, &[Op::Put(rec.key, rec.value)], false)?;
+        let ops = [Op::Put(rec.key, rec.value)];
+        let pending = r.append_locked(&mut w, &ops, false)?;
+        r.finish(pending, &ops)?;
         moved += rec.len as u64;
     }
     // Every LSN up to the moved records must be durable before the old copies go: recovery

@@ -4,17 +4,21 @@ use crossbeam_skiplist::SkipMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+/// Keys up to this size live inside the skiplist node: a lookup compares keys without
+/// chasing a pointer per node (which dominated point reads of a large table).
+type KeyBytes = smallvec::SmallVec<[u8; 32]>;
+
 /// A version's key in the table: user key ascending, then LSN descending.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct MemKey {
-    pub key: Vec<u8>,
+    pub key: KeyBytes,
     /// `u64::MAX - lsn`, so that newer versions sort first.
     pub rev: u64,
 }
 
 impl MemKey {
     pub(crate) fn new(key: &[u8], lsn: u64) -> MemKey {
-        MemKey { key: key.to_vec(), rev: u64::MAX - lsn }
+        MemKey { key: KeyBytes::from_slice(key), rev: u64::MAX - lsn }
     }
     pub(crate) fn lsn(&self) -> u64 {
         u64::MAX - self.rev
@@ -53,21 +57,67 @@ pub(crate) struct Entry {
     pub value: Value,
 }
 
+const INDEX_SHARDS: usize = 64;
+
+type IndexShard =
+    parking_lot::RwLock<std::collections::HashMap<KeyBytes, (u64, Value), xxhash_rust::xxh3::Xxh3Builder>>;
+
 pub(crate) struct Memtable {
     map: SkipMap<MemKey, Value>,
+    /// The newest version of every key, for point reads in one hash probe instead of a walk
+    /// down the skiplist (a cache miss per node): reads of keys the table does not hold, and
+    /// reads at the current snapshot, never touch the skiplist. (KV-Tandem's LSM bypass.)
+    index: Box<[IndexShard]>,
     bytes: AtomicUsize,
     max_lsn: AtomicU64,
+    /// Writers that appended records for this table and are still inserting them.
+    writers: AtomicUsize,
+}
+
+fn shard_of(key: &[u8]) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(key) % INDEX_SHARDS as u64) as usize
 }
 
 impl Memtable {
     pub(crate) fn new() -> Memtable {
-        Memtable { map: SkipMap::new(), bytes: AtomicUsize::new(0), max_lsn: AtomicU64::new(0) }
+        Memtable {
+            map: SkipMap::new(),
+            index: (0..INDEX_SHARDS).map(|_| IndexShard::default()).collect(),
+            bytes: AtomicUsize::new(0),
+            max_lsn: AtomicU64::new(0),
+            writers: AtomicUsize::new(0),
+        }
     }
 
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Value) {
         self.bytes.fetch_add(key.len() + value.stored_len() + 48, Relaxed);
         self.max_lsn.fetch_max(lsn, Relaxed);
-        self.map.insert(MemKey::new(key, lsn), value);
+        // The skiplist first: a reader that finds the index entry can always fall back to it.
+        self.map.insert(MemKey::new(key, lsn), value.clone());
+        let mut shard = self.index[shard_of(key)].write();
+        match shard.get_mut(key) {
+            Some(e) if e.0 >= lsn => {}
+            Some(e) => *e = (lsn, value),
+            None => {
+                shard.insert(KeyBytes::from_slice(key), (lsn, value));
+            }
+        }
+    }
+
+    pub(crate) fn writer_enter(&self) {
+        self.writers.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub(crate) fn writer_exit(&self) {
+        self.writers.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Waits until every writer that appended records for this table has inserted them
+    /// (before the table is compacted).
+    pub(crate) fn wait_for_writers(&self) {
+        while self.writers.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
     }
 
     pub(crate) fn bytes(&self) -> usize {
@@ -84,9 +134,26 @@ impl Memtable {
 
     /// The newest version of `key` with LSN <= `snap`.
     pub(crate) fn get(&self, key: &[u8], snap: u64) -> Option<Entry> {
-        let from = MemKey { key: key.to_vec(), rev: u64::MAX - snap };
+        match self.index[shard_of(key)].read().get(key) {
+            None => return None,
+            Some((lsn, v)) if *lsn <= snap => return Some(Entry { key: key.to_vec(), lsn: *lsn, value: v.clone() }),
+            // A snapshot older than the newest version: find its version in the skiplist.
+            Some(_) => {}
+        }
+        let from = MemKey { key: KeyBytes::from_slice(key), rev: u64::MAX - snap };
         let e = self.map.lower_bound(Bound::Included(&from))?;
-        (e.key().key == key).then(|| Entry { key: key.to_vec(), lsn: e.key().lsn(), value: e.value().clone() })
+        (e.key().key[..] == *key).then(|| Entry { key: key.to_vec(), lsn: e.key().lsn(), value: e.value().clone() })
+    }
+
+    /// The value of the newest version of `key` with LSN <= `snap` (the point-read path:
+    /// no copy of the key).
+    pub(crate) fn get_value(&self, key: &[u8], snap: u64) -> Option<Value> {
+        match self.index[shard_of(key)].read().get(key) {
+            None => return None,
+            Some((lsn, v)) if *lsn <= snap => return Some(v.clone()),
+            Some(_) => {}
+        }
+        self.get(key, snap).map(|e| e.value)
     }
 
     /// Up to `max` entries, the newest visible version per key, in key order starting after
@@ -101,32 +168,32 @@ impl Memtable {
     ) -> Vec<Entry> {
         let mut out: Vec<Entry> = Vec::new();
         let lo = |b: Bound<&[u8]>| match b {
-            Bound::Included(k) => Bound::Included(MemKey { key: k.to_vec(), rev: 0 }),
-            Bound::Excluded(k) => Bound::Excluded(MemKey { key: k.to_vec(), rev: u64::MAX }),
+            Bound::Included(k) => Bound::Included(MemKey { key: KeyBytes::from_slice(k), rev: 0 }),
+            Bound::Excluded(k) => Bound::Excluded(MemKey { key: KeyBytes::from_slice(k), rev: u64::MAX }),
             Bound::Unbounded => Bound::Unbounded,
         };
         let hi = |b: Bound<&[u8]>| match b {
-            Bound::Included(k) => Bound::Included(MemKey { key: k.to_vec(), rev: u64::MAX }),
-            Bound::Excluded(k) => Bound::Excluded(MemKey { key: k.to_vec(), rev: 0 }),
+            Bound::Included(k) => Bound::Included(MemKey { key: KeyBytes::from_slice(k), rev: u64::MAX }),
+            Bound::Excluded(k) => Bound::Excluded(MemKey { key: KeyBytes::from_slice(k), rev: 0 }),
             Bound::Unbounded => Bound::Unbounded,
         };
         if !reverse {
             for e in self.map.range((lo(from), hi(end))) {
                 let lsn = e.key().lsn();
-                if lsn > snap || out.last().is_some_and(|l| l.key == e.key().key) {
+                if lsn > snap || out.last().is_some_and(|l| l.key[..] == e.key().key[..]) {
                     continue;
                 }
                 if out.len() == max {
                     break;
                 }
-                out.push(Entry { key: e.key().key.clone(), lsn, value: e.value().clone() });
+                out.push(Entry { key: e.key().key.to_vec(), lsn, value: e.value().clone() });
             }
         } else {
             // Versions of a key arrive oldest first; the last visible one wins.
             let mut cur: Option<Entry> = None;
             for e in self.map.range((lo(end), hi(from))).rev() {
                 let lsn = e.key().lsn();
-                if cur.as_ref().is_some_and(|c| c.key != e.key().key) {
+                if cur.as_ref().is_some_and(|c| c.key[..] != e.key().key[..]) {
                     if out.len() + 1 == max {
                         out.extend(cur.take());
                         break;
@@ -134,7 +201,7 @@ impl Memtable {
                     out.extend(cur.take());
                 }
                 if lsn <= snap {
-                    cur = Some(Entry { key: e.key().key.clone(), lsn, value: e.value().clone() });
+                    cur = Some(Entry { key: e.key().key.to_vec(), lsn, value: e.value().clone() });
                 }
             }
             if out.len() < max {
@@ -146,6 +213,6 @@ impl Memtable {
 
     /// Every version in (key asc, LSN desc) order.
     pub(crate) fn iter_all(&self) -> impl Iterator<Item = Entry> + '_ {
-        self.map.iter().map(|e| Entry { key: e.key().key.clone(), lsn: e.key().lsn(), value: e.value().clone() })
+        self.map.iter().map(|e| Entry { key: e.key().key.to_vec(), lsn: e.key().lsn(), value: e.value().clone() })
     }
 }

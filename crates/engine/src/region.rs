@@ -13,7 +13,10 @@ use crate::view::{Version, View};
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,6 +67,13 @@ pub(crate) struct Region {
     pub cursor: Mutex<Vec<Vec<u8>>>,
     /// Compaction could not get space; writers that would stall fail with NoSpace.
     pub no_space: AtomicBool,
+}
+
+/// Records appended to the logs and not yet in L0.
+pub(crate) struct Pending {
+    mem: Arc<Memtable>,
+    first: u64,
+    values: Vec<Value>,
 }
 
 /// A write the caller issues.
@@ -159,19 +169,23 @@ impl Region {
         if ops.is_empty() {
             return Ok(self.visible.load(Relaxed));
         }
-        let last = {
+        let pending = {
             let mut w = self.w.lock();
             self.make_room(&mut w)?;
             self.append_locked(&mut w, ops, true)?
         };
+        // L0 insertion runs outside the write lock, concurrently with other writers; the
+        // lock covers only LSN assignment and the log append.
+        let last = self.finish(pending, ops)?;
         if self.sh.opts.sync == crate::options::SyncMode::Always {
             self.sync_to(last)?;
         }
         Ok(last)
     }
 
-    /// Appends records and inserts them into L0. The caller holds the write lock.
-    pub(crate) fn append_locked(&self, w: &mut WriteState, ops: &[Op<'_>], user: bool) -> Result<u64> {
+    /// Appends records to the logs; the caller holds the write lock and then calls
+    /// [`Region::finish`] (with or without the lock) to insert them into L0 and publish them.
+    pub(crate) fn append_locked(&self, w: &mut WriteState, ops: &[Op<'_>], user: bool) -> Result<Pending> {
         self.sh.check()?;
         let o = &self.sh.opts;
         let seg_bytes = self.sh.dev.seg_bytes() as usize;
@@ -229,6 +243,7 @@ impl Region {
         let dev = &self.sh.dev;
         let n = ops.len() as u32;
         let mut lsn = 0;
+        let mut values = Vec::with_capacity(ops.len());
         for (i, (op, cat)) in ops.iter().zip(cats).enumerate() {
             lsn = w.next_lsn;
             let (k, v, kind) = match op {
@@ -256,7 +271,7 @@ impl Region {
                 (_, Category::Large) => Value::Large { ptr, len, salt },
                 _ => Value::Inline(v.to_vec()),
             };
-            self.view.load().mem.insert(k, lsn, value);
+            values.push(value);
             let c = &self.sh.counters;
             if !user {
                 continue;
@@ -269,8 +284,34 @@ impl Region {
                 c.put_bytes[cat as usize].fetch_add((k.len() + v.len()) as u64, Relaxed);
             }
         }
-        self.visible.store(lsn, Relaxed);
-        Ok(lsn)
+        let mem = self.view.load().mem.clone();
+        mem.writer_enter();
+        Ok(Pending { mem, first: lsn + 1 - ops.len() as u64, values })
+    }
+
+    /// Inserts appended records into the L0 table they were appended for and publishes them:
+    /// `visible` advances in LSN order, so a reader never sees a write before an earlier one.
+    pub(crate) fn finish(&self, p: Pending, ops: &[Op<'_>]) -> Result<u64> {
+        let last = p.first + p.values.len() as u64 - 1;
+        for ((op, value), lsn) in ops.iter().zip(p.values).zip(p.first..) {
+            p.mem.insert(op.key(), lsn, value);
+        }
+        p.mem.writer_exit();
+        let mut spins = 0u32;
+        while self.visible.load(Acquire) != p.first - 1 {
+            // An earlier writer is still inserting (it holds no lock; it will be done soon).
+            if self.sh.is_poisoned() {
+                return self.sh.check().map(|_| last);
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        self.visible.store(last, Release);
+        Ok(last)
     }
 
     /// Waits until the mutable L0 table has room, switching tables when possible.
@@ -371,6 +412,18 @@ impl Region {
     }
 
     pub(crate) fn get_at(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // L0 first through its hash index, handing the value over without copying the key.
+        for m in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
+            if let Some(v) = m.get_value(key, snap) {
+                return match v {
+                    Value::Inline(v) => Ok(Some(v)),
+                    Value::Tombstone => Ok(None),
+                    Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
+                        self.read_value(ptr, len, salt, key).map(Some)
+                    }
+                };
+            }
+        }
         match self.lookup(view, snap, key)? {
             None => Ok(None),
             Some(e) => self.resolve(&e),

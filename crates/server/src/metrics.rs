@@ -13,6 +13,7 @@ const BUCKETS_US: [u64; 12] = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10_000,
 #[repr(align(128))]
 struct Shard {
     calls: AtomicU64,
+    timed: AtomicU64,
     errors: AtomicU64,
     usec: AtomicU64,
     buckets: [AtomicU64; BUCKETS_US.len()],
@@ -34,15 +35,19 @@ pub struct CmdStats {
 }
 
 impl CmdStats {
-    pub fn record(&self, usec: u64, error: bool) {
+    /// Counts a call; `usec` is its latency when this call was sampled.
+    pub fn record(&self, usec: Option<u64>, error: bool) {
         let s = &self.shards[shard_index()];
         s.calls.fetch_add(1, Relaxed);
-        s.usec.fetch_add(usec, Relaxed);
         if error {
             s.errors.fetch_add(1, Relaxed);
         }
-        if let Some(i) = BUCKETS_US.iter().position(|&b| usec <= b) {
-            s.buckets[i].fetch_add(1, Relaxed);
+        if let Some(usec) = usec {
+            s.timed.fetch_add(1, Relaxed);
+            s.usec.fetch_add(usec, Relaxed);
+            if let Some(i) = BUCKETS_US.iter().position(|&b| usec <= b) {
+                s.buckets[i].fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -56,6 +61,10 @@ impl CmdStats {
 
     pub fn errors(&self) -> u64 {
         self.sum(|s| &s.errors)
+    }
+
+    pub fn timed(&self) -> u64 {
+        self.sum(|s| &s.timed)
     }
 
     pub fn usec(&self) -> u64 {
@@ -164,7 +173,7 @@ pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, nat
             let _ =
                 writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"{}\"}} {cum}", *b as f64 / 1e6);
         }
-        let calls = c.calls();
+        let calls = c.timed();
         let _ = writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"+Inf\"}} {calls}");
         let _ = writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec() as f64 / 1e6);
         let _ = writeln!(o, "halyard_command_duration_seconds_count{{cmd=\"{n}\"}} {calls}");

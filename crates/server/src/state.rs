@@ -19,6 +19,8 @@ pub struct Session {
     pub name: Option<Vec<u8>>,
     pub quit: bool,
     pub created: Instant,
+    /// Commands run, for sampling their latency.
+    pub timed: u32,
 }
 
 /// SCAN cursors: numbers that stand for "continue after this key". Old ones are forgotten
@@ -85,6 +87,7 @@ impl Shared {
             name: None,
             quit: false,
             created: Instant::now(),
+            timed: 0,
         }
     }
 
