@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     // Parse request after request, as a connection does; never panic, always make progress.
     while let Ok(Some((args, used))) = parse(&data[pos..], limits) {
         assert!(used > 0 && pos + used <= data.len());
-        assert!(args.iter().map(Vec::len).sum::<usize>() <= data.len());
+        assert!(args.iter().map(|a| a.len()).sum::<usize>() <= data.len());
         pos += used;
     }
 });

@@ -76,7 +76,7 @@ fn lower(a: &[u8]) -> String {
 }
 
 /// Runs one command. `sess.quit` is set by QUIT.
-pub fn execute(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> Reply {
+pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
     let Some(first) = args.first() else { return Reply::err("ERR empty command") };
     let Some(&(cname, arity)) = COMMANDS.iter().find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(first)) else {
         sh.metrics.unknown_commands.fetch_add(1, Relaxed);
@@ -96,7 +96,7 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> Reply {
     // Latency is sampled (one command in 16 per connection): reading the clock twice per
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
-    let t0 = (sess.timed % 16 == 0).then(std::time::Instant::now);
+    let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
     let reply = dispatch(sh, sess, cname, args);
     if let Some(st) = sh.metrics.commands.get(cname) {
         st.record(t0.map(|t| t.elapsed().as_micros() as u64), matches!(reply, Reply::Error(_)));
@@ -104,18 +104,18 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> Reply {
     reply
 }
 
-fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply {
+fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[&[u8]]) -> Reply {
     let k = &sh.ks;
     match name {
         "ping" => match a.len() {
             1 => Reply::Simple("PONG".into()),
-            2 => Reply::bulk(a[1].clone()),
+            2 => Reply::bulk(a[1]),
             _ => wrong_args("ping"),
         },
-        "echo" => Reply::bulk(a[1].clone()),
+        "echo" => Reply::bulk(a[1]),
         "hello" => hello(sh, sess, a),
         "auth" => auth(sh, sess, &a[1..]),
-        "select" => match int_arg(&a[1]) {
+        "select" => match int_arg(a[1]) {
             Some(0) => Reply::ok(),
             Some(_) => Reply::err("ERR DB index is out of range"),
             None => not_int(),
@@ -131,10 +131,10 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
         },
         "client" => client(sh, sess, a),
         "info" => Reply::bulk(sh.info(a.get(1).map(|s| lower(s)).as_deref())),
-        "config" => match lower(&a[1]).as_str() {
+        "config" => match lower(a[1]).as_str() {
             // Clients such as redis-benchmark read a few settings at start.
             "get" if a.len() == 3 => {
-                let p = lower(&a[2]);
+                let p = lower(a[2]);
                 let v = match p.as_str() {
                     "appendonly" => Some("no"),
                     "save" => Some(""),
@@ -150,27 +150,27 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             Reply::Array(vec![Reply::bulk(d.as_secs().to_string()), Reply::bulk(d.subsec_micros().to_string())])
         }
-        "get" => ks(k.get_str(&a[1]).map(Reply::opt)),
+        "get" => ks(k.get_str(a[1]).map(Reply::opt)),
         "set" => set(sh, a),
         "setnx" => ks((|| {
-            let _g = k.lock(&a[1]);
-            if k.get(&a[1])?.is_some() {
+            let _g = k.lock(a[1]);
+            if k.get(a[1])?.is_some() {
                 return Ok(Reply::Int(0));
             }
-            k.set_locked(&a[1], &a[2])?;
+            k.set_locked(a[1], a[2])?;
             Ok(Reply::Int(1))
         })()),
         "getset" => ks((|| {
-            let _g = k.lock(&a[1]);
-            let old = k.get_str(&a[1])?;
-            k.set_locked(&a[1], &a[2])?;
+            let _g = k.lock(a[1]);
+            let old = k.get_str(a[1])?;
+            k.set_locked(a[1], a[2])?;
             Ok(Reply::opt(old))
         })()),
         "getdel" => ks((|| {
-            let _g = k.lock(&a[1]);
-            let old = k.get_str(&a[1])?;
+            let _g = k.lock(a[1]);
+            let old = k.get_str(a[1])?;
             if old.is_some() {
-                k.delete_locked(&a[1])?;
+                k.delete_locked(a[1])?;
             }
             Ok(Reply::opt(old))
         })()),
@@ -181,7 +181,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             if a.len().is_multiple_of(2) {
                 return wrong_args(name);
             }
-            let keys: Vec<&[u8]> = a[1..].iter().step_by(2).map(|v| v.as_slice()).collect();
+            let keys: Vec<&[u8]> = a[1..].iter().step_by(2).copied().collect();
             ks((|| {
                 let _g = k.lock_many(&keys);
                 if name == "msetnx" {
@@ -192,7 +192,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
                     }
                 }
                 for pair in a[1..].chunks(2) {
-                    k.set_locked(&pair[0], &pair[1])?;
+                    k.set_locked(pair[0], pair[1])?;
                 }
                 Ok(if name == "msetnx" { Reply::Int(1) } else { Reply::ok() })
             })())
@@ -212,24 +212,24 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             }
             Ok(Reply::Int(n))
         })()),
-        "type" => ks(k.get(&a[1]).map(|v| {
+        "type" => ks(k.get(a[1]).map(|v| {
             Reply::Simple(match v {
                 None => "none".into(),
                 Some(Value::Str(_)) => "string".into(),
                 Some(Value::Hash(_)) => "hash".into(),
             })
         })),
-        "strlen" => ks(k.get_str(&a[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64)))),
+        "strlen" => ks(k.get_str(a[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64)))),
         "append" => ks((|| {
-            let _g = k.lock(&a[1]);
-            let mut v = k.get_str(&a[1])?.unwrap_or_default();
-            v.extend_from_slice(&a[2]);
-            k.set_locked(&a[1], &v)?;
+            let _g = k.lock(a[1]);
+            let mut v = k.get_str(a[1])?.unwrap_or_default();
+            v.extend_from_slice(a[2]);
+            k.set_locked(a[1], &v)?;
             Ok(Reply::Int(v.len() as i64))
         })()),
         "getrange" => {
-            let (Some(s), Some(e)) = (int_arg(&a[2]), int_arg(&a[3])) else { return not_int() };
-            ks(k.get_str(&a[1]).map(|v| {
+            let (Some(s), Some(e)) = (int_arg(a[2]), int_arg(a[3])) else { return not_int() };
+            ks(k.get_str(a[1]).map(|v| {
                 let v = v.unwrap_or_default();
                 let n = v.len() as i64;
                 let s = if s < 0 { (n + s).max(0) } else { s };
@@ -245,7 +245,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             let by = match name {
                 "incr" => 1,
                 "decr" => -1,
-                _ => match int_arg(&a[2]) {
+                _ => match int_arg(a[2]) {
                     Some(n) if name == "incrby" => n,
                     Some(n) => match n.checked_neg() {
                         Some(n) => n,
@@ -255,8 +255,8 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
                 },
             };
             ks((|| {
-                let _g = k.lock(&a[1]);
-                let cur = match k.get_str(&a[1])? {
+                let _g = k.lock(a[1]);
+                let cur = match k.get_str(a[1])? {
                     None => 0,
                     Some(v) => match int_arg(&v) {
                         Some(n) => n,
@@ -266,7 +266,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
                 let Some(n) = cur.checked_add(by) else {
                     return Ok(Reply::err("ERR increment or decrement would overflow"));
                 };
-                k.set_locked(&a[1], n.to_string().as_bytes())?;
+                k.set_locked(a[1], n.to_string().as_bytes())?;
                 Ok(Reply::Int(n))
             })())
         }
@@ -277,7 +277,7 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             loop {
                 let (keys, more) = k.keys_after(after.as_deref(), 1000)?;
                 for key in &keys {
-                    if glob(&a[1], key) {
+                    if glob(a[1], key) {
                         out.push(Reply::bulk(key.clone()));
                     }
                 }
@@ -292,41 +292,41 @@ fn dispatch(sh: &Shared, sess: &mut Session, name: &str, a: &[Vec<u8>]) -> Reply
             if !a.len().is_multiple_of(2) {
                 return wrong_args(name);
             }
-            let pairs: Vec<(&[u8], &[u8])> = a[2..].chunks(2).map(|p| (p[0].as_slice(), p[1].as_slice())).collect();
+            let pairs: Vec<(&[u8], &[u8])> = a[2..].chunks(2).map(|p| (p[0], p[1])).collect();
             ks((|| {
-                let _g = k.lock(&a[1]);
-                let n = k.hset_locked(&a[1], &pairs)?;
+                let _g = k.lock(a[1]);
+                let n = k.hset_locked(a[1], &pairs)?;
                 Ok(if name == "hmset" { Reply::ok() } else { Reply::Int(n as i64) })
             })())
         }
-        "hget" => ks(k.hget(&a[1], &a[2]).map(Reply::opt)),
+        "hget" => ks(k.hget(a[1], a[2]).map(Reply::opt)),
         "hmget" => ks((|| {
             let mut out = Vec::new();
             for f in &a[2..] {
-                out.push(Reply::opt(k.hget(&a[1], f)?));
+                out.push(Reply::opt(k.hget(a[1], f)?));
             }
             Ok(Reply::Array(out))
         })()),
         "hgetall" => ks(k
-            .hgetall(&a[1])
+            .hgetall(a[1])
             .map(|pairs| Reply::Map(pairs.into_iter().map(|(f, v)| (Reply::Bulk(f), Reply::Bulk(v))).collect()))),
         "hdel" => ks((|| {
-            let _g = k.lock(&a[1]);
-            let fields: Vec<&[u8]> = a[2..].iter().map(|f| f.as_slice()).collect();
-            Ok(Reply::Int(k.hdel_locked(&a[1], &fields)? as i64))
+            let _g = k.lock(a[1]);
+            let fields: Vec<&[u8]> = a[2..].to_vec();
+            Ok(Reply::Int(k.hdel_locked(a[1], &fields)? as i64))
         })()),
-        "hexists" => ks(k.hget(&a[1], &a[2]).map(|v| Reply::Int(v.is_some() as i64))),
-        "hlen" => ks(k.hlen(&a[1]).map(|n| Reply::Int(n as i64))),
+        "hexists" => ks(k.hget(a[1], a[2]).map(|v| Reply::Int(v.is_some() as i64))),
+        "hlen" => ks(k.hlen(a[1]).map(|n| Reply::Int(n as i64))),
         "halyard.range" => range(sh, a),
         _ => Reply::err(format!("ERR unknown command '{name}'")),
     }
 }
 
-fn set(sh: &Shared, a: &[Vec<u8>]) -> Reply {
+fn set(sh: &Shared, a: &[&[u8]]) -> Reply {
     let (mut nx, mut xx, mut get) = (false, false, false);
     let mut i = 3;
     while i < a.len() {
-        match lower(&a[i]).as_str() {
+        match lower(a[i]).as_str() {
             "nx" => nx = true,
             "xx" => xx = true,
             "get" => get = true,
@@ -342,12 +342,12 @@ fn set(sh: &Shared, a: &[Vec<u8>]) -> Reply {
     }
     let k = &sh.ks;
     ks((|| {
-        let _g = k.lock(&a[1]);
+        let _g = k.lock(a[1]);
         if !nx && !xx && !get {
-            k.set(&a[1], &a[2])?;
+            k.set(a[1], a[2])?;
             return Ok(Reply::ok());
         }
-        let old = k.get(&a[1])?;
+        let old = k.get(a[1])?;
         if get && matches!(old, Some(Value::Hash(_))) {
             return Err(KsError::WrongType);
         }
@@ -359,12 +359,12 @@ fn set(sh: &Shared, a: &[Vec<u8>]) -> Reply {
         if (nx && exists) || (xx && !exists) {
             return Ok(if get { Reply::opt(old) } else { Reply::Nil });
         }
-        k.set_locked(&a[1], &a[2])?;
+        k.set_locked(a[1], a[2])?;
         Ok(if get { Reply::opt(old) } else { Reply::ok() })
     })())
 }
 
-fn hello(sh: &Shared, sess: &mut Session, a: &[Vec<u8>]) -> Reply {
+fn hello(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let mut i = 1;
     if let Some(v) = a.get(1) {
         match int_arg(v) {
@@ -374,7 +374,7 @@ fn hello(sh: &Shared, sess: &mut Session, a: &[Vec<u8>]) -> Reply {
         i = 2;
     }
     while i < a.len() {
-        match lower(&a[i]).as_str() {
+        match lower(a[i]).as_str() {
             "auth" if i + 2 < a.len() => {
                 if let Reply::Error(e) = auth(sh, sess, &a[i + 1..i + 3]) {
                     sess.proto_next = None;
@@ -383,7 +383,7 @@ fn hello(sh: &Shared, sess: &mut Session, a: &[Vec<u8>]) -> Reply {
                 i += 3;
             }
             "setname" if i + 1 < a.len() => {
-                sess.name = Some(a[i + 1].clone());
+                sess.name = Some(a[i + 1].to_vec());
                 i += 2;
             }
             _ => {
@@ -408,16 +408,16 @@ fn hello(sh: &Shared, sess: &mut Session, a: &[Vec<u8>]) -> Reply {
     ])
 }
 
-fn auth(sh: &Shared, sess: &mut Session, creds: &[Vec<u8>]) -> Reply {
+fn auth(sh: &Shared, sess: &mut Session, creds: &[&[u8]]) -> Reply {
     let Some(pass) = &sh.requirepass else {
         return Reply::err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
     };
     let (user, given) = match creds {
         [p] => (&b"default"[..], p),
-        [u, p] => (u.as_slice(), p),
+        [u, p] => (*u, p),
         _ => return syntax(),
     };
-    if user == b"default" && given.as_slice() == pass.as_bytes() {
+    if user == b"default" && **given == *pass.as_bytes() {
         sess.authed = true;
         Reply::ok()
     } else {
@@ -426,35 +426,35 @@ fn auth(sh: &Shared, sess: &mut Session, creds: &[Vec<u8>]) -> Reply {
     }
 }
 
-fn client(sh: &Shared, sess: &mut Session, a: &[Vec<u8>]) -> Reply {
-    match lower(&a[1]).as_str() {
+fn client(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    match lower(a[1]).as_str() {
         "setname" if a.len() == 3 => {
             if a[2].iter().any(|&b| b == b' ' || b == b'\n') {
                 return Reply::err("ERR Client names cannot contain spaces, newlines or special characters.");
             }
-            sess.name = Some(a[2].clone());
+            sess.name = Some(a[2].to_vec());
             Reply::ok()
         }
         "getname" => Reply::opt(sess.name.clone()),
         "id" => Reply::Int(sess.id as i64),
         "info" => Reply::bulk(sh.client_line(sess)),
         "setinfo" => Reply::ok(),
-        _ => Reply::err(format!("ERR unknown subcommand or wrong number of arguments for 'client|{}'", lower(&a[1]))),
+        _ => Reply::err(format!("ERR unknown subcommand or wrong number of arguments for 'client|{}'", lower(a[1]))),
     }
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n]: cursors walk the key space in key order.
-fn scan(sh: &Shared, a: &[Vec<u8>]) -> Reply {
-    let Some(cursor) = std::str::from_utf8(&a[1]).ok().and_then(|s| s.parse::<u64>().ok()) else {
+fn scan(sh: &Shared, a: &[&[u8]]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(a[1]).ok().and_then(|s| s.parse::<u64>().ok()) else {
         return Reply::err("ERR invalid cursor");
     };
     let mut count = 10usize;
     let mut pattern: Option<&[u8]> = None;
     let mut i = 2;
     while i < a.len() {
-        match lower(&a[i]).as_str() {
-            "match" if i + 1 < a.len() => pattern = Some(&a[i + 1]),
-            "count" if i + 1 < a.len() => match int_arg(&a[i + 1]) {
+        match lower(a[i]).as_str() {
+            "match" if i + 1 < a.len() => pattern = Some(a[i + 1]),
+            "count" if i + 1 < a.len() => match int_arg(a[i + 1]) {
                 Some(n) if n > 0 => count = n as usize,
                 _ => return syntax(),
             },
@@ -484,14 +484,14 @@ fn scan(sh: &Shared, a: &[Vec<u8>]) -> Reply {
 
 /// HALYARD.RANGE start end [LIMIT n] [REV]: string pairs in [start, end) in key order
 /// (an empty end means no upper bound), as a flat array key, value, key, value...
-fn range(sh: &Shared, a: &[Vec<u8>]) -> Reply {
+fn range(sh: &Shared, a: &[&[u8]]) -> Reply {
     let mut limit = 1000usize;
     let mut reverse = false;
     let mut i = 3;
     while i < a.len() {
-        match lower(&a[i]).as_str() {
+        match lower(a[i]).as_str() {
             "limit" if i + 1 < a.len() => {
-                match int_arg(&a[i + 1]) {
+                match int_arg(a[i + 1]) {
                     Some(n) if n >= 0 => limit = n as usize,
                     _ => return not_int(),
                 }
@@ -504,10 +504,10 @@ fn range(sh: &Shared, a: &[Vec<u8>]) -> Reply {
             _ => return syntax(),
         }
     }
-    let end = if a[2].is_empty() { None } else { Some(a[2].as_slice()) };
+    let end = if a[2].is_empty() { None } else { Some(a[2]) };
     ks(sh
         .ks
-        .range(&a[1], end, limit, reverse)
+        .range(a[1], end, limit, reverse)
         .map(|pairs| Reply::Array(pairs.into_iter().flat_map(|(k, v)| [Reply::Bulk(k), Reply::Bulk(v)]).collect())))
 }
 

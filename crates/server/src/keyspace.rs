@@ -49,8 +49,9 @@ pub struct Keyspace {
     hashes: std::sync::atomic::AtomicBool,
 }
 
-pub fn key(user: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(user.len() + 1);
+/// The engine key of a user key; on the stack for keys of up to 63 bytes.
+pub fn key(user: &[u8]) -> smallvec::SmallVec<[u8; 64]> {
+    let mut k = smallvec::SmallVec::with_capacity(user.len() + 1);
     k.push(b'k');
     k.extend_from_slice(user);
     k
@@ -234,7 +235,7 @@ impl Keyspace {
             b.put(fk, v.to_vec());
         }
         n += added;
-        b.put(key(user), hash_meta(n));
+        b.put(key(user).to_vec(), hash_meta(n));
         self.db.write(&b)?;
         Ok(added)
     }
@@ -274,9 +275,9 @@ impl Keyspace {
             }
         }
         if removed == n {
-            b.delete(key(user));
+            b.delete(key(user).to_vec());
         } else {
-            b.put(key(user), hash_meta(n - removed));
+            b.put(key(user).to_vec(), hash_meta(n - removed));
         }
         self.db.write(&b)?;
         Ok(removed)
@@ -289,7 +290,7 @@ impl Keyspace {
     /// User keys in order after `after` (exclusive) up to `limit`, and whether more follow.
     pub fn keys_after(&self, after: Option<&[u8]>, limit: usize) -> Result<(Vec<Vec<u8>>, bool), KsError> {
         let lo = match after {
-            Some(a) => Bound::Excluded(key(a)),
+            Some(a) => Bound::Excluded(key(a).to_vec()),
             None => Bound::Included(b"k".to_vec()),
         };
         let hi = Bound::Excluded(b"l".to_vec());
@@ -308,8 +309,8 @@ impl Keyspace {
 
     /// String pairs in [start, end) (end None = to the last key), forward or reverse.
     pub fn range(&self, start: &[u8], end: Option<&[u8]>, limit: usize, reverse: bool) -> Result<Pairs, KsError> {
-        let lo = Bound::Included(key(start));
-        let hi = end.map_or(Bound::Excluded(b"l".to_vec()), |e| Bound::Excluded(key(e)));
+        let lo = Bound::Included(key(start).to_vec());
+        let hi = end.map_or(Bound::Excluded(b"l".to_vec()), |e| Bound::Excluded(key(e).to_vec()));
         let mut out = Vec::new();
         for r in self.db.scan_with((lo, hi), ScanOptions { reverse, limit: None }) {
             let (k, v) = r?;

@@ -227,7 +227,8 @@ async fn resp_connection(
                     if args.is_empty() {
                         continue;
                     }
-                    let reply = commands::execute(sh, &mut sess, &args);
+                    let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
+                    let reply = commands::execute(sh, &mut sess, &refs);
                     if let Some(p) = sess.proto_next.take() {
                         sess.proto = p;
                     }

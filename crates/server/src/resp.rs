@@ -26,11 +26,15 @@ fn number(s: &[u8], what: &str) -> Result<i64, ProtocolError> {
         .ok_or_else(|| ProtocolError(format!("invalid {what}")))
 }
 
-/// A parsed request (its arguments) and the bytes it took; None: incomplete, read more.
-pub type Parsed = Option<(Vec<Vec<u8>>, usize)>;
+/// A request's arguments, borrowed from the read buffer where possible (no copy per argument;
+/// inline commands with escapes own theirs).
+pub type Args<'a> = smallvec::SmallVec<[std::borrow::Cow<'a, [u8]>; 6]>;
+
+/// A parsed request and the bytes it took; None: incomplete, read more.
+pub type Parsed<'a> = Option<(Args<'a>, usize)>;
 
 /// Parses one request from the start of `buf`.
-pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
+pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -44,7 +48,7 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
     if n > limits.max_args as i64 {
         return Err(ProtocolError("invalid multibulk length".into()));
     }
-    let mut args = Vec::with_capacity(n.max(0) as usize);
+    let mut args = Args::new();
     let mut total = 0usize;
     for _ in 0..n.max(0) {
         if pos >= buf.len() {
@@ -71,13 +75,13 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
         if &buf[next + len..next + len + 2] != b"\r\n" {
             return Err(ProtocolError("bulk string not terminated by CRLF".into()));
         }
-        args.push(buf[next..next + len].to_vec());
+        args.push(std::borrow::Cow::Borrowed(&buf[next..next + len]));
         pos = next + len + 2;
     }
     Ok(Some((args, pos)))
 }
 
-fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
+fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError> {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > limits.max_request_bytes.min(64 << 10) {
             return Err(ProtocolError("too big inline request".into()));
@@ -86,7 +90,7 @@ fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
     };
     let text = &buf[..nl];
     let text = text.strip_suffix(b"\r").unwrap_or(text);
-    let mut args = Vec::new();
+    let mut args: Vec<Vec<u8>> = Vec::new();
     let mut cur: Option<Vec<u8>> = None;
     let mut quote: Option<u8> = None;
     let mut i = 0;
@@ -121,7 +125,7 @@ fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed, ProtocolError> {
     if args.len() > limits.max_args {
         return Err(ProtocolError("too many arguments".into()));
     }
-    Ok(Some((args, nl + 1)))
+    Ok(Some((args.into_iter().map(std::borrow::Cow::Owned).collect(), nl + 1)))
 }
 
 fn num(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -227,17 +231,23 @@ mod tests {
     fn multibulk_and_partial_input() {
         let req = b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5\r\nhello\r\n";
         let (args, used) = parse(req, L).expect("ok").expect("complete");
-        assert_eq!(args, vec![b"SET".to_vec(), b"a".to_vec(), b"hello".to_vec()]);
+        assert_eq!(
+            args.iter().map(|a| a.to_vec()).collect::<Vec<_>>(),
+            vec![b"SET".to_vec(), b"a".to_vec(), b"hello".to_vec()]
+        );
         assert_eq!(used, req.len());
         for cut in 0..req.len() {
-            assert_eq!(parse(&req[..cut], L), Ok(None), "prefix of {cut} bytes");
+            assert!(matches!(parse(&req[..cut], L), Ok(None)), "prefix of {cut} bytes");
         }
     }
 
     #[test]
     fn inline_with_quotes() {
         let (args, used) = parse(b"set k \"a b\\n\" 'c d'\r\nGET", L).expect("ok").expect("complete");
-        assert_eq!(args, vec![b"set".to_vec(), b"k".to_vec(), b"a b\n".to_vec(), b"c d".to_vec()]);
+        assert_eq!(
+            args.iter().map(|a| a.to_vec()).collect::<Vec<_>>(),
+            vec![b"set".to_vec(), b"k".to_vec(), b"a b\n".to_vec(), b"c d".to_vec()]
+        );
         assert_eq!(used, 21);
     }
 
