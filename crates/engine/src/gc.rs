@@ -75,6 +75,9 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         }
         let mut w = r.w.lock();
         r.make_room(&mut w)?;
+        // Writers append under the lock but insert into L0 after it: let the ones already
+        // appended finish, so that L0 shows every write that could be newer than ours.
+        r.quiesce(&w);
         let now = r.view();
         // No write can land while the lock is held. If a compaction published since the
         // first look, a newer write may have moved into the levels: look again in full.

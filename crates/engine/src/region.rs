@@ -289,6 +289,14 @@ impl Region {
         Ok(Pending { mem, first: lsn + 1 - ops.len() as u64, values })
     }
 
+    /// Waits until every write appended so far is in L0 and visible. With the write lock held,
+    /// L0 then holds every write there is (insertion runs outside the lock).
+    pub(crate) fn quiesce(&self, w: &WriteState) {
+        while self.visible.load(Acquire) + 1 < w.next_lsn && !self.sh.is_poisoned() {
+            std::thread::yield_now();
+        }
+    }
+
     /// Inserts appended records into the L0 table they were appended for and publishes them:
     /// `visible` advances in LSN order, so a reader never sees a write before an earlier one.
     pub(crate) fn finish(&self, p: Pending, ops: &[Op<'_>]) -> Result<u64> {

@@ -78,8 +78,21 @@ fn check_scan(found: Vec<(Vec<u8>, Vec<u8>)>, model: &Model, lo: &[u8], hi: &[u8
     } else {
         range.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
     };
-    assert_eq!(found.len(), want.len(), "scan length");
-    assert!(found == want, "scan contents differ");
+    if found != want {
+        let i = found.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(found.len().min(want.len()));
+        let show = |x: Option<&(Vec<u8>, Vec<u8>)>| {
+            x.map(|(k, v)| format!("{}={}", String::from_utf8_lossy(k), String::from_utf8_lossy(&v[..v.len().min(12)])))
+        };
+        panic!(
+            "scan [{}..={}] rev={reverse} limit={limit}: {} vs {} pairs; first difference at {i}: got {:?} want {:?}",
+            String::from_utf8_lossy(lo),
+            String::from_utf8_lossy(hi),
+            found.len(),
+            want.len(),
+            show(found.get(i)),
+            show(want.get(i))
+        );
+    }
 }
 
 fn full_scan(db_scan: halyard_engine::Scan) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -158,7 +171,26 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
     }
     let got = full_scan(d.scan(..));
     let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    assert!(got == want, "final scan differs ({} vs {} keys)", got.len(), want.len());
+    if got != want {
+        let g: BTreeMap<_, _> = got.iter().cloned().collect();
+        let diff: Vec<String> = g
+            .keys()
+            .chain(model.keys())
+            .filter(|k| g.get(*k) != model.get(*k))
+            .take(5)
+            .map(|k| {
+                let short = |v: Option<&Vec<u8>>| v.map(|v| String::from_utf8_lossy(&v[..v.len().min(12)]).to_string());
+                format!(
+                    "{}: got {:?} want {:?} (get says {:?})",
+                    String::from_utf8_lossy(k),
+                    short(g.get(k)),
+                    short(model.get(k)),
+                    d.get(k).map(|v| short(v.as_ref()))
+                )
+            })
+            .collect();
+        panic!("variant {variant}: final scan differs ({} vs {} keys): {diff:?}", got.len(), want.len());
+    }
     d.compact().expect("compact");
     d.gc().expect("gc");
     for (k, v) in &model {
