@@ -191,9 +191,19 @@ impl Edit {
         let log = |v: u8| LogKind::from_u8(v).ok_or(Short);
         Ok(match d.u8()? {
             1 => {
+                // Flags are 0 or 1 exactly: one meaning has one encoding.
                 let start = d.bytes()?.to_vec();
-                let end = if d.u8()? == 1 { Some(d.bytes()?.to_vec()) } else { None };
-                Edit::CreateRegion { start, end, backup: d.u8()? == 1 }
+                let end = match d.u8()? {
+                    0 => None,
+                    1 => Some(d.bytes()?.to_vec()),
+                    _ => return Err(Short),
+                };
+                let backup = match d.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(Short),
+                };
+                Edit::CreateRegion { start, end, backup }
             }
             2 => Edit::AddSst { level: d.u8()?, sst: SstInfo::decode(d)? },
             3 => Edit::RemoveSst { level: d.u8()?, seg: d.u32()? },
