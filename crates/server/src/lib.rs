@@ -143,21 +143,20 @@ mod tokio_util_tracker {
     }
 }
 
-async fn accept_resp(
-    l: TcpListener,
-    sh: Arc<Shared>,
-    limits: Limits,
-    idle: Option<Duration>,
+/// The next client admitted on `l`: `Ok` counted as connected (the caller's task must
+/// decrement), `Err` refused over `max_clients`. None once the server stops.
+async fn next_client(
+    l: &TcpListener,
+    sh: &Shared,
     max_clients: usize,
-    mut stop: watch::Receiver<bool>,
-    conns: tokio_util_tracker::Tracker,
-) {
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Result<(TcpStream, std::net::SocketAddr), TcpStream>> {
     loop {
         let accepted = tokio::select! {
             a = l.accept() => a,
-            _ = stop.changed() => return,
+            _ = stop.changed() => return None,
         };
-        let (mut stream, addr) = match accepted {
+        let (stream, addr) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("accept: {e}");
@@ -168,12 +167,32 @@ async fn accept_resp(
         sh.metrics.connections_total.fetch_add(1, Relaxed);
         if sh.connected.load(Relaxed) >= max_clients {
             sh.metrics.connections_rejected.fetch_add(1, Relaxed);
-            let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
-            continue;
+            return Some(Err(stream));
         }
         let _ = stream.set_nodelay(true);
-        // Counted before the task runs, so that a burst of connections cannot overshoot.
+        // Counted before the connection's task runs, so that a burst cannot overshoot.
         sh.connected.fetch_add(1, Relaxed);
+        return Some(Ok((stream, addr)));
+    }
+}
+
+async fn accept_resp(
+    l: TcpListener,
+    sh: Arc<Shared>,
+    limits: Limits,
+    idle: Option<Duration>,
+    max_clients: usize,
+    mut stop: watch::Receiver<bool>,
+    conns: tokio_util_tracker::Tracker,
+) {
+    while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
+        let (stream, addr) = match next {
+            Ok(x) => x,
+            Err(mut refused) => {
+                let _ = refused.write_all(b"-ERR max number of clients reached\r\n").await;
+                continue;
+            }
+        };
         let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
         tokio::spawn(async move {
             if let Err(e) = resp_connection(&sh, stream, addr.to_string(), limits, idle, stop).await {
@@ -270,23 +289,9 @@ async fn accept_native(
     mut stop: watch::Receiver<bool>,
     conns: tokio_util_tracker::Tracker,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            a = l.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let Ok((stream, addr)) = accepted else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        sh.metrics.connections_total.fetch_add(1, Relaxed);
-        if sh.connected.load(Relaxed) >= max_clients {
-            // Dropping the stream closes it; the client sees the connection refused.
-            sh.metrics.connections_rejected.fetch_add(1, Relaxed);
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        sh.connected.fetch_add(1, Relaxed);
+    while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
+        // A refused native client sees its connection closed.
+        let Ok((stream, addr)) = next else { continue };
         let (sh, mut stop, guard) = (sh.clone(), stop.clone(), conns.enter());
         tokio::spawn(async move {
             let db = sh.ks.db.clone();
