@@ -405,6 +405,11 @@ impl Region {
                 return Ok(Some(e));
             }
         }
+        self.lookup_levels(view, key)
+    }
+
+    /// The entry for `key` in the levels (L1 first).
+    fn lookup_levels(&self, view: &View, key: &[u8]) -> Result<Option<Entry>> {
         let h = bloom::hash(key);
         for level in &view.version.levels {
             let i = level.partition_point(|s| s.info.last_key.as_slice() < key);
@@ -432,7 +437,7 @@ impl Region {
                 };
             }
         }
-        match self.lookup(view, snap, key)? {
+        match self.lookup_levels(view, key)? {
             None => Ok(None),
             Some(e) => self.resolve(&e),
         }
@@ -458,23 +463,19 @@ impl Region {
     }
 
     pub(crate) fn read_value(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
+        // The cache holds values already checked against their record's checksum and key.
         let ck = ((ptr as u128) << 32) | salt as u128;
         let ctx = &self.sh.ctx;
-        if let Some(rec) = ctx.cache.get(ck) {
-            if let Ok(r) = record::decode(&rec, Some(salt)) {
-                return Ok(r.value.to_vec());
-            }
+        if let Some(v) = ctx.cache.get(ck) {
+            return Ok(v.to_vec());
         }
         let bytes = ctx.dev.read(ptr, len as usize, crate::device::IoKind::Read)?;
-        let bytes = match record::decode(&bytes, Some(salt)) {
-            Ok(r) if r.key == key => bytes,
+        let value = match record::decode(&bytes, Some(salt)) {
+            Ok(r) if r.key == key => r.value.to_vec(),
             _ => self.read_from_tail(ptr, len, salt, key)?,
         };
-        let r = record::decode(&bytes, Some(salt))
-            .map_err(|_| self.bad_ptr(ptr, "log record at pointer fails its checks"))?;
-        let v = r.value.to_vec();
-        ctx.cache.insert(ck, Arc::new(bytes));
-        Ok(v)
+        ctx.cache.insert(ck, Arc::new(value.clone()));
+        Ok(value)
     }
 
     fn bad_ptr(&self, ptr: u64, what: &str) -> Error {
@@ -483,15 +484,16 @@ impl Region {
     }
 
     /// A record appended but not yet written out is read from the large log's tail.
+    /// The value of a record appended to the large log but perhaps not yet written out.
     fn read_from_tail(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
         let w = self.w.lock();
         if let (Some((seg, s)), Some(_)) = (w.large.seg, w.large.position(&self.sh.dev)) {
             let base = self.sh.dev.seg_base(seg);
             if s == salt && ptr >= base {
                 let at = (ptr - base) as usize;
-                if let Some(b) = w.large.image().get(at..at + len as usize) {
-                    if record::decode(b, Some(salt)).is_ok_and(|r| r.key == key) {
-                        return Ok(b.to_vec());
+                if let Some(Ok(r)) = w.large.image().get(at..at + len as usize).map(|b| record::decode(b, Some(salt))) {
+                    if r.key == key {
+                        return Ok(r.value.to_vec());
                     }
                 }
             }
@@ -499,8 +501,10 @@ impl Region {
         // The tail may have moved on (writing the record out) since the first device read.
         let bytes = self.sh.ctx.dev.read(ptr, len as usize, crate::device::IoKind::Read)?;
         drop(w);
-        if record::decode(&bytes, Some(salt)).is_ok_and(|r| r.key == key) {
-            return Ok(bytes);
+        if let Ok(r) = record::decode(&bytes, Some(salt)) {
+            if r.key == key {
+                return Ok(r.value.to_vec());
+            }
         }
         Err(self.bad_ptr(ptr, "log record at pointer fails its checks"))
     }
