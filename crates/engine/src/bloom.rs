@@ -1,4 +1,8 @@
-//! Bloom filter of an SST's keys: `u32 bit count | u8 probes | 3 bytes 0 | u32 crc32c (of bytes 0..8 and the bits) | bits`.
+//! Bloom filter of an SST's keys, blocked: each key's probes fall in one 512-bit block, so a
+//! lookup touches one cache line instead of k scattered ones.
+//!
+//! Layout: `u32 bit count (a multiple of 512) | u8 probes | 3 bytes 0 | u32 crc32c (of bytes
+//! 0..8 and the bits) | bits`.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -6,17 +10,34 @@ pub(crate) fn hash(key: &[u8]) -> u64 {
     xxh3_64(key)
 }
 
+const BLOCK_BITS: usize = 512;
+const HEADER: usize = 12;
+
+fn nbits_for(keys: usize, bits_per_key: usize) -> usize {
+    (keys * bits_per_key).max(BLOCK_BITS).div_ceil(BLOCK_BITS) * BLOCK_BITS
+}
+
+/// The block a hash selects (`(h >> 32) * blocks >> 32`: no division) and the first probe and
+/// stride inside it.
+fn probes(h: u64, nbits: usize) -> (usize, u32, u32) {
+    let blocks = (nbits / BLOCK_BITS) as u64;
+    let block = (((h >> 32) * blocks) >> 32) as usize;
+    let a = h as u32;
+    let b = a.rotate_left(15) | 1;
+    (block * BLOCK_BITS, a, b)
+}
+
 pub(crate) fn build(hashes: &[u64], bits_per_key: usize) -> Vec<u8> {
-    let nbits = (hashes.len() * bits_per_key).max(64);
+    let nbits = nbits_for(hashes.len(), bits_per_key);
     let k = ((bits_per_key as f64) * 0.69).round().clamp(1.0, 30.0) as u8;
-    let mut out = vec![0u8; HEADER + nbits.div_ceil(8)];
+    let mut out = vec![0u8; HEADER + nbits / 8];
     out[..4].copy_from_slice(&(nbits as u32).to_le_bytes());
     out[4] = k;
     let bits = &mut out[HEADER..];
     for &h in hashes {
-        let (mut a, b) = (h as u32, (h >> 32) as u32 | 1);
+        let (base, mut a, b) = probes(h, nbits);
         for _ in 0..k {
-            let i = a as usize % nbits;
+            let i = base + (a as usize % BLOCK_BITS);
             bits[i / 8] |= 1 << (i % 8);
             a = a.wrapping_add(b);
         }
@@ -25,8 +46,6 @@ pub(crate) fn build(hashes: &[u64], bits_per_key: usize) -> Vec<u8> {
     out[8..12].copy_from_slice(&crc.to_le_bytes());
     out
 }
-
-const HEADER: usize = 12;
 
 /// crc32c of the header's first 8 bytes and the bits.
 fn checksum(filter: &[u8]) -> u32 {
@@ -38,11 +57,12 @@ pub(crate) fn verify(filter: &[u8]) -> bool {
     let (Some(nb), Some(crc)) = (crate::codec::get_u32(filter, 0), crate::codec::get_u32(filter, 8)) else {
         return false;
     };
-    filter.len() == HEADER + (nb as usize).div_ceil(8) && checksum(filter) == crc
+    let nb = nb as usize;
+    nb > 0 && nb.is_multiple_of(BLOCK_BITS) && filter.len() == HEADER + nb / 8 && checksum(filter) == crc
 }
 
 pub(crate) fn encoded_len(keys: usize, bits_per_key: usize) -> usize {
-    HEADER + (keys * bits_per_key).max(64).div_ceil(8)
+    HEADER + nbits_for(keys, bits_per_key) / 8
 }
 
 /// Checks a filter; a malformed filter answers "maybe" so that reads stay correct.
@@ -53,12 +73,12 @@ pub(crate) fn may_contain(filter: &[u8], h: u64) -> bool {
     let nbits = u32::from_le_bytes([nb[0], nb[1], nb[2], nb[3]]) as usize;
     let k = filter.get(4).copied().unwrap_or(0);
     let bits = &filter[HEADER.min(filter.len())..];
-    if nbits == 0 || bits.len() * 8 < nbits {
+    if nbits == 0 || !nbits.is_multiple_of(BLOCK_BITS) || bits.len() * 8 < nbits {
         return true;
     }
-    let (mut a, b) = (h as u32, (h >> 32) as u32 | 1);
+    let (base, mut a, b) = probes(h, nbits);
     for _ in 0..k {
-        let i = a as usize % nbits;
+        let i = base + (a as usize % BLOCK_BITS);
         if bits[i / 8] & (1 << (i % 8)) == 0 {
             return false;
         }

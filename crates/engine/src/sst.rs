@@ -243,6 +243,9 @@ pub(crate) struct Sst {
     /// Identity for the cache: unique per SST object in this process.
     uid: u64,
     bloom: OnceLock<Vec<u8>>,
+    /// The index nodes (everything between the last leaf and the root, inclusive), read
+    /// and verified once and then kept out of the cache: every point read walks them.
+    index: OnceLock<Vec<u8>>,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -253,7 +256,67 @@ fn bad(seg: u32, off: u32) -> impl Fn(node::BadNode) -> Error {
 
 impl Sst {
     pub(crate) fn new(info: SstInfo) -> Sst {
-        Sst { info, uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed), bloom: OnceLock::new() }
+        Sst {
+            info,
+            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            bloom: OnceLock::new(),
+            index: OnceLock::new(),
+        }
+    }
+
+    /// Bytes held in memory outside the cache (filter and index nodes) once loaded.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        self.bloom.get().map_or(0, Vec::len) + self.index.get().map_or(0, Vec::len)
+    }
+
+    fn index_start(&self, ctx: &ReadCtx) -> u32 {
+        self.info.leaf_count * ctx.node_bytes as u32
+    }
+
+    fn index_nodes(&self, ctx: &ReadCtx) -> Result<&[u8]> {
+        if let Some(i) = self.index.get() {
+            return Ok(i);
+        }
+        let (seg, start) = (self.info.seg, self.index_start(ctx));
+        let end = self.info.root_off as u64 + ctx.node_bytes as u64;
+        if self.info.root_off < start || end > ctx.dev.seg_bytes() {
+            return Err(Error::corrupt(seg as u64, self.info.root_off as u64, "root outside the index area"));
+        }
+        let at = ctx.dev.seg_base(seg) + start as u64;
+        let bytes = ctx.dev.read(at, (end - start as u64) as usize, IoKind::Read)?;
+        for (i, n) in bytes.chunks(ctx.node_bytes).enumerate() {
+            if !node::verify(n) {
+                let off = start as u64 + (i * ctx.node_bytes) as u64;
+                return Err(Error::corrupt(seg as u64, off, "node checksum mismatch"));
+            }
+        }
+        Ok(self.index.get_or_init(|| bytes))
+    }
+
+    /// Follows index nodes from the root down to the offset of the leaf for `key`.
+    fn descend(&self, ctx: &ReadCtx, key: &[u8]) -> Result<u32> {
+        let seg = self.info.seg;
+        if self.info.height == 0 {
+            return Ok(self.info.root_off);
+        }
+        let start = self.index_start(ctx);
+        let index = self.index_nodes(ctx)?;
+        let mut off = self.info.root_off;
+        for _ in 0..self.info.height {
+            let at = off.checked_sub(start).map(|o| o as usize);
+            let bytes = at
+                .and_then(|o| index.get(o..o + ctx.node_bytes))
+                .ok_or_else(|| Error::corrupt(seg as u64, off as u64, "index child outside the index area"))?;
+            let node = Node { bytes };
+            if node.ty() != INDEX {
+                return Err(Error::corrupt(seg as u64, off as u64, "expected an index node"));
+            }
+            off = node.child_for(key).map_err(bad(seg, off))?;
+        }
+        if off >= start {
+            return Err(Error::corrupt(seg as u64, off as u64, "leaf offset inside the index area"));
+        }
+        Ok(off)
     }
 
     fn filter(&self, ctx: &ReadCtx) -> Result<&[u8]> {
@@ -278,40 +341,22 @@ impl Sst {
             return Ok(None);
         }
         let seg = self.info.seg;
-        let mut off = self.info.root_off;
-        loop {
-            let n = ctx.node(self.uid, seg, off)?;
-            let node = Node { bytes: &n };
-            match node.ty() {
-                INDEX => off = node.child_for(key).map_err(bad(seg, off))?,
-                LEAF => {
-                    let i = node.lower_bound(key).map_err(bad(seg, off))?;
-                    if i < node.count() && node.key(i).map_err(bad(seg, off))? == key {
-                        return Ok(Some(node.entry(i).map_err(bad(seg, off))?));
-                    }
-                    return Ok(None);
-                }
-                _ => return Err(Error::corrupt(seg as u64, off as u64, "unknown node type")),
-            }
-            if off as u64 >= ctx.dev.seg_bytes() {
-                return Err(Error::corrupt(seg as u64, off as u64, "child offset outside the segment"));
-            }
+        let off = self.descend(ctx, key)?;
+        let n = ctx.node(self.uid, seg, off)?;
+        let node = Node { bytes: &n };
+        if node.ty() != LEAF {
+            return Err(Error::corrupt(seg as u64, off as u64, "expected a leaf"));
         }
+        let i = node.lower_bound(key).map_err(bad(seg, off))?;
+        if i < node.count() && node.key(i).map_err(bad(seg, off))? == key {
+            return Ok(Some(node.entry(i).map_err(bad(seg, off))?));
+        }
+        Ok(None)
     }
 
     /// The leaf number whose range holds `key`.
     pub(crate) fn leaf_for(&self, ctx: &ReadCtx, key: &[u8]) -> Result<u32> {
-        let seg = self.info.seg;
-        let mut off = self.info.root_off;
-        for _ in 0..self.info.height {
-            let n = ctx.node(self.uid, seg, off)?;
-            let node = Node { bytes: &n };
-            if node.ty() != INDEX {
-                return Err(Error::corrupt(seg as u64, off as u64, "expected an index node"));
-            }
-            off = node.child_for(key).map_err(bad(seg, off))?;
-        }
-        Ok(off / ctx.node_bytes as u32)
+        Ok(self.descend(ctx, key)? / ctx.node_bytes as u32)
     }
 
     /// All entries of leaf `i`.

@@ -16,6 +16,8 @@ pub struct LevelStats {
     pub stored_bytes: u64,
     /// Bytes with medium values at full size (what the growth factor applies to).
     pub full_bytes: u64,
+    /// Bloom filters and index nodes held in memory outside the cache.
+    pub pinned_bytes: u64,
 }
 
 /// A snapshot of the store's counters.
@@ -152,6 +154,7 @@ impl Db {
                     ls.entries += t.info.entries;
                     ls.stored_bytes += t.info.stored_bytes;
                     ls.full_bytes += t.info.full_bytes;
+                    ls.pinned_bytes += t.pinned_bytes() as u64;
                 }
             }
         }

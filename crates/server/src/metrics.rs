@@ -241,5 +241,11 @@ pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, nat
     counter(&mut o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
     gauge(&mut o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
     gauge(&mut o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);
+    gauge(
+        &mut o,
+        "halyard_engine_pinned_bytes",
+        "Bloom filters and SST index nodes held in memory outside the cache.",
+        e.levels.iter().map(|l| l.pinned_bytes).sum::<u64>() as f64,
+    );
     o
 }
