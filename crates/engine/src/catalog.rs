@@ -4,7 +4,7 @@
 
 use crate::codec::{Dec, Enc, Short};
 use crate::logtail::LogKind;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Everything the catalog knows of one SST (it is also the SST's footer).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,6 +146,36 @@ pub enum Edit {
     },
     /// Everything up to this LSN is in L1 or below: recovery replays only later records.
     L1Lsn(u64),
+    /// A backup's translation of a primary segment to its own (DESIGN.md §3): a log segment
+    /// incarnation `(primary, salt)`, or an SST's segment (`salt` 0).
+    Map {
+        /// Log or index map.
+        kind: MapKind,
+        /// The primary's segment.
+        primary: u32,
+        /// Salt of the incarnation (log map), 0 (index map).
+        salt: u32,
+        /// The backup's segment.
+        local: u32,
+    },
+    /// Drops a map entry (a backup remapping to a new primary's segments).
+    Unmap {
+        /// Log or index map.
+        kind: MapKind,
+        /// The primary's segment.
+        primary: u32,
+        /// Salt of the incarnation (log map), 0 (index map).
+        salt: u32,
+    },
+}
+
+/// Which of a backup's two segment maps an entry belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MapKind {
+    /// Log segments (replicated log segments and medium runs): keyed by (segment, salt).
+    Log = 0,
+    /// SST segments.
+    Index = 1,
 }
 
 impl Edit {
@@ -184,11 +214,22 @@ impl Edit {
             Edit::L1Lsn(l) => {
                 e.u8(9).u64(*l);
             }
+            Edit::Map { kind, primary, salt, local } => {
+                e.u8(10).u8(*kind as u8).u32(*primary).u32(*salt).u32(*local);
+            }
+            Edit::Unmap { kind, primary, salt } => {
+                e.u8(11).u8(*kind as u8).u32(*primary).u32(*salt);
+            }
         }
     }
 
     pub(crate) fn decode(d: &mut Dec<'_>) -> Result<Edit, Short> {
         let log = |v: u8| LogKind::from_u8(v).ok_or(Short);
+        let map_kind = |v: u8| match v {
+            0 => Ok(MapKind::Log),
+            1 => Ok(MapKind::Index),
+            _ => Err(Short),
+        };
         Ok(match d.u8()? {
             1 => {
                 // Flags are 0 or 1 exactly: one meaning has one encoding.
@@ -213,6 +254,8 @@ impl Edit {
             7 => Edit::MediumPtrs { seg: d.u32()?, salt: d.u32()?, delta: d.u64()? as i64 },
             8 => Edit::LargeGarbage { seg: d.u32()?, salt: d.u32()?, bytes: d.u64()? },
             9 => Edit::L1Lsn(d.u64()?),
+            10 => Edit::Map { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()?, local: d.u32()? },
+            11 => Edit::Unmap { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()? },
             _ => return Err(Short),
         })
     }
@@ -248,6 +291,10 @@ pub(crate) struct RegionMeta {
     pub medium_ptrs: HashMap<u32, u64>,
     /// Invalid bytes per large-log segment.
     pub large_garbage: HashMap<u32, u64>,
+    /// Backup: (primary log segment, salt) -> local segment.
+    pub log_map: BTreeMap<(u32, u32), u32>,
+    /// Backup: primary SST segment -> local segment.
+    pub index_map: BTreeMap<u32, u32>,
 }
 
 impl RegionMeta {
@@ -313,6 +360,18 @@ impl RegionMeta {
                 }
             }
             Edit::L1Lsn(l) => self.l1_lsn = self.l1_lsn.max(*l),
+            Edit::Map { kind: MapKind::Log, primary, salt, local } => {
+                self.log_map.insert((*primary, *salt), *local);
+            }
+            Edit::Map { kind: MapKind::Index, primary, local, .. } => {
+                self.index_map.insert(*primary, *local);
+            }
+            Edit::Unmap { kind: MapKind::Log, primary, salt } => {
+                self.log_map.remove(&(*primary, *salt));
+            }
+            Edit::Unmap { kind: MapKind::Index, primary, .. } => {
+                self.index_map.remove(primary);
+            }
         }
     }
 
@@ -346,6 +405,12 @@ impl RegionMeta {
                 v.push(Edit::AddSst { level: (i + 1) as u8, sst: s.clone() });
             }
         }
+        for (&(primary, salt), &local) in &self.log_map {
+            v.push(Edit::Map { kind: MapKind::Log, primary, salt, local });
+        }
+        for (&primary, &local) in &self.index_map {
+            v.push(Edit::Map { kind: MapKind::Index, primary, salt: 0, local });
+        }
         v
     }
 
@@ -353,6 +418,9 @@ impl RegionMeta {
     pub(crate) fn segments(&self, out: &mut BTreeSet<u32>) {
         out.extend(self.levels.iter().flatten().map(|s| s.seg));
         out.extend(self.logs.iter().flatten().map(|s| s.seg));
+        // A log-map target can be reserved before its segment joins a log (an SST pointing
+        // into a log segment the backup has not received whole yet).
+        out.extend(self.log_map.values());
     }
 }
 
@@ -372,6 +440,10 @@ impl Catalog {
         }
         // An SST moved to another level keeps its segment.
         freed.retain(|s| !edits.iter().any(|e| matches!(e, Edit::AddSst { sst, .. } if sst.seg == *s)));
+        if !freed.is_empty() && (!meta.log_map.is_empty() || !meta.index_map.is_empty()) {
+            meta.log_map.retain(|_, l| !freed.contains(l));
+            meta.index_map.retain(|_, l| !freed.contains(l));
+        }
         freed
     }
 }
@@ -433,6 +505,9 @@ mod tests {
             Edit::MediumPtrs { seg: 3, salt: 1, delta: -4 },
             Edit::LargeGarbage { seg: 5, salt: 77, bytes: 99 },
             Edit::L1Lsn(12),
+            Edit::Map { kind: MapKind::Log, primary: 5, salt: 77, local: 40 },
+            Edit::Map { kind: MapKind::Index, primary: 9, salt: 0, local: 41 },
+            Edit::Unmap { kind: MapKind::Log, primary: 5, salt: 77 },
         ];
         let b = encode_edits(3, &edits);
         let (r, back) = decode_edits(&b).expect("decodes");

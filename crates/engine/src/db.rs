@@ -504,6 +504,13 @@ impl Db {
         Ok(RegionHandle { region: r })
     }
 
+    /// Swaps in a rebuilt region object (a backup promoted to primary).
+    pub(crate) fn replace_region(&self, r: Arc<Region>) {
+        let mut g = self.inner.regions.write();
+        g.insert(r.id, r);
+        self.inner.routes.store(Arc::new(g.values().cloned().collect()));
+    }
+
     /// A handle on one region.
     pub fn region(&self, id: u32) -> Result<RegionHandle> {
         let r = self.inner.regions.read().get(&id).cloned().ok_or(Error::NoSuchRegion(id))?;

@@ -26,9 +26,11 @@ pub enum IoKind {
     Gc = 6,
     /// Superblocks, redo log and catalog checkpoints.
     Catalog = 7,
+    /// Segments a replication backup receives (log segments, SSTs, medium runs).
+    Replication = 8,
 }
 
-pub(crate) const IO_KINDS: usize = 8;
+pub(crate) const IO_KINDS: usize = 9;
 
 /// Device byte counters, split by [`IoKind`].
 #[derive(Default)]

@@ -23,6 +23,7 @@
 
 mod aligned;
 mod alloc;
+mod backup;
 mod bloom;
 mod cache;
 mod catalog;
@@ -49,7 +50,8 @@ mod sst;
 mod stats;
 mod view;
 
-pub use catalog::{Edit, LogSeg, SstInfo};
+pub use backup::{Promotion, ReplicaMaps, TailImage};
+pub use catalog::{Edit, LogSeg, MapKind, SstInfo};
 pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::IoKind;
 pub use error::{Error, Result};
@@ -57,5 +59,4 @@ pub use logtail::LogKind;
 pub use options::{MediumPlacement, Options, SyncMode};
 pub use record::RECORD_OVERHEAD;
 pub use shared::{ShipListener, ShippedSegment};
-pub use ship::{LogMap, SegmentMap};
 pub use stats::{LevelStats, Stats};

@@ -47,11 +47,13 @@ pub(crate) struct LogTail {
     chunk: usize,
     /// Highest LSN appended to this tail.
     pub last_lsn: u64,
+    /// Bytes of the current segment already handed to the ship listener.
+    shipped: usize,
 }
 
 impl LogTail {
     pub(crate) fn new(kind: LogKind, seg_bytes: usize, chunk: usize) -> LogTail {
-        LogTail { kind, seg: None, buf: AlignedBuf::new(seg_bytes), pos: 0, written: 0, chunk, last_lsn: 0 }
+        LogTail { kind, seg: None, buf: AlignedBuf::new(seg_bytes), pos: 0, written: 0, chunk, last_lsn: 0, shipped: 0 }
     }
 
     /// Bytes still free in the current segment (0 without one).
@@ -111,6 +113,7 @@ impl LogTail {
         self.buf.fill(0);
         self.pos = 0;
         self.written = 0;
+        self.shipped = 0;
         self.seg = Some((seg, salt));
         Ok(())
     }
@@ -120,6 +123,23 @@ impl LogTail {
         self.seg = None;
         self.pos = 0;
         self.written = 0;
+        self.shipped = 0;
+    }
+
+    /// Hands what was appended since the last call to `l`; with `seal`, also tells it the
+    /// segment is done (before a switch or close).
+    pub(crate) fn ship(&mut self, l: &dyn crate::shared::ShipListener, region: u32, seal: bool) {
+        let Some((seg, salt)) = self.seg else {
+            return;
+        };
+        if self.pos > self.shipped {
+            let bytes = &self.buf[self.shipped..self.pos];
+            l.log_append(region, self.kind, seg, salt, self.shipped as u32, bytes, self.last_lsn);
+            self.shipped = self.pos;
+        }
+        if seal {
+            l.log_sealed(region, self.kind, seg, salt);
+        }
     }
 
     /// Device offset of the next append position.

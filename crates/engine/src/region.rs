@@ -67,6 +67,8 @@ pub(crate) struct Region {
     pub cursor: Mutex<Vec<Vec<u8>>>,
     /// Compaction could not get space; writers that would stall fail with NoSpace.
     pub no_space: AtomicBool,
+    /// Backup: segments received that no committed edit names yet.
+    pub reserved: Mutex<crate::backup::Reserved>,
 }
 
 /// Records appended to the logs and not yet in L0.
@@ -118,6 +120,7 @@ impl Region {
             busy: Mutex::new(vec![false; nlevels + 1]),
             cursor: Mutex::new(vec![Vec::new(); nlevels + 1]),
             no_space: AtomicBool::new(false),
+            reserved: Mutex::new(Default::default()),
             sh,
         }
     }
@@ -241,6 +244,7 @@ impl Region {
             w.mem_l0_segs.extend(reserved[0].iter().map(|s| s.0));
         }
         let dev = &self.sh.dev;
+        let listener = self.sh.listener();
         let n = ops.len() as u32;
         let mut lsn = 0;
         let mut values = Vec::with_capacity(ops.len());
@@ -256,6 +260,9 @@ impl Region {
                 let Some((seg, salt)) = reserved[li].pop_front() else {
                     return self.sh.fail(Error::Poisoned("log reservation miscounted".into()));
                 };
+                if let Some(l) = &listener {
+                    tail.ship(&**l, self.id, true);
+                }
                 if let Err(e) = tail.switch(dev, seg, salt) {
                     return self.sh.fail(e);
                 }
@@ -283,6 +290,10 @@ impl Region {
                 c.puts[cat as usize].fetch_add(1, Relaxed);
                 c.put_bytes[cat as usize].fetch_add((k.len() + v.len()) as u64, Relaxed);
             }
+        }
+        if let Some(l) = &listener {
+            w.l0.ship(&**l, self.id, false);
+            w.large.ship(&**l, self.id, false);
         }
         let mem = self.view.load().mem.clone();
         mem.writer_enter();
@@ -357,6 +368,9 @@ impl Region {
     pub(crate) fn switch_memtable(&self, w: &mut WriteState) -> Result<()> {
         if let Err(e) = w.l0.write_out(&self.sh.dev) {
             return self.sh.fail(e);
+        }
+        if let Some(l) = self.sh.listener() {
+            w.l0.ship(&*l, self.id, true);
         }
         w.l0.close();
         w.imm_l0_segs = std::mem::take(&mut w.mem_l0_segs);

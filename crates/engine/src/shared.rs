@@ -4,6 +4,7 @@ use crate::alloc::Allocator;
 use crate::catalog::{Edit, SstInfo};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::logtail::LogKind;
 use crate::manifest::Manifest;
 use crate::options::Options;
 use crate::sst::ReadCtx;
@@ -11,9 +12,17 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// Receives what a primary must ship to its backups (DESIGN.md §3 step 3). Called from
-/// compaction and GC threads, in the order things happen; keep it quick (queue and return).
+/// Receives what a primary must ship to its backups (DESIGN.md §3). Log appends come from
+/// writers under the region's write lock, in LSN order; segments and edits from compaction and
+/// GC threads, in the order things happen. Keep every call quick (queue and return).
 pub trait ShipListener: Send + Sync {
+    /// Bytes appended to a log (L0 or large) at `offset` of segment `seg` (whose records carry
+    /// `salt`); `last_lsn` is the last LSN they hold. Offsets continue where the previous call
+    /// for this segment stopped.
+    #[allow(clippy::too_many_arguments)]
+    fn log_append(&self, region: u32, log: LogKind, seg: u32, salt: u32, offset: u32, bytes: &[u8], last_lsn: u64);
+    /// The log moves on from `seg`: nothing more will be appended to it (step 2's `flush`).
+    fn log_sealed(&self, region: u32, log: LogKind, seg: u32, salt: u32);
     /// A finished compaction output segment, before the edit that publishes it.
     fn segment(&self, region: u32, seg: ShippedSegment<'_>);
     /// The edits a compaction or GC committed, in primary segment numbers.
@@ -136,6 +145,10 @@ impl Shared {
         if let Some(l) = self.listener.read().as_ref() {
             l.segment(region, seg);
         }
+    }
+
+    pub(crate) fn listener(&self) -> Option<Arc<dyn ShipListener>> {
+        self.listener.read().clone()
     }
 
     pub(crate) fn ship_edits(&self, region: u32, edits: &[Edit]) {

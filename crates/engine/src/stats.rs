@@ -96,7 +96,7 @@ impl Stats {
     }
 }
 
-const KINDS: [(IoKind, &str); 8] = [
+const KINDS: [(IoKind, &str); 9] = [
     (IoKind::L0Log, "l0_log"),
     (IoKind::MediumLog, "medium_log"),
     (IoKind::LargeLog, "large_log"),
@@ -105,6 +105,7 @@ const KINDS: [(IoKind, &str); 8] = [
     (IoKind::Read, "reads"),
     (IoKind::Gc, "gc"),
     (IoKind::Catalog, "catalog"),
+    (IoKind::Replication, "replication"),
 ];
 
 impl Db {

@@ -1,0 +1,391 @@
+//! The backup side of replication (DESIGN.md §3): a backup region takes its primary's log
+//! segments whole, its compaction output segments as they are produced and the edits that
+//! publish them, translating the primary's segment numbers through two maps kept in the
+//! catalog (so they survive a restart). It keeps no L0 and never compacts. Promotion turns
+//! it into a primary: L0 is rebuilt from the replicated logs.
+
+use crate::aligned::{align_up, AlignedBuf, ALIGN};
+use crate::alloc::Purpose;
+use crate::catalog::{Edit, MapKind, RegionMeta, SstInfo};
+use crate::db::{Db, RegionHandle};
+use crate::device::IoKind;
+use crate::error::{Error, Result};
+use crate::logtail::LogKind;
+use crate::node::Node;
+use crate::region::Region;
+use crate::sst::Sst;
+use crate::view::{Version, View};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Segments a backup reserved or wrote that no committed edit names yet. Lost (and the
+/// segments freed) if the process stops: the primary ships them again when the backup
+/// catches up.
+#[derive(Default)]
+pub(crate) struct Reserved {
+    /// (primary log segment, salt) -> local segment.
+    log: HashMap<(u32, u32), u32>,
+    /// Primary SST segment -> local segment holding the rewritten SST.
+    index: HashMap<u32, u32>,
+}
+
+/// A backup's two segment maps (primary segment -> local segment).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaMaps {
+    /// ((primary log segment, salt), local segment).
+    pub log: Vec<((u32, u32), u32)>,
+    /// (primary SST segment, local segment).
+    pub index: Vec<(u32, u32)>,
+}
+
+/// The unflushed part of a replicated log a backup holds in memory, handed to promotion.
+#[derive(Clone, Copy, Debug)]
+pub struct TailImage<'a> {
+    /// Which log.
+    pub log: LogKind,
+    /// The primary's segment.
+    pub primary: u32,
+    /// Salt of its records.
+    pub salt: u32,
+    /// The bytes received, from offset 0 of the segment.
+    pub bytes: &'a [u8],
+}
+
+/// What a promotion recovered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Promotion {
+    /// Last LSN in the rebuilt L0 (or in the levels when L0 is empty).
+    pub last_lsn: u64,
+    /// Valid records beyond the first gap or torn record, not replayed.
+    pub dropped_records: u64,
+}
+
+impl Db {
+    fn backup_region(&self, region: u32) -> Result<RegionHandle> {
+        let h = self.region(region)?;
+        if !h.region.backup {
+            return Err(Error::InvalidOptions(format!("region {region} is not a backup")));
+        }
+        Ok(h)
+    }
+
+    fn write_image(&self, seg: u32, bytes: &[u8]) -> Result<()> {
+        let dev = &self.inner.sh.dev;
+        if bytes.len() as u64 > dev.seg_bytes() {
+            return Err(Error::InvalidOptions("segment image larger than a segment".into()));
+        }
+        let mut buf = AlignedBuf::new(align_up(bytes.len().max(1), ALIGN));
+        buf[..bytes.len()].copy_from_slice(bytes);
+        dev.write(dev.seg_base(seg), &buf, IoKind::Replication)
+    }
+
+    /// The local segment for a primary log segment incarnation: mapped, reserved, or new.
+    fn log_local(&self, r: &Region, meta: &RegionMeta, primary: u32, salt: u32) -> Result<(u32, bool)> {
+        if let Some(&l) = meta.log_map.get(&(primary, salt)) {
+            return Ok((l, true));
+        }
+        let mut res = r.reserved.lock();
+        if let Some(&l) = res.log.get(&(primary, salt)) {
+            return Ok((l, false));
+        }
+        let l = self.inner.sh.alloc.alloc(Purpose::Background)?;
+        res.log.insert((primary, salt), l);
+        Ok((l, false))
+    }
+
+    /// Stores a whole replicated segment of the L0 or large log (the primary sealed it, or a
+    /// new backup is catching up) and adds it to the region's log with its map entry.
+    /// Receiving it again (a catch-up repeating itself) rewrites it in place.
+    pub fn backup_log_segment(&self, region: u32, log: LogKind, primary: u32, salt: u32, bytes: &[u8]) -> Result<u32> {
+        let h = self.backup_region(region)?;
+        let r = &h.region;
+        let sh = &r.sh;
+        sh.check()?;
+        if log == LogKind::Medium {
+            return Err(Error::InvalidOptions("medium-log segments arrive as compaction output".into()));
+        }
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let (local, mapped) = self.log_local(r, &meta, primary, salt)?;
+        if let Err(e) = self.write_image(local, bytes).and_then(|_| sh.dev.sync()) {
+            return sh.fail(e);
+        }
+        let mut edits = Vec::new();
+        if !meta.logs[log as usize].iter().any(|s| s.seg == local) {
+            edits.push(Edit::LogAdd { log, seg: local, salt });
+        }
+        if !mapped {
+            edits.push(Edit::Map { kind: MapKind::Log, primary, salt, local });
+        }
+        if !edits.is_empty() {
+            if let Err(e) = sh.manifest.commit(region, &edits) {
+                return sh.fail(e);
+            }
+        }
+        r.reserved.lock().log.remove(&(primary, salt));
+        Ok(local)
+    }
+
+    /// Stores a medium-log segment a primary's L0->L1 compaction wrote (it joins the medium
+    /// log with the compaction's edits).
+    pub fn backup_medium_run(&self, region: u32, primary: u32, salt: u32, bytes: &[u8]) -> Result<u32> {
+        let h = self.backup_region(region)?;
+        let r = &h.region;
+        r.sh.check()?;
+        let meta = r.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let (local, _) = self.log_local(r, &meta, primary, salt)?;
+        if let Err(e) = self.write_image(local, bytes) {
+            return r.sh.fail(e);
+        }
+        Ok(local)
+    }
+
+    /// Stores an SST a primary's compaction produced: its log pointers are rewritten through
+    /// the log map (a log segment not received yet gets a reserved local segment), and it is
+    /// written to a new local segment. It joins a level with the edits that name it.
+    pub fn backup_sst(&self, region: u32, info: &SstInfo, bytes: &[u8]) -> Result<u32> {
+        let h = self.backup_region(region)?;
+        let r = &h.region;
+        let sh = &r.sh;
+        sh.check()?;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let mut img = bytes.to_vec();
+        let failed = RefCell::new(None);
+        let map = |seg: u32, salt: u32| match self.log_local(r, &meta, seg, salt) {
+            Ok((l, _)) => Some(l),
+            Err(e) => {
+                failed.borrow_mut().get_or_insert(e);
+                None
+            }
+        };
+        rewrite_sst(&mut img, info, sh.opts.node_bytes, sh.dev.seg_bits(), &map)?;
+        if let Some(e) = failed.into_inner() {
+            return Err(e);
+        }
+        let local = sh.alloc.alloc(Purpose::Background)?;
+        if let Err(e) = self.write_image(local, &img) {
+            sh.alloc.release(local);
+            return sh.fail(e);
+        }
+        if let Some(old) = r.reserved.lock().index.insert(info.seg, local) {
+            // The same primary segment shipped twice before its edit: the first copy is void.
+            sh.alloc.release(old);
+        }
+        Ok(local)
+    }
+
+    /// Applies the edits a primary committed (compaction, GC), translated to local segments,
+    /// atomically; frees what they remove and trims the L0 log after L0->L1.
+    pub fn backup_edits(&self, region: u32, edits: &[Edit]) -> Result<()> {
+        let h = self.backup_region(region)?;
+        let r = &h.region;
+        let sh = &r.sh;
+        sh.check()?;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let mut res = r.reserved.lock();
+        let missing = |what: &str, seg: u32| {
+            Error::corrupt(seg as u64, 0, format!("shipped edit names {what} segment {seg} this backup never received"))
+        };
+        let log_of = |primary: u32, salt: u32| {
+            meta.log_map.get(&(primary, salt)).or_else(|| res.log.get(&(primary, salt))).copied()
+        };
+        let mut local = Vec::with_capacity(edits.len() + res.log.len());
+        let mut used_index = Vec::new();
+        for e in edits {
+            match e {
+                Edit::AddSst { level, sst } => {
+                    let seg = match res.index.get(&sst.seg) {
+                        Some(&l) => {
+                            used_index.push(sst.seg);
+                            local.push(Edit::Map { kind: MapKind::Index, primary: sst.seg, salt: 0, local: l });
+                            l
+                        }
+                        None => *meta.index_map.get(&sst.seg).ok_or_else(|| missing("SST", sst.seg))?,
+                    };
+                    local.push(Edit::AddSst { level: *level, sst: SstInfo { seg, ..sst.clone() } });
+                }
+                Edit::RemoveSst { level, seg } => {
+                    let l = *meta.index_map.get(seg).ok_or_else(|| missing("SST", *seg))?;
+                    local.push(Edit::RemoveSst { level: *level, seg: l });
+                }
+                Edit::LogAdd { log: LogKind::Medium, seg, salt } => {
+                    let l = log_of(*seg, *salt).ok_or_else(|| missing("medium-log", *seg))?;
+                    local.push(Edit::LogAdd { log: LogKind::Medium, seg: l, salt: *salt });
+                }
+                Edit::LogRemove { log, seg } => {
+                    // Seg-only edits name the current incarnation: the one in that log.
+                    let l = meta
+                        .log_map
+                        .iter()
+                        .filter(|((p, _), _)| p == seg)
+                        .map(|(_, l)| *l)
+                        .find(|l| meta.logs[*log as usize].iter().any(|s| s.seg == *l));
+                    // An L0 segment a backup never received whole (it joined later) is no loss.
+                    if let Some(l) = l {
+                        local.push(Edit::LogRemove { log: *log, seg: l });
+                    }
+                }
+                Edit::MediumPtrs { seg, salt, delta } => {
+                    let l = log_of(*seg, *salt).ok_or_else(|| missing("medium-log", *seg))?;
+                    local.push(Edit::MediumPtrs { seg: l, salt: *salt, delta: *delta });
+                }
+                Edit::LargeGarbage { seg, salt, bytes } => {
+                    if let Some(l) = log_of(*seg, *salt) {
+                        local.push(Edit::LargeGarbage { seg: l, salt: *salt, bytes: *bytes });
+                    }
+                }
+                Edit::L1Lsn(l) => local.push(Edit::L1Lsn(*l)),
+                // The backup's own copies of the L0 and large logs arrive whole
+                // (`backup_log_segment`); the rest is never shipped.
+                Edit::LogAdd { .. }
+                | Edit::LogSeal { .. }
+                | Edit::CreateRegion { .. }
+                | Edit::Map { .. }
+                | Edit::Unmap { .. } => {}
+            }
+        }
+        // Reserved log segments become map entries now: SSTs installed here may point into
+        // them, so they must survive a restart even before their log segment arrives.
+        for (&(primary, salt), &l) in &res.log {
+            local.push(Edit::Map { kind: MapKind::Log, primary, salt, local: l });
+        }
+        let freed = match sh.manifest.commit(region, &local) {
+            Ok(f) => f,
+            Err(e) => return sh.fail(e),
+        };
+        res.log.clear();
+        for s in used_index {
+            res.index.remove(&s);
+        }
+        drop(res);
+        self.reload_levels(&h, freed);
+        Ok(())
+    }
+
+    /// A backup region's maps, for the other backups to remap after this one is promoted.
+    pub fn replica_maps(&self, region: u32) -> Result<ReplicaMaps> {
+        let meta = self.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        Ok(ReplicaMaps {
+            log: meta.log_map.iter().map(|(k, v)| (*k, *v)).collect(),
+            index: meta.index_map.iter().map(|(k, v)| (*k, *v)).collect(),
+        })
+    }
+
+    /// Re-keys this backup's maps from the old primary's segments to those of a new primary
+    /// (a backup promoted, which sent its own maps of the old primary's segments). Entries
+    /// the new primary lacks are dropped.
+    pub fn remap(&self, region: u32, new_primary: &ReplicaMaps) -> Result<()> {
+        let h = self.backup_region(region)?;
+        let sh = &h.region.sh;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let plog: HashMap<(u32, u32), u32> = new_primary.log.iter().copied().collect();
+        let pindex: HashMap<u32, u32> = new_primary.index.iter().copied().collect();
+        let mut edits = Vec::new();
+        for &(p, salt) in meta.log_map.keys() {
+            edits.push(Edit::Unmap { kind: MapKind::Log, primary: p, salt });
+        }
+        for &p in meta.index_map.keys() {
+            edits.push(Edit::Unmap { kind: MapKind::Index, primary: p, salt: 0 });
+        }
+        for (&(p, salt), &l) in &meta.log_map {
+            if let Some(&np) = plog.get(&(p, salt)) {
+                edits.push(Edit::Map { kind: MapKind::Log, primary: np, salt, local: l });
+            }
+        }
+        for (p, &l) in &meta.index_map {
+            if let Some(&np) = pindex.get(p) {
+                edits.push(Edit::Map { kind: MapKind::Index, primary: np, salt: 0, local: l });
+            }
+        }
+        if let Err(e) = sh.manifest.commit(region, &edits) {
+            return sh.fail(e);
+        }
+        Ok(())
+    }
+
+    /// Makes a backup region a primary (DESIGN.md §3 step 6): the unflushed log tails it
+    /// holds in memory are stored like sealed segments, then L0 is rebuilt from the
+    /// replicated L0 and large logs beyond the levels' LSN, stopping at the first torn or
+    /// missing record. The region then takes writes (and compacts) like any other.
+    pub fn promote(&self, region: u32, tails: &[TailImage<'_>]) -> Result<Promotion> {
+        for t in tails {
+            self.backup_log_segment(region, t.log, t.primary, t.salt, t.bytes)?;
+        }
+        let h = self.backup_region(region)?;
+        let sh = h.region.sh.clone();
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let role = Edit::CreateRegion { start: meta.start.clone(), end: meta.end.clone(), backup: false };
+        if let Err(e) = sh.manifest.commit(region, &[role]) {
+            return sh.fail(e);
+        }
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let (mem, last, seals, dropped) = crate::recovery::replay_counted(&sh.dev, &meta, true)?;
+        if let Err(e) = sh.manifest.commit(region, &seals) {
+            return sh.fail(e);
+        }
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let fresh = Arc::new(Region::new(region, &meta, sh.clone(), mem, last + 1));
+        self.replace_region(fresh);
+        sh.wake();
+        Ok(Promotion { last_lsn: last, dropped_records: dropped })
+    }
+}
+
+impl Db {
+    pub(crate) fn reload_levels(&self, h: &RegionHandle, freed: Vec<u32>) {
+        let r = &h.region;
+        let Some(meta) = r.sh.manifest.region(r.id) else {
+            return;
+        };
+        r.install(
+            |v| {
+                let old: std::collections::HashMap<u32, Arc<Sst>> =
+                    v.version.levels.iter().flatten().map(|s| (s.info.seg, s.clone())).collect();
+                let levels = meta
+                    .levels
+                    .iter()
+                    .map(|l| {
+                        l.iter()
+                            .map(|i| {
+                                old.get(&i.seg)
+                                    .filter(|s| s.info == *i)
+                                    .cloned()
+                                    .unwrap_or_else(|| Arc::new(Sst::new(i.clone())))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                View::new(v.mem.clone(), v.imm.clone(), Arc::new(Version { levels }), r.sh.alloc.clone())
+            },
+            freed,
+        );
+    }
+}
+
+/// Rewrites the log pointers in an SST image's leaves through `map` (index nodes hold
+/// segment-relative offsets and need nothing).
+pub(crate) fn rewrite_sst(
+    img: &mut [u8],
+    info: &SstInfo,
+    nb: usize,
+    seg_bits: u32,
+    map: &dyn Fn(u32, u32) -> Option<u32>,
+) -> Result<()> {
+    for l in 0..info.leaf_count as usize {
+        let off = l * nb;
+        let node = img
+            .get_mut(off..off + nb)
+            .ok_or_else(|| Error::corrupt(info.seg as u64, off as u64, "leaf past the image"))?;
+        if !crate::node::verify(node) {
+            return Err(Error::corrupt(info.seg as u64, off as u64, "node checksum mismatch"));
+        }
+        match Node::rewrite_pointers(node, seg_bits, map) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Error::corrupt(info.seg as u64, off as u64, "pointer into an unmapped log segment"))
+            }
+            Err(_) => return Err(Error::corrupt(info.seg as u64, off as u64, "malformed node")),
+        }
+    }
+    Ok(())
+}
