@@ -16,7 +16,7 @@ use crate::region::Region;
 use crate::sst::Sst;
 use crate::view::{Version, View};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Segments a backup reserved or wrote that no committed edit names yet. Lost (and the
@@ -124,6 +124,21 @@ impl Db {
         }
         r.reserved.lock().log.remove(&(primary, salt));
         Ok(local)
+    }
+
+    /// Writes the part of a log segment received so far into the local segment reserved for
+    /// it, if an SST already points into it (so that reads through those pointers work before
+    /// the segment is sealed). Changes nothing in the catalog.
+    pub fn backup_stage_tail(&self, region: u32, primary: u32, salt: u32, bytes: &[u8]) -> Result<()> {
+        let h = self.backup_region(region)?;
+        let r = &h.region;
+        let meta = r.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let mapped = meta.log_map.get(&(primary, salt)).copied();
+        let local = mapped.or_else(|| r.reserved.lock().log.get(&(primary, salt)).copied());
+        match local {
+            Some(l) => self.write_image(l, bytes),
+            None => Ok(()),
+        }
     }
 
     /// Stores a medium-log segment a primary's L0->L1 compaction wrote (it joins the medium
@@ -262,6 +277,43 @@ impl Db {
         Ok(())
     }
 
+    /// What a backup region holds beyond its levels (for comparing copies): the newest record
+    /// of each key in its replicated L0 and large logs after the levels' LSN, and in `tails`,
+    /// in LSN order up to the first gap (None: deleted). Its levels plus this are what the
+    /// region would hold if promoted now.
+    pub fn backup_overlay(&self, region: u32, tails: &[TailImage<'_>]) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        let sh = &self.inner.sh;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let mut recs: BTreeMap<u64, LogRecord> = BTreeMap::new();
+        let mut img = AlignedBuf::new(sh.dev.seg_bytes() as usize);
+        for kind in [LogKind::L0, LogKind::Large] {
+            for s in &meta.logs[kind as usize] {
+                sh.dev.read_into(sh.dev.seg_base(s.seg), &mut img, kind.io())?;
+                let (found, _) = decode_log_records(&img, s.salt, 0);
+                recs.extend(found.into_iter().filter(|r| r.lsn > meta.l1_lsn && r.lsn <= s.sealed).map(|r| (r.lsn, r)));
+            }
+        }
+        for t in tails {
+            let (found, _) = decode_log_records(t.bytes, t.salt, 0);
+            recs.extend(found.into_iter().filter(|r| r.lsn > meta.l1_lsn).map(|r| (r.lsn, r)));
+        }
+        let mut out = BTreeMap::new();
+        let mut next = meta.l1_lsn + 1;
+        while let Some(first) = recs.get(&next) {
+            let n = first.batch_remaining as u64 + 1;
+            if !(next..next + n).all(|l| recs.contains_key(&l)) {
+                break;
+            }
+            for l in next..next + n {
+                if let Some(r) = recs.remove(&l) {
+                    out.insert(r.key, r.value);
+                }
+            }
+            next += n;
+        }
+        Ok(out)
+    }
+
     /// A backup region's maps, for the other backups to remap after this one is promoted.
     pub fn replica_maps(&self, region: u32) -> Result<ReplicaMaps> {
         let meta = self.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
@@ -388,4 +440,66 @@ pub(crate) fn rewrite_sst(
         }
     }
     Ok(())
+}
+
+/// Encodes a region's edits for shipping (the redo-record payload of `docs/format.md` §3.3).
+pub fn encode_shipped_edits(region: u32, edits: &[Edit]) -> Vec<u8> {
+    crate::catalog::encode_edits(region, edits)
+}
+
+/// Decodes what [`encode_shipped_edits`] made; bytes from the network are untrusted.
+pub fn decode_shipped_edits(bytes: &[u8]) -> Result<(u32, Vec<Edit>)> {
+    crate::catalog::decode_edits(bytes).map_err(|_| Error::corrupt(0, 0, "malformed shipped edits"))
+}
+
+impl SstInfo {
+    /// The SST description as bytes (the footer body of `docs/format.md` §5).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut e = crate::codec::Enc::default();
+        self.encode(&mut e);
+        e.0
+    }
+
+    /// Decodes [`SstInfo::to_bytes`]; every byte must be used.
+    pub fn from_bytes(bytes: &[u8]) -> Result<SstInfo> {
+        let mut d = crate::codec::Dec::new(bytes);
+        let info = SstInfo::decode(&mut d).map_err(|_| Error::corrupt(0, 0, "malformed SST description"))?;
+        if !d.done() {
+            return Err(Error::corrupt(0, 0, "trailing bytes after an SST description"));
+        }
+        Ok(info)
+    }
+}
+
+/// A log record as a Build-Index backup replays it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Its LSN on the primary.
+    pub lsn: u64,
+    /// Key.
+    pub key: Vec<u8>,
+    /// Value (None: a delete).
+    pub value: Option<Vec<u8>>,
+    /// Records after this one in the same atomic batch.
+    pub batch_remaining: u32,
+}
+
+/// The valid records of a log segment image carrying `salt`, from offset `from`, up to the
+/// first torn or invalid one; also returns the offset just past the last valid record.
+pub fn decode_log_records(img: &[u8], salt: u32, from: usize) -> (Vec<LogRecord>, usize) {
+    let mut out = Vec::new();
+    let mut at = from;
+    while let Some(rest) = img.get(at..) {
+        let Ok(r) = crate::record::decode(rest, Some(salt)) else {
+            break;
+        };
+        out.push(LogRecord {
+            lsn: r.lsn,
+            key: r.key.to_vec(),
+            value: (r.kind != crate::record::KIND_DELETE).then(|| r.value.to_vec()),
+            batch_remaining: r.batch_remaining,
+        });
+        at += r.len;
+    }
+    (out, at)
 }

@@ -75,6 +75,10 @@ impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+    /// The keys written, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.ops.iter().map(|(k, _)| k.as_slice())
+    }
     fn as_ops(&self) -> Vec<Op<'_>> {
         self.ops.iter().map(|(k, v)| v.as_ref().map_or(Op::Delete(k), |v| Op::Put(k, v))).collect()
     }

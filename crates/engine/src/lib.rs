@@ -50,7 +50,9 @@ mod sst;
 mod stats;
 mod view;
 
-pub use backup::{Promotion, ReplicaMaps, TailImage};
+pub use backup::{
+    decode_log_records, decode_shipped_edits, encode_shipped_edits, LogRecord, Promotion, ReplicaMaps, TailImage,
+};
 pub use catalog::{Edit, LogSeg, MapKind, SstInfo};
 pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::IoKind;

@@ -23,8 +23,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run a server (single node, all regions local).
+    /// Run a server (single node with all keys local, or a node of a static cluster with
+    /// --cluster-file and --node).
     Serve(ServeArgs),
+    /// Cluster administration: promote a backup, compare copies.
+    #[command(subcommand)]
+    Admin(AdminCmd),
     /// Run benchmarks (YCSB workloads) against Halyard and other engines side by side.
     Bench(halyard_bench::BenchArgs),
     /// Print the value of a key (native protocol).
@@ -66,6 +70,96 @@ enum Cmd {
         #[command(flatten)]
         conn: ConnArgs,
     },
+}
+
+/// Cluster administration (talks to the nodes' replication addresses).
+#[derive(Subcommand, Debug)]
+enum AdminCmd {
+    /// Make a backup of a region its primary (after the primary failed): the node rebuilds
+    /// L0 from its replicated logs, the other backups remap to it, and the cluster file is
+    /// rewritten with the new primary and a higher epoch.
+    Promote {
+        /// Region id.
+        #[arg(long)]
+        region: u32,
+        /// The backup node to promote.
+        #[arg(long)]
+        node: String,
+        /// The cluster file (read and rewritten).
+        #[arg(long)]
+        cluster_file: PathBuf,
+    },
+    /// Compare a region's contents (keys and values) on its primary and every backup;
+    /// exits non-zero on any difference.
+    Verify {
+        /// Region id.
+        #[arg(long)]
+        region: u32,
+        /// The cluster file.
+        #[arg(long)]
+        cluster_file: PathBuf,
+    },
+}
+
+fn admin(cmd: &AdminCmd) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(async {
+        match cmd {
+            AdminCmd::Promote { region, node, cluster_file } => {
+                let mut file = halyard_cluster::ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+                let addr = file.node(node).ok_or_else(|| format!("no node {node} in the cluster file"))?.replication.clone();
+                let epoch = file.promote(*region, node).map_err(|e| e.to_string())?;
+                let (lsn, dropped) = halyard_replication::admin::promote(&addr, *region, epoch)
+                    .await
+                    .map_err(|e| format!("promoting region {region} on {node} ({addr}): {e}"))?;
+                file.save(cluster_file).map_err(|e| e.to_string())?;
+                println!("region {region}: {node} is primary at epoch {epoch}; L0 rebuilt up to LSN {lsn}, {dropped} records beyond the first torn one dropped");
+                Ok(())
+            }
+            AdminCmd::Verify { region, cluster_file } => {
+                let file = halyard_cluster::ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+                let r = file.region(*region).ok_or_else(|| format!("no region {region} in the cluster file"))?;
+                let addr = |n: &str| file.node(n).map(|n| n.replication.clone()).unwrap_or_default();
+                let want = halyard_replication::admin::dump(&addr(&r.primary), *region)
+                    .await
+                    .map_err(|e| format!("reading region {region} on {}: {e}", r.primary))?;
+                let mut bad = 0;
+                for b in &r.backups {
+                    let got = halyard_replication::admin::dump(&addr(b), *region)
+                        .await
+                        .map_err(|e| format!("reading region {region} on {b}: {e}"))?;
+                    let diff = diff_pairs(&want, &got);
+                    match diff {
+                        None => println!("region {region}: {b} matches {} ({} pairs)", r.primary, want.len()),
+                        Some(d) => {
+                            bad += 1;
+                            println!("region {region}: {b} differs from {}: {d}", r.primary);
+                        }
+                    }
+                }
+                if bad > 0 {
+                    return Err(format!("{bad} backup(s) of region {region} differ from the primary"));
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+/// The first difference between two sorted pair lists, described.
+fn diff_pairs(want: &[(Vec<u8>, Vec<u8>)], got: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        if w.0 != g.0 {
+            return Some(format!("pair {i}: key {:?} on the primary, {:?} on the backup", show(&w.0), show(&g.0)));
+        }
+        if w.1 != g.1 {
+            return Some(format!("key {:?}: values differ ({} vs {} bytes)", show(&w.0), w.1.len(), g.1.len()));
+        }
+    }
+    (want.len() != got.len()).then(|| format!("{} pairs on the primary, {} on the backup", want.len(), got.len()))
 }
 
 /// Where the server is.
@@ -160,6 +254,20 @@ struct ServeArgs {
     /// Network worker threads (0 = one per core) [default: 0].
     #[arg(long)]
     workers: Option<usize>,
+    /// Static cluster file (nodes, regions, primaries, backups); run as one of its nodes.
+    #[arg(long)]
+    cluster_file: Option<PathBuf>,
+    /// This node's name in the cluster file.
+    #[arg(long)]
+    node: Option<String>,
+    /// How backups keep their copies: send-index (install the primary's compaction output,
+    /// no compaction of their own) or build-index (replay and compact) [default: send-index].
+    #[arg(long)]
+    replication: Option<String>,
+    /// When a write is answered: last-write (every backup holds it in memory) or last-flush
+    /// (sent) [default: last-write].
+    #[arg(long)]
+    ack: Option<String>,
 }
 
 fn serve(a: &ServeArgs) -> Result<(), String> {
@@ -173,7 +281,14 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
     set!(dir => cfg.dir, resp => cfg.resp, listen => cfg.listen, http => cfg.http,
          max_clients => cfg.max_clients, idle_timeout => cfg.idle_timeout_secs,
          max_request_bytes => cfg.max_request_bytes, sync => cfg.engine.sync,
-         cache_mb => cfg.engine.cache_mb, workers => cfg.workers);
+         cache_mb => cfg.engine.cache_mb, workers => cfg.workers, replication => cfg.replication,
+         ack => cfg.ack);
+    if a.cluster_file.is_some() {
+        cfg.cluster_file.clone_from(&a.cluster_file);
+    }
+    if a.node.is_some() {
+        cfg.node.clone_from(&a.node);
+    }
     if a.requirepass.is_some() {
         cfg.requirepass.clone_from(&a.requirepass);
     }
@@ -215,6 +330,7 @@ fn main() {
     let r = match &cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Bench(a) => halyard_bench::run(a),
+        Cmd::Admin(a) => admin(a),
         other => tool(other),
     };
     if let Err(e) = r {

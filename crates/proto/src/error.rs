@@ -126,6 +126,9 @@ error_codes! {
     InvalidArgument = 20,
     /// The connection idled past the server's timeout.
     IdleTimeout = 21,
+    /// This node does not lead the key's region; the message names the node that does
+    /// (`region R is led by NODE at ADDR`).
+    NotLeader = 22,
     /// Anything else.
     Internal = 99,
 }

@@ -26,6 +26,18 @@ pub struct ServerConfig {
     pub max_request_bytes: usize,
     /// Network worker threads (0: one per core).
     pub workers: usize,
+    /// Cluster file (static cluster; None: single node, all keys local).
+    pub cluster_file: Option<PathBuf>,
+    /// This node's name in the cluster file.
+    pub node: Option<String>,
+    /// "send-index" (backups install the primary's compaction output) or "build-index"
+    /// (backups replay records and compact themselves).
+    pub replication: String,
+    /// "last-write" (answer a write once every backup holds it in memory) or "last-flush"
+    /// (answer once it is sent).
+    pub ack: String,
+    /// Milliseconds a write waits for a backup's acknowledgement before the backup is given up.
+    pub ack_timeout_ms: u64,
     /// Engine settings.
     pub engine: EngineConfig,
 }
@@ -66,6 +78,11 @@ impl Default for ServerConfig {
             idle_timeout_secs: 0,
             max_request_bytes: 16 << 20,
             workers: 0,
+            cluster_file: None,
+            node: None,
+            replication: "send-index".into(),
+            ack: "last-write".into(),
+            ack_timeout_ms: 10_000,
             engine: EngineConfig::default(),
         }
     }

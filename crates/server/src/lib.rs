@@ -7,6 +7,7 @@
 
 #![warn(rust_2018_idioms)]
 
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod keyspace;
@@ -62,7 +63,17 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     let resp_l = bind("--resp", &cfg.resp).await?;
     let native_l = bind("--listen", &cfg.listen).await?;
     let http_l = bind("--http", &cfg.http).await?;
+    let clustered = cfg.cluster_file.is_some();
+    let opts = halyard_engine::Options { default_region: opts.default_region && !clustered, ..opts };
     let db = Arc::new(Db::open(&cfg.dir, opts)?);
+    let cluster = if clustered { Some(cluster::ClusterNode::start(&cfg, db.clone())?) } else { None };
+    let repl_task = match &cluster {
+        Some(c) => {
+            let l = bind("the cluster file's replication address", &c.replication_addr()).await?;
+            Some(tokio::spawn(accept_replication(l, c.clone())))
+        }
+        None => None,
+    };
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let names: Vec<&'static str> = commands::COMMANDS.iter().map(|(n, _)| *n).collect();
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&names)));
@@ -78,6 +89,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
         // The native protocol always has an idle limit: its clients reconnect transparently.
         idle_timeout: idle.unwrap_or(Duration::from_secs(3600)),
     };
+    let router = cluster.clone().map(|c| c as Arc<dyn native::Router>);
     let native_task = tokio::spawn(accept_native(
         native_l,
         sh.clone(),
@@ -85,6 +97,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
         cfg.max_clients,
         stop_rx.clone(),
         conns.clone(),
+        router,
     ));
     let http_task = tokio::spawn(accept_http(http_l, sh.clone(), stop_rx.clone()));
     shutdown.await;
@@ -93,6 +106,9 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     let _ = resp_task.await;
     let _ = native_task.await;
     let _ = http_task.await;
+    if let Some(t) = repl_task {
+        t.abort();
+    }
     conns.wait(Duration::from_secs(10)).await;
     let flushed = tokio::task::spawn_blocking(move || db.flush()).await;
     match flushed {
@@ -281,6 +297,28 @@ async fn resp_connection(
     }
 }
 
+/// Replication streams from primaries and admin requests (cluster mode).
+async fn accept_replication(l: TcpListener, node: Arc<cluster::ClusterNode>) {
+    let hook_node = node.clone();
+    let hook: halyard_replication::PromoteHook = Arc::new(move |region, epoch| hook_node.promote(region, epoch));
+    loop {
+        let (s, addr) = match l.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("replication accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (replica, hook) = (node.replica.clone(), hook.clone());
+        tokio::spawn(async move {
+            if let Err(e) = replica.serve_connection(s, hook).await {
+                tracing::warn!("replication connection from {addr}: {e}");
+            }
+        });
+    }
+}
+
 async fn accept_native(
     l: TcpListener,
     sh: Arc<Shared>,
@@ -288,15 +326,16 @@ async fn accept_native(
     max_clients: usize,
     mut stop: watch::Receiver<bool>,
     conns: tokio_util_tracker::Tracker,
+    router: Option<Arc<dyn native::Router>>,
 ) {
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
         // A refused native client sees its connection closed.
         let Ok((stream, addr)) = next else { continue };
-        let (sh, mut stop, guard) = (sh.clone(), stop.clone(), conns.enter());
+        let (sh, mut stop, guard, router) = (sh.clone(), stop.clone(), conns.enter(), router.clone());
         tokio::spawn(async move {
             let db = sh.ks.db.clone();
             tokio::select! {
-                r = native::serve_connection(stream, db, limits, sh.native.clone()) => {
+                r = native::serve_connection(stream, db, limits, sh.native.clone(), router) => {
                     if let Err(e) = r {
                         tracing::debug!("native connection {addr}: {e}");
                     }

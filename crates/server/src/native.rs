@@ -59,6 +59,17 @@ pub struct NativeCounters {
     pub bytes_out: AtomicU64,
 }
 
+/// Cluster mode: which keys this node leads, and waiting for backups before answering writes.
+pub trait Router: Send + Sync {
+    /// The region of `key` when this node leads it; otherwise the message for a NotLeader error.
+    fn route(&self, key: &[u8]) -> Result<u32, String>;
+    /// Resolves once the backups hold every write listed as (region, LSN) (`last-write`).
+    fn wait_acked<'a>(
+        &'a self,
+        writes: &'a [(u32, u64)],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+}
+
 /// Initial receive buffer size and the amount added when it fills.
 const READ_CHUNK: usize = 64 << 10;
 /// Replies pending past this size are written before more requests are executed, so a pipeline
@@ -75,15 +86,31 @@ pub async fn serve_connection(
     db: Arc<Db>,
     limits: NativeLimits,
     counters: Arc<NativeCounters>,
+    router: Option<Arc<dyn Router>>,
 ) -> io::Result<()> {
     // Replies are written in whole batches already; Nagle would only add latency.
     let _ = stream.set_nodelay(true);
-    let mut session = Session { db, counters, limits, reply_limit: limits.max_frame_bytes, handshaken: false };
+    let mut session = Session {
+        db,
+        counters,
+        limits,
+        reply_limit: limits.max_frame_bytes,
+        handshaken: false,
+        router,
+        writes: Vec::new(),
+    };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::new();
     loop {
         let (consumed, next) = session.execute_available(&inbuf, &mut out);
         inbuf.drain(..consumed);
+        if !session.writes.is_empty() {
+            // last-write: the replies go out once the backups hold these writes.
+            if let Some(r) = &session.router {
+                r.wait_acked(&session.writes).await;
+            }
+            session.writes.clear();
+        }
         if !out.is_empty() {
             let written = tokio::time::timeout(limits.idle_timeout, stream.write_all(&out)).await;
             match written {
@@ -146,6 +173,9 @@ struct Session {
     /// Largest reply frame: the smaller of our limit and the client's, once the HELLO is in.
     reply_limit: usize,
     handshaken: bool,
+    router: Option<Arc<dyn Router>>,
+    /// Cluster mode: (region, LSN) of the writes executed since the last reply write.
+    writes: Vec<(u32, u64)>,
 }
 
 impl Session {
@@ -195,6 +225,9 @@ impl Session {
                 return false;
             }
             Request::Ping { payload } => Ok(Response::Pong { payload: payload.to_vec() }),
+            Request::Get { key } if self.router.is_some() => self.routed(key, |h| h.get(key).map(Response::Value)),
+            Request::Put { key, value } if self.router.is_some() => self.routed_write(key, |h| h.put(key, value)),
+            Request::Delete { key } if self.router.is_some() => self.routed_write(key, |h| h.delete(key)),
             Request::Get { key } => self.db.get(key).map(Response::Value),
             Request::Put { key, value } => self.db.put(key, value).map(|()| Response::Done),
             Request::Delete { key } => self.db.delete(key).map(|()| Response::Done),
@@ -245,7 +278,38 @@ impl Session {
         true
     }
 
-    fn batch(&self, ops: Vec<BatchOp<'_>>) -> halyard_engine::Result<Response> {
+    /// Cluster mode: runs `f` on the key's region if this node leads it.
+    fn routed(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&halyard_engine::RegionHandle) -> halyard_engine::Result<Response>,
+    ) -> halyard_engine::Result<Response> {
+        let Some(router) = &self.router else {
+            return Err(halyard_engine::Error::NoRegionForKey);
+        };
+        match router.route(key) {
+            Ok(region) => f(&self.db.region(region)?),
+            Err(message) => Ok(Response::Error { code: ErrorCode::NotLeader, message }),
+        }
+    }
+
+    /// Cluster mode: a write on the key's region, remembered for `last-write`.
+    fn routed_write(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(&halyard_engine::RegionHandle) -> halyard_engine::Result<u64>,
+    ) -> halyard_engine::Result<Response> {
+        let mut done = None;
+        let r = self.routed(key, |h| {
+            let lsn = f(h)?;
+            done = Some((h.id(), lsn));
+            Ok(Response::Done)
+        });
+        self.writes.extend(done);
+        r
+    }
+
+    fn batch(&mut self, ops: Vec<BatchOp<'_>>) -> halyard_engine::Result<Response> {
         let mut batch = WriteBatch::new();
         for op in ops {
             match op {
@@ -253,12 +317,28 @@ impl Session {
                 BatchOp::Delete { key } => batch.delete(key),
             };
         }
+        if self.router.is_some() {
+            let Some(first) = batch.keys().next().map(<[u8]>::to_vec) else {
+                return Ok(Response::Done);
+            };
+            return self.routed_write(&first, |h| h.write(&batch));
+        }
         self.db.write(&batch).map(|()| Response::Done)
     }
 
     /// One page: at most `limit` pairs, and no more than fits in one reply frame. The engine is
     /// asked for one pair beyond the count limit, to know whether to hand out a resume key.
     fn scan(&self, s: ScanRequest<'_>) -> halyard_engine::Result<Response> {
+        if let Some(router) = &self.router {
+            // Cluster mode: the page comes from the region of the range's first key, led here.
+            let probe: &[u8] = match s.start {
+                Bound::Included(k) | Bound::Excluded(k) => k,
+                Bound::Unbounded => b"",
+            };
+            if let Err(message) = router.route(probe) {
+                return Ok(Response::Error { code: ErrorCode::NotLeader, message });
+            }
+        }
         let want = if s.limit == 0 { usize::MAX } else { s.limit as usize };
         let opts = ScanOptions { reverse: s.reverse, limit: want.checked_add(1) };
         let range: (Bound<&[u8]>, Bound<&[u8]>) = (s.start, s.end);

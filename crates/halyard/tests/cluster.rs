@@ -1,0 +1,230 @@
+//! Replication across real processes: three `halyard serve` nodes on loopback share a static
+//! cluster file (4 regions, each with a primary and two backups). Writes go to each region's
+//! primary and are acknowledged under last-write; a primary is killed with SIGKILL while
+//! writers run; its backups are promoted with `halyard admin promote`; every acknowledged
+//! write must be readable from the new primaries, `halyard admin verify` must find the
+//! remaining backup equal, and a stream from the old epoch must be refused.
+
+mod common;
+
+use common::free_port;
+use halyard_client::blocking::Client;
+use halyard_client::ClientOptions;
+use halyard_cluster::ClusterFile;
+use halyard_replication::wire::{Mode, Msg};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Node {
+    child: Option<Child>,
+}
+
+impl Node {
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn wait_port(addr: &str) {
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{addr} did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_node(root: &Path, file: &Path, c: &ClusterFile, name: &str, mode: &str) -> Node {
+    let cfg = root.join("server.toml");
+    // Small L0 tables: many flushes and compactions on a few MB of data.
+    std::fs::write(&cfg, "[engine]\nl0_mb = 1\ncache_mb = 16\n").expect("config");
+    let spec = c.node(name).expect("node");
+    let child = Command::new(env!("CARGO_BIN_EXE_halyard"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .arg("--dir")
+        .arg(root.join(name))
+        .args(["--resp", &format!("127.0.0.1:{}", free_port())])
+        .args(["--http", &format!("127.0.0.1:{}", free_port())])
+        .args(["--listen", &spec.native])
+        .arg("--cluster-file")
+        .arg(file)
+        .args(["--node", name, "--replication", mode])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start halyard serve");
+    wait_port(&spec.native);
+    wait_port(&spec.replication);
+    Node { child: Some(child) }
+}
+
+fn make_cluster(root: &Path) -> (PathBuf, ClusterFile) {
+    let nodes: Vec<_> = (1..=3)
+        .map(|i| (format!("n{i}"), format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())))
+        .collect();
+    let c = ClusterFile::local(&nodes, 4, 3, &|i| format!("key{}", i * 25));
+    let path = root.join("cluster.toml");
+    c.save(&path).expect("save");
+    (path, c)
+}
+
+fn client(addr: &str) -> Client {
+    Client::connect(addr, ClientOptions { timeout: Duration::from_secs(20), ..Default::default() }).expect("connect")
+}
+
+fn value(i: u64) -> Vec<u8> {
+    // Small, medium and large pairs (engine thresholds 64 B and 1 KiB by default... and beyond).
+    let len = [8usize, 200, 700, 3000][(i % 4) as usize];
+    let mut v = format!("v{i}-").into_bytes();
+    v.resize(len, b'a' + (i % 26) as u8);
+    v
+}
+
+fn key(i: u64) -> Vec<u8> {
+    // Spread over the four regions: key00.., key25.., key50.., key75...
+    format!("key{:02}-{i:08}", (i * 37) % 100).into_bytes()
+}
+
+fn admin(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_halyard")).arg("admin").args(args).output().expect("admin");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Writers on every primary until `stop`; returns the acknowledged writes.
+fn writers(
+    c: &ClusterFile,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<BTreeMap<Vec<u8>, Vec<u8>>>>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..3u64)
+        .map(|t| {
+            let c = c.clone();
+            let (stop, acked) = (stop.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let mut clients: BTreeMap<String, Client> = BTreeMap::new();
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = key(i);
+                    let r = c.region_for(&k).expect("region");
+                    let addr = c.node(&r.primary).expect("node").native.clone();
+                    if !clients.contains_key(&addr) {
+                        let opts = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
+                        match Client::connect(addr.as_str(), opts) {
+                            Ok(cl) => {
+                                clients.insert(addr.clone(), cl);
+                            }
+                            Err(_) => {
+                                i += 3;
+                                continue;
+                            }
+                        }
+                    }
+                    let v = value(i);
+                    if clients[&addr].put(&k, &v).is_ok() {
+                        acked.lock().expect("lock").insert(k, v);
+                    }
+                    i += 3;
+                }
+            })
+        })
+        .collect()
+}
+
+fn run(mode: &str) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (file, c) = make_cluster(root.path());
+    let mut nodes: Vec<Node> = ["n1", "n2", "n3"].iter().map(|n| start_node(root.path(), &file, &c, n, mode)).collect();
+    // A request for a region this node does not lead is redirected.
+    let k = b"key30-x";
+    let leader = &c.region_for(k).expect("region").primary;
+    let other = c.nodes.iter().find(|n| &n.name != leader).expect("node");
+    let err = client(&other.native).put(k, b"v").expect_err("not the leader");
+    assert!(err.to_string().contains(&format!("led by {leader}")), "{err}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let threads = writers(&c, stop.clone(), acked.clone());
+    // Enough data for many L0 flushes and compactions on every region.
+    let t0 = Instant::now();
+    while acked.lock().expect("lock").len() < 12_000 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // n1 leads regions 1 and 4; it dies with writers running.
+    nodes[0].kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("writer");
+    }
+    let acked = std::mem::take(&mut *acked.lock().expect("lock"));
+    assert!(acked.len() >= 12_000, "only {} writes acknowledged", acked.len());
+    for region in ["1", "4"] {
+        let (ok, out) =
+            admin(&["promote", "--region", region, "--node", "n2", "--cluster-file", file.to_str().expect("utf8")]);
+        assert!(ok, "promote region {region}: {out}");
+    }
+    let c = ClusterFile::load(&file).expect("reload");
+    assert_eq!(c.region(1).expect("r1").primary, "n2");
+    assert_eq!(c.region(1).expect("r1").epoch, 2);
+    // Every acknowledged write is there, on whichever node now leads its region.
+    let mut cls: BTreeMap<String, Client> = BTreeMap::new();
+    let mut checked = 0;
+    for (k, v) in &acked {
+        let r = c.region_for(k).expect("region");
+        let addr = c.node(&r.primary).expect("node").native.clone();
+        let cl = cls.entry(addr.clone()).or_insert_with(|| client(&addr));
+        assert_eq!(cl.get(k).expect("get").as_ref(), Some(v), "acknowledged write {} lost", String::from_utf8_lossy(k));
+        checked += 1;
+    }
+    assert_eq!(checked, acked.len());
+    // The promoted regions take writes, and their remaining backup follows.
+    let n2 = c.node("n2").expect("n2").native.clone();
+    let cl = client(&n2);
+    for i in 0..2000u64 {
+        let k = format!("key{:02}-post-{i}", if i % 2 == 0 { 1 } else { 80 });
+        cl.put(k.as_bytes(), value(i)).expect("write after promotion");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for region in ["1", "4"] {
+        let (ok, out) = admin(&["verify", "--region", region, "--cluster-file", file.to_str().expect("utf8")]);
+        assert!(ok && out.contains("n3 matches n2"), "verify region {region}: {out}");
+    }
+    // A stream from the old primary's epoch is refused by the remaining backup.
+    let n3 = c.node("n3").expect("n3").replication.clone();
+    let mut s = std::net::TcpStream::connect(&n3).expect("connect n3");
+    let mode_v = Mode::parse(mode).expect("mode");
+    s.write_all(&Msg::Hello { epoch: 1, region: 1, mode: mode_v }.encode()).expect("hello");
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).expect("reply");
+    match halyard_replication::wire::decode_frame(&reply).expect("frame") {
+        Some((Msg::Reject { reason, .. }, _)) => assert!(reason.contains("epoch"), "{reason}"),
+        other => panic!("old-epoch stream accepted: {other:?}"),
+    }
+    drop(nodes);
+}
+
+#[test]
+fn send_index_failover_keeps_acknowledged_writes() {
+    run("send-index");
+}
+
+#[test]
+fn build_index_failover_keeps_acknowledged_writes() {
+    run("build-index");
+}

@@ -1,0 +1,40 @@
+//! Admin requests to a node's replication address: promotion and region dumps (verify).
+
+use crate::wire::{self, Msg};
+use crate::{Error, Result};
+use tokio::io::AsyncWriteExt;
+
+async fn request(addr: &str, m: Msg) -> Result<Msg> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(&m.encode()).await?;
+    wire::read_msg(&mut s).await
+}
+
+/// Asks the node at `addr` to become the primary of `region` at `epoch`; returns the last
+/// LSN of its rebuilt L0 and the records it could not replay.
+pub async fn promote(addr: &str, region: u32, epoch: u64) -> Result<(u64, u64)> {
+    match request(addr, Msg::Promote { epoch, region }).await? {
+        Msg::Promoted { last_lsn, dropped, .. } => Ok((last_lsn, dropped)),
+        Msg::Reject { reason, .. } => Err(Error::Rejected(reason)),
+        m => Err(Error::Protocol(format!("{m:?}"))),
+    }
+}
+
+/// All of a region's pairs on the node at `addr`, whatever its role there.
+pub async fn dump(addr: &str, region: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        match request(addr, Msg::Dump { region, after: after.clone(), limit: 5000 }).await? {
+            Msg::DumpPage { pairs, more, .. } => {
+                after = pairs.last().map(|p| p.0.clone());
+                out.extend(pairs);
+                if !more || after.is_none() {
+                    return Ok(out);
+                }
+            }
+            Msg::Reject { reason, .. } => return Err(Error::Rejected(reason)),
+            m => return Err(Error::Protocol(format!("{m:?}"))),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Replication for Halyard (DESIGN.md §3, Tebis/Talos): each region's primary streams its log
+//! appends to every backup's in-memory buffers and, in Send-Index mode, ships every segment its
+//! compactions produce plus the edits that publish them, so that backups keep a full index
+//! without compacting. Build-Index (backups replay records into their own L0 and compact) is
+//! the papers' baseline, kept as a mode. Wire format: `docs/replication.md`.
+
+#![warn(missing_docs, rust_2018_idioms)]
+
+pub mod admin;
+mod error;
+pub mod primary;
+pub mod replica;
+pub mod wire;
+
+pub use error::{Error, Result};
+pub use primary::{ShipStats, Shipper};
+pub use replica::{PromoteHook, Promoted, Replica};
+pub use wire::{Mode, Msg};

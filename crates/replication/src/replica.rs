@@ -1,0 +1,497 @@
+//! The backup side: accepts a primary's stream for a region, keeps one buffer per log written
+//! at the primary's offsets (the receive path copies bytes and acknowledges, nothing else),
+//! stores a buffer as a segment when the primary seals it, installs shipped SSTs and edits
+//! (Send-Index) or replays records into its own L0 (Build-Index), and rejects streams of an
+//! older epoch.
+
+use crate::wire::{self, Mode, Msg};
+use crate::{Error, Result};
+use halyard_engine::{
+    decode_log_records, decode_shipped_edits, Db, LogKind, LogRecord, ReplicaMaps, SstInfo, TailImage, WriteBatch,
+};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One log's buffer: the primary's segment, its salt, the bytes received.
+#[derive(Default)]
+struct Buf {
+    seg: u32,
+    salt: u32,
+    bytes: Vec<u8>,
+    /// Build-Index: bytes already decoded into records.
+    decoded: usize,
+}
+
+/// A region this node is a backup of.
+pub struct ReplicaRegion {
+    /// Region id.
+    pub id: u32,
+    /// How the copy is kept.
+    pub mode: Mode,
+    epoch: AtomicU64,
+    bufs: Mutex<HashMap<u8, Buf>>,
+    /// Build-Index: records waiting for the LSNs before them, and the next LSN to apply.
+    build: Mutex<(BTreeMap<u64, LogRecord>, u64)>,
+    /// Highest LSN received.
+    pub received: AtomicU64,
+    /// Highest LSN every backup holds (from the primary): Build-Index applies up to here.
+    commit: AtomicU64,
+}
+
+/// Counters of what a backup received.
+#[derive(Default, Debug)]
+pub struct ReplicaStats {
+    /// Frame bytes received.
+    pub bytes: AtomicU64,
+    /// Streams refused (stale epoch, unknown region).
+    pub rejected: AtomicU64,
+}
+
+/// What a promotion did.
+#[derive(Debug)]
+pub struct Promoted {
+    /// Last LSN of the region.
+    pub last_lsn: u64,
+    /// Records received but not replayed (beyond a torn record or a gap).
+    pub dropped: u64,
+    /// The log tails (log, primary segment, salt, bytes) the region was rebuilt with.
+    pub tails: Vec<(u8, u32, u32, Vec<u8>)>,
+}
+
+/// What a node hands the replica for promotions (so that it can start leading).
+pub type PromoteHook = Arc<dyn Fn(u32, u64) -> Result<(u64, u64)> + Send + Sync>;
+
+/// The backup regions of one node.
+pub struct Replica {
+    db: Arc<Db>,
+    regions: Mutex<HashMap<u32, Arc<ReplicaRegion>>>,
+    epochs_file: PathBuf,
+    /// Counters.
+    pub stats: ReplicaStats,
+}
+
+impl Replica {
+    /// The replica of a store; epochs seen are kept in `epochs_file`.
+    pub fn new(db: Arc<Db>, epochs_file: PathBuf) -> Arc<Replica> {
+        Arc::new(Replica { db, regions: Mutex::new(HashMap::new()), epochs_file, stats: ReplicaStats::default() })
+    }
+
+    fn stored_epochs(&self) -> HashMap<u32, u64> {
+        let text = std::fs::read_to_string(&self.epochs_file).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let (r, e) = l.split_once(' ')?;
+                Some((r.parse().ok()?, e.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn store_epoch(&self, region: u32, epoch: u64) -> Result<()> {
+        let mut all = self.stored_epochs();
+        all.insert(region, epoch);
+        let text: String = all.iter().map(|(r, e)| format!("{r} {e}\n")).collect();
+        let tmp = self.epochs_file.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &self.epochs_file)?;
+        Ok(())
+    }
+
+    /// Declares this node a backup of `region` at (at least) `epoch`.
+    pub fn add_region(&self, id: u32, mode: Mode, epoch: u64) -> Result<()> {
+        let epoch = epoch.max(self.stored_epochs().get(&id).copied().unwrap_or(0));
+        self.store_epoch(id, epoch)?;
+        let next = self.db.region(id)?.lsn() + 1;
+        let r = ReplicaRegion {
+            id,
+            mode,
+            epoch: AtomicU64::new(epoch),
+            bufs: Mutex::new(HashMap::new()),
+            build: Mutex::new((BTreeMap::new(), next)),
+            received: AtomicU64::new(0),
+            commit: AtomicU64::new(0),
+        };
+        self.regions.lock().insert(id, Arc::new(r));
+        Ok(())
+    }
+
+    /// The backup regions.
+    pub fn region(&self, id: u32) -> Option<Arc<ReplicaRegion>> {
+        self.regions.lock().get(&id).cloned()
+    }
+
+    /// Handles one inbound connection: a primary's stream, or an admin request.
+    pub async fn serve_connection(self: Arc<Self>, mut s: TcpStream, promote: PromoteHook) -> Result<()> {
+        s.set_nodelay(true)?;
+        match wire::read_msg(&mut s).await? {
+            Msg::Hello { epoch, region, mode } => self.stream(s, epoch, region, mode).await,
+            Msg::Promote { epoch, region } => {
+                let reply = match self.promote(region, epoch, &promote).await {
+                    Ok((last_lsn, dropped)) => Msg::Promoted { region, last_lsn, dropped },
+                    Err(e) => Msg::Reject { region, reason: e.to_string() },
+                };
+                s.write_all(&reply.encode()).await?;
+                Ok(())
+            }
+            Msg::Dump { region, after, limit } => {
+                let (db, me) = (self.db.clone(), self.clone());
+                let reply = tokio::task::spawn_blocking(move || me.dump(&db, region, after, limit))
+                    .await
+                    .map_err(|e| Error::Protocol(e.to_string()))?;
+                let reply = reply.unwrap_or_else(|e| Msg::Reject { region, reason: e.to_string() });
+                s.write_all(&reply.encode()).await?;
+                Ok(())
+            }
+            m => Err(Error::Protocol(format!("{m:?} cannot open a connection"))),
+        }
+    }
+
+    async fn promote(&self, region: u32, epoch: u64, hook: &PromoteHook) -> Result<(u64, u64)> {
+        let r = self.region(region).ok_or_else(|| Error::Rejected(format!("not a backup of region {region}")))?;
+        if epoch <= r.epoch.load(Relaxed) {
+            return Err(Error::Rejected(format!("promotion epoch {epoch} is not above {}", r.epoch.load(Relaxed))));
+        }
+        // From here the old primary's messages (lower epoch) are refused.
+        self.store_epoch(region, epoch)?;
+        r.epoch.store(epoch, Relaxed);
+        let hook = hook.clone();
+        tokio::task::spawn_blocking(move || hook(region, epoch)).await.map_err(|e| Error::Protocol(e.to_string()))?
+    }
+
+    /// Stops being a backup of `region` and rebuilds it as a primary region (DESIGN.md §3 step
+    /// 6): Send-Index rebuilds L0 from the replicated logs plus the buffers; Build-Index applies
+    /// what its buffers hold beyond the commit point. Returns the last LSN, the records not
+    /// replayed, and the log tails it used (the other backups adopt them with the Remap).
+    pub fn promote_region(&self, region: u32) -> Result<Promoted> {
+        let r = self
+            .regions
+            .lock()
+            .remove(&region)
+            .ok_or_else(|| Error::Rejected(format!("not a backup of region {region}")))?;
+        let tails: Vec<(u8, u32, u32, Vec<u8>)> =
+            r.bufs.lock().iter().map(|(log, b)| (*log, b.seg, b.salt, b.bytes.clone())).collect();
+        if r.mode == Mode::BuildIndex {
+            for log in tails.iter().map(|t| t.0) {
+                build_index(&self.db, &r, log, u64::MAX)?;
+            }
+            let last = self.db.region(region)?.lsn();
+            let dropped = r.build.lock().0.len() as u64;
+            return Ok(Promoted { last_lsn: last, dropped, tails });
+        }
+        let images: Vec<TailImage<'_>> = tails
+            .iter()
+            .filter_map(|(log, seg, salt, b)| {
+                Some(TailImage { log: log_kind(*log).ok()?, primary: *seg, salt: *salt, bytes: b })
+            })
+            .collect();
+        let p = self.db.promote(region, &images)?;
+        Ok(Promoted { last_lsn: p.last_lsn, dropped: p.dropped_records, tails })
+    }
+
+    async fn stream(self: Arc<Self>, s: TcpStream, epoch: u64, region: u32, mode: Mode) -> Result<()> {
+        let (rd, mut wr) = s.into_split();
+        let reject = |reason: String| Msg::Reject { region, reason }.encode();
+        let Some(r) = self.region(region) else {
+            self.stats.rejected.fetch_add(1, Relaxed);
+            wr.write_all(&reject(format!("this node is not a backup of region {region}"))).await?;
+            return Ok(());
+        };
+        if epoch < r.epoch.load(Relaxed) || mode != r.mode {
+            self.stats.rejected.fetch_add(1, Relaxed);
+            let why = format!(
+                "stream at epoch {epoch} ({}) refused: the region is at epoch {} ({})",
+                mode.name(),
+                r.epoch.load(Relaxed),
+                r.mode.name()
+            );
+            wr.write_all(&reject(why)).await?;
+            return Ok(());
+        }
+        if epoch > r.epoch.load(Relaxed) {
+            self.store_epoch(region, epoch)?;
+            r.epoch.store(epoch, Relaxed);
+        }
+        let lsn = self.db.region(region)?.lsn();
+        wr.write_all(&Msg::HelloOk { region, lsn }.encode()).await?;
+        let mut rd = tokio::io::BufReader::with_capacity(1 << 20, rd);
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+        loop {
+            // Everything that arrived is processed before one acknowledgement goes back.
+            let n = rd.read_buf(&mut buf).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.stats.bytes.fetch_add(n as u64, Relaxed);
+            let mut used = 0;
+            let mut ack = None;
+            while let Some((m, len)) = wire::decode_frame(&buf[used..])? {
+                used += len;
+                let current = r.epoch.load(Relaxed);
+                if msg_epoch(&m).is_some_and(|e| e < current) {
+                    self.stats.rejected.fetch_add(1, Relaxed);
+                    wr.write_all(&reject(format!("message of epoch {:?} below the region's {current}", msg_epoch(&m))))
+                        .await?;
+                    return Ok(());
+                }
+                if let Some(lsn) = self.apply(&r, m).await? {
+                    ack = Some(lsn);
+                }
+            }
+            buf.drain(..used);
+            if let Some(lsn) = ack {
+                wr.write_all(&Msg::Ack { region, lsn }.encode()).await?;
+            }
+        }
+    }
+
+    /// Applies one message; returns the LSN to acknowledge for appends.
+    async fn apply(&self, r: &Arc<ReplicaRegion>, m: Msg) -> Result<Option<u64>> {
+        let region = r.id;
+        let db = self.db.clone();
+        let blocking = |f: Box<dyn FnOnce() -> Result<()> + Send>| async move {
+            tokio::task::spawn_blocking(f).await.map_err(|e| Error::Protocol(e.to_string()))?
+        };
+        match m {
+            Msg::Append { log, seg, salt, offset, last_lsn, commit, bytes, .. } => {
+                log_kind(log)?;
+                let end = offset as usize + bytes.len();
+                if end > wire::MAX_BODY {
+                    return Err(Error::Malformed("append past any segment"));
+                }
+                {
+                    let mut bufs = r.bufs.lock();
+                    let b = bufs.entry(log).or_default();
+                    if (b.seg, b.salt) != (seg, salt) {
+                        // A stream can join a segment midway (a promoted Build-Index node
+                        // continues its own log): records start at the first offset received.
+                        *b = Buf { seg, salt, bytes: Vec::new(), decoded: offset as usize };
+                    }
+                    if b.bytes.len() < end {
+                        b.bytes.resize(end, 0);
+                    }
+                    b.bytes[offset as usize..end].copy_from_slice(&bytes);
+                }
+                r.received.fetch_max(last_lsn, Relaxed);
+                r.commit.fetch_max(commit, Relaxed);
+                if r.mode == Mode::BuildIndex {
+                    let r2 = r.clone();
+                    blocking(Box::new(move || build_index(&db, &r2, log, r2.commit.load(Relaxed)))).await?;
+                }
+                Ok(Some(last_lsn))
+            }
+            Msg::Seal { log, seg, salt, .. } => {
+                let kind = log_kind(log)?;
+                let b = r.bufs.lock().remove(&log);
+                if r.mode == Mode::SendIndex {
+                    let bytes = match b {
+                        Some(b) if (b.seg, b.salt) == (seg, salt) => b.bytes,
+                        _ => Vec::new(),
+                    };
+                    blocking(Box::new(move || {
+                        db.backup_log_segment(region, kind, seg, salt, &bytes)?;
+                        Ok(())
+                    }))
+                    .await?;
+                }
+                Ok(None)
+            }
+            Msg::Sst { info, bytes, .. } => {
+                let info = SstInfo::from_bytes(&info)?;
+                blocking(Box::new(move || {
+                    db.backup_sst(region, &info, &bytes)?;
+                    Ok(())
+                }))
+                .await?;
+                Ok(None)
+            }
+            Msg::Medium { seg, salt, bytes, .. } => {
+                blocking(Box::new(move || {
+                    db.backup_medium_run(region, seg, salt, &bytes)?;
+                    Ok(())
+                }))
+                .await?;
+                Ok(None)
+            }
+            Msg::Edits { edits, .. } => {
+                let (_, edits) = decode_shipped_edits(&edits)?;
+                blocking(Box::new(move || Ok(db.backup_edits(region, &edits)?))).await?;
+                Ok(None)
+            }
+            Msg::Remap { last_lsn, tails, log, index, .. } => {
+                // The new primary's history wins: our own buffers may hold records it never
+                // received (sent by the old primary as it died); its tails replace them.
+                let logs: Vec<u8> = tails.iter().map(|t| t.0).collect();
+                {
+                    let mut bufs = r.bufs.lock();
+                    bufs.clear();
+                    for (log, seg, salt, bytes) in &tails {
+                        bufs.insert(*log, Buf { seg: *seg, salt: *salt, bytes: bytes.clone(), decoded: 0 });
+                    }
+                }
+                let maps =
+                    ReplicaMaps { log: log.iter().map(|&(p, s, n)| ((p, s), n)).collect(), index: index.to_vec() };
+                let r2 = r.clone();
+                let seg_bytes = db.options().segment_bytes as usize;
+                blocking(Box::new(move || {
+                    if r2.mode == Mode::BuildIndex {
+                        r2.commit.fetch_max(last_lsn, Relaxed);
+                        for log in logs {
+                            build_index(&db, &r2, log, last_lsn)?;
+                        }
+                        return Ok(());
+                    }
+                    let bufs: Vec<(u8, Buf)> = r2.bufs.lock().drain().collect();
+                    for (log, b) in bufs {
+                        // Whole segments: bytes of our own longer copy must not survive.
+                        let mut img = b.bytes;
+                        img.resize(seg_bytes.max(img.len()), 0);
+                        db.backup_log_segment(region, log_kind(log)?, b.seg, b.salt, &img)?;
+                    }
+                    db.remap(region, &maps)?;
+                    Ok(())
+                }))
+                .await?;
+                Ok(None)
+            }
+            m => Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
+        }
+    }
+}
+
+fn msg_epoch(m: &Msg) -> Option<u64> {
+    match m {
+        Msg::Append { epoch, .. }
+        | Msg::Seal { epoch, .. }
+        | Msg::Sst { epoch, .. }
+        | Msg::Medium { epoch, .. }
+        | Msg::Edits { epoch, .. }
+        | Msg::Remap { epoch, .. } => Some(*epoch),
+        _ => None,
+    }
+}
+
+fn log_kind(v: u8) -> Result<LogKind> {
+    match v {
+        0 => Ok(LogKind::L0),
+        2 => Ok(LogKind::Large),
+        _ => Err(Error::Malformed("log other than L0 or large in a record stream")),
+    }
+}
+
+/// Build-Index: what the buffers hold beyond the applied LSN (received but not yet known to
+/// be on every backup): the newest value per key of the complete batches, in LSN order.
+fn build_overlay(r: &ReplicaRegion) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    let build = r.build.lock();
+    let mut recs = build.0.clone();
+    for b in r.bufs.lock().values() {
+        let (found, _) = decode_log_records(&b.bytes, b.salt, b.decoded);
+        recs.extend(found.into_iter().map(|x| (x.lsn, x)));
+    }
+    let mut out = BTreeMap::new();
+    let mut next = build.1;
+    while let Some(first) = recs.get(&next) {
+        let n = first.batch_remaining as u64 + 1;
+        if !(next..next + n).all(|l| recs.contains_key(&l)) {
+            break;
+        }
+        for l in next..next + n {
+            if let Some(x) = recs.remove(&l) {
+                out.insert(x.key, x.value);
+            }
+        }
+        next += n;
+    }
+    out
+}
+
+/// Build-Index: decodes the records a buffer gained and applies every complete batch whose
+/// LSNs follow the last applied one (the two logs interleave by LSN).
+fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
+    let mut build = r.build.lock();
+    {
+        let mut bufs = r.bufs.lock();
+        let Some(b) = bufs.get_mut(&log) else {
+            return Ok(());
+        };
+        let (recs, end) = decode_log_records(&b.bytes, b.salt, b.decoded);
+        b.decoded = end;
+        for rec in recs {
+            build.0.insert(rec.lsn, rec);
+        }
+    }
+    let handle = db.region(r.id)?;
+    loop {
+        let next = build.1;
+        let Some(first) = build.0.get(&next) else {
+            return Ok(());
+        };
+        let n = first.batch_remaining as u64 + 1;
+        if next + n - 1 > upto || !(next..next + n).all(|l| build.0.contains_key(&l)) {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        for l in next..next + n {
+            if let Some(rec) = build.0.remove(&l) {
+                match rec.value {
+                    Some(v) => batch.put(rec.key, v),
+                    None => batch.delete(rec.key),
+                };
+            }
+        }
+        handle.write(&batch)?;
+        build.1 = next + n;
+    }
+}
+
+impl Replica {
+    /// One page of a region's logical contents (for `halyard admin verify`). On a Send-Index
+    /// backup that is its levels overlaid with the records of its replicated logs and buffers
+    /// beyond them (what promotion would rebuild); elsewhere the region as it reads.
+    fn dump(&self, db: &Db, region: u32, after: Option<Vec<u8>>, limit: u32) -> Result<Msg> {
+        use std::ops::Bound;
+        let h = db.region(region)?;
+        let start = match &after {
+            Some(k) => Bound::Excluded(k.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let limit = if limit == 0 { 1000 } else { limit.min(10_000) } as usize;
+        let overlay = match self.region(region) {
+            Some(r) if r.mode == Mode::SendIndex => {
+                let bufs = r.bufs.lock();
+                for b in bufs.values() {
+                    db.backup_stage_tail(region, b.seg, b.salt, &b.bytes)?;
+                }
+                let tails: Vec<TailImage<'_>> = bufs
+                    .iter()
+                    .filter_map(|(log, b)| {
+                        Some(TailImage { log: log_kind(*log).ok()?, primary: b.seg, salt: b.salt, bytes: &b.bytes })
+                    })
+                    .collect();
+                db.backup_overlay(region, &tails)?
+            }
+            Some(r) => build_overlay(&r),
+            None => BTreeMap::new(),
+        };
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for kv in h.scan_with((start, Bound::<&[u8]>::Unbounded), halyard_engine::ScanOptions::default()) {
+            let (k, v) = kv?;
+            merged.insert(k, v);
+        }
+        for (k, v) in overlay {
+            if after.as_ref().is_some_and(|a| &k <= a) {
+                continue;
+            }
+            match v {
+                Some(v) => merged.insert(k, v),
+                None => merged.remove(&k),
+            };
+        }
+        let more = merged.len() > limit;
+        let pairs: Vec<_> = merged.into_iter().take(limit).collect();
+        Ok(Msg::DumpPage { region, lsn: h.lsn(), pairs, more })
+    }
+}

@@ -1,0 +1,202 @@
+//! Cluster mode (`--cluster-file`, `--node`): this node's share of a static cluster. It hosts
+//! every region the file gives it, as primary (takes client requests, ships to its backups)
+//! or backup (takes its primary's stream), answers requests for regions it does not lead
+//! with `NotLeader` naming the leader, and waits for backups' acknowledgements before
+//! answering writes under `last-write`. Promotion (`halyard admin promote`) turns a backup
+//! region into a primary region here.
+
+use crate::config::ServerConfig;
+use crate::ServerError;
+use halyard_cluster::{ClusterFile, RegionSpec};
+use halyard_engine::Db;
+use halyard_replication::{Mode, Msg, Replica, Shipper};
+use parking_lot::RwLock;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a key's requests go.
+pub enum Route {
+    /// This node leads the region.
+    Here(u32),
+    /// Another node does: the error message to send.
+    Elsewhere(String),
+}
+
+/// This node's view of the cluster.
+pub struct ClusterNode {
+    /// This node's name.
+    pub name: String,
+    path: PathBuf,
+    file: RwLock<ClusterFile>,
+    db: Arc<Db>,
+    /// Ships primary regions to their backups.
+    pub shipper: Arc<Shipper>,
+    /// Takes streams for backup regions.
+    pub replica: Arc<Replica>,
+    /// How backups keep their copies.
+    pub mode: Mode,
+    /// Wait for backups before answering writes.
+    pub last_write: bool,
+}
+
+impl ClusterNode {
+    /// Reads the cluster file, opens or creates this node's regions, and starts shipping its
+    /// primary regions (on the current tokio runtime).
+    pub fn start(cfg: &ServerConfig, db: Arc<Db>) -> Result<Arc<ClusterNode>, ServerError> {
+        let cerr = |m: String| ServerError::Config(m);
+        let path = cfg.cluster_file.clone().ok_or_else(|| cerr("no --cluster-file".into()))?;
+        let name = cfg.node.clone().ok_or_else(|| cerr("--cluster-file needs --node NAME".into()))?;
+        let file = ClusterFile::load(&path).map_err(|e| cerr(e.to_string()))?;
+        if file.node(&name).is_none() {
+            return Err(cerr(format!("node {name} is not in {}", path.display())));
+        }
+        let mode = Mode::parse(&cfg.replication).ok_or_else(|| {
+            cerr(format!("--replication must be send-index or build-index, not {:?}", cfg.replication))
+        })?;
+        let last_write = match cfg.ack.as_str() {
+            "last-write" => true,
+            "last-flush" => false,
+            other => return Err(cerr(format!("--ack must be last-write or last-flush, not {other:?}"))),
+        };
+        let shipper = Shipper::new(Duration::from_millis(cfg.ack_timeout_ms.max(1)));
+        let replica = Replica::new(db.clone(), cfg.dir.join("replica-epochs"));
+        let existing: std::collections::HashMap<u32, bool> =
+            db.regions().into_iter().map(|r| (r.id, r.backup)).collect();
+        for r in &file.regions {
+            let (start, end) = (r.start_bytes(), r.end_bytes());
+            let primary = r.primary == name;
+            if !primary && !r.backups.contains(&name) {
+                continue;
+            }
+            let want_backup_region = !primary && mode == Mode::SendIndex;
+            match existing.get(&r.id) {
+                None if want_backup_region => {
+                    db.create_backup_region(r.id, &start, end.as_deref())?;
+                }
+                None => {
+                    db.create_region(r.id, &start, end.as_deref())?;
+                }
+                Some(&b) if b != want_backup_region && !(b && primary) => {
+                    return Err(cerr(format!(
+                        "region {} is stored here as a {} region but the cluster file makes this node its {} in {} mode",
+                        r.id,
+                        if b { "backup" } else { "primary" },
+                        if primary { "primary" } else { "backup" },
+                        mode.name()
+                    )));
+                }
+                Some(_) => {}
+            }
+            if !primary {
+                replica.add_region(r.id, mode, r.epoch).map_err(|e| cerr(e.to_string()))?;
+            }
+        }
+        let node = Arc::new(ClusterNode {
+            name,
+            path,
+            file: RwLock::new(file),
+            db: db.clone(),
+            shipper,
+            replica,
+            mode,
+            last_write,
+        });
+        db.set_ship_listener(Some(node.shipper.clone()));
+        let led: Vec<RegionSpec> =
+            node.file.read().regions.iter().filter(|r| r.primary == node.name).cloned().collect();
+        for r in led {
+            if db.regions().iter().any(|i| i.id == r.id && i.backup) {
+                return Err(cerr(format!(
+                    "region {} is a backup copy here; promote it with `halyard admin promote` instead of editing the file",
+                    r.id
+                )));
+            }
+            let s = node.shipper.add_region(r.id, r.epoch, mode, &node.addrs(&r.backups));
+            node.shipper.start(&s, None);
+        }
+        Ok(node)
+    }
+
+    fn addrs(&self, names: &[String]) -> Vec<(String, String)> {
+        let f = self.file.read();
+        names.iter().filter_map(|n| Some((n.clone(), f.node(n)?.replication.clone()))).collect()
+    }
+
+    /// This node's replication address.
+    pub fn replication_addr(&self) -> String {
+        self.file.read().node(&self.name).map(|n| n.replication.clone()).unwrap_or_default()
+    }
+
+    /// Where requests for `key` go.
+    pub fn route(&self, key: &[u8]) -> Route {
+        let f = self.file.read();
+        match f.region_for(key) {
+            Some(r) if r.primary == self.name => Route::Here(r.id),
+            Some(r) => {
+                let addr = f.node(&r.primary).map(|n| n.native.as_str()).unwrap_or("?");
+                Route::Elsewhere(format!("region {} is led by {} at {addr}", r.id, r.primary))
+            }
+            None => Route::Elsewhere("no region of the cluster covers this key".into()),
+        }
+    }
+
+    /// Waits for the backups of each region to hold the writes up to its LSN.
+    pub async fn wait_acked(&self, writes: &[(u32, u64)]) {
+        if self.last_write {
+            for &(r, lsn) in writes {
+                self.shipper.wait_acked(r, lsn).await;
+            }
+        }
+    }
+
+    /// Called (on a blocking thread) when an admin promotes this node for `region`: rebuild
+    /// the region as a primary, lead it in this node's view of the file, and start shipping
+    /// to the remaining backups, which first remap to this node's segments.
+    pub fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        let backups = {
+            let mut f = self.file.write();
+            f.promote(region, &self.name).map_err(|e| halyard_replication::Error::Rejected(e.to_string()))?;
+            if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
+                r.epoch = epoch;
+            }
+            f.region(region).map(|r| r.backups.clone()).unwrap_or_default()
+        };
+        // Frames queue from here; they go out after the Remap.
+        let stream = self.shipper.add_region(region, epoch, self.mode, &self.addrs(&backups));
+        let p = self.replica.promote_region(region)?;
+        let (last, dropped) = (p.last_lsn, p.dropped);
+        let maps = match self.mode {
+            Mode::SendIndex => self.db.replica_maps(region)?,
+            Mode::BuildIndex => Default::default(),
+        };
+        let first = Some(Msg::Remap {
+            epoch,
+            region,
+            last_lsn: last,
+            tails: p.tails,
+            log: maps.log.iter().map(|&((p, s), l)| (p, s, l)).collect(),
+            index: maps.index,
+        });
+        self.shipper.start(&stream, first);
+        tracing::info!(region, epoch, last_lsn = last, dropped, "promoted to primary");
+        let _ = &self.path;
+        Ok((last, dropped))
+    }
+}
+
+impl crate::native::Router for ClusterNode {
+    fn route(&self, key: &[u8]) -> Result<u32, String> {
+        match ClusterNode::route(self, key) {
+            Route::Here(r) => Ok(r),
+            Route::Elsewhere(m) => Err(m),
+        }
+    }
+
+    fn wait_acked<'a>(
+        &'a self,
+        writes: &'a [(u32, u64)],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(ClusterNode::wait_acked(self, writes))
+    }
+}
