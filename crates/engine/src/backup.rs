@@ -314,6 +314,57 @@ impl Db {
         Ok(out)
     }
 
+    /// Empties a backup region (levels, logs, maps, reservations) before a full copy.
+    pub fn reset_backup(&self, region: u32) -> Result<()> {
+        let h = self.backup_region(region)?;
+        let r = &h.region;
+        let sh = &r.sh;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let mut edits = Vec::new();
+        for (i, level) in meta.levels.iter().enumerate() {
+            for s in level {
+                edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.seg });
+            }
+        }
+        for (k, log) in meta.logs.iter().enumerate() {
+            let Some(kind) = LogKind::from_u8(k as u8) else { continue };
+            for s in log {
+                edits.push(Edit::LogRemove { log: kind, seg: s.seg });
+            }
+        }
+        for &(primary, salt) in meta.log_map.keys() {
+            edits.push(Edit::Unmap { kind: MapKind::Log, primary, salt });
+        }
+        for &primary in meta.index_map.keys() {
+            edits.push(Edit::Unmap { kind: MapKind::Index, primary, salt: 0 });
+        }
+        let freed = match sh.manifest.commit(region, &edits) {
+            Ok(f) => f,
+            Err(e) => return sh.fail(e),
+        };
+        // Map targets never added to a log (reserved for SSTs) are not freed by the edits.
+        let mut extra: Vec<u32> = meta.log_map.values().copied().filter(|l| !freed.contains(l)).collect();
+        {
+            let mut res = r.reserved.lock();
+            extra.extend(res.log.drain().map(|(_, l)| l));
+            extra.extend(res.index.drain().map(|(_, l)| l));
+        }
+        self.reload_levels(&h, freed);
+        for l in extra {
+            let in_use = sh.manifest.with(|c| {
+                c.regions.values().any(|m| {
+                    let mut set = std::collections::BTreeSet::new();
+                    m.segments(&mut set);
+                    set.contains(&l)
+                })
+            });
+            if !in_use {
+                sh.alloc.release(l);
+            }
+        }
+        Ok(())
+    }
+
     /// A backup region's maps, for the other backups to remap after this one is promoted.
     pub fn replica_maps(&self, region: u32) -> Result<ReplicaMaps> {
         let meta = self.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;

@@ -18,6 +18,7 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     if r.backup || r.sh.is_poisoned() {
         return Ok(0);
     }
+    let _g = r.gc_lock.lock();
     let Some(meta) = r.sh.manifest.region(r.id) else {
         return Ok(0);
     };

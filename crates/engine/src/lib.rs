@@ -61,4 +61,5 @@ pub use logtail::LogKind;
 pub use options::{MediumPlacement, Options, SyncMode};
 pub use record::RECORD_OVERHEAD;
 pub use shared::{ShipListener, ShippedSegment};
+pub use ship::RegionSnapshot;
 pub use stats::{LevelStats, Stats};

@@ -69,6 +69,8 @@ pub(crate) struct Region {
     pub no_space: AtomicBool,
     /// Backup: segments received that no committed edit names yet.
     pub reserved: Mutex<crate::backup::Reserved>,
+    /// Held by a GC pass; taken to keep GC out (a snapshot for a new backup).
+    pub gc_lock: Mutex<()>,
 }
 
 /// Records appended to the logs and not yet in L0.
@@ -121,6 +123,7 @@ impl Region {
             cursor: Mutex::new(vec![Vec::new(); nlevels + 1]),
             no_space: AtomicBool::new(false),
             reserved: Mutex::new(Default::default()),
+            gc_lock: Mutex::new(()),
             sh,
         }
     }

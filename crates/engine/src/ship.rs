@@ -36,3 +36,89 @@ impl Db {
         Ok(meta.levels)
     }
 }
+
+/// A region's whole state at one instant, for a backup that starts from nothing (catch-up):
+/// ship `logs` (L0 and large segments as log bytes, sealed unless `tail`; medium segments as
+/// compaction output), then `ssts`, then `edits`, which install them on the backup.
+pub struct RegionSnapshot {
+    /// (log, segment, salt, is the current tail, image). Tail images hold the bytes appended
+    /// so far; later appends continue at their end.
+    pub logs: Vec<(LogKind, u32, u32, bool, Vec<u8>)>,
+    /// SSTs and their images (`info.used_bytes` long).
+    pub ssts: Vec<(SstInfo, Vec<u8>)>,
+    /// The edits that publish the levels, the medium log and GC accounting.
+    pub edits: Vec<crate::catalog::Edit>,
+}
+
+impl Db {
+    /// Takes a snapshot of a primary region for a new or returning backup and calls `f` with
+    /// it while no write, compaction or GC of the region can run: whatever the region ships
+    /// after `f` returns follows the snapshot exactly. The region's writers wait meanwhile.
+    pub fn with_snapshot<T>(&self, region: u32, f: impl FnOnce(RegionSnapshot) -> T) -> Result<T> {
+        use crate::catalog::Edit;
+        let h = self.region(region)?;
+        let r = &h.region;
+        if r.backup {
+            return Err(Error::BackupRegion(region));
+        }
+        let _gc = r.gc_lock.lock();
+        // Claim every level so that no compaction starts, once the running ones finish.
+        loop {
+            r.sh.check()?;
+            let mut busy = r.busy.lock();
+            if busy.iter().all(|b| !*b) {
+                busy.iter_mut().for_each(|b| *b = true);
+                break;
+            }
+            drop(busy);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        struct Release<'a>(&'a crate::region::Region);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.busy.lock().iter_mut().for_each(|b| *b = false);
+                self.0.sh.wake();
+            }
+        }
+        let _release = Release(r);
+        let mut w = r.w.lock();
+        r.write_out(&mut w)?;
+        let meta = r.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let dev = &r.sh.dev;
+        let tails = [w.l0.seg.map(|s| (s.0, w.l0.image().len())), w.large.seg.map(|s| (s.0, w.large.image().len()))];
+        let mut logs = Vec::new();
+        for kind in [LogKind::L0, LogKind::Large, LogKind::Medium] {
+            for s in &meta.logs[kind as usize] {
+                let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
+                dev.read_into(dev.seg_base(s.seg), &mut img, IoKind::Read)?;
+                let tail = tails.iter().flatten().find(|t| t.0 == s.seg).map(|t| t.1);
+                let len = tail.unwrap_or(img.len());
+                logs.push((kind, s.seg, s.salt, tail.is_some(), img[..len].to_vec()));
+            }
+        }
+        let mut ssts = Vec::new();
+        let mut edits = vec![Edit::L1Lsn(meta.l1_lsn)];
+        for (i, level) in meta.levels.iter().enumerate() {
+            for info in level {
+                let mut img = AlignedBuf::new(info.used_bytes as usize);
+                dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Read)?;
+                ssts.push((info.clone(), img.to_vec()));
+                edits.push(Edit::AddSst { level: (i + 1) as u8, sst: info.clone() });
+            }
+        }
+        for s in &meta.logs[LogKind::Medium as usize] {
+            edits.push(Edit::LogAdd { log: LogKind::Medium, seg: s.seg, salt: s.salt });
+            if let Some(&n) = meta.medium_ptrs.get(&s.seg) {
+                edits.push(Edit::MediumPtrs { seg: s.seg, salt: s.salt, delta: n as i64 });
+            }
+        }
+        for s in &meta.logs[LogKind::Large as usize] {
+            if let Some(&g) = meta.large_garbage.get(&s.seg) {
+                edits.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
+            }
+        }
+        let out = f(RegionSnapshot { logs, ssts, edits });
+        drop(w);
+        Ok(out)
+    }
+}

@@ -93,6 +93,24 @@ impl Buffers {
     }
 }
 
+/// The events a full copy of the region consists of (what catch-up ships to a new backup).
+fn snapshot_events(snap: halyard_engine::RegionSnapshot) -> Vec<Event> {
+    let mut evs = Vec::new();
+    for (log, seg, salt, tail, bytes) in snap.logs {
+        if log == LogKind::Medium {
+            evs.push(Event::Medium(seg, salt, bytes));
+            continue;
+        }
+        evs.push(Event::Append { log, seg, salt, offset: 0, bytes });
+        if !tail {
+            evs.push(Event::Sealed { log, seg, salt });
+        }
+    }
+    evs.extend(snap.ssts.into_iter().map(|(i, b)| Event::Sst(i, b)));
+    evs.push(Event::Edits(snap.edits));
+    evs
+}
+
 fn opts() -> Options {
     Options { gc_threshold: 0.2, ..Options::tiny() }
 }
@@ -170,7 +188,9 @@ fn backups_follow_restart_promote_and_remap() {
     let mut b1 = open_backup(&b1dir, true);
     let b2 = open_backup(&b2dir, true);
     assert!(matches!(b1.put(b"x", b"y"), Err(Error::BackupRegion(0))));
-    let (mut buf1, mut buf2) = (Buffers::default(), Buffers::default());
+    let (mut buf1, mut buf2, mut buf3) = (Buffers::default(), Buffers::default(), Buffers::default());
+    let b3dir = root.path().join("b3");
+    let mut b3: Option<Db> = None;
     let mut model = BTreeMap::new();
     let (mut ssts, mut runs, mut edits, mut seals) = (0, 0, 0, 0);
     for round in 0..6 {
@@ -179,7 +199,27 @@ fn backups_follow_restart_promote_and_remap() {
             primary.compact().expect("compact");
             primary.gc().expect("gc");
         }
+        if round == 3 {
+            // A new backup joins mid-run (compactions and GC running): a full copy taken
+            // atomically with the stream position, then the live stream.
+            let db3 = open_backup(&b3dir, true);
+            db3.backup_log_segment(0, LogKind::L0, 999, 1, b"stale").expect("stale state");
+            db3.reset_backup(0).expect("reset");
+            let (before, snap) =
+                primary.with_snapshot(0, |snap| (rec.take(), snapshot_events(snap))).expect("snapshot");
+            for ev in before {
+                buf1.apply(&b1, &ev);
+                buf2.apply(&b2, &ev);
+            }
+            for ev in &snap {
+                buf3.apply(&db3, ev);
+            }
+            b3 = Some(db3);
+        }
         for ev in rec.take() {
+            if let Some(db3) = &b3 {
+                buf3.apply(db3, &ev);
+            }
             match &ev {
                 Event::Sst(..) => ssts += 1,
                 Event::Medium(..) => runs += 1,
@@ -209,10 +249,25 @@ fn backups_follow_restart_promote_and_remap() {
     assert!(ssts > 10 && runs > 0 && edits > 10 && seals > 10, "ssts {ssts} runs {runs} edits {edits} seals {seals}");
     primary.compact().expect("compact");
     let pstats = settle(&primary);
+    let b3 = b3.expect("third backup");
     for ev in rec.take() {
         buf1.apply(&b1, &ev);
         buf2.apply(&b2, &ev);
+        buf3.apply(&b3, &ev);
     }
+    assert_eq!(
+        b3.stats().levels.iter().map(|l| l.entries).collect::<Vec<_>>(),
+        pstats.levels.iter().map(|l| l.entries).collect::<Vec<_>>(),
+        "the backup that joined late holds the same levels"
+    );
+    let b3dir_copy = root.path().join("b3-promoted");
+    drop(b3);
+    std::fs::create_dir_all(&b3dir_copy).expect("mkdir");
+    std::fs::copy(b3dir.join(halyard_engine::DATA_FILE), b3dir_copy.join(halyard_engine::DATA_FILE)).expect("copy");
+    let b3 = open_backup(&b3dir_copy, false);
+    b3.promote(0, &buf3.tails()).expect("promote the late backup");
+    assert_same(&b3, &model, "late backup promoted");
+    drop(b3);
     assert!(pstats.gc_segments > 0, "GC reclaimed large-log segments on the primary: {pstats:?}");
     let bstats = b1.stats();
     assert_eq!(bstats.compactions, 0, "a backup never compacts");

@@ -1,19 +1,22 @@
 //! The primary side: a [`ShipListener`] that turns what the engine does (log appends and seals,
 //! compaction output, edits) into frames, one stream per (region, backup), and tracks what each
 //! backup acknowledged so that writers can wait for `last-write` durability.
+//!
+//! A link is *live* once its backup is connected and has been sent a full copy of the region
+//! (catch-up) or, after a promotion, the `Remap` that aligns it: only live links get frames and
+//! only live links make writers wait. A link that fails goes back to connecting, and catches up
+//! again when it reconnects; the region keeps serving meanwhile with fewer copies (logged and
+//! counted).
 
 use crate::wire::{Mode, Msg};
-use halyard_engine::{encode_shipped_edits, Edit, LogKind, ShipListener, ShippedSegment};
+use halyard_engine::{encode_shipped_edits, Db, Edit, LogKind, RegionSnapshot, ShipListener, ShippedSegment};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
-
-/// Acked LSN value that marks a link as given up (writers stop waiting for it).
-const BROKEN: u64 = u64::MAX;
 
 /// Counters of what the primary shipped.
 #[derive(Default, Debug)]
@@ -22,8 +25,16 @@ pub struct ShipStats {
     pub bytes: AtomicU64,
     /// Frames queued.
     pub frames: AtomicU64,
-    /// Links given up (disconnected or silent past the ack timeout).
+    /// Times a link failed (disconnected, refused, or silent past the ack timeout).
     pub broken_links: AtomicU64,
+    /// Full copies sent to backups that (re)joined.
+    pub catch_ups: AtomicU64,
+}
+
+enum Item {
+    Frame(Arc<Vec<u8>>),
+    /// Everything queued before this is stale (sent before the link failed); a catch-up follows.
+    Restart,
 }
 
 /// One backup of one region.
@@ -31,24 +42,29 @@ pub struct Link {
     /// Backup node name.
     pub node: String,
     addr: String,
-    tx: mpsc::UnboundedSender<Arc<Vec<u8>>>,
-    rx: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<Arc<Vec<u8>>>>>,
+    tx: mpsc::UnboundedSender<Item>,
+    rx: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<Item>>>,
     acked: watch::Sender<u64>,
-    broken: AtomicBool,
+    live: AtomicBool,
+    stopped: AtomicBool,
+    /// When the link last stopped being live (None while live).
+    down_since: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Link {
-    fn give_up(&self, why: &str, stats: &ShipStats) {
-        if !self.broken.swap(true, Relaxed) {
-            tracing::warn!(backup = %self.node, "replication link given up: {why}");
+    fn fail(&self, why: &str, stats: &ShipStats) {
+        if self.live.swap(false, Relaxed) {
+            tracing::warn!(backup = %self.node, "replication link down: {why}; reconnecting");
             stats.broken_links.fetch_add(1, Relaxed);
-            self.acked.send_replace(BROKEN);
+            *self.down_since.lock() = Some(Instant::now());
         }
+        // Wake writers waiting on this link: it no longer counts.
+        self.acked.send_modify(|_| {});
     }
 
-    /// Whether the link was given up.
-    pub fn is_broken(&self) -> bool {
-        self.broken.load(Relaxed)
+    /// Whether the link takes frames and counts for acknowledgements.
+    pub fn is_live(&self) -> bool {
+        self.live.load(Relaxed)
     }
 
     /// Last LSN the backup acknowledged.
@@ -71,19 +87,38 @@ pub struct Shipper {
     /// Counters.
     pub stats: Arc<ShipStats>,
     ack_timeout: Duration,
+    db: OnceLock<Weak<Db>>,
 }
 
 impl Shipper {
-    /// A shipper with no regions yet; writers give up on a backup silent for `ack_timeout`.
+    /// A shipper with no regions yet; writers stop waiting for a backup silent for
+    /// `ack_timeout` (the link is then restarted).
     pub fn new(ack_timeout: Duration) -> Arc<Shipper> {
-        Arc::new(Shipper { regions: RwLock::new(HashMap::new()), stats: Arc::default(), ack_timeout })
+        Arc::new(Shipper {
+            regions: RwLock::new(HashMap::new()),
+            stats: Arc::default(),
+            ack_timeout,
+            db: OnceLock::new(),
+        })
+    }
+
+    /// The store whose regions are shipped (needed for full copies).
+    pub fn set_db(&self, db: &Arc<Db>) {
+        let _ = self.db.set(Arc::downgrade(db));
     }
 
     /// Starts streaming `region` (epoch `epoch`) to `backups` (name, replication address).
-    /// Frames queue from now on; each link connects (retrying) and sends `Hello`, then
-    /// `first` (a `Remap` after a promotion), then the queue. Call before the region can
-    /// produce anything to ship.
-    pub fn add_region(&self, region: u32, epoch: u64, mode: Mode, backups: &[(String, String)]) -> Arc<RegionStream> {
+    /// With `aligned`, the backups already hold the region (after a promotion: frames queue
+    /// from now on and go out after the `Remap` given to [`Shipper::start`]); otherwise each
+    /// link catches its backup up with a full copy when it connects.
+    pub fn add_region(
+        &self,
+        region: u32,
+        epoch: u64,
+        mode: Mode,
+        backups: &[(String, String)],
+        aligned: bool,
+    ) -> Arc<RegionStream> {
         let links = backups
             .iter()
             .map(|(node, addr)| {
@@ -94,7 +129,9 @@ impl Shipper {
                     tx,
                     rx: parking_lot::Mutex::new(Some(rx)),
                     acked: watch::Sender::new(0),
-                    broken: AtomicBool::new(false),
+                    live: AtomicBool::new(aligned),
+                    stopped: AtomicBool::new(false),
+                    down_since: parking_lot::Mutex::new((!aligned).then(Instant::now)),
                 })
             })
             .collect();
@@ -104,20 +141,14 @@ impl Shipper {
     }
 
     /// Connects the links of a region added with [`Shipper::add_region`] (on the current
-    /// tokio runtime).
-    pub fn start(&self, stream: &Arc<RegionStream>, first: Option<Msg>) {
+    /// tokio runtime); `first` goes out right after the handshake.
+    pub fn start(self: &Arc<Self>, stream: &Arc<RegionStream>, first: Option<Msg>) {
         for l in &stream.links {
             let Some(rx) = l.rx.lock().take() else {
                 continue;
             };
-            let hello = Msg::Hello { epoch: stream.epoch, region: stream.region, mode: stream.mode };
-            let first = first.clone();
-            let (l, stats) = (l.clone(), self.stats.clone());
-            tokio::spawn(async move {
-                if let Err(e) = run_link(&l, hello, first, rx, &stats).await {
-                    l.give_up(&e.to_string(), &stats);
-                }
-            });
+            let (me, l, stream, first) = (self.clone(), l.clone(), stream.clone(), first.clone());
+            tokio::spawn(async move { me.run_link(&stream, &l, first, rx).await });
         }
     }
 
@@ -125,7 +156,8 @@ impl Shipper {
     pub fn remove_region(&self, region: u32) {
         if let Some(s) = self.regions.write().remove(&region) {
             for l in &s.links {
-                l.give_up("region no longer led by this node", &self.stats);
+                l.stopped.store(true, Relaxed);
+                l.fail("region no longer led by this node", &self.stats);
             }
         }
     }
@@ -135,16 +167,26 @@ impl Shipper {
         self.regions.read().get(&region).map(|s| s.links.clone()).unwrap_or_default()
     }
 
-    /// Waits until every live backup of `region` acknowledged `lsn` (`last-write`). A backup
-    /// silent past the ack timeout is given up (the region runs with fewer copies, logged and
-    /// counted) rather than blocking writes forever.
+    /// Waits until every backup of `region` acknowledged `lsn` (`last-write`). A backup that is
+    /// reconnecting is waited for until it has been down for the ack timeout; a live backup
+    /// silent for the ack timeout stops counting (its link restarts): writes then go on with
+    /// fewer copies (logged and counted) instead of blocking forever.
     pub async fn wait_acked(&self, region: u32, lsn: u64) {
-        let links = self.links(region);
-        for l in links {
+        for l in self.links(region) {
+            if l.stopped.load(Relaxed) {
+                continue;
+            }
+            let deadline = match *l.down_since.lock() {
+                Some(t) => t + self.ack_timeout,
+                None => Instant::now() + self.ack_timeout,
+            };
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                continue;
+            };
             let mut rx = l.acked.subscribe();
-            let r = tokio::time::timeout(self.ack_timeout, rx.wait_for(|v| *v >= lsn)).await;
-            if r.is_err() {
-                l.give_up(&format!("no acknowledgement of LSN {lsn} within {:?}", self.ack_timeout), &self.stats);
+            let r = tokio::time::timeout(left, rx.wait_for(|v| l.is_live() && *v >= lsn)).await;
+            if r.is_err() && l.is_live() {
+                l.fail(&format!("no acknowledgement of LSN {lsn} within {:?}", self.ack_timeout), &self.stats);
             }
         }
     }
@@ -157,84 +199,212 @@ impl Shipper {
             return; // Build-Index backups compact for themselves.
         }
         // The highest LSN every live backup holds: a prefix any new primary will have too.
-        let commit = s.links.iter().map(|l| l.acked()).filter(|&a| a != BROKEN).min().unwrap_or(0);
+        let commit = s.links.iter().filter(|l| l.is_live()).map(|l| l.acked()).min().unwrap_or(0);
         let frame = Arc::new(msg(s.epoch, commit).encode());
-        for l in &s.links {
-            if !l.is_broken() && l.tx.send(frame.clone()).is_ok() {
+        for l in s.links.iter().filter(|l| l.is_live()) {
+            if l.tx.send(Item::Frame(frame.clone())).is_ok() {
                 self.stats.bytes.fetch_add(frame.len() as u64, Relaxed);
                 self.stats.frames.fetch_add(1, Relaxed);
             }
         }
     }
-}
 
-async fn run_link(
-    l: &Arc<Link>,
-    hello: Msg,
-    first: Option<Msg>,
-    mut rx: mpsc::UnboundedReceiver<Arc<Vec<u8>>>,
-    stats: &Arc<ShipStats>,
-) -> crate::Result<()> {
-    let mut delay = Duration::from_millis(20);
-    let stream = loop {
-        match tokio::net::TcpStream::connect(&l.addr).await {
-            Ok(s) => break s,
-            Err(e) => {
-                if l.is_broken() {
-                    return Err(e.into());
+    /// Queues a full copy of the region on `l` and makes the link live, atomically with the
+    /// region's stream (no write, compaction or GC runs in between).
+    fn catch_up(&self, s: &RegionStream, l: &Link) -> crate::Result<()> {
+        let db = self.db.get().and_then(Weak::upgrade).ok_or_else(|| crate::Error::Protocol("store closed".into()))?;
+        let handle = db.region(s.region)?;
+        let (region, epoch) = (s.region, s.epoch);
+        let r = db.with_snapshot(region, |snap: RegionSnapshot| {
+            let lsn = handle.lsn();
+            let _ = l.tx.send(Item::Restart);
+            if lsn == 0 && snap.ssts.is_empty() {
+                // Nothing was ever written: nothing to copy.
+                l.live.store(true, Relaxed);
+                *l.down_since.lock() = None;
+                l.acked.send_replace(0);
+                return Ok(false);
+            }
+            if s.mode == Mode::BuildIndex {
+                return Err(crate::Error::Rejected(format!(
+                    "region {region} holds data and a Build-Index backup cannot catch up yet (not implemented)"
+                )));
+            }
+            let mut frames = vec![Msg::Reset { epoch, region }];
+            for (log, seg, salt, tail, bytes) in snap.logs {
+                if log == LogKind::Medium {
+                    frames.push(Msg::Medium { epoch, region, seg, salt, bytes });
+                    continue;
                 }
-                tracing::debug!(backup = %l.node, "connecting to {}: {e}; retrying", l.addr);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
+                let last_lsn = if tail { lsn } else { 0 };
+                let log = log as u8;
+                frames.push(Msg::Append { epoch, region, log, seg, salt, offset: 0, last_lsn, commit: 0, bytes });
+                if !tail {
+                    frames.push(Msg::Seal { epoch, region, log, seg, salt });
+                }
+            }
+            for (info, bytes) in snap.ssts {
+                frames.push(Msg::Sst { epoch, region, info: info.to_bytes(), bytes });
+            }
+            frames.push(Msg::Edits { epoch, region, edits: encode_shipped_edits(region, &snap.edits) });
+            for f in frames {
+                let f = Arc::new(f.encode());
+                self.stats.bytes.fetch_add(f.len() as u64, Relaxed);
+                let _ = l.tx.send(Item::Frame(f));
+            }
+            l.live.store(true, Relaxed);
+            *l.down_since.lock() = None;
+            l.acked.send_replace(0);
+            Ok(true)
+        })?;
+        if r? {
+            self.stats.catch_ups.fetch_add(1, Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn run_link(
+        self: Arc<Self>,
+        s: &Arc<RegionStream>,
+        l: &Arc<Link>,
+        mut first: Option<Msg>,
+        mut rx: mpsc::UnboundedReceiver<Item>,
+    ) {
+        let mut delay = Duration::from_millis(20);
+        // An aligned link streams what queued since it was added. Once frames may have been
+        // lost (a session failed while streaming, or the link stopped taking frames), every
+        // later session starts with a full copy.
+        let mut aligned = l.is_live();
+        while !l.stopped.load(Relaxed) {
+            if !l.is_live() {
+                aligned = false;
+            }
+            let mut streamed = false;
+            let catching_up = !aligned;
+            let r = self.clone().session(s, l, aligned, &mut first, &mut rx, &mut streamed).await;
+            match r {
+                Ok(()) => return,
+                Err(crate::Error::Rejected(why)) if why.contains("not implemented") => {
+                    tracing::error!(backup = %l.node, region = s.region, "{why}; the backup stays out of date");
+                    l.fail(&why, &self.stats);
+                    return;
+                }
+                Err(e) if aligned && !streamed => {
+                    // Nothing left the queue: keep queueing while the backup comes up.
+                    tracing::debug!(backup = %l.node, "connecting: {e}; retrying");
+                }
+                Err(e) => {
+                    aligned = false;
+                    if catching_up && streamed {
+                        tracing::warn!(backup = %l.node, region = s.region, "catching up failed: {e}; retrying");
+                    }
+                    l.fail(&e.to_string(), &self.stats);
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One connection: handshake, alignment (Remap, or a full copy unless `aligned`), then
+    /// frames until failure.
+    async fn session(
+        self: Arc<Self>,
+        s: &Arc<RegionStream>,
+        l: &Arc<Link>,
+        aligned: bool,
+        first: &mut Option<Msg>,
+        rx: &mut mpsc::UnboundedReceiver<Item>,
+        streamed: &mut bool,
+    ) -> crate::Result<()> {
+        let stream = tokio::net::TcpStream::connect(&l.addr).await?;
+        stream.set_nodelay(true)?;
+        let (mut rd, mut wr) = stream.into_split();
+        let hello = Msg::Hello { epoch: s.epoch, region: s.region, mode: s.mode };
+        wr.write_all(&hello.encode()).await?;
+        match crate::wire::read_msg(&mut rd).await? {
+            Msg::HelloOk { .. } => {}
+            Msg::Reject { reason, .. } => return Err(crate::Error::Rejected(reason)),
+            m => return Err(crate::Error::Protocol(format!("{m:?} instead of HelloOk"))),
+        }
+        let mut skip_stale = false;
+        if let Some(m) = first.as_ref() {
+            wr.write_all(&m.encode()).await?;
+            *first = None;
+        }
+        *streamed = true;
+        match aligned {
+            true => {}
+            false => {
+                let (me, s2, l2) = (self.clone(), s.clone(), l.clone());
+                tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2))
+                    .await
+                    .map_err(|e| crate::Error::Protocol(e.to_string()))??;
+                skip_stale = true;
             }
         }
-    };
-    stream.set_nodelay(true)?;
-    let (mut rd, mut wr) = stream.into_split();
-    wr.write_all(&hello.encode()).await?;
-    match crate::wire::read_msg(&mut rd).await? {
-        Msg::HelloOk { .. } => {}
-        Msg::Reject { reason, .. } => return Err(crate::Error::Rejected(reason)),
-        m => return Err(crate::Error::Protocol(format!("{m:?} instead of HelloOk"))),
-    }
-    if let Some(m) = first {
-        wr.write_all(&m.encode()).await?;
-    }
-    let (reader_link, reader_stats) = (l.clone(), stats.clone());
-    tokio::spawn(async move {
-        loop {
-            match crate::wire::read_msg(&mut rd).await {
-                Ok(Msg::Ack { lsn, .. }) => {
-                    reader_link.acked.send_if_modified(|v| {
-                        let grew = lsn > *v && *v != BROKEN;
-                        if grew {
-                            *v = lsn;
+        let (reader_link, reader_stats) = (l.clone(), self.stats.clone());
+        let reader = tokio::spawn(async move {
+            loop {
+                match crate::wire::read_msg(&mut rd).await {
+                    Ok(Msg::Ack { lsn, .. }) => {
+                        reader_link.acked.send_if_modified(|v| {
+                            let grew = lsn > *v;
+                            if grew {
+                                *v = lsn;
+                            }
+                            grew
+                        });
+                    }
+                    Ok(Msg::Reject { reason, .. }) => return reader_link.fail(&reason, &reader_stats),
+                    Ok(m) => return reader_link.fail(&format!("unexpected {m:?}"), &reader_stats),
+                    Err(e) => return reader_link.fail(&e.to_string(), &reader_stats),
+                }
+            }
+        });
+        let mut batch = Vec::with_capacity(256 << 10);
+        let mut changes = l.acked.subscribe();
+        let r = async {
+            loop {
+                // Wake on a frame, or on the link failing (the reader saw the backup go away):
+                // no frames queue on a failed link, so waiting for one alone would hang.
+                let item = tokio::select! {
+                    item = rx.recv() => item,
+                    _ = changes.changed() => {
+                        if !l.is_live() {
+                            return Err(crate::Error::Protocol("link failed".into()));
                         }
-                        grew
-                    });
+                        continue;
+                    }
+                };
+                let Some(item) = item else { break };
+                batch.clear();
+                let push = |item: Item, batch: &mut Vec<u8>, skip: &mut bool| match item {
+                    Item::Restart => {
+                        *skip = false;
+                        batch.clear();
+                    }
+                    Item::Frame(f) if !*skip => batch.extend_from_slice(&f),
+                    Item::Frame(_) => {}
+                };
+                push(item, &mut batch, &mut skip_stale);
+                while batch.len() < (1 << 20) {
+                    match rx.try_recv() {
+                        Ok(item) => push(item, &mut batch, &mut skip_stale),
+                        Err(_) => break,
+                    }
                 }
-                Ok(Msg::Reject { reason, .. }) => return reader_link.give_up(&reason, &reader_stats),
-                Ok(m) => return reader_link.give_up(&format!("unexpected {m:?}"), &reader_stats),
-                Err(e) => return reader_link.give_up(&e.to_string(), &reader_stats),
+                if !l.is_live() {
+                    return Err(crate::Error::Protocol("link failed".into()));
+                }
+                wr.write_all(&batch).await?;
             }
+            Ok(())
         }
-    });
-    let mut batch = Vec::with_capacity(256 << 10);
-    while let Some(f) = rx.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&f);
-        while batch.len() < (1 << 20) {
-            match rx.try_recv() {
-                Ok(f) => batch.extend_from_slice(&f),
-                Err(_) => break,
-            }
-        }
-        if l.is_broken() {
-            break;
-        }
-        wr.write_all(&batch).await?;
+        .await;
+        reader.abort();
+        r
     }
-    Ok(())
 }
 
 impl ShipListener for Shipper {

@@ -175,7 +175,7 @@ impl Replica {
         let tails: Vec<(u8, u32, u32, Vec<u8>)> =
             r.bufs.lock().iter().map(|(log, b)| (*log, b.seg, b.salt, b.bytes.clone())).collect();
         if r.mode == Mode::BuildIndex {
-            for log in tails.iter().map(|t| t.0) {
+            for log in [0, 2] {
                 build_index(&self.db, &r, log, u64::MAX)?;
             }
             let last = self.db.region(region)?.lsn();
@@ -237,8 +237,15 @@ impl Replica {
                         .await?;
                     return Ok(());
                 }
-                if let Some(lsn) = self.apply(&r, m).await? {
-                    ack = Some(lsn);
+                match self.apply(&r, m).await {
+                    Ok(Some(lsn)) => ack = Some(lsn),
+                    Ok(None) => {}
+                    Err(e) => {
+                        // Tell the primary why before closing: it gives the link up and
+                        // logs the reason.
+                        let _ = wr.write_all(&reject(e.to_string())).await;
+                        return Err(e);
+                    }
                 }
             }
             buf.drain(..used);
@@ -324,7 +331,6 @@ impl Replica {
             Msg::Remap { last_lsn, tails, log, index, .. } => {
                 // The new primary's history wins: our own buffers may hold records it never
                 // received (sent by the old primary as it died); its tails replace them.
-                let logs: Vec<u8> = tails.iter().map(|t| t.0).collect();
                 {
                     let mut bufs = r.bufs.lock();
                     bufs.clear();
@@ -339,7 +345,7 @@ impl Replica {
                 blocking(Box::new(move || {
                     if r2.mode == Mode::BuildIndex {
                         r2.commit.fetch_max(last_lsn, Relaxed);
-                        for log in logs {
+                        for log in [0, 2] {
                             build_index(&db, &r2, log, last_lsn)?;
                         }
                         return Ok(());
@@ -357,6 +363,17 @@ impl Replica {
                 .await?;
                 Ok(None)
             }
+            Msg::Reset { .. } => {
+                if r.mode == Mode::BuildIndex {
+                    return Err(Error::Rejected(
+                        "catch-up of a Build-Index backup is not implemented; rebuild it from an empty directory"
+                            .into(),
+                    ));
+                }
+                r.bufs.lock().clear();
+                blocking(Box::new(move || Ok(db.reset_backup(region)?))).await?;
+                Ok(None)
+            }
             m => Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
         }
     }
@@ -369,7 +386,8 @@ fn msg_epoch(m: &Msg) -> Option<u64> {
         | Msg::Sst { epoch, .. }
         | Msg::Medium { epoch, .. }
         | Msg::Edits { epoch, .. }
-        | Msg::Remap { epoch, .. } => Some(*epoch),
+        | Msg::Remap { epoch, .. }
+        | Msg::Reset { epoch, .. } => Some(*epoch),
         _ => None,
     }
 }
@@ -412,11 +430,7 @@ fn build_overlay(r: &ReplicaRegion) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
 /// LSNs follow the last applied one (the two logs interleave by LSN).
 fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
     let mut build = r.build.lock();
-    {
-        let mut bufs = r.bufs.lock();
-        let Some(b) = bufs.get_mut(&log) else {
-            return Ok(());
-        };
+    if let Some(b) = r.bufs.lock().get_mut(&log) {
         let (recs, end) = decode_log_records(&b.bytes, b.salt, b.decoded);
         b.decoded = end;
         for rec in recs {

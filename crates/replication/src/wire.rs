@@ -92,6 +92,8 @@ pub enum Msg {
     Dump { region: u32, after: Option<Vec<u8>>, limit: u32 },
     /// Node -> admin: the page; `more` when it was cut at `limit`.
     DumpPage { region: u32, lsn: u64, pairs: Vec<(Vec<u8>, Vec<u8>)>, more: bool },
+    /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
+    Reset { epoch: u64, region: u32 },
 }
 
 struct W(Vec<u8>);
@@ -217,6 +219,7 @@ impl Msg {
                 }
                 w.u8(*more as u8)
             }
+            Msg::Reset { epoch, region } => w.u8(15).u64(*epoch).u32(*region),
         };
         let mut out = w.0;
         let body_len = (out.len() - HEADER) as u32;
@@ -298,6 +301,7 @@ impl Msg {
                 }
                 Msg::DumpPage { region, lsn, pairs, more: flag(r.u8()?)? }
             }
+            15 => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         if !r.0.is_empty() {
@@ -391,6 +395,7 @@ mod tests {
             Msg::Dump { region: 7, after: Some(b"k".to_vec()), limit: 100 },
             Msg::Dump { region: 7, after: None, limit: 0 },
             Msg::DumpPage { region: 7, lsn: 5, pairs: vec![(b"a".to_vec(), b"b".to_vec())], more: true },
+            Msg::Reset { epoch: 5, region: 7 },
         ]
     }
 

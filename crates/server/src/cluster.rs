@@ -102,6 +102,7 @@ impl ClusterNode {
             mode,
             last_write,
         });
+        node.shipper.set_db(&db);
         db.set_ship_listener(Some(node.shipper.clone()));
         let led: Vec<RegionSpec> =
             node.file.read().regions.iter().filter(|r| r.primary == node.name).cloned().collect();
@@ -112,7 +113,11 @@ impl ClusterNode {
                     r.id
                 )));
             }
-            let s = node.shipper.add_region(r.id, r.epoch, mode, &node.addrs(&r.backups));
+            // A region never written to starts aligned with its (equally empty) backups: the
+            // stream queues from the first write. Otherwise each backup gets a full copy.
+            let fresh = db.region(r.id)?.lsn() == 0 && db.regions().iter().any(|i| i.id == r.id);
+            let fresh = fresh && node.db.stats().levels.iter().all(|l| l.ssts == 0);
+            let s = node.shipper.add_region(r.id, r.epoch, mode, &node.addrs(&r.backups), fresh);
             node.shipper.start(&s, None);
         }
         Ok(node)
@@ -163,7 +168,7 @@ impl ClusterNode {
             f.region(region).map(|r| r.backups.clone()).unwrap_or_default()
         };
         // Frames queue from here; they go out after the Remap.
-        let stream = self.shipper.add_region(region, epoch, self.mode, &self.addrs(&backups));
+        let stream = self.shipper.add_region(region, epoch, self.mode, &self.addrs(&backups), true);
         let p = self.replica.promote_region(region)?;
         let (last, dropped) = (p.last_lsn, p.dropped);
         let maps = match self.mode {

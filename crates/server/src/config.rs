@@ -82,7 +82,7 @@ impl Default for ServerConfig {
             node: None,
             replication: "send-index".into(),
             ack: "last-write".into(),
-            ack_timeout_ms: 10_000,
+            ack_timeout_ms: 5_000,
             engine: EngineConfig::default(),
         }
     }

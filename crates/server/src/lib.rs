@@ -312,8 +312,13 @@ async fn accept_replication(l: TcpListener, node: Arc<cluster::ClusterNode>) {
         };
         let (replica, hook) = (node.replica.clone(), hook.clone());
         tokio::spawn(async move {
-            if let Err(e) = replica.serve_connection(s, hook).await {
-                tracing::warn!("replication connection from {addr}: {e}");
+            match replica.serve_connection(s, hook).await {
+                Ok(()) => {}
+                // A peer that connects and leaves without a word (a port probe) is no news.
+                Err(halyard_replication::Error::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!("replication connection from {addr} closed: {e}")
+                }
+                Err(e) => tracing::warn!("replication connection from {addr}: {e}"),
             }
         });
     }
