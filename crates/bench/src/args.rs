@@ -32,6 +32,21 @@ pub struct BenchArgs {
     /// server. Without it those figures are reported as unknown (CPU: client side).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// Start a local cluster of N `halyard serve` processes and run the workloads through it
+    /// once per mode of --replication (node n1 leads every region; the others hold the
+    /// backups, so that primary and backup work are measured per process).
+    #[arg(long)]
+    pub cluster: Option<usize>,
+    /// Copies of each region in --cluster runs, the primary included.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: usize,
+    /// Replication modes for --cluster, comma-separated: send-index, build-index, none
+    /// (no backups: the unreplicated reference).
+    #[arg(long, default_value = "send-index,build-index,none")]
+    pub replication: String,
+    /// Regions in --cluster runs.
+    #[arg(long, default_value_t = 32)]
+    pub regions: u32,
     /// YCSB workloads in order, comma-separated: load-a, run-a .. run-f. Run workloads need a
     /// loaded store: load-a is put first when missing.
     #[arg(long, default_value = "load-a,run-a,run-b,run-c,run-d,run-e,run-f")]
@@ -145,6 +160,41 @@ pub enum EngineKind {
     Redis,
     /// A running server given with `--target`.
     Remote(Target),
+    /// A local cluster started by the bench (`--cluster`), in one replication mode.
+    Cluster(Replication),
+}
+
+/// Replication mode of a `--cluster` run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replication {
+    /// Backups install the primary's compaction output.
+    SendIndex,
+    /// Backups replay and compact themselves.
+    BuildIndex,
+    /// No backups.
+    None,
+}
+
+impl Replication {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Replication::SendIndex => "send-index",
+            Replication::BuildIndex => "build-index",
+            Replication::None => "none",
+        }
+    }
+}
+
+/// The shape of a `--cluster` run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterSpec {
+    /// Processes.
+    pub nodes: usize,
+    /// Copies per region, the primary included.
+    pub replicas: usize,
+    /// Regions.
+    pub regions: u32,
 }
 
 impl EngineKind {
@@ -157,12 +207,15 @@ impl EngineKind {
             EngineKind::Faulty => "faulty",
             EngineKind::Redis => "redis",
             EngineKind::Remote(t) => &t.url,
+            EngineKind::Cluster(Replication::SendIndex) => "cluster-send-index",
+            EngineKind::Cluster(Replication::BuildIndex) => "cluster-build-index",
+            EngineKind::Cluster(Replication::None) => "cluster-none",
         }
     }
 
     /// Whether requests go through a server rather than into this process.
     pub fn is_server(&self) -> bool {
-        matches!(self, EngineKind::Redis | EngineKind::Remote(_))
+        matches!(self, EngineKind::Redis | EngineKind::Remote(_) | EngineKind::Cluster(_))
     }
 }
 
@@ -224,6 +277,8 @@ pub struct Config {
     pub keep: bool,
     /// Prometheus endpoint of the Halyard server behind the targets.
     pub metrics: Option<String>,
+    /// `--cluster`.
+    pub cluster: Option<ClusterSpec>,
 }
 
 fn list(s: &str) -> impl Iterator<Item = &str> {
@@ -349,9 +404,45 @@ impl Config {
                 return Err(format!("--plot {}: the file name must end in .svg or .png", p.display()));
             }
         }
+        let cluster = match a.cluster {
+            None => None,
+            Some(n) if !(1..=16).contains(&n) => return Err(format!("--cluster {n} must be in 1..=16")),
+            Some(n) => {
+                if !(1..=n).contains(&a.replicas) {
+                    return Err(format!("--replicas {} must be in 1..={n} (the nodes of --cluster)", a.replicas));
+                }
+                if !(1..=1024).contains(&a.regions) {
+                    return Err(format!("--regions {} must be in 1..=1024", a.regions));
+                }
+                Some(ClusterSpec { nodes: n, replicas: a.replicas, regions: a.regions })
+            }
+        };
+        let mut engines = if cluster.is_some() && a.engines.is_none() && a.target.is_empty() {
+            Vec::new()
+        } else {
+            parse_engine_list(a.engines.as_deref(), &a.target)?
+        };
+        if cluster.is_some() {
+            for m in list(&a.replication) {
+                let mode = match m {
+                    "send-index" => Replication::SendIndex,
+                    "build-index" => Replication::BuildIndex,
+                    "none" => Replication::None,
+                    _ => return Err(format!("--replication `{m}`: expected send-index, build-index or none")),
+                };
+                if engines.contains(&EngineKind::Cluster(mode)) {
+                    return Err(format!("--replication `{m}` is listed twice"));
+                }
+                engines.push(EngineKind::Cluster(mode));
+            }
+            if !engines.iter().any(|e| matches!(e, EngineKind::Cluster(_))) {
+                return Err("--replication is empty".into());
+            }
+        }
         Ok(Config {
             dir: a.dir.clone(),
-            engines: parse_engine_list(a.engines.as_deref(), &a.target)?,
+            engines,
+            cluster,
             workloads: parse_workloads(&a.workloads)?,
             mixes: parse_mixes(&a.mix)?,
             dist,

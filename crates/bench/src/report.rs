@@ -29,13 +29,19 @@ pub struct Ratio {
 type Metric = fn(&PhaseResult) -> f64;
 
 /// Metrics compared in ratios, and how to read each from a result.
-const METRICS: [(&str, Metric); 6] = [
+const METRICS: [(&str, Metric); 10] = [
     ("ops_per_sec", |r| r.ops_per_sec),
     ("io_amplification", |r| r.io_amplification),
     ("space_amplification", |r| r.space_amplification),
     ("cpu_us_per_op", |r| r.cpu_us_per_op),
     ("latency_p99_us", |r| r.latency_us.p99),
     ("device_bytes_per_op", |r| r.device_bytes_per_op),
+    ("backup_cpu_us_per_op", |r| r.roles.as_ref().and_then(|x| x.backup_cpu_us_per_op).unwrap_or(f64::NAN)),
+    ("backup_device_read_bytes", |r| {
+        r.roles.as_ref().and_then(|x| x.backup_device_read_bytes).map_or(f64::NAN, |v| v as f64)
+    }),
+    ("backup_io_amplification", |r| r.roles.as_ref().and_then(|x| x.backup_io_amplification).unwrap_or(f64::NAN)),
+    ("network_amplification", |r| r.roles.as_ref().and_then(|x| x.network_amplification).unwrap_or(f64::NAN)),
 ];
 
 /// Ratios of Halyard over every other engine of the same kind (in process, or behind a
@@ -155,6 +161,24 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
             );
             if let Some(note) = cross_check(r) {
                 let _ = writeln!(s, "  note: {note}");
+            }
+            if let Some(x) = &r.roles {
+                let f = |v: Option<f64>| v.map_or("NaN".to_string(), |v| format!("{v:.2}"));
+                let m = |v: Option<u64>| v.map_or("NaN".to_string(), |v| format!("{:.1}", mb(v)));
+                let _ = writeln!(
+                    s,
+                    "  {} roles: primary = columns above; backups: cpu us/op {}, dev rd/wr MB {}/{}, io amp {}; \
+                     network MB {} (amp {}); L0 MB primary {} backups {}",
+                    r.workload,
+                    f(x.backup_cpu_us_per_op),
+                    m(x.backup_device_read_bytes),
+                    m(x.backup_device_write_bytes),
+                    f(x.backup_io_amplification),
+                    m(x.network_bytes),
+                    f(x.network_amplification),
+                    m(x.primary_l0_bytes),
+                    m(x.backup_l0_bytes)
+                );
             }
         }
         if let Some(m) = run.results.first().and_then(|r| r.server_measures.as_ref()) {

@@ -91,6 +91,53 @@ pub struct PhaseResult {
     pub client_cpu_us_per_op: f64,
     /// For server engines: where the server-side figures come from, or why they are unknown.
     pub server_measures: Option<String>,
+    /// Cluster runs (`--cluster`): the backup nodes' work, summed; the other figures are
+    /// the primary's.
+    pub roles: Option<Roles>,
+}
+
+/// Primary and backup work of a cluster run, for one phase.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Roles {
+    /// CPU (user + sys) of the backup processes per operation, microseconds.
+    pub backup_cpu_us_per_op: Option<f64>,
+    /// Device bytes the backup processes read.
+    pub backup_device_read_bytes: Option<u64>,
+    /// Device bytes the backup processes wrote.
+    pub backup_device_write_bytes: Option<u64>,
+    /// (backup device read + write) / user bytes.
+    pub backup_io_amplification: Option<f64>,
+    /// Replication bytes the primary queued to its backups (all backups).
+    pub network_bytes: Option<u64>,
+    /// network bytes / user bytes.
+    pub network_amplification: Option<f64>,
+    /// The primary's L0 bytes at the end of the phase.
+    pub primary_l0_bytes: Option<u64>,
+    /// The backups' L0 bytes at the end of the phase (Send-Index keeps none).
+    pub backup_l0_bytes: Option<u64>,
+}
+
+impl Roles {
+    fn new(before: &EngineStats, after: &EngineStats, ops: u64, user_bytes: u64) -> Option<Roles> {
+        let (b0, b1) = (before.backup.as_ref(), after.backup.as_ref());
+        let (p0, p1) = (before.server.as_ref()?, after.server.as_ref()?);
+        let d = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+        let read = b0.zip(b1).and_then(|(a, b)| d(a.read_bytes, b.read_bytes));
+        let write = b0.zip(b1).and_then(|(a, b)| d(a.write_bytes, b.write_bytes));
+        let cpu = b0.zip(b1).and_then(|(a, b)| Some((b.cpu_seconds? - a.cpu_seconds?).max(0.0)));
+        let net = d(p0.net_bytes, p1.net_bytes);
+        let user = user_bytes.max(1) as f64;
+        Some(Roles {
+            backup_cpu_us_per_op: cpu.map(|c| c * 1e6 / ops.max(1) as f64),
+            backup_device_read_bytes: read,
+            backup_device_write_bytes: write,
+            backup_io_amplification: read.zip(write).map(|(r, w)| (r + w) as f64 / user),
+            network_bytes: net,
+            network_amplification: net.map(|n| n as f64 / user),
+            primary_l0_bytes: p1.l0_bytes,
+            backup_l0_bytes: b1.and_then(|b| b.l0_bytes),
+        })
+    }
 }
 
 /// One engine on one mix: its settings, the phases that completed and, if it failed, why.
@@ -354,6 +401,7 @@ fn run_phase(
         cpu_source: m.cpu_source.into(),
         client_cpu_us_per_op: client_cpu,
         server_measures: m.server,
+        roles: if matches!(kind, EngineKind::Cluster(_)) { Roles::new(&est0, &est, ops, user_bytes) } else { None },
     };
     let new_base = match w {
         Workload::LoadA => cfg.records,

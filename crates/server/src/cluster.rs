@@ -190,6 +190,54 @@ impl ClusterNode {
     }
 }
 
+impl ClusterNode {
+    /// Prometheus text for replication: what this node shipped as a primary and received as
+    /// a backup.
+    pub fn metrics(&self) -> String {
+        use std::fmt::Write;
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut o = String::new();
+        let mut counter = |name: &str, help: &str, v: u64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        };
+        let st = &self.shipper.stats;
+        counter(
+            "halyard_replication_shipped_bytes_total",
+            "Bytes of frames queued to backups (per backup).",
+            st.bytes.load(Relaxed),
+        );
+        counter("halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed));
+        counter("halyard_replication_link_failures_total", "Backup links that failed.", st.broken_links.load(Relaxed));
+        counter(
+            "halyard_replication_catch_ups_total",
+            "Full copies sent to returning backups.",
+            st.catch_ups.load(Relaxed),
+        );
+        let rs = &self.replica.stats;
+        counter("halyard_replication_received_bytes_total", "Bytes received from primaries.", rs.bytes.load(Relaxed));
+        counter(
+            "halyard_replication_rejected_total",
+            "Streams or messages refused (stale epoch, unknown region).",
+            rs.rejected.load(Relaxed),
+        );
+        let f = self.file.read();
+        let _ = writeln!(o, "# HELP halyard_replication_acked_lsn Last LSN each backup acknowledged.\n# TYPE halyard_replication_acked_lsn gauge");
+        for r in f.regions.iter().filter(|r| r.primary == self.name) {
+            for l in self.shipper.links(r.id) {
+                let _ = writeln!(
+                    o,
+                    "halyard_replication_acked_lsn{{region=\"{}\",backup=\"{}\",live=\"{}\"}} {}",
+                    r.id,
+                    l.node,
+                    l.is_live(),
+                    l.acked()
+                );
+            }
+        }
+        o
+    }
+}
+
 impl crate::native::Router for ClusterNode {
     fn route(&self, key: &[u8]) -> Result<u32, String> {
         match ClusterNode::route(self, key) {

@@ -77,6 +77,9 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let names: Vec<&'static str> = commands::COMMANDS.iter().map(|(n, _)| *n).collect();
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&names)));
+    if let Some(c) = &cluster {
+        let _ = sh.cluster.set(c.clone());
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
@@ -387,7 +390,8 @@ async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()>
             (
                 "200 OK",
                 "text/plain; version=0.0.4",
-                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), None),
+                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), None)
+                    + &sh.cluster.get().map(|c| c.metrics()).unwrap_or_default(),
             )
         }
         ("GET", "/health") => {

@@ -65,6 +65,7 @@ impl Engine for Halyard {
             device_write_bytes: Some(s.device_write_bytes),
             stall_seconds: s.stall_seconds,
             server: None,
+            backup: None,
         }
     }
 

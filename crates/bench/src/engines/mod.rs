@@ -1,6 +1,7 @@
 //! The engines under test behind one trait, opened from one common configuration so that
 //! every engine gets the same budgets.
 
+mod cluster;
 mod halyard;
 mod native;
 mod resp;
@@ -47,6 +48,8 @@ pub struct EngineConfig {
     pub threads: usize,
     /// Prometheus endpoint of the Halyard server behind a target.
     pub metrics: Option<String>,
+    /// `--cluster`: the local cluster's shape.
+    pub cluster: Option<crate::args::ClusterSpec>,
 }
 
 impl EngineConfig {
@@ -59,6 +62,7 @@ impl EngineConfig {
             sync: c.sync,
             threads: c.threads,
             metrics: c.metrics.clone(),
+            cluster: c.cluster.clone(),
         }
     }
 }
@@ -73,8 +77,11 @@ pub struct EngineStats {
     /// Cumulative seconds writers were stalled (NaN: unknown).
     pub stall_seconds: f64,
     /// For engines behind a server: what could be measured of the server process. `None`
-    /// for in-process engines, whose costs show in this process's own counters.
+    /// for in-process engines, whose costs show in this process's own counters. For a cluster:
+    /// the primary node.
     pub server: Option<ServerSample>,
+    /// For a cluster: the backup nodes, summed.
+    pub backup: Option<ServerSample>,
 }
 
 /// An engine under test. Shared by the client threads.
@@ -108,6 +115,10 @@ pub fn open(kind: &EngineKind, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn
         EngineKind::Redis => Ok(Box::new(resp::Resp::spawn_redis(dir, cfg)?)),
         EngineKind::Remote(t) if t.proto == Proto::Resp => Ok(Box::new(resp::Resp::connect(t, cfg)?)),
         EngineKind::Remote(t) => Ok(Box::new(native::Native::connect(t, cfg)?)),
+        EngineKind::Cluster(mode) => {
+            let spec = cfg.cluster.clone().ok_or("cluster engine without --cluster")?;
+            Ok(Box::new(cluster::Cluster::spawn(dir, cfg, &spec, *mode)?))
+        }
         EngineKind::Halyard => Ok(Box::new(halyard::Halyard::open(dir, cfg, None)?)),
         // Fails after enough writes to be inside the load phase of the smallest test run.
         EngineKind::Faulty => Ok(Box::new(halyard::Halyard::open(dir, cfg, Some(1000))?)),

@@ -149,6 +149,7 @@ impl Engine for Rocks {
             device_write_bytes: None,
             stall_seconds: stall.unwrap_or(0.0),
             server: None,
+            backup: None,
         }
     }
 

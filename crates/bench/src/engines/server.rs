@@ -29,6 +29,10 @@ pub struct ServerSample {
     pub peak_rss_bytes: Option<u64>,
     /// Seconds writers were stalled.
     pub stall_seconds: Option<f64>,
+    /// Replication bytes the server queued to its backups (cluster nodes).
+    pub net_bytes: Option<u64>,
+    /// Bytes in the server's in-memory L0 (a gauge; cluster nodes).
+    pub l0_bytes: Option<u64>,
 }
 
 /// How to measure a server.
@@ -58,6 +62,8 @@ impl Probe {
                     disk_bytes: Some(disk_bytes(data)),
                     peak_rss_bytes: proc_field(&status.replace(" kB", ""), "VmHWM").map(|kb| kb * 1024),
                     stall_seconds: None,
+                    net_bytes: None,
+                    l0_bytes: None,
                 }
             }
             Probe::Metrics(url) => match http_get(url) {
@@ -75,6 +81,8 @@ impl Probe {
                         disk_bytes: m("halyard_engine_space_allocated_bytes").map(|v| v as u64),
                         peak_rss_bytes: None,
                         stall_seconds: m("halyard_engine_stall_seconds_total"),
+                        net_bytes: None,
+                        l0_bytes: m("halyard_engine_l0_bytes").map(|v| v as u64),
                     }
                 }
                 Err(e) => {
@@ -100,6 +108,7 @@ impl Probe {
             device_write_bytes: None,
             stall_seconds: s.stall_seconds.unwrap_or(f64::NAN),
             server: Some(s),
+            backup: None,
         }
     }
 
@@ -146,12 +155,16 @@ fn proc_cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 /// The value of an unlabelled Prometheus sample.
+pub(super) fn metric_of(body: &str, name: &str) -> Option<f64> {
+    metric(body, name)
+}
+
 fn metric(body: &str, name: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// The body of an HTTP GET (the server answers with Content-Length and closes).
-fn http_get(url: &str) -> Result<String, String> {
+pub(super) fn http_get(url: &str) -> Result<String, String> {
     let rest = url.strip_prefix("http://").ok_or("not an http:// URL")?;
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
