@@ -298,19 +298,9 @@ impl Db {
             recs.extend(found.into_iter().filter(|r| r.lsn > meta.l1_lsn).map(|r| (r.lsn, r)));
         }
         let mut out = BTreeMap::new();
-        let mut next = meta.l1_lsn + 1;
-        while let Some(first) = recs.get(&next) {
-            let n = first.batch_remaining as u64 + 1;
-            if !(next..next + n).all(|l| recs.contains_key(&l)) {
-                break;
-            }
-            for l in next..next + n {
-                if let Some(r) = recs.remove(&l) {
-                    out.insert(r.key, r.value);
-                }
-            }
-            next += n;
-        }
+        replay_batches(&mut recs, meta.l1_lsn + 1, u64::MAX, |r| {
+            out.insert(r.key, r.value);
+        });
         Ok(out)
     }
 
@@ -520,6 +510,30 @@ impl SstInfo {
         }
         Ok(info)
     }
+}
+
+/// Takes out of `recs` every whole atomic batch whose LSNs follow on from `next` without a gap,
+/// up to LSN `upto`, in LSN order, handing each record to `apply`; returns the next LSN. What is
+/// left waits for a missing LSN (or lies beyond `upto`).
+pub fn replay_batches(
+    recs: &mut BTreeMap<u64, LogRecord>,
+    mut next: u64,
+    upto: u64,
+    mut apply: impl FnMut(LogRecord),
+) -> u64 {
+    while let Some(first) = recs.get(&next) {
+        let n = first.batch_remaining as u64 + 1;
+        if next + n - 1 > upto || !(next..next + n).all(|l| recs.contains_key(&l)) {
+            break;
+        }
+        for l in next..next + n {
+            if let Some(r) = recs.remove(&l) {
+                apply(r);
+            }
+        }
+        next += n;
+    }
+    next
 }
 
 /// A log record as a Build-Index backup replays it.

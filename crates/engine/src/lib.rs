@@ -51,7 +51,8 @@ mod stats;
 mod view;
 
 pub use backup::{
-    decode_log_records, decode_shipped_edits, encode_shipped_edits, LogRecord, Promotion, ReplicaMaps, TailImage,
+    decode_log_records, decode_shipped_edits, encode_shipped_edits, replay_batches, LogRecord, Promotion, ReplicaMaps,
+    TailImage,
 };
 pub use catalog::{Edit, LogSeg, MapKind, SstInfo};
 pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};

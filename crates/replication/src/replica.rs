@@ -7,7 +7,8 @@
 use crate::wire::{self, Mode, Msg};
 use crate::{Error, Result};
 use halyard_engine::{
-    decode_log_records, decode_shipped_edits, Db, LogKind, LogRecord, ReplicaMaps, SstInfo, TailImage, WriteBatch,
+    decode_log_records, decode_shipped_edits, replay_batches, Db, LogKind, LogRecord, ReplicaMaps, SstInfo, TailImage,
+    WriteBatch,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -96,8 +97,17 @@ impl Replica {
         all.insert(region, epoch);
         let text: String = all.iter().map(|(r, e)| format!("{r} {e}\n")).collect();
         let tmp = self.epochs_file.with_extension("tmp");
-        std::fs::write(&tmp, text)?;
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            // An epoch a backup has promised to enforce must survive a crash.
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, &self.epochs_file)?;
+        if let Some(dir) = self.epochs_file.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
         Ok(())
     }
 
@@ -238,7 +248,9 @@ impl Replica {
                     return Ok(());
                 }
                 match self.apply(&r, m).await {
-                    Ok(Some(lsn)) => ack = Some(lsn),
+                    // The logs of one write arrive one after the other (L0, then large): the
+                    // acknowledgement is the highest LSN received, not the last one.
+                    Ok(Some(lsn)) => ack = ack.max(Some(lsn)),
                     Ok(None) => {}
                     Err(e) => {
                         // Tell the primary why before closing: it gives the link up and
@@ -410,19 +422,9 @@ fn build_overlay(r: &ReplicaRegion) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         recs.extend(found.into_iter().map(|x| (x.lsn, x)));
     }
     let mut out = BTreeMap::new();
-    let mut next = build.1;
-    while let Some(first) = recs.get(&next) {
-        let n = first.batch_remaining as u64 + 1;
-        if !(next..next + n).all(|l| recs.contains_key(&l)) {
-            break;
-        }
-        for l in next..next + n {
-            if let Some(x) = recs.remove(&l) {
-                out.insert(x.key, x.value);
-            }
-        }
-        next += n;
-    }
+    replay_batches(&mut recs, build.1, u64::MAX, |x| {
+        out.insert(x.key, x.value);
+    });
     out
 }
 
@@ -433,31 +435,32 @@ fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
     if let Some(b) = r.bufs.lock().get_mut(&log) {
         let (recs, end) = decode_log_records(&b.bytes, b.salt, b.decoded);
         b.decoded = end;
-        for rec in recs {
+        // Records already applied (a Remap's tails start at offset 0) are not pending.
+        let next = build.1;
+        for rec in recs.into_iter().filter(|x| x.lsn >= next) {
             build.0.insert(rec.lsn, rec);
         }
     }
     let handle = db.region(r.id)?;
-    loop {
-        let next = build.1;
-        let Some(first) = build.0.get(&next) else {
-            return Ok(());
+    let (pending, next) = &mut *build;
+    // One engine batch per primary batch: the backup's LSNs follow the primary's.
+    let mut batch = WriteBatch::new();
+    let mut failed = None;
+    *next = replay_batches(pending, *next, upto, |x| {
+        match x.value {
+            Some(v) => batch.put(x.key, v),
+            None => batch.delete(x.key),
         };
-        let n = first.batch_remaining as u64 + 1;
-        if next + n - 1 > upto || !(next..next + n).all(|l| build.0.contains_key(&l)) {
-            return Ok(());
-        }
-        let mut batch = WriteBatch::new();
-        for l in next..next + n {
-            if let Some(rec) = build.0.remove(&l) {
-                match rec.value {
-                    Some(v) => batch.put(rec.key, v),
-                    None => batch.delete(rec.key),
-                };
+        if x.batch_remaining == 0 && failed.is_none() {
+            if let Err(e) = handle.write(&batch) {
+                failed = Some(e);
             }
+            batch = WriteBatch::new();
         }
-        handle.write(&batch)?;
-        build.1 = next + n;
+    });
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
 }
 
@@ -504,8 +507,17 @@ impl Replica {
                 None => merged.remove(&k),
             };
         }
-        let more = merged.len() > limit;
-        let pairs: Vec<_> = merged.into_iter().take(limit).collect();
+        // A page stays well inside the frame limit whatever the pair sizes.
+        let (mut pairs, mut bytes) = (Vec::new(), 0usize);
+        let total = merged.len();
+        for (k, v) in merged {
+            if pairs.len() == limit || (bytes + k.len() + v.len() > (8 << 20) && !pairs.is_empty()) {
+                break;
+            }
+            bytes += k.len() + v.len();
+            pairs.push((k, v));
+        }
+        let more = pairs.len() < total;
         Ok(Msg::DumpPage { region, lsn: h.lsn(), pairs, more })
     }
 }

@@ -24,18 +24,7 @@ struct NodeProc {
 
 impl Drop for NodeProc {
     fn drop(&mut self) {
-        // SIGTERM first (a clean stop), then make sure.
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        super::server::stop_child(&mut self.child);
     }
 }
 

@@ -191,6 +191,23 @@ fn free_port() -> Result<u16, String> {
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
+/// Stops a server child: SIGTERM (a clean stop), then SIGKILL if it takes over 10 s.
+pub(super) fn stop_child(child: &mut Child) {
+    // SAFETY: kill only signals our own child, which has not been reaped yet.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// A `redis-server` child, stopped when dropped (also when the bench fails or unwinds).
 pub(super) struct RedisChild {
     child: Child,
@@ -293,20 +310,8 @@ impl RedisChild {
 
 impl Drop for RedisChild {
     fn drop(&mut self) {
-        // SIGTERM lets Redis flush its AOF and exit; SIGKILL if it takes too long.
-        // SAFETY: kill only signals our own child, which has not been reaped yet.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SIGTERM lets Redis flush its AOF and exit.
+        stop_child(&mut self.child);
     }
 }
 
