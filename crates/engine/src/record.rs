@@ -3,7 +3,7 @@
 //! ```text
 //! 0  u16 start marker 0x4B56
 //! 2  u8  kind (1 put, 2 delete)
-//! 3  u8  reserved (0)
+//! 3  u8  reserved (must be 0)
 //! 4  u32 salt of the segment the record was written into
 //! 8  u64 LSN
 //! 16 u16 key length K
@@ -99,7 +99,9 @@ pub(crate) fn decode(buf: &[u8], salt: Option<u32>) -> Result<Record<'_>, Invali
     if get_u32(buf, t + 8) != Some(END) || crc32c::crc32c(&buf[..t + 4]) != crc {
         return Err(Invalid::Torn);
     }
-    if kind != KIND_PUT && kind != KIND_DELETE {
+    // One meaning, one encoding: the reserved byte is 0 (the fuzzer forged a record that
+    // passed its CRC with another value there).
+    if (kind != KIND_PUT && kind != KIND_DELETE) || buf[3] != 0 {
         return Err(Invalid::Torn);
     }
     Ok(Record { kind, lsn, key: &buf[HEADER..HEADER + klen], value: &buf[HEADER + klen..t], batch_remaining, len })
