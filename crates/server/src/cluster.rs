@@ -11,7 +11,6 @@ use halyard_cluster::{ClusterFile, RegionSpec};
 use halyard_engine::Db;
 use halyard_replication::{Mode, Msg, Replica, Shipper};
 use parking_lot::RwLock;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,6 @@ pub enum Route {
 pub struct ClusterNode {
     /// This node's name.
     pub name: String,
-    path: PathBuf,
     file: RwLock<ClusterFile>,
     db: Arc<Db>,
     /// Ships primary regions to their backups.
@@ -92,16 +90,8 @@ impl ClusterNode {
                 replica.add_region(r.id, mode, r.epoch).map_err(|e| cerr(e.to_string()))?;
             }
         }
-        let node = Arc::new(ClusterNode {
-            name,
-            path,
-            file: RwLock::new(file),
-            db: db.clone(),
-            shipper,
-            replica,
-            mode,
-            last_write,
-        });
+        let node =
+            Arc::new(ClusterNode { name, file: RwLock::new(file), db: db.clone(), shipper, replica, mode, last_write });
         node.shipper.set_db(&db);
         db.set_ship_listener(Some(node.shipper.clone()));
         let led: Vec<RegionSpec> =
@@ -115,8 +105,7 @@ impl ClusterNode {
             }
             // A region never written to starts aligned with its (equally empty) backups: the
             // stream queues from the first write. Otherwise each backup gets a full copy.
-            let fresh = db.region(r.id)?.lsn() == 0 && db.regions().iter().any(|i| i.id == r.id);
-            let fresh = fresh && node.db.stats().levels.iter().all(|l| l.ssts == 0);
+            let fresh = db.region(r.id)?.lsn() == 0 && db.level_ssts(r.id)?.iter().all(Vec::is_empty);
             let s = node.shipper.add_region(r.id, r.epoch, mode, &node.addrs(&r.backups), fresh);
             node.shipper.start(&s, None);
         }
@@ -185,7 +174,6 @@ impl ClusterNode {
         });
         self.shipper.start(&stream, first);
         tracing::info!(region, epoch, last_lsn = last, dropped, "promoted to primary");
-        let _ = &self.path;
         Ok((last, dropped))
     }
 }

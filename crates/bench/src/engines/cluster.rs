@@ -34,7 +34,6 @@ pub(super) struct Cluster {
     clients: Vec<Vec<Client>>,
     file: ClusterFile,
     mode: Replication,
-    spec: ClusterSpec,
     settings: Vec<(String, String)>,
 }
 
@@ -172,7 +171,7 @@ impl Cluster {
             ("per_node_budgets".into(), format!("l0 {} MiB, cache {} MiB, growth {}, sync {sync}", cfg.l0_bytes >> 20, cfg.cache_bytes >> 20, cfg.growth_factor)),
             ("measures".into(), "primary: n1's /proc (io, stat); backup: the other nodes' /proc summed; network: bytes n1 queued to backups".into()),
         ];
-        Ok(Cluster { nodes: procs, clients, file, mode, spec: spec.clone(), settings })
+        Ok(Cluster { nodes: procs, clients, file, mode, settings })
     }
 
     fn client(&self, key: &[u8]) -> Result<&Client, String> {
@@ -239,7 +238,6 @@ impl Engine for Cluster {
     }
 
     fn settings(&self) -> Vec<(String, String)> {
-        let _ = (&self.mode, &self.spec);
         self.settings.clone()
     }
 
