@@ -168,7 +168,8 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
                 let _ = writeln!(
                     s,
                     "  {} roles: primary = columns above; backups: cpu us/op {}, dev rd/wr MB {}/{}, io amp {}; \
-                     network MB {} (amp {}); L0 MB primary {} backups {}",
+                     network MB {} (amp {}; replication MB {}, index images MB {} before packing); \
+                     L0 MB primary {} backups {}",
                     r.workload,
                     f(x.backup_cpu_us_per_op),
                     m(x.backup_device_read_bytes),
@@ -176,6 +177,8 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
                     f(x.backup_io_amplification),
                     m(x.network_bytes),
                     f(x.network_amplification),
+                    m(x.replication_bytes),
+                    m(x.index_image_bytes),
                     m(x.primary_l0_bytes),
                     m(x.backup_l0_bytes)
                 );

@@ -107,10 +107,16 @@ pub struct Roles {
     pub backup_device_write_bytes: Option<u64>,
     /// (backup device read + write) / user bytes.
     pub backup_io_amplification: Option<f64>,
-    /// Replication bytes the primary queued to its backups (all backups).
+    /// Bytes sent and received by all server processes, on client and replication sockets
+    /// (DESIGN.md §5: a replication byte counts at its sender and at its receiver).
     pub network_bytes: Option<u64>,
     /// network bytes / user bytes.
     pub network_amplification: Option<f64>,
+    /// Replication frame bytes the primary queued to its backups (all backups).
+    pub replication_bytes: Option<u64>,
+    /// Of those, segment images (SSTs and medium runs) before LZ4 packing; the packed size is
+    /// what `replication_bytes` counts.
+    pub index_image_bytes: Option<u64>,
     /// The primary's L0 bytes at the end of the phase.
     pub primary_l0_bytes: Option<u64>,
     /// The backups' L0 bytes at the end of the phase (Send-Index keeps none).
@@ -125,7 +131,9 @@ impl Roles {
         let read = b0.zip(b1).and_then(|(a, b)| d(a.read_bytes, b.read_bytes));
         let write = b0.zip(b1).and_then(|(a, b)| d(a.write_bytes, b.write_bytes));
         let cpu = b0.zip(b1).and_then(|(a, b)| Some((b.cpu_seconds? - a.cpu_seconds?).max(0.0)));
-        let net = d(p0.net_bytes, p1.net_bytes);
+        let total =
+            |s: &EngineStats| Some(s.server.as_ref()?.net_bytes? + s.backup.as_ref().map_or(Some(0), |b| b.net_bytes)?);
+        let net = d(total(before), total(after));
         let user = user_bytes.max(1) as f64;
         Some(Roles {
             backup_cpu_us_per_op: cpu.map(|c| c * 1e6 / ops.max(1) as f64),
@@ -134,6 +142,8 @@ impl Roles {
             backup_io_amplification: read.zip(write).map(|(r, w)| (r + w) as f64 / user),
             network_bytes: net,
             network_amplification: net.map(|n| n as f64 / user),
+            replication_bytes: d(p0.shipped_bytes, p1.shipped_bytes),
+            index_image_bytes: d(p0.image_bytes, p1.image_bytes),
             primary_l0_bytes: p1.l0_bytes,
             backup_l0_bytes: b1.and_then(|b| b.l0_bytes),
         })

@@ -367,16 +367,23 @@ impl OpGen {
         Op::Insert(n, self.mix.draw(&mut self.rng))
     }
 
-    /// Uniform bytes for values, drawn once per thread.
+    /// Uniform bytes for values, drawn once per thread. Large enough (8 MiB) that values near
+    /// each other in a log or SST are almost never copies of the same pool bytes: anything
+    /// that compresses (replication packs segment images) must gain from structure, not
+    /// from repeated values.
     pub fn value_pool(&mut self) -> Vec<u8> {
-        (0..4096).map(|_| self.rng.gen()).collect()
+        let mut pool = vec![0u8; VALUE_POOL];
+        self.rng.fill(&mut pool[..]);
+        pool
     }
 
     /// An offset into the value pool for a value of `len` bytes.
     pub fn value_offset(&mut self, len: usize) -> usize {
-        self.rng.gen_range(0..=4096 - len)
+        self.rng.gen_range(0..=VALUE_POOL - len)
     }
 }
+
+const VALUE_POOL: usize = 8 << 20;
 
 impl Iterator for OpGen {
     type Item = Op;

@@ -209,12 +209,24 @@ fn run(mode: &str) {
     let n3 = c.node("n3").expect("n3").replication.clone();
     let mut s = std::net::TcpStream::connect(&n3).expect("connect n3");
     let mode_v = Mode::parse(mode).expect("mode");
-    s.write_all(&Msg::Hello { epoch: 1, region: 1, mode: mode_v }.encode()).expect("hello");
+    s.write_all(
+        &Msg::Hello { version: halyard_replication::wire::VERSION, epoch: 1, region: 1, mode: mode_v }.encode(),
+    )
+    .expect("hello");
     let mut reply = Vec::new();
     s.read_to_end(&mut reply).expect("reply");
     match halyard_replication::wire::decode_frame(&reply).expect("frame") {
         Some((Msg::Reject { reason, .. }, _)) => assert!(reason.contains("epoch"), "{reason}"),
         other => panic!("old-epoch stream accepted: {other:?}"),
+    }
+    // So is a stream in another protocol version, with a reason that says what to do.
+    let mut s = std::net::TcpStream::connect(&n3).expect("connect n3");
+    s.write_all(&Msg::Hello { version: 1, epoch: 9, region: 1, mode: mode_v }.encode()).expect("hello");
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).expect("reply");
+    match halyard_replication::wire::decode_frame(&reply).expect("frame") {
+        Some((Msg::Reject { reason, .. }, _)) => assert!(reason.contains("version 1"), "{reason}"),
+        other => panic!("stream in another protocol version accepted: {other:?}"),
     }
     drop(nodes);
 }

@@ -23,6 +23,12 @@ use tokio::sync::{mpsc, watch};
 pub struct ShipStats {
     /// Frame bytes queued for backups (each backup counted).
     pub bytes: AtomicU64,
+    /// Frame bytes written to backups' sockets.
+    pub sent: AtomicU64,
+    /// Frame bytes received from backups (acknowledgements).
+    pub received: AtomicU64,
+    /// Segment image bytes (SSTs, medium runs) before packing, each backup counted.
+    pub image_bytes: AtomicU64,
     /// Frames queued.
     pub frames: AtomicU64,
     /// Times a link failed (disconnected, refused, or silent past the ack timeout).
@@ -33,6 +39,9 @@ pub struct ShipStats {
 
 enum Item {
     Frame(Arc<Vec<u8>>),
+    /// A full copy of the region, encoded (and packed) by the link's sender rather than while
+    /// the region is paused for the copy.
+    Copy(Vec<Msg>),
     /// Everything queued before this is stale (sent before the link failed); a catch-up follows.
     Restart,
 }
@@ -200,10 +209,13 @@ impl Shipper {
         }
         // The highest LSN every live backup holds: a prefix any new primary will have too.
         let commit = s.links.iter().filter(|l| l.is_live()).map(|l| l.acked()).min().unwrap_or(0);
-        let frame = Arc::new(msg(s.epoch, commit).encode());
+        let m = msg(s.epoch, commit);
+        let image = image_len(&m);
+        let frame = Arc::new(m.encode());
         for l in s.links.iter().filter(|l| l.is_live()) {
             if l.tx.send(Item::Frame(frame.clone())).is_ok() {
                 self.stats.bytes.fetch_add(frame.len() as u64, Relaxed);
+                self.stats.image_bytes.fetch_add(image, Relaxed);
                 self.stats.frames.fetch_add(1, Relaxed);
             }
         }
@@ -247,11 +259,7 @@ impl Shipper {
                 frames.push(Msg::Sst { epoch, region, info: info.to_bytes(), bytes });
             }
             frames.push(Msg::Edits { epoch, region, edits: encode_shipped_edits(region, &snap.edits) });
-            for f in frames {
-                let f = Arc::new(f.encode());
-                self.stats.bytes.fetch_add(f.len() as u64, Relaxed);
-                let _ = l.tx.send(Item::Frame(f));
-            }
+            let _ = l.tx.send(Item::Copy(frames));
             l.live.store(true, Relaxed);
             *l.down_since.lock() = None;
             l.acked.send_replace(0);
@@ -320,7 +328,7 @@ impl Shipper {
         let stream = tokio::net::TcpStream::connect(&l.addr).await?;
         stream.set_nodelay(true)?;
         let (mut rd, mut wr) = stream.into_split();
-        let hello = Msg::Hello { epoch: s.epoch, region: s.region, mode: s.mode };
+        let hello = Msg::Hello { version: crate::wire::VERSION, epoch: s.epoch, region: s.region, mode: s.mode };
         wr.write_all(&hello.encode()).await?;
         match crate::wire::read_msg(&mut rd).await? {
             Msg::HelloOk { .. } => {}
@@ -348,6 +356,7 @@ impl Shipper {
             loop {
                 match crate::wire::read_msg(&mut rd).await {
                     Ok(Msg::Ack { lsn, .. }) => {
+                        reader_stats.received.fetch_add(ACK_FRAME, Relaxed);
                         reader_link.acked.send_if_modified(|v| {
                             let grew = lsn > *v;
                             if grew {
@@ -379,6 +388,7 @@ impl Shipper {
                 };
                 let Some(item) = item else { break };
                 batch.clear();
+                let stats = &self.stats;
                 let push = |item: Item, batch: &mut Vec<u8>, skip: &mut bool| match item {
                     Item::Restart => {
                         *skip = false;
@@ -386,6 +396,14 @@ impl Shipper {
                     }
                     Item::Frame(f) if !*skip => batch.extend_from_slice(&f),
                     Item::Frame(_) => {}
+                    Item::Copy(msgs) => {
+                        for m in msgs {
+                            let start = batch.len();
+                            batch.extend_from_slice(&m.encode());
+                            stats.bytes.fetch_add((batch.len() - start) as u64, Relaxed);
+                            stats.image_bytes.fetch_add(image_len(&m), Relaxed);
+                        }
+                    }
                 };
                 push(item, &mut batch, &mut skip_stale);
                 while batch.len() < (1 << 20) {
@@ -398,12 +416,23 @@ impl Shipper {
                     return Err(crate::Error::Protocol("link failed".into()));
                 }
                 wr.write_all(&batch).await?;
+                self.stats.sent.fetch_add(batch.len() as u64, Relaxed);
             }
             Ok(())
         }
         .await;
         reader.abort();
         r
+    }
+}
+
+/// Bytes of an acknowledgement frame (header, tag, region, LSN).
+const ACK_FRAME: u64 = (crate::wire::HEADER + 1 + 4 + 8) as u64;
+
+fn image_len(m: &Msg) -> u64 {
+    match m {
+        Msg::Sst { bytes, .. } | Msg::Medium { bytes, .. } => bytes.len() as u64,
+        _ => 0,
     }
 }
 

@@ -49,6 +49,8 @@ pub struct ReplicaRegion {
 pub struct ReplicaStats {
     /// Frame bytes received.
     pub bytes: AtomicU64,
+    /// Frame bytes sent back to primaries (acknowledgements).
+    pub sent: AtomicU64,
     /// Streams refused (stale epoch, unknown region).
     pub rejected: AtomicU64,
 }
@@ -138,7 +140,16 @@ impl Replica {
     pub async fn serve_connection(self: Arc<Self>, mut s: TcpStream, promote: PromoteHook) -> Result<()> {
         s.set_nodelay(true)?;
         match wire::read_msg(&mut s).await? {
-            Msg::Hello { epoch, region, mode } => self.stream(s, epoch, region, mode).await,
+            Msg::Hello { version, region, .. } if version != wire::VERSION => {
+                let reason = format!(
+                    "replication protocol version {version} is not this node's {}: run the same halyard release on every node",
+                    wire::VERSION
+                );
+                self.stats.rejected.fetch_add(1, Relaxed);
+                s.write_all(&Msg::Reject { region, reason: reason.clone() }.encode()).await?;
+                Err(Error::Rejected(reason))
+            }
+            Msg::Hello { epoch, region, mode, .. } => self.stream(s, epoch, region, mode).await,
             Msg::Promote { epoch, region } => {
                 let reply = match self.promote(region, epoch, &promote).await {
                     Ok((last_lsn, dropped)) => Msg::Promoted { region, last_lsn, dropped },
@@ -262,7 +273,9 @@ impl Replica {
             }
             buf.drain(..used);
             if let Some(lsn) = ack {
-                wr.write_all(&Msg::Ack { region, lsn }.encode()).await?;
+                let ack = Msg::Ack { region, lsn }.encode();
+                wr.write_all(&ack).await?;
+                self.stats.sent.fetch_add(ack.len() as u64, Relaxed);
             }
         }
     }

@@ -10,6 +10,12 @@ pub const MAGIC: u32 = 0x5259_4c48;
 pub const HEADER: usize = 12;
 /// Largest body accepted: a whole segment plus room for its description.
 pub const MAX_BODY: usize = (16 << 20) + 4096;
+/// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
+/// the stream (version 2: segment images are LZ4-packed).
+pub const VERSION: u16 = 2;
+/// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
+const RAW: u8 = 0;
+const LZ4: u8 = 1;
 
 /// How a backup keeps its copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +50,7 @@ impl Mode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
     /// Primary -> backup, first on a connection: this stream feeds `region` at `epoch`.
-    Hello { epoch: u64, region: u32, mode: Mode },
+    Hello { version: u16, epoch: u64, region: u32, mode: Mode },
     /// Backup -> primary: accepted; the backup holds the region up to `lsn`.
     HelloOk { region: u32, lsn: u64 },
     /// Bytes appended to log `log` of the primary's segment `seg` at `offset`; `commit` is the
@@ -116,6 +122,16 @@ impl W {
         self.0.extend_from_slice(b);
         self
     }
+    /// A segment image: `u8 codec | u32 raw length | u32 n | n bytes`, LZ4 when that is smaller.
+    /// Index segments are bulk transfers sent long before anyone waits for them, so the
+    /// compression time is off every writer's path; log appends stay raw (latency).
+    fn packed(&mut self, b: &[u8]) -> &mut Self {
+        let packed = lz4_flex::block::compress(b);
+        match packed.len() < b.len() {
+            true => self.u8(LZ4).u32(b.len() as u32).bytes(&packed),
+            false => self.u8(RAW).u32(b.len() as u32).bytes(b),
+        }
+    }
 }
 
 struct R<'a>(&'a [u8]);
@@ -153,6 +169,26 @@ impl<'a> R<'a> {
         }
         Ok(n)
     }
+    fn packed(&mut self) -> Result<Vec<u8>> {
+        let (codec, raw) = (self.u8()?, self.u32()? as usize);
+        let n = self.u32()? as usize;
+        let data = self.take(n)?;
+        if raw > MAX_BODY {
+            return Err(Error::Malformed("segment image larger than the limit"));
+        }
+        match codec {
+            RAW if n == raw => Ok(data.to_vec()),
+            RAW => Err(Error::Malformed("raw segment image length mismatch")),
+            LZ4 => {
+                let mut out = vec![0u8; raw];
+                match lz4_flex::block::decompress_into(data, &mut out) {
+                    Ok(got) if got == raw => Ok(out),
+                    _ => Err(Error::Malformed("LZ4 segment image does not decompress to its length")),
+                }
+            }
+            _ => Err(Error::Malformed("unknown segment image codec")),
+        }
+    }
     fn string(&mut self) -> Result<String> {
         String::from_utf8(self.bytes()?).map_err(|_| Error::Malformed("text is not UTF-8"))
     }
@@ -164,7 +200,9 @@ impl Msg {
         let mut w = W(Vec::with_capacity(64));
         w.0.extend_from_slice(&[0; HEADER]);
         match self {
-            Msg::Hello { epoch, region, mode } => w.u8(1).u64(*epoch).u32(*region).u8(*mode as u8),
+            Msg::Hello { version, epoch, region, mode } => {
+                w.u8(1).u32(u32::from(*version)).u64(*epoch).u32(*region).u8(*mode as u8)
+            }
             Msg::HelloOk { region, lsn } => w.u8(2).u32(*region).u64(*lsn),
             Msg::Append { epoch, region, log, seg, salt, offset, last_lsn, commit, bytes } => w
                 .u8(3)
@@ -180,9 +218,9 @@ impl Msg {
             Msg::Seal { epoch, region, log, seg, salt } => {
                 w.u8(4).u64(*epoch).u32(*region).u8(*log).u32(*seg).u32(*salt)
             }
-            Msg::Sst { epoch, region, info, bytes } => w.u8(5).u64(*epoch).u32(*region).bytes(info).bytes(bytes),
+            Msg::Sst { epoch, region, info, bytes } => w.u8(5).u64(*epoch).u32(*region).bytes(info).packed(bytes),
             Msg::Medium { epoch, region, seg, salt, bytes } => {
-                w.u8(6).u64(*epoch).u32(*region).u32(*seg).u32(*salt).bytes(bytes)
+                w.u8(6).u64(*epoch).u32(*region).u32(*seg).u32(*salt).packed(bytes)
             }
             Msg::Edits { epoch, region, edits } => w.u8(7).u64(*epoch).u32(*region).bytes(edits),
             Msg::Ack { region, lsn } => w.u8(8).u32(*region).u64(*lsn),
@@ -240,13 +278,14 @@ impl Msg {
         };
         let m = match r.u8()? {
             1 => {
+                let version = u16::try_from(r.u32()?).map_err(|_| Error::Malformed("protocol version out of range"))?;
                 let (epoch, region) = (r.u64()?, r.u32()?);
                 let mode = match r.u8()? {
                     0 => Mode::SendIndex,
                     1 => Mode::BuildIndex,
                     _ => return Err(Error::Malformed("unknown replication mode")),
                 };
-                Msg::Hello { epoch, region, mode }
+                Msg::Hello { version, epoch, region, mode }
             }
             2 => Msg::HelloOk { region: r.u32()?, lsn: r.u64()? },
             3 => Msg::Append {
@@ -261,8 +300,8 @@ impl Msg {
                 bytes: r.bytes()?,
             },
             4 => Msg::Seal { epoch: r.u64()?, region: r.u32()?, log: r.u8()?, seg: r.u32()?, salt: r.u32()? },
-            5 => Msg::Sst { epoch: r.u64()?, region: r.u32()?, info: r.bytes()?, bytes: r.bytes()? },
-            6 => Msg::Medium { epoch: r.u64()?, region: r.u32()?, seg: r.u32()?, salt: r.u32()?, bytes: r.bytes()? },
+            5 => Msg::Sst { epoch: r.u64()?, region: r.u32()?, info: r.bytes()?, bytes: r.packed()? },
+            6 => Msg::Medium { epoch: r.u64()?, region: r.u32()?, seg: r.u32()?, salt: r.u32()?, bytes: r.packed()? },
             7 => Msg::Edits { epoch: r.u64()?, region: r.u32()?, edits: r.bytes()? },
             8 => Msg::Ack { region: r.u32()?, lsn: r.u64()? },
             9 => Msg::Reject { region: r.u32()?, reason: r.string()? },
@@ -363,7 +402,7 @@ mod tests {
 
     fn samples() -> Vec<Msg> {
         vec![
-            Msg::Hello { epoch: 3, region: 7, mode: Mode::BuildIndex },
+            Msg::Hello { version: VERSION, epoch: 3, region: 7, mode: Mode::BuildIndex },
             Msg::HelloOk { region: 7, lsn: 99 },
             Msg::Append {
                 epoch: 3,
@@ -378,7 +417,9 @@ mod tests {
             },
             Msg::Seal { epoch: 3, region: 7, log: 0, seg: 5, salt: 9 },
             Msg::Sst { epoch: 3, region: 7, info: vec![4; 10], bytes: vec![5; 100] },
+            Msg::Sst { epoch: 3, region: 7, info: vec![4; 10], bytes: (0..=255).collect() },
             Msg::Medium { epoch: 3, region: 7, seg: 1, salt: 2, bytes: vec![6; 7] },
+            Msg::Medium { epoch: 3, region: 7, seg: 1, salt: 2, bytes: vec![6; 7000] },
             Msg::Edits { epoch: 3, region: 7, edits: vec![8; 9] },
             Msg::Ack { region: 7, lsn: 1 << 40 },
             Msg::Reject { region: 7, reason: "stale epoch 2 < 3".into() },
@@ -419,8 +460,38 @@ mod tests {
         #[test]
         fn arbitrary_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
             if let Ok(m) = Msg::decode_body(&body) {
-                prop_assert_eq!(&m.encode()[HEADER..], &body[..]);
+                let frame = m.encode();
+                // One encoding per meaning, except segment images: the packer picks raw or LZ4.
+                if !matches!(m, Msg::Sst { .. } | Msg::Medium { .. }) {
+                    prop_assert_eq!(&frame[HEADER..], &body[..]);
+                }
+                prop_assert_eq!(decode_frame(&frame).unwrap(), Some((m, frame.len())));
             }
         }
+    }
+
+    #[test]
+    fn hello_matches_the_documented_bytes() {
+        let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex }.encode();
+        let doc = "48 4C 59 52 12 00 00 00 8F B7 12 50 01 02 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00";
+        let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
+        assert_eq!(f, want, "docs/replication.md section 1 example");
+    }
+
+    #[test]
+    fn packed_images_compress_when_that_is_smaller_and_reject_lies() {
+        let zeros = Msg::Medium { epoch: 1, region: 2, seg: 3, salt: 4, bytes: vec![0; 1 << 20] };
+        assert!(zeros.encode().len() < 10_000, "a zero segment must be sent packed");
+        let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let m = Msg::Sst { epoch: 1, region: 2, info: vec![], bytes: noise.clone() };
+        assert_eq!(Msg::decode_body(&m.encode()[HEADER..]).unwrap(), m);
+        // A packed image claiming a larger raw length than it decompresses to is refused.
+        let mut body = zeros.encode()[HEADER..].to_vec();
+        let at = 1 + 8 + 4 + 4 + 4 + 1;
+        body[at..at + 4].copy_from_slice(&((1u32 << 20) + 1).to_le_bytes());
+        assert!(Msg::decode_body(&body).is_err());
+        // A length beyond the frame limit is refused before anything is allocated.
+        body[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Msg::decode_body(&body).is_err());
     }
 }

@@ -195,13 +195,28 @@ impl ClusterNode {
             st.bytes.load(Relaxed),
         );
         counter("halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed));
+        counter(
+            "halyard_replication_shipped_image_bytes_total",
+            "Segment image bytes (SSTs, medium runs) queued to backups before LZ4 packing (per backup).",
+            st.image_bytes.load(Relaxed),
+        );
+        let rs = &self.replica.stats;
+        counter(
+            "halyard_replication_sent_bytes_total",
+            "Replication bytes this node wrote to sockets: frames to backups and acknowledgements to primaries.",
+            st.sent.load(Relaxed) + rs.sent.load(Relaxed),
+        );
+        counter(
+            "halyard_replication_socket_received_bytes_total",
+            "Replication bytes this node read from sockets: frames from primaries and acknowledgements from backups.",
+            rs.bytes.load(Relaxed) + st.received.load(Relaxed),
+        );
         counter("halyard_replication_link_failures_total", "Backup links that failed.", st.broken_links.load(Relaxed));
         counter(
             "halyard_replication_catch_ups_total",
             "Full copies sent to returning backups.",
             st.catch_ups.load(Relaxed),
         );
-        let rs = &self.replica.stats;
         counter("halyard_replication_received_bytes_total", "Bytes received from primaries.", rs.bytes.load(Relaxed));
         counter(
             "halyard_replication_rejected_total",

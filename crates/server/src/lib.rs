@@ -390,7 +390,7 @@ async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()>
             (
                 "200 OK",
                 "text/plain; version=0.0.4",
-                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), None)
+                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), Some(&sh.native))
                     + &sh.cluster.get().map(|c| c.metrics()).unwrap_or_default(),
             )
         }

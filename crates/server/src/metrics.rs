@@ -112,7 +112,14 @@ pub fn cpu_seconds() -> (f64, f64) {
 
 /// Everything /metrics shows.
 /// `native` = (requests, error replies, bad frames) of the native protocol.
-pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, native: Option<[u64; 3]>) -> String {
+pub fn render(
+    m: &Metrics,
+    engine: &halyard_engine::Stats,
+    connected: usize,
+    native: Option<&crate::native::NativeCounters>,
+) -> String {
+    let native =
+        native.map(|n| [&n.requests, &n.errors, &n.bad_frames, &n.bytes_in, &n.bytes_out].map(|c| c.load(Relaxed)));
     let mut o = String::new();
     let counter = |o: &mut String, name: &str, help: &str, v: f64| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
@@ -146,10 +153,15 @@ pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, nat
     counter(
         &mut o,
         "halyard_network_received_bytes_total",
-        "Bytes received from clients.",
-        m.bytes_in.load(Relaxed) as f64,
+        "Bytes received from clients (RESP and native).",
+        (m.bytes_in.load(Relaxed) + native.map_or(0, |n| n[3])) as f64,
     );
-    counter(&mut o, "halyard_network_sent_bytes_total", "Bytes sent to clients.", m.bytes_out.load(Relaxed) as f64);
+    counter(
+        &mut o,
+        "halyard_network_sent_bytes_total",
+        "Bytes sent to clients (RESP and native).",
+        (m.bytes_out.load(Relaxed) + native.map_or(0, |n| n[4])) as f64,
+    );
     let _ = writeln!(o, "# HELP halyard_connected_clients Clients connected now.\n# TYPE halyard_connected_clients gauge\nhalyard_connected_clients {connected}");
     let _ = writeln!(
         o,
@@ -178,7 +190,7 @@ pub fn render(m: &Metrics, engine: &halyard_engine::Stats, connected: usize, nat
         let _ = writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec() as f64 / 1e6);
         let _ = writeln!(o, "halyard_command_duration_seconds_count{{cmd=\"{n}\"}} {calls}");
     }
-    if let Some([requests, errors, bad]) = native {
+    if let Some([requests, errors, bad, ..]) = native {
         counter(&mut o, "halyard_native_requests_total", "Native protocol requests.", requests as f64);
         counter(&mut o, "halyard_native_errors_total", "Native protocol error replies.", errors as f64);
         counter(&mut o, "halyard_native_bad_frames_total", "Malformed native frames (connection closed).", bad as f64);

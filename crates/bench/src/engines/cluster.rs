@@ -169,7 +169,7 @@ impl Cluster {
             ("layout".into(), "n1 is the primary of every region; backups spread over n2..".into()),
             ("ack".into(), "last-write (every backup holds a write in memory before it is answered)".into()),
             ("per_node_budgets".into(), format!("l0 {} MiB, cache {} MiB, growth {}, sync {sync}", cfg.l0_bytes >> 20, cfg.cache_bytes >> 20, cfg.growth_factor)),
-            ("measures".into(), "primary: n1's /proc (io, stat); backup: the other nodes' /proc summed; network: bytes n1 queued to backups".into()),
+            ("measures".into(), "primary: n1's /proc (io, stat); backup: the other nodes' /proc summed; network: bytes every node sent and received on client and replication sockets".into()),
         ];
         Ok(Cluster { nodes: procs, clients, file, mode, settings })
     }
@@ -186,7 +186,18 @@ impl Cluster {
         let mut s = Probe::Child { pid: n.child.id(), data: n.data.clone() }.sample();
         if let Ok(body) = super::server::http_get(&n.http) {
             s.stall_seconds = metric_of(&body, "halyard_engine_stall_seconds_total");
-            s.net_bytes = metric_of(&body, "halyard_replication_shipped_bytes_total").map(|v| v as u64);
+            let m = |name: &str| metric_of(&body, name).map(|v| v as u64);
+            s.net_bytes = [
+                "halyard_network_received_bytes_total",
+                "halyard_network_sent_bytes_total",
+                "halyard_replication_sent_bytes_total",
+                "halyard_replication_socket_received_bytes_total",
+            ]
+            .iter()
+            .map(|n| m(n))
+            .sum();
+            s.shipped_bytes = m("halyard_replication_shipped_bytes_total");
+            s.image_bytes = m("halyard_replication_shipped_image_bytes_total");
             s.l0_bytes = metric_of(&body, "halyard_engine_l0_bytes").map(|v| v as u64);
         }
         s
@@ -225,7 +236,9 @@ impl Engine for Cluster {
             disk_bytes: sum(&|s| s.disk_bytes),
             peak_rss_bytes: sum(&|s| s.peak_rss_bytes),
             stall_seconds: None,
-            net_bytes: None,
+            net_bytes: sum(&|s| s.net_bytes),
+            shipped_bytes: sum(&|s| s.shipped_bytes),
+            image_bytes: sum(&|s| s.image_bytes),
             l0_bytes: sum(&|s| s.l0_bytes),
         });
         EngineStats {

@@ -29,8 +29,13 @@ pub struct ServerSample {
     pub peak_rss_bytes: Option<u64>,
     /// Seconds writers were stalled.
     pub stall_seconds: Option<f64>,
-    /// Replication bytes the server queued to its backups (cluster nodes).
+    /// Bytes the server sent and received on every socket, clients' and replication's
+    /// (cluster nodes).
     pub net_bytes: Option<u64>,
+    /// Replication frame bytes the server queued to its backups (cluster nodes).
+    pub shipped_bytes: Option<u64>,
+    /// Of those, segment images (SSTs, medium runs) before LZ4 packing.
+    pub image_bytes: Option<u64>,
     /// Bytes in the server's in-memory L0 (a gauge; cluster nodes).
     pub l0_bytes: Option<u64>,
 }
@@ -63,6 +68,8 @@ impl Probe {
                     peak_rss_bytes: proc_field(&status.replace(" kB", ""), "VmHWM").map(|kb| kb * 1024),
                     stall_seconds: None,
                     net_bytes: None,
+                    shipped_bytes: None,
+                    image_bytes: None,
                     l0_bytes: None,
                 }
             }
@@ -82,6 +89,8 @@ impl Probe {
                         peak_rss_bytes: None,
                         stall_seconds: m("halyard_engine_stall_seconds_total"),
                         net_bytes: None,
+                        shipped_bytes: None,
+                        image_bytes: None,
                         l0_bytes: m("halyard_engine_l0_bytes").map(|v| v as u64),
                     }
                 }
