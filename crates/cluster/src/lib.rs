@@ -207,6 +207,23 @@ impl ClusterFile {
         Ok(r.epoch)
     }
 
+    /// Adds `node` to the backups of region `id`; returns the region as it is now.
+    pub fn add_backup(&mut self, id: u32, node: &str) -> Result<RegionSpec, ClusterError> {
+        if self.node(node).is_none() {
+            return Err(ClusterError::Invalid(format!("no node {node} in [[nodes]]: add it there first")));
+        }
+        let r = self
+            .regions
+            .iter_mut()
+            .find(|r| r.id == id)
+            .ok_or_else(|| ClusterError::Invalid(format!("no region {id}")))?;
+        if r.primary == node || r.backups.iter().any(|b| b == node) {
+            return Err(ClusterError::Invalid(format!("node {node} already holds region {id}")));
+        }
+        r.backups.push(node.to_string());
+        Ok(r.clone())
+    }
+
     /// A cluster of `nodes` local nodes and `regions` regions over keys `key0000000..`, each
     /// with `replicas` copies (primary included), primaries spread round-robin; used by tests
     /// and `halyard bench --cluster`.
@@ -248,6 +265,18 @@ mod tests {
             .map(|i| (format!("n{i}"), format!("127.0.0.1:{}", 7400 + i), format!("127.0.0.1:{}", 7500 + i)))
             .collect();
         ClusterFile::local(&nodes, 6, 3, &|i| format!("k{i}"))
+    }
+
+    #[test]
+    fn add_backup_checks_the_node() {
+        let mut c = three();
+        let n = c.regions[0].backups.len();
+        assert!(c.add_backup(1, "n9").is_err(), "unknown node");
+        assert!(c.add_backup(1, "n1").is_err(), "the primary");
+        c.nodes.push(NodeSpec { name: "n4".into(), native: "x:1".into(), replication: "x:2".into() });
+        assert_eq!(c.add_backup(1, "n4").unwrap().backups.len(), n + 1);
+        assert!(c.add_backup(1, "n4").is_err(), "twice");
+        c.validate().unwrap();
     }
 
     #[test]

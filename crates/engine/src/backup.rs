@@ -281,7 +281,7 @@ impl Db {
     /// of each key in its replicated L0 and large logs after the levels' LSN, and in `tails`,
     /// in LSN order up to the first gap (None: deleted). Its levels plus this are what the
     /// region would hold if promoted now.
-    pub fn backup_overlay(&self, region: u32, tails: &[TailImage<'_>]) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+    pub fn backup_overlay(&self, region: u32, tails: &[TailImage<'_>]) -> Result<Overlay> {
         let sh = &self.inner.sh;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mut recs: BTreeMap<u64, LogRecord> = BTreeMap::new();
@@ -299,7 +299,7 @@ impl Db {
         }
         let mut out = BTreeMap::new();
         replay_batches(&mut recs, meta.l1_lsn + 1, u64::MAX, |r| {
-            out.insert(r.key, r.value);
+            out.insert(r.key, (r.lsn, r.value));
         });
         Ok(out)
     }
@@ -535,6 +535,9 @@ pub fn replay_batches(
     }
     next
 }
+
+/// What a backup's logs say beyond its levels: key → (LSN, value; None for a delete).
+pub type Overlay = BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>;
 
 /// A log record as a Build-Index backup replays it.
 #[derive(Clone, Debug, PartialEq, Eq)]

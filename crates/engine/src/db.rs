@@ -591,6 +591,15 @@ impl RegionHandle {
         let snap = r.visible.load(Relaxed);
         scan_parts(&[(r.clone(), view, snap)], lo, hi, opts)
     }
+    /// A forward scan of the region that yields each pair's version (the LSN that wrote it);
+    /// replicas of a region agree on versions as well as values.
+    pub fn scan_versions<R: KeyRange>(&self, range: R) -> crate::iter::VersionedScan {
+        let (lo, hi) = range.into_bounds();
+        let r = &self.region;
+        let view = r.view();
+        let snap = r.visible.load(Relaxed);
+        crate::iter::VersionedScan(crate::iter::RegionScan::new(r.clone(), view, snap, lo, hi, false))
+    }
     /// A snapshot of the region.
     pub fn snapshot(&self) -> Snapshot {
         let r = &self.region;

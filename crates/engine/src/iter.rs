@@ -13,6 +13,9 @@ use std::sync::Arc;
 
 const MEM_BATCH: usize = 256;
 
+/// A key, the LSN of its live version, and its value.
+pub type Versioned = (Vec<u8>, u64, Vec<u8>);
+
 enum Src {
     Mem { mt: Arc<Memtable>, resume: Option<Vec<u8>> },
     Level { ssts: Vec<Arc<Sst>>, pos: Option<(usize, u32)> },
@@ -181,7 +184,8 @@ impl RegionScan {
         Ok(())
     }
 
-    fn step(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    /// The next live pair, with the LSN of its version.
+    pub(crate) fn step(&mut self) -> Result<Option<Versioned>> {
         loop {
             let mut best: Option<usize> = None;
             for i in 0..self.sources.len() {
@@ -216,7 +220,7 @@ impl RegionScan {
                 continue;
             }
             let v = self.region.resolve(&e)?.unwrap_or_default();
-            return Ok(Some((e.key, v)));
+            return Ok(Some((e.key, e.lsn, v)));
         }
     }
 }
@@ -228,9 +232,28 @@ impl Iterator for RegionScan {
             return None;
         }
         match self.step() {
-            Ok(x) => x.map(Ok),
+            Ok(x) => x.map(|(k, _, v)| Ok((k, v))),
             Err(e) => {
                 self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// A scan of one region that also yields each pair's version (the LSN that wrote it).
+pub struct VersionedScan(pub(crate) RegionScan);
+
+impl Iterator for VersionedScan {
+    type Item = Result<Versioned>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.failed {
+            return None;
+        }
+        match self.0.step() {
+            Ok(x) => x.map(Ok),
+            Err(e) => {
+                self.0.failed = true;
                 Some(Err(e))
             }
         }

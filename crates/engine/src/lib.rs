@@ -51,13 +51,14 @@ mod stats;
 mod view;
 
 pub use backup::{
-    decode_log_records, decode_shipped_edits, encode_shipped_edits, replay_batches, LogRecord, Promotion, ReplicaMaps,
-    TailImage,
+    decode_log_records, decode_shipped_edits, encode_shipped_edits, replay_batches, LogRecord, Overlay, Promotion,
+    ReplicaMaps, TailImage,
 };
 pub use catalog::{Edit, LogSeg, MapKind, SstInfo};
 pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::IoKind;
 pub use error::{Error, Result};
+pub use iter::{Versioned, VersionedScan};
 pub use logtail::LogKind;
 pub use options::{MediumPlacement, Options, SyncMode};
 pub use record::RECORD_OVERHEAD;

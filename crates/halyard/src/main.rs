@@ -89,7 +89,21 @@ enum AdminCmd {
         #[arg(long)]
         cluster_file: PathBuf,
     },
-    /// Compare a region's contents (keys and values) on its primary and every backup;
+    /// Add a backup to a region while it serves: the node starts hosting a copy, the primary
+    /// sends it a full copy and then its live stream, and the cluster file is rewritten. The
+    /// node must be listed in the file's [[nodes]] and running. Returns once the copy is taken.
+    AddBackup {
+        /// Region id.
+        #[arg(long)]
+        region: u32,
+        /// The node that becomes a backup of the region.
+        #[arg(long)]
+        node: String,
+        /// The cluster file (read and rewritten).
+        #[arg(long)]
+        cluster_file: PathBuf,
+    },
+    /// Compare a region's contents (keys, versions and values) on its primary and every backup;
     /// exits non-zero on any difference.
     Verify {
         /// Region id.
@@ -119,6 +133,28 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
                 println!("region {region}: {node} is primary at epoch {epoch}; L0 rebuilt up to LSN {lsn}, {dropped} records beyond the first torn one dropped");
                 Ok(())
             }
+            AdminCmd::AddBackup { region, node, cluster_file } => {
+                let mut file = halyard_cluster::ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+                let r = file.add_backup(*region, node).map_err(|e| e.to_string())?;
+                let spec = file.node(node).cloned().ok_or_else(|| format!("no node {node} in the cluster file"))?;
+                let primary = file.node(&r.primary).map(|n| n.replication.clone()).unwrap_or_default();
+                halyard_replication::admin::host(&spec.replication, *region, r.epoch, r.start_bytes(), r.end_bytes())
+                    .await
+                    .map_err(|e| format!("{node} ({}) cannot host region {region}: {e}", spec.replication))?;
+                halyard_replication::admin::add_backup(
+                    &primary,
+                    *region,
+                    r.epoch,
+                    node,
+                    &spec.native,
+                    &spec.replication,
+                )
+                .await
+                .map_err(|e| format!("primary {} ({primary}) did not add {node}: {e}", r.primary))?;
+                file.save(cluster_file).map_err(|e| e.to_string())?;
+                println!("region {region}: {node} is a backup of {} and holds a full copy", r.primary);
+                Ok(())
+            }
             AdminCmd::Verify { region, cluster_file } => {
                 let file = halyard_cluster::ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
                 let r = file.region(*region).ok_or_else(|| format!("no region {region} in the cluster file"))?;
@@ -133,7 +169,7 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
                         .map_err(|e| format!("reading region {region} on {b}: {e}"))?;
                     let diff = diff_pairs(&want, &got);
                     match diff {
-                        None => println!("region {region}: {b} matches {} ({} pairs)", r.primary, want.len()),
+                        None => println!("region {region}: {b} matches {} ({} pairs, keys, versions and values)", r.primary, want.len()),
                         Some(d) => {
                             bad += 1;
                             println!("region {region}: {b} differs from {}: {d}", r.primary);
@@ -149,14 +185,19 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
     })
 }
 
-/// The first difference between two sorted pair lists, described.
-fn diff_pairs(want: &[(Vec<u8>, Vec<u8>)], got: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
+type Versioned = (Vec<u8>, u64, Vec<u8>);
+
+/// The first difference between two sorted lists of (key, version, value), described.
+fn diff_pairs(want: &[Versioned], got: &[Versioned]) -> Option<String> {
     for (i, (w, g)) in want.iter().zip(got).enumerate() {
         if w.0 != g.0 {
             return Some(format!("pair {i}: key {:?} on the primary, {:?} on the backup", show(&w.0), show(&g.0)));
         }
         if w.1 != g.1 {
-            return Some(format!("key {:?}: values differ ({} vs {} bytes)", show(&w.0), w.1.len(), g.1.len()));
+            return Some(format!("key {:?}: versions differ (LSN {} vs {})", show(&w.0), w.1, g.1));
+        }
+        if w.2 != g.2 {
+            return Some(format!("key {:?}: values differ ({} vs {} bytes)", show(&w.0), w.2.len(), g.2.len()));
         }
     }
     (want.len() != got.len()).then(|| format!("{} pairs on the primary, {} on the backup", want.len(), got.len()))

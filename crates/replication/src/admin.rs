@@ -1,4 +1,5 @@
-//! Admin requests to a node's replication address: promotion and region dumps (verify).
+//! Admin requests to a node's replication address: promotion, adding a backup, and region
+//! dumps (verify).
 
 use crate::wire::{self, Msg};
 use crate::{Error, Result};
@@ -20,8 +21,41 @@ pub async fn promote(addr: &str, region: u32, epoch: u64) -> Result<(u64, u64)> 
     }
 }
 
-/// All of a region's pairs on the node at `addr`, whatever its role there.
-pub async fn dump(addr: &str, region: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+fn done(m: Msg) -> Result<()> {
+    match m {
+        Msg::Done { .. } => Ok(()),
+        Msg::Reject { reason, .. } => Err(Error::Rejected(reason)),
+        m => Err(Error::Protocol(format!("{m:?}"))),
+    }
+}
+
+/// Asks the node at `addr` to become a backup of `region` (keys `start..end`) at `epoch`.
+pub async fn host(addr: &str, region: u32, epoch: u64, start: Vec<u8>, end: Option<Vec<u8>>) -> Result<()> {
+    done(request(addr, Msg::Host { epoch, region, start, end }).await?)
+}
+
+/// Asks the primary at `addr` to ship `region` to `node` too; answered once the new backup
+/// has been sent its full copy.
+pub async fn add_backup(
+    addr: &str,
+    region: u32,
+    epoch: u64,
+    node: &str,
+    native: &str,
+    replication: &str,
+) -> Result<()> {
+    let m = Msg::AddBackup {
+        epoch,
+        region,
+        node: node.to_string(),
+        native: native.to_string(),
+        replication: replication.to_string(),
+    };
+    done(request(addr, m).await?)
+}
+
+/// All of a region's pairs, with their versions, on the node at `addr`, whatever its role there.
+pub async fn dump(addr: &str, region: u32) -> Result<Vec<(Vec<u8>, u64, Vec<u8>)>> {
     let mut out = Vec::new();
     let mut after = None;
     loop {

@@ -14,5 +14,5 @@ pub mod wire;
 
 pub use error::{Error, Result};
 pub use primary::{ShipStats, Shipper};
-pub use replica::{PromoteHook, Promoted, Replica};
+pub use replica::{Hooks, NodeHooks, Promoted, Replica};
 pub use wire::{Mode, Msg};

@@ -80,6 +80,11 @@ impl Link {
     pub fn acked(&self) -> u64 {
         *self.acked.borrow()
     }
+
+    /// Whether the link gave up for good (the backup cannot be brought up to date).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Relaxed)
+    }
 }
 
 /// The streams of one region.
@@ -128,25 +133,53 @@ impl Shipper {
         backups: &[(String, String)],
         aligned: bool,
     ) -> Arc<RegionStream> {
-        let links = backups
-            .iter()
-            .map(|(node, addr)| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                Arc::new(Link {
-                    node: node.clone(),
-                    addr: addr.clone(),
-                    tx,
-                    rx: parking_lot::Mutex::new(Some(rx)),
-                    acked: watch::Sender::new(0),
-                    live: AtomicBool::new(aligned),
-                    stopped: AtomicBool::new(false),
-                    down_since: parking_lot::Mutex::new((!aligned).then(Instant::now)),
-                })
-            })
-            .collect();
+        let links = backups.iter().map(|(node, addr)| self.new_link(node, addr, aligned, true)).collect();
         let s = Arc::new(RegionStream { region, epoch, mode, links });
         self.regions.write().insert(region, s.clone());
         s
+    }
+
+    /// A link to `node`; with `wait`, writers wait for it (up to the ack timeout) while it
+    /// connects, as for a backup the region already counted on.
+    fn new_link(&self, node: &str, addr: &str, live: bool, wait: bool) -> Arc<Link> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let now = Instant::now();
+        let down_since = match (live, wait) {
+            (true, _) => None,
+            (false, true) => Some(now),
+            (false, false) => Some(now.checked_sub(self.ack_timeout).unwrap_or(now)),
+        };
+        Arc::new(Link {
+            node: node.to_string(),
+            addr: addr.to_string(),
+            tx,
+            rx: parking_lot::Mutex::new(Some(rx)),
+            acked: watch::Sender::new(0),
+            live: AtomicBool::new(live),
+            stopped: AtomicBool::new(false),
+            down_since: parking_lot::Mutex::new(down_since),
+        })
+    }
+
+    /// Ships `region` to one more backup, which first gets a full copy. Writers do not wait
+    /// for it until it has been sent that copy. Returns the new link.
+    pub fn add_link(self: &Arc<Self>, region: u32, node: &str, addr: &str) -> crate::Result<Arc<Link>> {
+        let stream = {
+            let mut map = self.regions.write();
+            let s =
+                map.get(&region).ok_or_else(|| crate::Error::Rejected(format!("region {region} is not led here")))?;
+            if s.links.iter().any(|l| l.node == node) {
+                return Err(crate::Error::Rejected(format!("{node} is already a backup of region {region}")));
+            }
+            let mut links = s.links.clone();
+            links.push(self.new_link(node, addr, false, false));
+            let ns = Arc::new(RegionStream { region, epoch: s.epoch, mode: s.mode, links });
+            map.insert(region, ns.clone());
+            ns
+        };
+        let link = stream.links.last().cloned().ok_or_else(|| crate::Error::Protocol("no link".into()))?;
+        self.start(&stream, None);
+        Ok(link)
     }
 
     /// Connects the links of a region added with [`Shipper::add_region`] (on the current
@@ -295,6 +328,7 @@ impl Shipper {
                 Err(crate::Error::Rejected(why)) if why.contains("not implemented") => {
                     tracing::error!(backup = %l.node, region = s.region, "{why}; the backup stays out of date");
                     l.fail(&why, &self.stats);
+                    l.stopped.store(true, Relaxed);
                     return;
                 }
                 Err(e) if aligned && !streamed => {

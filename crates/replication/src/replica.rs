@@ -66,8 +66,19 @@ pub struct Promoted {
     pub tails: Vec<(u8, u32, u32, Vec<u8>)>,
 }
 
-/// What a node hands the replica for promotions (so that it can start leading).
-pub type PromoteHook = Arc<dyn Fn(u32, u64) -> Result<(u64, u64)> + Send + Sync>;
+/// What the node does for admin requests that change its roles; called on a blocking thread.
+pub trait NodeHooks: Send + Sync {
+    /// Become the primary of `region` at `epoch` (the replica already let go of it); returns
+    /// the last LSN and the records dropped.
+    fn promote(&self, region: u32, epoch: u64) -> Result<(u64, u64)>;
+    /// Become a backup of `region` (key range `start..end`) at `epoch`.
+    fn host(&self, region: u32, epoch: u64, start: &[u8], end: Option<&[u8]>) -> Result<()>;
+    /// As the primary of `region` at `epoch`, ship to one more backup.
+    fn add_backup(&self, region: u32, epoch: u64, node: &str, native: &str, replication: &str) -> Result<()>;
+}
+
+/// The node's hooks, shared by its connections.
+pub type Hooks = Arc<dyn NodeHooks>;
 
 /// The backup regions of one node.
 pub struct Replica {
@@ -137,7 +148,7 @@ impl Replica {
     }
 
     /// Handles one inbound connection: a primary's stream, or an admin request.
-    pub async fn serve_connection(self: Arc<Self>, mut s: TcpStream, promote: PromoteHook) -> Result<()> {
+    pub async fn serve_connection(self: Arc<Self>, mut s: TcpStream, hooks: Hooks) -> Result<()> {
         s.set_nodelay(true)?;
         match wire::read_msg(&mut s).await? {
             Msg::Hello { version, region, .. } if version != wire::VERSION => {
@@ -151,7 +162,7 @@ impl Replica {
             }
             Msg::Hello { epoch, region, mode, .. } => self.stream(s, epoch, region, mode).await,
             Msg::Promote { epoch, region } => {
-                let reply = match self.promote(region, epoch, &promote).await {
+                let reply = match self.promote(region, epoch, &hooks).await {
                     Ok((last_lsn, dropped)) => Msg::Promoted { region, last_lsn, dropped },
                     Err(e) => Msg::Reject { region, reason: e.to_string() },
                 };
@@ -167,11 +178,22 @@ impl Replica {
                 s.write_all(&reply.encode()).await?;
                 Ok(())
             }
+            Msg::Host { epoch, region, start, end } => {
+                let h = hooks.clone();
+                let r = tokio::task::spawn_blocking(move || h.host(region, epoch, &start, end.as_deref())).await;
+                reply_done(&mut s, region, r).await
+            }
+            Msg::AddBackup { epoch, region, node, native, replication } => {
+                let h = hooks.clone();
+                let r = tokio::task::spawn_blocking(move || h.add_backup(region, epoch, &node, &native, &replication))
+                    .await;
+                reply_done(&mut s, region, r).await
+            }
             m => Err(Error::Protocol(format!("{m:?} cannot open a connection"))),
         }
     }
 
-    async fn promote(&self, region: u32, epoch: u64, hook: &PromoteHook) -> Result<(u64, u64)> {
+    async fn promote(&self, region: u32, epoch: u64, hook: &Hooks) -> Result<(u64, u64)> {
         let r = self.region(region).ok_or_else(|| Error::Rejected(format!("not a backup of region {region}")))?;
         if epoch <= r.epoch.load(Relaxed) {
             return Err(Error::Rejected(format!("promotion epoch {epoch} is not above {}", r.epoch.load(Relaxed))));
@@ -180,7 +202,9 @@ impl Replica {
         self.store_epoch(region, epoch)?;
         r.epoch.store(epoch, Relaxed);
         let hook = hook.clone();
-        tokio::task::spawn_blocking(move || hook(region, epoch)).await.map_err(|e| Error::Protocol(e.to_string()))?
+        tokio::task::spawn_blocking(move || hook.promote(region, epoch))
+            .await
+            .map_err(|e| Error::Protocol(e.to_string()))?
     }
 
     /// Stops being a backup of `region` and rebuilds it as a primary region (DESIGN.md §3 step
@@ -404,6 +428,20 @@ impl Replica {
     }
 }
 
+async fn reply_done(
+    s: &mut TcpStream,
+    region: u32,
+    r: std::result::Result<Result<()>, tokio::task::JoinError>,
+) -> Result<()> {
+    let reply = match r {
+        Ok(Ok(())) => Msg::Done { region },
+        Ok(Err(e)) => Msg::Reject { region, reason: e.to_string() },
+        Err(e) => Msg::Reject { region, reason: e.to_string() },
+    };
+    s.write_all(&reply.encode()).await?;
+    Ok(())
+}
+
 fn msg_epoch(m: &Msg) -> Option<u64> {
     match m {
         Msg::Append { epoch, .. }
@@ -427,7 +465,7 @@ fn log_kind(v: u8) -> Result<LogKind> {
 
 /// Build-Index: what the buffers hold beyond the applied LSN (received but not yet known to
 /// be on every backup): the newest value per key of the complete batches, in LSN order.
-fn build_overlay(r: &ReplicaRegion) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+fn build_overlay(r: &ReplicaRegion) -> halyard_engine::Overlay {
     let build = r.build.lock();
     let mut recs = build.0.clone();
     for b in r.bufs.lock().values() {
@@ -436,7 +474,7 @@ fn build_overlay(r: &ReplicaRegion) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
     }
     let mut out = BTreeMap::new();
     replay_batches(&mut recs, build.1, u64::MAX, |x| {
-        out.insert(x.key, x.value);
+        out.insert(x.key, (x.lsn, x.value));
     });
     out
 }
@@ -506,31 +544,45 @@ impl Replica {
             Some(r) => build_overlay(&r),
             None => BTreeMap::new(),
         };
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for kv in h.scan_with((start, Bound::<&[u8]>::Unbounded), halyard_engine::ScanOptions::default()) {
-            let (k, v) = kv?;
-            merged.insert(k, v);
-        }
-        for (k, v) in overlay {
-            if after.as_ref().is_some_and(|a| &k <= a) {
-                continue;
-            }
-            match v {
-                Some(v) => merged.insert(k, v),
-                None => merged.remove(&k),
+        // The levels' scan and the logs' overlay, merged lazily in key order; the overlay is
+        // newer where both hold a key.
+        let mut overlay = overlay.into_iter().filter(|(k, _)| after.as_ref().is_none_or(|a| k > a)).peekable();
+        let mut scan = h.scan_versions((start, Bound::<&[u8]>::Unbounded)).peekable();
+        // (key, version, value; None for a delete).
+        type Entry = (Vec<u8>, u64, Option<Vec<u8>>);
+        let mut next = || -> Result<Option<Entry>> {
+            let take_overlay = match (scan.peek(), overlay.peek()) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(Err(_)), _) => false,
+                (Some(Ok((k, ..))), Some((o, _))) => o <= k,
             };
-        }
+            if take_overlay {
+                let Some((k, (lsn, v))) = overlay.next() else { return Ok(None) };
+                if scan.peek().is_some_and(|x| x.as_ref().is_ok_and(|x| x.0 == k)) {
+                    scan.next();
+                }
+                return Ok(Some((k, lsn, v)));
+            }
+            match scan.next() {
+                Some(x) => {
+                    let (k, lsn, v) = x?;
+                    Ok(Some((k, lsn, Some(v))))
+                }
+                None => Ok(None),
+            }
+        };
         // A page stays well inside the frame limit whatever the pair sizes.
-        let (mut pairs, mut bytes) = (Vec::new(), 0usize);
-        let total = merged.len();
-        for (k, v) in merged {
+        let (mut pairs, mut bytes, mut more) = (Vec::new(), 0usize, false);
+        while let Some((k, lsn, v)) = next()? {
+            let Some(v) = v else { continue };
             if pairs.len() == limit || (bytes + k.len() + v.len() > (8 << 20) && !pairs.is_empty()) {
+                more = true;
                 break;
             }
             bytes += k.len() + v.len();
-            pairs.push((k, v));
+            pairs.push((k, lsn, v));
         }
-        let more = pairs.len() < total;
         Ok(Msg::DumpPage { region, lsn: h.lsn(), pairs, more })
     }
 }

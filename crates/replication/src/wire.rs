@@ -96,10 +96,18 @@ pub enum Msg {
     },
     /// Admin -> node: a page of the region's contents after `after` (None: from the start).
     Dump { region: u32, after: Option<Vec<u8>>, limit: u32 },
-    /// Node -> admin: the page; `more` when it was cut at `limit`.
-    DumpPage { region: u32, lsn: u64, pairs: Vec<(Vec<u8>, Vec<u8>)>, more: bool },
+    /// Node -> admin: the page of (key, version LSN, value); `more` when it was cut at `limit`.
+    DumpPage { region: u32, lsn: u64, pairs: Vec<(Vec<u8>, u64, Vec<u8>)>, more: bool },
     /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
     Reset { epoch: u64, region: u32 },
+    /// Admin -> node: become a backup of `region` (key range `start..end`) at `epoch`; the
+    /// primary's stream, with a full copy, follows.
+    Host { epoch: u64, region: u32, start: Vec<u8>, end: Option<Vec<u8>> },
+    /// Admin -> primary: ship `region` to one more backup, `node` (addresses `native`,
+    /// `replication`), starting with a full copy. Answered once the copy is queued.
+    AddBackup { epoch: u64, region: u32, node: String, native: String, replication: String },
+    /// Node -> admin: Host or AddBackup done.
+    Done { region: u32 },
 }
 
 struct W(Vec<u8>);
@@ -252,12 +260,27 @@ impl Msg {
             }
             Msg::DumpPage { region, lsn, pairs, more } => {
                 w.u8(14).u32(*region).u64(*lsn).u32(pairs.len() as u32);
-                for (k, v) in pairs {
-                    w.bytes(k).bytes(v);
+                for (k, version, v) in pairs {
+                    w.bytes(k).u64(*version).bytes(v);
                 }
                 w.u8(*more as u8)
             }
             Msg::Reset { epoch, region } => w.u8(15).u64(*epoch).u32(*region),
+            Msg::Host { epoch, region, start, end } => {
+                w.u8(16).u64(*epoch).u32(*region).bytes(start);
+                match end {
+                    Some(e) => w.u8(1).bytes(e),
+                    None => w.u8(0),
+                }
+            }
+            Msg::AddBackup { epoch, region, node, native, replication } => w
+                .u8(17)
+                .u64(*epoch)
+                .u32(*region)
+                .bytes(node.as_bytes())
+                .bytes(native.as_bytes())
+                .bytes(replication.as_bytes()),
+            Msg::Done { region } => w.u8(18).u32(*region),
         };
         let mut out = w.0;
         let body_len = (out.len() - HEADER) as u32;
@@ -333,14 +356,27 @@ impl Msg {
             }
             14 => {
                 let (region, lsn) = (r.u32()?, r.u64()?);
-                let n = r.count(8)?;
+                let n = r.count(16)?;
                 let mut pairs = Vec::with_capacity(n);
                 for _ in 0..n {
-                    pairs.push((r.bytes()?, r.bytes()?));
+                    pairs.push((r.bytes()?, r.u64()?, r.bytes()?));
                 }
                 Msg::DumpPage { region, lsn, pairs, more: flag(r.u8()?)? }
             }
             15 => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
+            16 => {
+                let (epoch, region, start) = (r.u64()?, r.u32()?, r.bytes()?);
+                let end = if flag(r.u8()?)? { Some(r.bytes()?) } else { None };
+                Msg::Host { epoch, region, start, end }
+            }
+            17 => Msg::AddBackup {
+                epoch: r.u64()?,
+                region: r.u32()?,
+                node: r.string()?,
+                native: r.string()?,
+                replication: r.string()?,
+            },
+            18 => Msg::Done { region: r.u32()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         if !r.0.is_empty() {
@@ -435,8 +471,18 @@ mod tests {
             },
             Msg::Dump { region: 7, after: Some(b"k".to_vec()), limit: 100 },
             Msg::Dump { region: 7, after: None, limit: 0 },
-            Msg::DumpPage { region: 7, lsn: 5, pairs: vec![(b"a".to_vec(), b"b".to_vec())], more: true },
+            Msg::DumpPage { region: 7, lsn: 5, pairs: vec![(b"a".to_vec(), 3, b"b".to_vec())], more: true },
             Msg::Reset { epoch: 5, region: 7 },
+            Msg::Host { epoch: 2, region: 7, start: b"a".to_vec(), end: Some(b"m".to_vec()) },
+            Msg::Host { epoch: 2, region: 7, start: vec![], end: None },
+            Msg::AddBackup {
+                epoch: 2,
+                region: 7,
+                node: "n4".into(),
+                native: "127.0.0.1:1".into(),
+                replication: "127.0.0.1:2".into(),
+            },
+            Msg::Done { region: 7 },
         ]
     }
 

@@ -178,6 +178,106 @@ impl ClusterNode {
     }
 }
 
+impl halyard_replication::NodeHooks for ClusterNode {
+    fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        ClusterNode::promote(self, region, epoch)
+    }
+
+    /// Hosts a new backup copy of `region` (the primary's full copy follows).
+    fn host(&self, region: u32, epoch: u64, start: &[u8], end: Option<&[u8]>) -> halyard_replication::Result<()> {
+        let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        {
+            let f = self.file.read();
+            let r = f.region(region).ok_or_else(|| {
+                rejected(format!(
+                    "region {region} is not in this node's cluster file: restart it with the current file"
+                ))
+            })?;
+            if r.primary == self.name {
+                return Err(rejected(format!("{} is the primary of region {region}", self.name)));
+            }
+            if (r.start_bytes().as_slice(), r.end_bytes().as_deref()) != (start, end) {
+                return Err(rejected(format!("region {region}'s key range differs from this node's cluster file")));
+            }
+        }
+        if self.replica.region(region).is_none() {
+            let exists = self.db.regions().iter().any(|i| i.id == region);
+            if !exists {
+                match self.mode {
+                    Mode::SendIndex => self.db.create_backup_region(region, start, end)?,
+                    Mode::BuildIndex => self.db.create_region(region, start, end)?,
+                };
+            }
+            self.replica.add_region(region, self.mode, epoch)?;
+        }
+        let mut f = self.file.write();
+        if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
+            if !r.backups.contains(&self.name) {
+                r.backups.push(self.name.clone());
+            }
+        }
+        tracing::info!(region, epoch, "hosting a new backup copy; waiting for the primary's full copy");
+        Ok(())
+    }
+
+    /// Ships `region` to one more backup; returns once the backup was sent its full copy.
+    fn add_backup(
+        &self,
+        region: u32,
+        epoch: u64,
+        node: &str,
+        native: &str,
+        replication: &str,
+    ) -> halyard_replication::Result<()> {
+        let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        {
+            let f = self.file.read();
+            match f.region(region) {
+                Some(r) if r.primary == self.name && r.epoch == epoch => {}
+                Some(r) if r.primary == self.name => {
+                    return Err(rejected(format!("region {region} is at epoch {} here, not {epoch}", r.epoch)))
+                }
+                _ => return Err(rejected(format!("{} does not lead region {region}", self.name))),
+            }
+        }
+        let link = self.shipper.add_link(region, node, replication)?;
+        {
+            let mut f = self.file.write();
+            if f.node(node).is_none() {
+                f.nodes.push(halyard_cluster::NodeSpec {
+                    name: node.to_string(),
+                    native: native.to_string(),
+                    replication: replication.to_string(),
+                });
+            }
+            if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
+                r.backups.push(node.to_string());
+            }
+        }
+        tracing::info!(region, backup = node, "added a backup; sending it a full copy");
+        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        while !link.is_live() {
+            if link.is_stopped() {
+                return Err(rejected(format!("{node} cannot be brought up to date (see this node's log)")));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(rejected(format!("{node} did not take its full copy within 10 minutes; still trying")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The copy is queued; answer once the backup has taken it (it acknowledges the copy's
+        // last LSN, or a later one).
+        let lsn = self.db.region(region)?.lsn();
+        while link.acked() < lsn && link.is_live() {
+            if std::time::Instant::now() > deadline {
+                return Err(rejected(format!("{node} did not acknowledge its full copy within 10 minutes")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
 impl ClusterNode {
     /// Prometheus text for replication: what this node shipped as a primary and received as
     /// a backup.

@@ -302,8 +302,7 @@ async fn resp_connection(
 
 /// Replication streams from primaries and admin requests (cluster mode).
 async fn accept_replication(l: TcpListener, node: Arc<cluster::ClusterNode>) {
-    let hook_node = node.clone();
-    let hook: halyard_replication::PromoteHook = Arc::new(move |region, epoch| hook_node.promote(region, epoch));
+    let hook: halyard_replication::Hooks = node.clone();
     loop {
         let (s, addr) = match l.accept().await {
             Ok(x) => x,
