@@ -250,6 +250,7 @@ impl Db {
                     }
                 }
                 Edit::L1Lsn(l) => local.push(Edit::L1Lsn(*l)),
+                Edit::ClearL1Lsn => local.push(Edit::ClearL1Lsn),
                 // The backup's own copies of the L0 and large logs arrive whole
                 // (`backup_log_segment`); the rest is never shipped.
                 Edit::LogAdd { .. }
@@ -302,6 +303,60 @@ impl Db {
             out.insert(r.key, (r.lsn, r.value));
         });
         Ok(out)
+    }
+
+    /// Empties a region that took writes of its own (a Build-Index backup, which replays and
+    /// compacts) and makes it a backup region, ready for a full copy through the Send-Index
+    /// path ([`Db::promote`] turns it back when the copy is complete). Waits for the region's
+    /// running compaction and GC; its writes must have stopped.
+    pub fn demote_to_backup(&self, region: u32) -> Result<()> {
+        let h = self.region(region)?;
+        if h.region.backup {
+            return self.reset_backup(region);
+        }
+        let r = &h.region;
+        let sh = r.sh.clone();
+        let _gc = r.gc_lock.lock();
+        loop {
+            sh.check()?;
+            let mut busy = r.busy.lock();
+            if busy.iter().all(|b| !*b) {
+                // Claimed for good: this region object is about to be replaced.
+                busy.iter_mut().for_each(|b| *b = true);
+                break;
+            }
+            drop(busy);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let mut w = r.w.lock();
+        // Nothing of the old log tails may reach a segment after it is freed.
+        r.write_out(&mut w)?;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let mut edits = Vec::new();
+        for (i, level) in meta.levels.iter().enumerate() {
+            for s in level {
+                edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.seg });
+            }
+        }
+        for (k, log) in meta.logs.iter().enumerate() {
+            let Some(kind) = LogKind::from_u8(k as u8) else { continue };
+            for s in log {
+                edits.push(Edit::LogRemove { log: kind, seg: s.seg });
+            }
+        }
+        edits.push(Edit::ClearL1Lsn);
+        edits.push(Edit::CreateRegion { start: meta.start.clone(), end: meta.end.clone(), backup: true });
+        let freed = match sh.manifest.commit(region, &edits) {
+            Ok(f) => f,
+            Err(e) => return sh.fail(e),
+        };
+        // The old object's views (a reader may hold one) keep the freed segments until they go.
+        self.reload_levels(&h, freed);
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let fresh = Arc::new(Region::new(region, &meta, sh.clone(), crate::memtable::Memtable::new(), 1));
+        self.replace_region(fresh);
+        drop(w);
+        Ok(())
     }
 
     /// Empties a backup region (levels, logs, maps, reservations) before a full copy.

@@ -146,6 +146,9 @@ pub enum Edit {
     },
     /// Everything up to this LSN is in L1 or below: recovery replays only later records.
     L1Lsn(u64),
+    /// The region's levels were emptied to take a full copy (a Build-Index backup catching
+    /// up): its L1 LSN starts again from 0, since `L1Lsn` only ever raises it.
+    ClearL1Lsn,
     /// A backup's translation of a primary segment to its own (DESIGN.md §3): a log segment
     /// incarnation `(primary, salt)`, or an SST's segment (`salt` 0).
     Map {
@@ -220,6 +223,9 @@ impl Edit {
             Edit::Unmap { kind, primary, salt } => {
                 e.u8(11).u8(*kind as u8).u32(*primary).u32(*salt);
             }
+            Edit::ClearL1Lsn => {
+                e.u8(12);
+            }
         }
     }
 
@@ -256,6 +262,7 @@ impl Edit {
             9 => Edit::L1Lsn(d.u64()?),
             10 => Edit::Map { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()?, local: d.u32()? },
             11 => Edit::Unmap { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()? },
+            12 => Edit::ClearL1Lsn,
             _ => return Err(Short),
         })
     }
@@ -360,6 +367,7 @@ impl RegionMeta {
                 }
             }
             Edit::L1Lsn(l) => self.l1_lsn = self.l1_lsn.max(*l),
+            Edit::ClearL1Lsn => self.l1_lsn = 0,
             Edit::Map { kind: MapKind::Log, primary, salt, local } => {
                 self.log_map.insert((*primary, *salt), *local);
             }
@@ -505,6 +513,7 @@ mod tests {
             Edit::MediumPtrs { seg: 3, salt: 1, delta: -4 },
             Edit::LargeGarbage { seg: 5, salt: 77, bytes: 99 },
             Edit::L1Lsn(12),
+            Edit::ClearL1Lsn,
             Edit::Map { kind: MapKind::Log, primary: 5, salt: 77, local: 40 },
             Edit::Map { kind: MapKind::Index, primary: 9, salt: 0, local: 41 },
             Edit::Unmap { kind: MapKind::Log, primary: 5, salt: 77 },

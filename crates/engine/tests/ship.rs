@@ -358,3 +358,51 @@ fn torn_buffer_at_every_offset_of_a_record() {
     }
     assert!(checked > 60);
 }
+
+/// A region that took writes of its own (a Build-Index backup that replays and compacts) is
+/// emptied and made a backup region, takes a full copy of another store's region through the
+/// shipping path, and becomes a plain region again with exactly the copy's contents — even
+/// though its own L1 LSN was ahead of the copy's — which then takes writes and survives a reopen.
+#[test]
+fn region_with_its_own_history_is_demoted_and_takes_a_full_copy() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let mut model = BTreeMap::new();
+    for round in 0..2 {
+        write_round(&primary, round, &mut model);
+    }
+    primary.compact().expect("compact");
+    write_round(&primary, 2, &mut model);
+    settle(&primary);
+    let dir = root.path().join("c");
+    let copy = Db::open(&dir, opts()).expect("copy");
+    let mut own = BTreeMap::new();
+    for round in 10..16 {
+        write_round(&copy, round, &mut own);
+    }
+    copy.compact().expect("compact");
+    settle(&copy);
+    assert!(copy.region(0).expect("r").lsn() > primary.region(0).expect("r").lsn());
+    let allocated = copy.stats().space_allocated_bytes;
+    copy.demote_to_backup(0).expect("demote");
+    assert!(matches!(copy.put(b"x", b"y"), Err(Error::BackupRegion(0))));
+    assert!(copy.scan(..).next().is_none(), "a demoted region is empty");
+    let snap = primary.with_snapshot(0, snapshot_events).expect("snapshot");
+    let mut bufs = Buffers::default();
+    for ev in &snap {
+        bufs.apply(&copy, ev);
+    }
+    let p = copy.promote(0, &bufs.tails()).expect("promote");
+    assert_eq!(p.last_lsn, primary.region(0).expect("r").lsn());
+    assert_same(&copy, &model, "after the copy");
+    // Its own segments were given back (kept, it would hold both histories).
+    let (now, theirs) = (copy.stats().space_allocated_bytes, primary.stats().space_allocated_bytes);
+    assert!(now < allocated + theirs, "{now} bytes allocated after the copy; {allocated} before, {theirs} copied");
+    write_round(&copy, 20, &mut model);
+    copy.compact().expect("compact");
+    settle(&copy);
+    assert_same(&copy, &model, "after writes of its own");
+    drop(copy);
+    let copy = Db::open(&dir, opts()).expect("reopen");
+    assert_same(&copy, &model, "after a reopen");
+}

@@ -244,12 +244,10 @@ fn build_index_failover_keeps_acknowledged_writes() {
 /// A backup killed with SIGKILL mid-load and restarted catches up with a full copy of every
 /// region it backs, while the primaries keep taking writes; it also leads its own region again
 /// and its backups catch up from it.
-#[test]
-fn send_index_restarted_backup_catches_up() {
+fn restarted_backup_catches_up(mode: &str) {
     let root = tempfile::tempdir().expect("tempdir");
     let (file, c) = make_cluster(root.path());
-    let mut nodes: Vec<Node> =
-        ["n1", "n2", "n3"].iter().map(|n| start_node(root.path(), &file, &c, n, "send-index")).collect();
+    let mut nodes: Vec<Node> = ["n1", "n2", "n3"].iter().map(|n| start_node(root.path(), &file, &c, n, mode)).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(BTreeMap::new()));
     let threads = writers(&c, stop.clone(), acked.clone());
@@ -262,7 +260,7 @@ fn send_index_restarted_backup_catches_up() {
     wait_for(4000);
     nodes[2].kill9();
     wait_for(7000);
-    nodes[2] = start_node(root.path(), &file, &c, "n3", "send-index");
+    nodes[2] = start_node(root.path(), &file, &c, "n3", mode);
     let restarted_at = acked.lock().expect("lock").len();
     wait_for(restarted_at + 3000);
     stop.store(true, Ordering::Relaxed);
@@ -301,7 +299,28 @@ fn send_index_restarted_backup_catches_up() {
 /// full copy and the live stream, matches the primary, and can take over the region with every
 /// acknowledged write when the primary is killed.
 #[test]
+fn send_index_restarted_backup_catches_up() {
+    restarted_backup_catches_up("send-index");
+}
+
+/// A Build-Index backup catches up the same way: it empties its region, takes the copy as
+/// segments, rebuilds its L0 from the copied logs, and replays and compacts on its own again.
+#[test]
+fn build_index_restarted_backup_catches_up() {
+    restarted_backup_catches_up("build-index");
+}
+
+#[test]
 fn send_index_added_backup_catches_up_and_takes_over() {
+    added_backup_catches_up_and_takes_over("send-index");
+}
+
+#[test]
+fn build_index_added_backup_catches_up_and_takes_over() {
+    added_backup_catches_up_and_takes_over("build-index");
+}
+
+fn added_backup_catches_up_and_takes_over(mode: &str) {
     let root = tempfile::tempdir().expect("tempdir");
     let nodes: Vec<_> = (1..=4)
         .map(|i| (format!("n{i}"), format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())))
@@ -314,7 +333,7 @@ fn send_index_added_backup_catches_up_and_takes_over() {
     c.save(&file).expect("save");
     let f = file.to_str().expect("utf8");
     let mut procs: Vec<Node> =
-        ["n1", "n2", "n3", "n4"].iter().map(|n| start_node(root.path(), &file, &c, n, "send-index")).collect();
+        ["n1", "n2", "n3", "n4"].iter().map(|n| start_node(root.path(), &file, &c, n, mode)).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(BTreeMap::new()));
     let threads = writers(&c, stop.clone(), acked.clone());

@@ -6,8 +6,20 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A port no other test of this process was given, below the kernel's ephemeral range
+/// (32768..): a port from `bind(0)` can be taken by some client's outgoing connection before
+/// the server that was told to use it binds it, and two parallel tests could get the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(0, (std::process::id() % 1000) as u16 * 12, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..12_000 {
+        let p = 20_000 + NEXT.fetch_add(1, Ordering::SeqCst) % 12_000;
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 fn wait_for(port: u16) {

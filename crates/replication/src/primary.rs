@@ -268,12 +268,7 @@ impl Shipper {
                 l.live.store(true, Relaxed);
                 *l.down_since.lock() = None;
                 l.acked.send_replace(0);
-                return Ok(false);
-            }
-            if s.mode == Mode::BuildIndex {
-                return Err(crate::Error::Rejected(format!(
-                    "region {region} holds data and a Build-Index backup cannot catch up yet (not implemented)"
-                )));
+                return false;
             }
             let mut frames = vec![Msg::Reset { epoch, region }];
             for (log, seg, salt, tail, bytes) in snap.logs {
@@ -296,9 +291,9 @@ impl Shipper {
             l.live.store(true, Relaxed);
             *l.down_since.lock() = None;
             l.acked.send_replace(0);
-            Ok(true)
+            true
         })?;
-        if r? {
+        if r {
             self.stats.catch_ups.fetch_add(1, Relaxed);
         }
         Ok(())
@@ -325,12 +320,6 @@ impl Shipper {
             let r = self.clone().session(s, l, aligned, &mut first, &mut rx, &mut streamed).await;
             match r {
                 Ok(()) => return,
-                Err(crate::Error::Rejected(why)) if why.contains("not implemented") => {
-                    tracing::error!(backup = %l.node, region = s.region, "{why}; the backup stays out of date");
-                    l.fail(&why, &self.stats);
-                    l.stopped.store(true, Relaxed);
-                    return;
-                }
                 Err(e) if aligned && !streamed => {
                     // Nothing left the queue: keep queueing while the backup comes up.
                     tracing::debug!(backup = %l.node, "connecting: {e}; retrying");

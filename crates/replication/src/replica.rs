@@ -13,7 +13,7 @@ use halyard_engine::{
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -42,6 +42,17 @@ pub struct ReplicaRegion {
     pub received: AtomicU64,
     /// Highest LSN every backup holds (from the primary): Build-Index applies up to here.
     commit: AtomicU64,
+    /// Build-Index: a full copy (catch-up) is arriving; it is taken the Send-Index way and
+    /// the region becomes a Build-Index copy again when its Edits arrive.
+    copying: AtomicBool,
+}
+
+impl ReplicaRegion {
+    /// Whether the region keeps the primary's segments now (Send-Index, or a Build-Index copy
+    /// taking a full copy) rather than replaying records.
+    fn takes_segments(&self) -> bool {
+        self.mode == Mode::SendIndex || self.copying.load(Relaxed)
+    }
 }
 
 /// Counters of what a backup received.
@@ -137,6 +148,7 @@ impl Replica {
             build: Mutex::new((BTreeMap::new(), next)),
             received: AtomicU64::new(0),
             commit: AtomicU64::new(0),
+            copying: AtomicBool::new(false),
         };
         self.regions.lock().insert(id, Arc::new(r));
         Ok(())
@@ -217,6 +229,12 @@ impl Replica {
             .lock()
             .remove(&region)
             .ok_or_else(|| Error::Rejected(format!("not a backup of region {region}")))?;
+        if r.mode == Mode::BuildIndex && r.copying.load(Relaxed) {
+            self.regions.lock().insert(region, r);
+            return Err(Error::Rejected(format!(
+                "region {region} is still taking its full copy here and cannot lead yet; promote another backup"
+            )));
+        }
         let tails: Vec<(u8, u32, u32, Vec<u8>)> =
             r.bufs.lock().iter().map(|(log, b)| (*log, b.seg, b.salt, b.bytes.clone())).collect();
         if r.mode == Mode::BuildIndex {
@@ -333,7 +351,7 @@ impl Replica {
                 }
                 r.received.fetch_max(last_lsn, Relaxed);
                 r.commit.fetch_max(commit, Relaxed);
-                if r.mode == Mode::BuildIndex {
+                if !r.takes_segments() {
                     let r2 = r.clone();
                     blocking(Box::new(move || build_index(&db, &r2, log, r2.commit.load(Relaxed)))).await?;
                 }
@@ -342,7 +360,7 @@ impl Replica {
             Msg::Seal { log, seg, salt, .. } => {
                 let kind = log_kind(log)?;
                 let b = r.bufs.lock().remove(&log);
-                if r.mode == Mode::SendIndex {
+                if r.takes_segments() {
                     let bytes = match b {
                         Some(b) if (b.seg, b.salt) == (seg, salt) => b.bytes,
                         _ => Vec::new(),
@@ -374,7 +392,31 @@ impl Replica {
             }
             Msg::Edits { edits, .. } => {
                 let (_, edits) = decode_shipped_edits(&edits)?;
-                blocking(Box::new(move || Ok(db.backup_edits(region, &edits)?))).await?;
+                let r2 = r.clone();
+                blocking(Box::new(move || {
+                    db.backup_edits(region, &edits)?;
+                    if r2.mode == Mode::BuildIndex && r2.copying.load(Relaxed) {
+                        // The full copy is complete (Build-Index streams carry no other Edits):
+                        // rebuild L0 from the copied logs and tails, and replay from there on.
+                        let tails: Vec<(u8, u32, u32, Vec<u8>)> =
+                            r2.bufs.lock().iter().map(|(l, b)| (*l, b.seg, b.salt, b.bytes.clone())).collect();
+                        let images: Vec<TailImage<'_>> = tails
+                            .iter()
+                            .filter_map(|(log, seg, salt, b)| {
+                                Some(TailImage { log: log_kind(*log).ok()?, primary: *seg, salt: *salt, bytes: b })
+                            })
+                            .collect();
+                        let p = db.promote(region, &images)?;
+                        for b in r2.bufs.lock().values_mut() {
+                            b.decoded = b.bytes.len();
+                        }
+                        *r2.build.lock() = (BTreeMap::new(), p.last_lsn + 1);
+                        r2.copying.store(false, Relaxed);
+                        tracing::info!(region, lsn = p.last_lsn, "Build-Index copy caught up");
+                    }
+                    Ok(())
+                }))
+                .await?;
                 Ok(None)
             }
             Msg::Remap { last_lsn, tails, log, index, .. } => {
@@ -413,14 +455,20 @@ impl Replica {
                 Ok(None)
             }
             Msg::Reset { .. } => {
-                if r.mode == Mode::BuildIndex {
-                    return Err(Error::Rejected(
-                        "catch-up of a Build-Index backup is not implemented; rebuild it from an empty directory"
-                            .into(),
-                    ));
-                }
                 r.bufs.lock().clear();
-                blocking(Box::new(move || Ok(db.reset_backup(region)?))).await?;
+                let r2 = r.clone();
+                blocking(Box::new(move || {
+                    match r2.mode {
+                        Mode::SendIndex => db.reset_backup(region)?,
+                        Mode::BuildIndex => {
+                            db.demote_to_backup(region)?;
+                            *r2.build.lock() = (BTreeMap::new(), 1);
+                            r2.copying.store(true, Relaxed);
+                        }
+                    }
+                    Ok(())
+                }))
+                .await?;
                 Ok(None)
             }
             m => Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
@@ -528,7 +576,7 @@ impl Replica {
         };
         let limit = if limit == 0 { 1000 } else { limit.min(10_000) } as usize;
         let overlay = match self.region(region) {
-            Some(r) if r.mode == Mode::SendIndex => {
+            Some(r) if r.takes_segments() => {
                 let bufs = r.bufs.lock();
                 for b in bufs.values() {
                     db.backup_stage_tail(region, b.seg, b.salt, &b.bytes)?;
