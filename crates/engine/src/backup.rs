@@ -317,33 +317,13 @@ impl Db {
         let r = &h.region;
         let sh = r.sh.clone();
         let _gc = r.gc_lock.lock();
-        loop {
-            sh.check()?;
-            let mut busy = r.busy.lock();
-            if busy.iter().all(|b| !*b) {
-                // Claimed for good: this region object is about to be replaced.
-                busy.iter_mut().for_each(|b| *b = true);
-                break;
-            }
-            drop(busy);
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        // Claimed for good: this region object is about to be replaced.
+        r.claim_all_levels()?;
         let mut w = r.w.lock();
         // Nothing of the old log tails may reach a segment after it is freed.
         r.write_out(&mut w)?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let mut edits = Vec::new();
-        for (i, level) in meta.levels.iter().enumerate() {
-            for s in level {
-                edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.seg });
-            }
-        }
-        for (k, log) in meta.logs.iter().enumerate() {
-            let Some(kind) = LogKind::from_u8(k as u8) else { continue };
-            for s in log {
-                edits.push(Edit::LogRemove { log: kind, seg: s.seg });
-            }
-        }
+        let mut edits = removal_edits(&meta);
         edits.push(Edit::ClearL1Lsn);
         edits.push(Edit::CreateRegion { start: meta.start.clone(), end: meta.end.clone(), backup: true });
         let freed = match sh.manifest.commit(region, &edits) {
@@ -365,18 +345,7 @@ impl Db {
         let r = &h.region;
         let sh = &r.sh;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let mut edits = Vec::new();
-        for (i, level) in meta.levels.iter().enumerate() {
-            for s in level {
-                edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.seg });
-            }
-        }
-        for (k, log) in meta.logs.iter().enumerate() {
-            let Some(kind) = LogKind::from_u8(k as u8) else { continue };
-            for s in log {
-                edits.push(Edit::LogRemove { log: kind, seg: s.seg });
-            }
-        }
+        let mut edits = removal_edits(&meta);
         for &(primary, salt) in meta.log_map.keys() {
             edits.push(Edit::Unmap { kind: MapKind::Log, primary, salt });
         }
@@ -508,6 +477,23 @@ impl Db {
             freed,
         );
     }
+}
+
+/// Edits that remove every SST and every log segment of a region (freeing them).
+fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
+    let mut edits = Vec::new();
+    for (i, level) in meta.levels.iter().enumerate() {
+        for s in level {
+            edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.seg });
+        }
+    }
+    for (k, log) in meta.logs.iter().enumerate() {
+        let Some(kind) = LogKind::from_u8(k as u8) else { continue };
+        for s in log {
+            edits.push(Edit::LogRemove { log: kind, seg: s.seg });
+        }
+    }
+    edits
 }
 
 /// Rewrites the log pointers in an SST image's leaves through `map` (index nodes hold

@@ -386,6 +386,21 @@ impl Region {
     }
 
     /// Writes both log tails out (no sync). Caller holds the write lock.
+    /// Marks every level busy once no compaction of this region runs, so that none starts;
+    /// the caller clears the marks (or drops the region object).
+    pub(crate) fn claim_all_levels(&self) -> Result<()> {
+        loop {
+            self.sh.check()?;
+            let mut busy = self.busy.lock();
+            if busy.iter().all(|b| !*b) {
+                busy.iter_mut().for_each(|b| *b = true);
+                return Ok(());
+            }
+            drop(busy);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
     pub(crate) fn write_out(&self, w: &mut WriteState) -> Result<()> {
         let r = w.large.write_out(&self.sh.dev).and_then(|_| w.l0.write_out(&self.sh.dev));
         if let Err(e) = r {

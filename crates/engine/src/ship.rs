@@ -63,16 +63,7 @@ impl Db {
         }
         let _gc = r.gc_lock.lock();
         // Claim every level so that no compaction starts, once the running ones finish.
-        loop {
-            r.sh.check()?;
-            let mut busy = r.busy.lock();
-            if busy.iter().all(|b| !*b) {
-                busy.iter_mut().for_each(|b| *b = true);
-                break;
-            }
-            drop(busy);
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        r.claim_all_levels()?;
         struct Release<'a>(&'a crate::region::Region);
         impl Drop for Release<'_> {
             fn drop(&mut self) {

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::memtable::{Entry, Value};
 use crate::node::{self, index_cell, leaf_cell, Node, NodeBuf, INDEX, LEAF};
 use crate::options::NODE_HEADER;
+use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) const FOOTER_MAGIC: &[u8; 8] = b"HLYSST01";
@@ -360,14 +361,43 @@ impl Sst {
     }
 
     /// All entries of leaf `i`.
-    pub(crate) fn leaf_entries(&self, ctx: &ReadCtx, i: u32) -> Result<Vec<Entry>> {
+    /// The entries of leaf `i` whose keys may lie in `lo..hi` (bounds are applied by key
+    /// position only: the caller still filters exclusive bounds), decoded without touching the
+    /// rest of the leaf; and whether the leaf holds keys past the far bound of a scan going
+    /// forward (`hi`) or in `reverse` (`lo`).
+    pub(crate) fn leaf_entries_in(
+        &self,
+        ctx: &ReadCtx,
+        i: u32,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+    ) -> Result<(Vec<Entry>, bool)> {
         let off = i * ctx.node_bytes as u32;
         let n = ctx.node(self.uid, self.info.seg, off)?;
         let node = Node { bytes: &n };
         if node.ty() != LEAF {
             return Err(Error::corrupt(self.info.seg as u64, off as u64, "expected a leaf"));
         }
-        (0..node.count()).map(|j| node.entry(j).map_err(bad(self.info.seg, off))).collect()
+        let count = node.count();
+        let start = match lo {
+            Bound::Unbounded => 0,
+            Bound::Included(k) | Bound::Excluded(k) => node.lower_bound(k).map_err(bad(self.info.seg, off))?,
+        };
+        let end = match hi {
+            Bound::Unbounded => count,
+            Bound::Included(k) | Bound::Excluded(k) => {
+                let mut e = node.lower_bound(k).map_err(bad(self.info.seg, off))?;
+                if e < count && node.key(e).map_err(bad(self.info.seg, off))? == k {
+                    e += 1;
+                }
+                e
+            }
+        };
+        let beyond = if reverse { start > 0 } else { end < count };
+        let entries: Result<Vec<Entry>> =
+            (start..end.max(start)).map(|j| node.entry(j).map_err(bad(self.info.seg, off))).collect();
+        Ok((entries?, beyond))
     }
 }
 
