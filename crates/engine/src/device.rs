@@ -4,6 +4,7 @@ use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -118,6 +119,16 @@ impl Device {
     }
 
     pub(crate) fn set_len(&self, len: u64) -> Result<()> {
+        let old = self.len()?;
+        if len > old {
+            // Allocate the blocks now, in one extent: direct writes into a hole make the file
+            // system allocate on the write path, while the writer holds the region's lock.
+            // SAFETY: fallocate on a valid descriptor has no memory effects.
+            let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, old as i64, (len - old) as i64) };
+            if rc == 0 {
+                return Ok(());
+            }
+        }
         self.file.set_len(len).map_err(Error::io("growing the data file"))
     }
 

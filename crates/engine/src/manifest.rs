@@ -143,6 +143,14 @@ impl RedoWriter {
 
     /// Appends one logical record (fragmented across segments when needed) and makes it durable.
     fn append(&mut self, dev: &Device, alloc: &Allocator, payload: &[u8]) -> Result<()> {
+        self.write(dev, alloc, payload)?;
+        dev.sync()
+    }
+
+    /// Appends one logical record and writes it to the device without waiting for it to be
+    /// durable: the next fdatasync of the data file makes it so. A crash before then loses it
+    /// (and every record after it: a reader stops at the first torn record).
+    fn write(&mut self, dev: &Device, alloc: &Allocator, payload: &[u8]) -> Result<()> {
         let mut rest = payload;
         let mut first = true;
         loop {
@@ -164,8 +172,7 @@ impl RedoWriter {
                 break;
             }
         }
-        self.flush(dev)?;
-        dev.sync()
+        self.flush(dev)
     }
 
     fn flush(&mut self, dev: &Device) -> Result<()> {
@@ -386,9 +393,34 @@ impl Manifest {
     /// Makes `edits` durable, applies them, and returns the segments they freed
     /// (the caller releases them when no reader can still use them).
     pub(crate) fn commit(&self, region: u32, edits: &[Edit]) -> Result<Vec<u32>> {
+        let freed = {
+            let mut g = self.inner.lock();
+            g.redo.write(&self.dev, &self.alloc, &encode_edits(region, edits))?;
+            let freed = g.catalog.apply(region, edits);
+            self.maybe_checkpoint(&mut g);
+            freed
+        };
+        // The wait for durability happens outside the lock, so that a writer committing a log
+        // segment (`commit_unsynced`) never queues behind a compaction's fdatasync. Syncing
+        // covers every record written before it, this one included; a checkpoint that ran
+        // meanwhile already holds these edits in its own durable chain.
+        self.dev.sync()?;
+        Ok(freed)
+    }
+
+    /// Applies `edits` and writes them to the redo log, durable with the next fdatasync of the
+    /// data file. For edits that only matter together with data that is itself durable only
+    /// after such a sync: a new log segment (`LogAdd`) whose records are acknowledged as durable
+    /// only after the writer's or the group commit's fdatasync, which then covers this record
+    /// as well. Keeps an fdatasync off the write lock each time a log moves to a new segment.
+    pub(crate) fn commit_unsynced(&self, region: u32, edits: &[Edit]) -> Result<()> {
         let mut g = self.inner.lock();
-        g.redo.append(&self.dev, &self.alloc, &encode_edits(region, edits))?;
-        let freed = g.catalog.apply(region, edits);
+        g.redo.write(&self.dev, &self.alloc, &encode_edits(region, edits))?;
+        g.catalog.apply(region, edits);
+        Ok(())
+    }
+
+    fn maybe_checkpoint(&self, g: &mut Inner) {
         if g.redo.chain.len() >= g.checkpoint_segments + CHECKPOINT_SEGMENTS {
             // The edits are durable whatever happens to the checkpoint: a failed one is
             // retried at the next commit, and the current chain stays valid meanwhile.
@@ -396,7 +428,7 @@ impl Manifest {
             match RedoWriter::start(&self.dev, &self.alloc) {
                 Ok(fresh) => {
                     let current = std::mem::replace(&mut g.redo, fresh);
-                    if let Err(e) = self.checkpoint_locked(&mut g, old) {
+                    if let Err(e) = self.checkpoint_locked(g, old) {
                         tracing::error!("catalog checkpoint failed, keeping the current chain: {e}");
                         for s in std::mem::replace(&mut g.redo, current).chain {
                             self.alloc.release(s);
@@ -406,7 +438,6 @@ impl Manifest {
                 Err(e) => tracing::warn!("catalog checkpoint postponed: {e}"),
             }
         }
-        Ok(freed)
     }
 
     /// A copy of one region's catalog.
