@@ -22,7 +22,12 @@ pub(crate) enum Purpose {
 const CATALOG_RESERVE: u64 = 2;
 
 struct Inner {
+    /// Free segments whose blocks are allocated.
     free: BTreeSet<u32>,
+    /// Free segments whose blocks went back to the file system.
+    holes: BTreeSet<u32>,
+    /// Segments in use whose unused tail went back to the file system.
+    trimmed: BTreeSet<u32>,
     /// Segments the data file currently spans.
     file_segments: u64,
     used: u64,
@@ -36,6 +41,9 @@ pub(crate) struct Allocator {
 }
 
 const GROW_STEP: u64 = 32;
+/// Free segments kept with their blocks allocated, at least: most are taken again soon (by
+/// the next compaction's output), and allocating blocks again costs a system call.
+const MIN_POOL: usize = 16;
 
 impl Allocator {
     /// `in_use` are the segments the catalog names (segment 0 is always in use).
@@ -57,17 +65,25 @@ impl Allocator {
         // Segments named by the catalog beyond the end of the file (never written) still count.
         let file_segments = in_use.iter().next_back().map_or(file_segments, |&m| file_segments.max(m as u64 + 1));
         used += in_use.iter().filter(|&&s| s as u64 >= disk_segments).count() as u64;
-        Ok(Allocator {
+        let a = Allocator {
             device,
-            inner: Mutex::new(Inner { free, file_segments, used: used + 1 }),
+            inner: Mutex::new(Inner {
+                free,
+                holes: BTreeSet::new(),
+                trimmed: BTreeSet::new(),
+                file_segments,
+                used: used + 1,
+            }),
             max_segments,
             reserve,
-        })
+        };
+        a.shrink_pool(&mut a.inner.lock());
+        Ok(a)
     }
 
     pub(crate) fn alloc(&self, purpose: Purpose) -> Result<u32> {
         let mut g = self.inner.lock();
-        let headroom = g.free.len() as u64 + self.max_segments.saturating_sub(g.file_segments);
+        let headroom = (g.free.len() + g.holes.len()) as u64 + self.max_segments.saturating_sub(g.file_segments);
         let need = match purpose {
             Purpose::Writes => self.reserve + CATALOG_RESERVE + 1,
             Purpose::Background if self.reserve > 0 => CATALOG_RESERVE + 1,
@@ -82,25 +98,66 @@ impl Allocator {
                 },
             });
         }
-        if g.free.is_empty() {
-            let grow = GROW_STEP.min(self.max_segments - g.file_segments);
-            let new_len = (g.file_segments + grow) * self.device.seg_bytes();
-            self.device.set_len(new_len)?;
-            for s in g.file_segments..g.file_segments + grow {
-                g.free.insert(s as u32);
-            }
-            g.file_segments += grow;
+        if let Some(seg) = g.free.pop_first() {
+            g.used += 1;
+            return Ok(seg);
         }
+        if let Some(seg) = g.holes.pop_first() {
+            g.used += 1;
+            // Blocks first: a log segment is written under the region's write lock.
+            self.device.allocate(self.device.seg_base(seg), self.device.seg_bytes());
+            return Ok(seg);
+        }
+        let grow = GROW_STEP.min(self.max_segments - g.file_segments);
+        let new_len = (g.file_segments + grow) * self.device.seg_bytes();
+        self.device.set_len(new_len)?;
+        for s in g.file_segments..g.file_segments + grow {
+            g.free.insert(s as u32);
+        }
+        g.file_segments += grow;
         let seg = g.free.pop_first().ok_or(Error::NoSpace { what: "segments" })?;
         g.used += 1;
-
         Ok(seg)
     }
 
     pub(crate) fn release(&self, seg: u32) {
         let mut g = self.inner.lock();
-        if seg != 0 && g.free.insert(seg) {
-            g.used -= 1;
+        if seg == 0 || g.free.contains(&seg) || g.holes.contains(&seg) {
+            return;
+        }
+        g.used -= 1;
+        if g.trimmed.remove(&seg) {
+            self.device.punch(self.device.seg_base(seg), self.device.seg_bytes());
+            g.holes.insert(seg);
+        } else {
+            g.free.insert(seg);
+        }
+        self.shrink_pool(&mut g);
+    }
+
+    /// Space that stays free goes back to the file system, so that the store's size on disk
+    /// follows its contents rather than its largest moment (space amplification). A pool of
+    /// free segments keeps its blocks: most are taken again soon (the next compaction's
+    /// output). The highest segments go first, since allocation takes the lowest.
+    fn shrink_pool(&self, g: &mut Inner) {
+        let pool = MIN_POOL.max((g.used / 32) as usize);
+        while g.free.len() > pool {
+            let Some(top) = g.free.pop_last() else { break };
+            if !self.device.punch(self.device.seg_base(top), self.device.seg_bytes()) {
+                g.free.insert(top);
+                break;
+            }
+            g.holes.insert(top);
+        }
+    }
+
+    /// Gives back the blocks of a written segment past `used` bytes (an SST or a medium run
+    /// that does not fill its segment).
+    pub(crate) fn trim(&self, seg: u32, used: u64) {
+        let used = used.next_multiple_of(crate::aligned::ALIGN as u64);
+        let seg_bytes = self.device.seg_bytes();
+        if used < seg_bytes && self.device.punch(self.device.seg_base(seg) + used, seg_bytes - used) {
+            self.inner.lock().trimmed.insert(seg);
         }
     }
 

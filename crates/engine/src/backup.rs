@@ -152,6 +152,7 @@ impl Db {
         if let Err(e) = self.write_image(local, bytes) {
             return r.sh.fail(e);
         }
+        r.sh.alloc.trim(local, bytes.len() as u64);
         Ok(local)
     }
 
@@ -182,6 +183,7 @@ impl Db {
             sh.alloc.release(local);
             return sh.fail(e);
         }
+        sh.alloc.trim(local, img.len() as u64);
         if let Some(old) = r.reserved.lock().index.insert(info.seg, local) {
             // The same primary segment shipped twice before its edit: the first copy is void.
             sh.alloc.release(old);

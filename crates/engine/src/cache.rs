@@ -47,6 +47,12 @@ impl Cache {
         }
     }
 
+    pub(crate) fn remove(&self, off: u128) {
+        if let Some(c) = &self.inner {
+            c.remove(&off);
+        }
+    }
+
     pub(crate) fn stats(&self) -> (u64, u64, u64) {
         let used = self.inner.as_ref().map_or(0, |c| c.weight());
         (self.hits.load(Relaxed), self.misses.load(Relaxed), used)

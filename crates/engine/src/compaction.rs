@@ -250,6 +250,7 @@ impl<'a> Output<'a> {
         if let Some(t) = self.medium.as_mut() {
             if let Some((seg, salt)) = t.seg {
                 t.write_out(&self.r.sh.dev)?;
+                self.r.sh.alloc.trim(seg, t.image().len() as u64);
                 self.r.sh.ship_segment(self.r.id, ShippedSegment::MediumRun { seg, salt, bytes: t.image() });
                 t.close();
             }
@@ -269,6 +270,7 @@ impl<'a> Output<'a> {
         let used = &img[..info.used_bytes as usize];
         let dev = &self.r.sh.dev;
         dev.write(dev.seg_base(seg), used, IoKind::Compaction)?;
+        self.r.sh.alloc.trim(seg, info.used_bytes as u64);
         self.r.sh.ship_segment(self.r.id, ShippedSegment::Sst { info: &info, bytes: used });
         self.ssts.push(info);
         Ok(())
@@ -453,6 +455,7 @@ fn compact_l0(r: &Region) -> Result<()> {
         edits.push(Edit::LogRemove { log: LogKind::L0, seg });
     }
     let gone = inputs.iter().map(|s| (1, s.info.seg)).collect();
+    r.forget_rows(&imm);
     publish(r, edits, &out, gone, Vec::new(), true)
 }
 

@@ -189,7 +189,9 @@ fn scan_parts(
     let mut v: VecDeque<RegionScan> = parts
         .iter()
         .filter(|(r, _, _)| overlaps(r, &lo, &hi))
-        .map(|(r, view, snap)| RegionScan::new(r.clone(), view.clone(), *snap, lo.clone(), hi.clone(), opts.reverse))
+        .map(|(r, view, snap)| {
+            RegionScan::new(r.clone(), view.clone(), *snap, lo.clone(), hi.clone(), opts.reverse, opts.limit)
+        })
         .collect();
     if opts.reverse {
         v = v.into_iter().rev().collect();
@@ -598,7 +600,7 @@ impl RegionHandle {
         let r = &self.region;
         let view = r.view();
         let snap = r.visible.load(Relaxed);
-        crate::iter::VersionedScan(crate::iter::RegionScan::new(r.clone(), view, snap, lo, hi, false))
+        crate::iter::VersionedScan(crate::iter::RegionScan::new(r.clone(), view, snap, lo, hi, false, None))
     }
     /// A snapshot of the region.
     pub fn snapshot(&self) -> Snapshot {

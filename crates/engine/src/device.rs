@@ -68,6 +68,9 @@ impl IoCounters {
 pub(crate) struct Device {
     file: File,
     direct: bool,
+    /// Offset and length alignment of direct reads (the file system's, often 512 bytes):
+    /// a log value is read with the fewest blocks around it. Writes keep [`ALIGN`].
+    read_align: usize,
     seg_bits: u32,
     counters: IoCounters,
 }
@@ -88,7 +91,8 @@ impl Device {
         } else {
             (open(0).map_err(Error::io("opening the data file"))?, false)
         };
-        Ok(Device { file, direct, seg_bits, counters: IoCounters::default() })
+        let read_align = if direct { dio_read_align(&file) } else { 512 };
+        Ok(Device { file, direct, read_align, seg_bits, counters: IoCounters::default() })
     }
 
     /// Whether reads and writes bypass the page cache.
@@ -120,26 +124,78 @@ impl Device {
 
     pub(crate) fn set_len(&self, len: u64) -> Result<()> {
         let old = self.len()?;
-        if len > old {
-            // Allocate the blocks now, in one extent: direct writes into a hole make the file
-            // system allocate on the write path, while the writer holds the region's lock.
-            // SAFETY: fallocate on a valid descriptor has no memory effects.
-            let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, old as i64, (len - old) as i64) };
-            if rc == 0 {
-                return Ok(());
-            }
+        // Allocate the blocks now, in one extent: direct writes into a hole make the file
+        // system allocate on the write path, while the writer holds the region's lock.
+        if len > old && self.allocate(old, len - old) {
+            return Ok(());
         }
         self.file.set_len(len).map_err(Error::io("growing the data file"))
     }
 
+    /// Gives the blocks of a range back to the file system (the file keeps its size); reads
+    /// of it return zeros. False where the file system cannot.
+    pub(crate) fn punch(&self, off: u64, len: u64) -> bool {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate on a valid descriptor has no memory effects.
+        len == 0 || unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off as i64, len as i64) } == 0
+    }
+
+    /// Allocates the blocks of a range (growing the file if it ends beyond it). False where
+    /// the file system cannot; writes then allocate as they go.
+    pub(crate) fn allocate(&self, off: u64, len: u64) -> bool {
+        // SAFETY: as above.
+        unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off as i64, len as i64) == 0 }
+    }
+
+    /// The aligned window around `len` bytes at `off`: its start and length.
+    fn window(&self, off: u64, len: usize) -> (u64, usize) {
+        let start = align_down(off as usize, self.read_align);
+        let end = align_up(off as usize + len, self.read_align);
+        (start as u64, end - start)
+    }
+
     /// Reads `len` bytes at any offset (reads the aligned window around it).
     pub(crate) fn read(&self, off: u64, len: usize, kind: IoKind) -> Result<Vec<u8>> {
-        let start = align_down(off as usize, ALIGN) as u64;
-        let end = align_up((off as usize) + len, ALIGN) as u64;
-        let mut buf = AlignedBuf::new((end - start) as usize);
-        self.read_into(start, &mut buf, kind)?;
+        let (start, wlen) = self.window(off, len);
+        let mut buf = AlignedBuf::new(wlen);
+        self.read_into(start, &mut buf[..wlen], kind)?;
         let skip = (off - start) as usize;
         Ok(buf[skip..skip + len].to_vec())
+    }
+
+    /// Reads each `(offset, len)` of `reqs`, all at once where the kernel allows it (io_uring),
+    /// else one after another. One result per request, in order.
+    pub(crate) fn read_many(&self, reqs: &[(u64, usize)], kind: IoKind) -> Vec<Result<Vec<u8>>> {
+        if reqs.len() < 2 {
+            return reqs.iter().map(|&(off, len)| self.read(off, len, kind)).collect();
+        }
+        let windows: Vec<(u64, usize)> = reqs.iter().map(|&(off, len)| self.window(off, len)).collect();
+        let mut bufs: Vec<AlignedBuf> = windows.iter().map(|w| AlignedBuf::new(w.1)).collect();
+        let done = {
+            let mut io: Vec<(u64, &mut [u8])> =
+                windows.iter().zip(bufs.iter_mut()).map(|(w, b)| (w.0, &mut b[..w.1])).collect();
+            crate::uring::read_batch(self.file.as_raw_fd(), &mut io)
+        };
+        let Some(done) = done else {
+            return reqs.iter().map(|&(off, len)| self.read(off, len, kind)).collect();
+        };
+        let mut total = 0;
+        let out = reqs
+            .iter()
+            .zip(windows)
+            .zip(bufs.iter_mut())
+            .zip(done)
+            .map(|(((&(off, len), (start, wlen)), buf), res)| {
+                let n = res.map_err(Error::io("reading the data file"))?;
+                // Past the end of the file reads as zero, as in `read_into`.
+                buf[n.min(wlen)..wlen].fill(0);
+                total += n as u64;
+                let skip = (off - start) as usize;
+                Ok(buf[skip..skip + len].to_vec())
+            })
+            .collect();
+        self.counters.read[kind as usize].fetch_add(total, Relaxed);
+        out
     }
 
     /// Reads into an aligned buffer at an aligned offset; bytes past the end of file read as zero.
@@ -170,5 +226,21 @@ impl Device {
     pub(crate) fn sync(&self) -> Result<()> {
         self.counters.syncs.fetch_add(1, Relaxed);
         self.file.sync_data().map_err(Error::io("syncing the data file"))
+    }
+}
+
+/// The file system's offset alignment for direct reads (statx STATX_DIOALIGN), or [`ALIGN`]
+/// where it does not say. Buffers stay [`ALIGN`]-aligned, which satisfies any memory alignment.
+fn dio_read_align(file: &File) -> usize {
+    // SAFETY: statx writes into the zeroed struct we own; the empty path with AT_EMPTY_PATH
+    // names the open descriptor.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &mut stx) };
+    let a = stx.stx_dio_offset_align as usize;
+    if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 && a.is_power_of_two() && a <= ALIGN {
+        a
+    } else {
+        ALIGN
     }
 }

@@ -13,6 +13,10 @@ use std::sync::Arc;
 
 const MEM_BATCH: usize = 256;
 const MEM_FIRST_BATCH: usize = 8;
+/// Pairs gathered before their log values are read together, for a scan of unknown length;
+/// it doubles up to [`MAX_VALUE_BATCH`]. A scan with a limit gathers up to the limit at once.
+const FIRST_VALUE_BATCH: usize = 16;
+const MAX_VALUE_BATCH: usize = 256;
 
 /// A key, the LSN of its live version, and its value.
 pub type Versioned = (Vec<u8>, u64, Vec<u8>);
@@ -74,6 +78,12 @@ pub(crate) struct RegionScan {
     reverse: bool,
     sources: Vec<Source>,
     failed: bool,
+    /// Pairs merged and resolved, not yet handed out.
+    ready: VecDeque<Versioned>,
+    /// Size of the next batch of pairs whose values are read together.
+    batch: usize,
+    /// Pairs the caller may still take (its limit), as far as known.
+    limit: usize,
 }
 
 impl RegionScan {
@@ -84,6 +94,7 @@ impl RegionScan {
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
         reverse: bool,
+        limit: Option<usize>,
     ) -> RegionScan {
         let mut sources = vec![Source {
             src: Src::Mem { mt: view.mem.clone(), resume: None, want: MEM_FIRST_BATCH },
@@ -106,7 +117,20 @@ impl RegionScan {
                 });
             }
         }
-        RegionScan { region, _view: view, snap, lo, hi, reverse, sources, failed: false }
+        let batch = limit.map_or(FIRST_VALUE_BATCH, |l| l.clamp(1, MAX_VALUE_BATCH));
+        RegionScan {
+            region,
+            _view: view,
+            snap,
+            lo,
+            hi,
+            reverse,
+            sources,
+            failed: false,
+            ready: VecDeque::new(),
+            batch,
+            limit: limit.unwrap_or(usize::MAX),
+        }
     }
 
     fn fill(&mut self, i: usize) -> Result<()> {
@@ -203,8 +227,33 @@ impl RegionScan {
         Ok(())
     }
 
-    /// The next live pair, with the LSN of its version.
+    /// The next live pair, with the LSN of its version. Pairs are merged a batch at a time and
+    /// the batch's log values read together (only the winning version's value is fetched).
     pub(crate) fn step(&mut self) -> Result<Option<Versioned>> {
+        if let Some(v) = self.ready.pop_front() {
+            return Ok(Some(v));
+        }
+        let want = self.batch.min(self.limit).max(1);
+        let mut batch = Vec::with_capacity(want);
+        while batch.len() < want {
+            match self.next_entry()? {
+                Some(e) => batch.push(e),
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        self.limit = self.limit.saturating_sub(batch.len());
+        self.batch = (self.batch * 2).min(MAX_VALUE_BATCH);
+        for (e, v) in self.region.resolve_many(batch)? {
+            self.ready.push_back((e.key, e.lsn, v));
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// The next live entry in scan order (value not yet resolved).
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
         loop {
             let mut best: Option<usize> = None;
             for i in 0..self.sources.len() {
@@ -238,8 +287,7 @@ impl RegionScan {
             if matches!(e.value, Value::Tombstone) {
                 continue;
             }
-            let v = self.region.resolve(&e)?.unwrap_or_default();
-            return Ok(Some((e.key, e.lsn, v)));
+            return Ok(Some(e));
         }
     }
 }

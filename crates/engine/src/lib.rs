@@ -44,10 +44,12 @@ mod options;
 mod record;
 mod recovery;
 mod region;
+mod rowcache;
 mod shared;
 mod ship;
 mod sst;
 mod stats;
+mod uring;
 mod view;
 
 pub use backup::{

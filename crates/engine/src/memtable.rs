@@ -211,6 +211,15 @@ impl Memtable {
         out
     }
 
+    /// Calls `f` once per key the table holds (in no order).
+    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&[u8])) {
+        for shard in self.index.iter() {
+            for k in shard.read().keys() {
+                f(k);
+            }
+        }
+    }
+
     /// Every version in (key asc, LSN desc) order.
     pub(crate) fn iter_all(&self) -> impl Iterator<Item = Entry> + '_ {
         self.map.iter().map(|e| Entry { key: e.key().key.to_vec(), lsn: e.key().lsn(), value: e.value().clone() })

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::logtail::{LogKind, LogTail};
 use crate::memtable::{Entry, Memtable, Value};
 use crate::record::{self, KIND_DELETE, KIND_PUT};
+use crate::rowcache;
 use crate::shared::Shared;
 use crate::sst::Sst;
 use crate::view::{Version, View};
@@ -15,7 +16,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{
     AtomicBool, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +77,14 @@ pub(crate) struct Region {
     pub reserved: Mutex<crate::backup::Reserved>,
     /// Held by a GC pass; taken to keep GC out (a snapshot for a new backup).
     pub gc_lock: Mutex<()>,
+    /// Identity of this region object in the row cache: a region rebuilt (promotion, a backup
+    /// reset) starts with no rows.
+    uid: u64,
+    /// Bumped by every L0->L1 compaction before it removes the rows of the keys it moves.
+    row_epoch: AtomicU64,
 }
+
+static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
 
 /// Records appended to the logs and not yet in L0.
 pub(crate) struct Pending {
@@ -131,6 +139,8 @@ impl Region {
             no_space: AtomicBool::new(false),
             reserved: Mutex::new(Default::default()),
             gc_lock: Mutex::new(()),
+            uid: NEXT_REGION_UID.fetch_add(1, Relaxed),
+            row_epoch: AtomicU64::new(0),
             sh,
         }
     }
@@ -487,17 +497,8 @@ impl Region {
     }
 
     pub(crate) fn get_at(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        // L0 first through its hash index, handing the value over without copying the key.
-        for m in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
-            if let Some(v) = m.get_value(key, snap) {
-                return match v {
-                    Value::Inline(v) => Ok(Some(v)),
-                    Value::Tombstone => Ok(None),
-                    Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
-                        self.read_value(ptr, len, salt, key).map(Some)
-                    }
-                };
-            }
+        if let Some(v) = self.get_l0(view, snap, key)? {
+            return Ok(v);
         }
         match self.lookup_levels(view, key)? {
             None => Ok(None),
@@ -505,12 +506,61 @@ impl Region {
         }
     }
 
+    /// The value of `key` in L0 (`Some(None)`: deleted there), through its hash index, handing
+    /// the value over without copying the key.
+    fn get_l0(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        for m in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
+            if let Some(v) = m.get_value(key, snap) {
+                return match v {
+                    Value::Inline(v) => Ok(Some(Some(v))),
+                    Value::Tombstone => Ok(Some(None)),
+                    Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
+                        self.read_value(ptr, len, salt, key).map(|v| Some(Some(v)))
+                    }
+                };
+            }
+        }
+        Ok(None)
+    }
+
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        // The view first, then the LSN: a view installed after GC moved a value is only
-        // seen together with the moved entries.
+        // The row epoch before the view (see `rowcache`), the view before the LSN: a view
+        // installed after GC moved a value is only seen together with the moved entries.
+        let epoch = self.row_epoch.load(SeqCst);
         let view = self.view();
         let snap = self.visible.load(Relaxed);
-        self.get_at(&view, snap, key)
+        if self.backup {
+            return self.get_at(&view, snap, key);
+        }
+        if let Some(v) = self.get_l0(&view, snap, key)? {
+            return Ok(v);
+        }
+        let cache = &self.sh.ctx.cache;
+        let rk = rowcache::row_key(self.uid, key);
+        if let Some(row) = cache.get(rk) {
+            if let Some(v) = rowcache::value_of(&row, key) {
+                return Ok(Some(v.to_vec()));
+            }
+        }
+        let Some(e) = self.lookup_levels(&view, key)? else {
+            return Ok(None);
+        };
+        let value = self.resolve(&e)?;
+        if let Some(v) = &value {
+            cache.insert(rk, Arc::new(rowcache::encode(key, v)));
+            if self.row_epoch.load(SeqCst) != epoch {
+                cache.remove(rk);
+            }
+        }
+        Ok(value)
+    }
+
+    /// Before an L0->L1 compaction makes its output visible: the rows of the keys it moves
+    /// out of L0 may hold older values.
+    pub(crate) fn forget_rows(&self, table: &Memtable) {
+        self.row_epoch.fetch_add(1, SeqCst);
+        let cache = &self.sh.ctx.cache;
+        table.for_each_key(|k| cache.remove(rowcache::row_key(self.uid, k)));
     }
 
     /// The value of an entry, reading the log for pointers.
@@ -524,9 +574,55 @@ impl Region {
         }
     }
 
+    /// The values of `entries` (none a tombstone), in order. Log values missing from the cache
+    /// are read all at once (`Device::read_many`), so a scan pays about one device latency per
+    /// batch instead of one per value.
+    pub(crate) fn resolve_many(&self, entries: Vec<Entry>) -> Result<Vec<(Entry, Vec<u8>)>> {
+        let ctx = &self.sh.ctx;
+        let mut out: Vec<(Entry, Vec<u8>)> = Vec::with_capacity(entries.len());
+        // (index in out, ptr, len, salt) of the values to read
+        let mut misses: Vec<(usize, u64, u32, u32)> = Vec::new();
+        for e in entries {
+            let value = match &e.value {
+                Value::Inline(v) => v.clone(),
+                Value::Tombstone => Vec::new(),
+                Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
+                    match ctx.cache.get(value_cache_key(*ptr, *salt)) {
+                        Some(v) => v.to_vec(),
+                        None => {
+                            misses.push((out.len(), *ptr, *len, *salt));
+                            Vec::new()
+                        }
+                    }
+                }
+            };
+            out.push((e, value));
+        }
+        if misses.is_empty() {
+            return Ok(out);
+        }
+        let reqs: Vec<(u64, usize)> = misses.iter().map(|m| (m.1, m.2 as usize)).collect();
+        let read = ctx.dev.read_many(&reqs, crate::device::IoKind::Read);
+        for ((i, ptr, len, salt), bytes) in misses.into_iter().zip(read) {
+            let key = &out[i].0.key;
+            let value = match bytes
+                .map(|b| record::decode(&b, Some(salt)).ok().filter(|r| r.key == key).map(|r| r.value.to_vec()))
+            {
+                Ok(Some(v)) => {
+                    ctx.cache.insert(value_cache_key(ptr, salt), Arc::new(v.clone()));
+                    v
+                }
+                // Not (yet) on the device as expected: the one-value path knows the log tail.
+                _ => self.read_value(ptr, len, salt, key)?,
+            };
+            out[i].1 = value;
+        }
+        Ok(out)
+    }
+
     pub(crate) fn read_value(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
         // The cache holds values already checked against their record's checksum and key.
-        let ck = ((ptr as u128) << 32) | salt as u128;
+        let ck = value_cache_key(ptr, salt);
         let ctx = &self.sh.ctx;
         if let Some(v) = ctx.cache.get(ck) {
             return Ok(v.to_vec());
@@ -570,4 +666,10 @@ impl Region {
         }
         Err(self.bad_ptr(ptr, "log record at pointer fails its checks"))
     }
+}
+
+/// The cache key of a log value: its pointer and its segment's salt, so that a reused segment
+/// never serves a stale value.
+pub(crate) fn value_cache_key(ptr: u64, salt: u32) -> u128 {
+    ((ptr as u128) << 32) | salt as u128
 }
