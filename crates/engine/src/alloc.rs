@@ -18,6 +18,9 @@ pub(crate) enum Purpose {
     Catalog,
 }
 
+/// A segment whose blocks the file system could not give back (it is full).
+const NO_BLOCKS: Error = Error::NoSpace { what: "the file system has no free blocks for a segment" };
+
 /// Segments only the catalog may take.
 const CATALOG_RESERVE: u64 = 2;
 
@@ -26,8 +29,8 @@ struct Inner {
     free: BTreeSet<u32>,
     /// Free segments whose blocks went back to the file system.
     holes: BTreeSet<u32>,
-    /// Segments in use whose unused tail went back to the file system.
-    trimmed: BTreeSet<u32>,
+    /// Segments (in use or free) whose unused tail went back to the file system.
+    partial: BTreeSet<u32>,
     /// Segments the data file currently spans.
     file_segments: u64,
     used: u64,
@@ -70,7 +73,7 @@ impl Allocator {
             inner: Mutex::new(Inner {
                 free,
                 holes: BTreeSet::new(),
-                trimmed: BTreeSet::new(),
+                partial: BTreeSet::new(),
                 file_segments,
                 used: used + 1,
             }),
@@ -99,13 +102,20 @@ impl Allocator {
             });
         }
         if let Some(seg) = g.free.pop_first() {
+            if g.partial.contains(&seg) && !self.fill(seg) {
+                g.free.insert(seg);
+                return Err(NO_BLOCKS);
+            }
+            g.partial.remove(&seg);
             g.used += 1;
             return Ok(seg);
         }
         if let Some(seg) = g.holes.pop_first() {
+            if !self.fill(seg) {
+                g.holes.insert(seg);
+                return Err(NO_BLOCKS);
+            }
             g.used += 1;
-            // Blocks first: a log segment is written under the region's write lock.
-            self.device.allocate(self.device.seg_base(seg), self.device.seg_bytes());
             return Ok(seg);
         }
         let grow = GROW_STEP.min(self.max_segments - g.file_segments);
@@ -120,33 +130,37 @@ impl Allocator {
         Ok(seg)
     }
 
+    /// Gives a segment its blocks back before it is handed out (a log segment is written
+    /// under the region's write lock, where allocating on the write path would stall it).
+    /// False when the file system has no room left.
+    fn fill(&self, seg: u32) -> bool {
+        self.device.allocate(self.device.seg_base(seg), self.device.seg_bytes())
+    }
+
     pub(crate) fn release(&self, seg: u32) {
         let mut g = self.inner.lock();
         if seg == 0 || g.free.contains(&seg) || g.holes.contains(&seg) {
             return;
         }
         g.used -= 1;
-        if g.trimmed.remove(&seg) {
-            self.device.punch(self.device.seg_base(seg), self.device.seg_bytes());
-            g.holes.insert(seg);
-        } else {
-            g.free.insert(seg);
-        }
+        g.free.insert(seg);
         self.shrink_pool(&mut g);
     }
 
     /// Space that stays free goes back to the file system, so that the store's size on disk
     /// follows its contents rather than its largest moment (space amplification). A pool of
     /// free segments keeps its blocks: most are taken again soon (the next compaction's
-    /// output). The highest segments go first, since allocation takes the lowest.
+    /// output), and the reserve for compaction and the catalog must hold on a file system that
+    /// others fill. The highest segments go first, since allocation takes the lowest.
     fn shrink_pool(&self, g: &mut Inner) {
-        let pool = MIN_POOL.max((g.used / 32) as usize);
+        let pool = MIN_POOL.max((g.used / 32) as usize).max((self.reserve + CATALOG_RESERVE + 1) as usize);
         while g.free.len() > pool {
             let Some(top) = g.free.pop_last() else { break };
             if !self.device.punch(self.device.seg_base(top), self.device.seg_bytes()) {
                 g.free.insert(top);
                 break;
             }
+            g.partial.remove(&top);
             g.holes.insert(top);
         }
     }
@@ -157,7 +171,7 @@ impl Allocator {
         let used = used.next_multiple_of(crate::aligned::ALIGN as u64);
         let seg_bytes = self.device.seg_bytes();
         if used < seg_bytes && self.device.punch(self.device.seg_base(seg) + used, seg_bytes - used) {
-            self.inner.lock().trimmed.insert(seg);
+            self.inner.lock().partial.insert(seg);
         }
     }
 

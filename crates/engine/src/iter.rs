@@ -17,6 +17,8 @@ const MEM_FIRST_BATCH: usize = 8;
 /// it doubles up to [`MAX_VALUE_BATCH`]. A scan with a limit gathers up to the limit at once.
 const FIRST_VALUE_BATCH: usize = 16;
 const MAX_VALUE_BATCH: usize = 256;
+/// Log value bytes one batch reads at most (values reach a segment's size).
+const MAX_BATCH_BYTES: usize = 4 << 20;
 
 /// A key, the LSN of its live version, and its value.
 pub type Versioned = (Vec<u8>, u64, Vec<u8>);
@@ -84,6 +86,8 @@ pub(crate) struct RegionScan {
     batch: usize,
     /// Pairs the caller may still take (its limit), as far as known.
     limit: usize,
+    /// An error met while gathering a batch, reported after the pairs before it.
+    pending_err: Option<crate::error::Error>,
 }
 
 impl RegionScan {
@@ -130,6 +134,7 @@ impl RegionScan {
             ready: VecDeque::new(),
             batch,
             limit: limit.unwrap_or(usize::MAX),
+            pending_err: None,
         }
     }
 
@@ -233,12 +238,26 @@ impl RegionScan {
         if let Some(v) = self.ready.pop_front() {
             return Ok(Some(v));
         }
+        if let Some(e) = self.pending_err.take() {
+            return Err(e);
+        }
         let want = self.batch.min(self.limit).max(1);
         let mut batch = Vec::with_capacity(want);
-        while batch.len() < want {
-            match self.next_entry()? {
-                Some(e) => batch.push(e),
-                None => break,
+        let mut bytes = 0;
+        while batch.len() < want && bytes < MAX_BATCH_BYTES {
+            match self.next_entry() {
+                Ok(Some(e)) => {
+                    if let Value::Medium { len, .. } | Value::Large { len, .. } = e.value {
+                        bytes += len as usize;
+                    }
+                    batch.push(e);
+                }
+                Ok(None) => break,
+                Err(e) if batch.is_empty() => return Err(e),
+                Err(e) => {
+                    self.pending_err = Some(e);
+                    break;
+                }
             }
         }
         if batch.is_empty() {
@@ -246,10 +265,18 @@ impl RegionScan {
         }
         self.limit = self.limit.saturating_sub(batch.len());
         self.batch = (self.batch * 2).min(MAX_VALUE_BATCH);
-        for (e, v) in self.region.resolve_many(batch)? {
+        let (resolved, err) = self.region.resolve_many(batch);
+        for (e, v) in resolved {
             self.ready.push_back((e.key, e.lsn, v));
         }
-        Ok(self.ready.pop_front())
+        if let Some(e) = err {
+            // Reported at its place: after the pairs before it, instead of any after it.
+            self.pending_err = Some(e);
+        }
+        match self.ready.pop_front() {
+            Some(v) => Ok(Some(v)),
+            None => self.pending_err.take().map_or(Ok(None), Err),
+        }
     }
 
     /// The next live entry in scan order (value not yet resolved).

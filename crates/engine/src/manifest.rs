@@ -141,12 +141,6 @@ impl RedoWriter {
         self.buf.len().saturating_sub(self.pos + NEXT_ROOM + REDO_HDR)
     }
 
-    /// Appends one logical record (fragmented across segments when needed) and makes it durable.
-    fn append(&mut self, dev: &Device, alloc: &Allocator, payload: &[u8]) -> Result<()> {
-        self.write(dev, alloc, payload)?;
-        dev.sync()
-    }
-
     /// Appends one logical record and writes it to the device without waiting for it to be
     /// durable: the next fdatasync of the data file makes it so. A crash before then loses it
     /// (and every record after it: a reader stops at the first torn record).
@@ -367,13 +361,15 @@ impl Manifest {
     /// Writes a checkpoint into `g.redo` (a fresh chain), points a superblock at it, and
     /// releases `old_chain`.
     fn checkpoint_locked(&self, g: &mut Inner, old_chain: Vec<u32>) -> Result<()> {
-        g.redo.append(&self.dev, &self.alloc, &checkpoint_marker(g.sb.generation + 1))?;
+        g.redo.write(&self.dev, &self.alloc, &checkpoint_marker(g.sb.generation + 1))?;
         let snap: Vec<(u32, Vec<Edit>)> = g.catalog.regions.iter().map(|(id, r)| (*id, r.snapshot())).collect();
         for (id, edits) in snap {
             for part in edits.chunks(256) {
-                g.redo.append(&self.dev, &self.alloc, &encode_edits(id, part))?;
+                g.redo.write(&self.dev, &self.alloc, &encode_edits(id, part))?;
             }
         }
+        // One sync for the whole checkpoint, before the superblock names it.
+        self.dev.sync()?;
         let sb = Superblock {
             generation: g.sb.generation + 1,
             redo_seg: g.redo.chain[0],
@@ -422,8 +418,8 @@ impl Manifest {
 
     fn maybe_checkpoint(&self, g: &mut Inner) {
         if g.redo.chain.len() >= g.checkpoint_segments + CHECKPOINT_SEGMENTS {
-            // The edits are durable whatever happens to the checkpoint: a failed one is
-            // retried at the next commit, and the current chain stays valid meanwhile.
+            // A failed checkpoint is retried at the next commit; the current chain stays valid
+            // meanwhile and holds the edits (made durable by the caller's sync).
             let old = g.redo.chain.clone();
             match RedoWriter::start(&self.dev, &self.alloc) {
                 Ok(fresh) => {

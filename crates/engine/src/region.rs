@@ -82,6 +82,10 @@ pub(crate) struct Region {
     uid: u64,
     /// Bumped by every L0->L1 compaction before it removes the rows of the keys it moves.
     row_epoch: AtomicU64,
+    /// Readers insert a row only under this (shared) and only if the epoch has not moved; the
+    /// bump takes it exclusively. Checking the epoch after inserting would let another reader
+    /// hit the stale row in between.
+    row_gate: parking_lot::RwLock<()>,
 }
 
 static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
@@ -141,6 +145,7 @@ impl Region {
             gc_lock: Mutex::new(()),
             uid: NEXT_REGION_UID.fetch_add(1, Relaxed),
             row_epoch: AtomicU64::new(0),
+            row_gate: parking_lot::RwLock::new(()),
             sh,
         }
     }
@@ -281,7 +286,10 @@ impl Region {
             let tail = if li == 1 { &mut w.large } else { &mut w.l0 };
             if tail.remaining() < record::encoded_len(k.len(), v.len()) {
                 let Some((seg, salt)) = reserved[li].pop_front() else {
-                    return self.sh.fail(Error::Poisoned("log reservation miscounted".into()));
+                    // LSNs were handed out without records: no later write could be published.
+                    let why = "log reservation miscounted".to_string();
+                    self.sh.poison(why.clone());
+                    return Err(Error::Poisoned(why));
                 };
                 if let Some(l) = &listener {
                     tail.ship(&**l, self.id, true);
@@ -547,9 +555,9 @@ impl Region {
         };
         let value = self.resolve(&e)?;
         if let Some(v) = &value {
-            cache.insert(rk, Arc::new(rowcache::encode(key, v)));
-            if self.row_epoch.load(SeqCst) != epoch {
-                cache.remove(rk);
+            let _gate = self.row_gate.read();
+            if self.row_epoch.load(SeqCst) == epoch {
+                cache.insert(rk, Arc::new(rowcache::encode(key, v)));
             }
         }
         Ok(value)
@@ -558,7 +566,10 @@ impl Region {
     /// Before an L0->L1 compaction makes its output visible: the rows of the keys it moves
     /// out of L0 may hold older values.
     pub(crate) fn forget_rows(&self, table: &Memtable) {
-        self.row_epoch.fetch_add(1, SeqCst);
+        {
+            let _gate = self.row_gate.write();
+            self.row_epoch.fetch_add(1, SeqCst);
+        }
         let cache = &self.sh.ctx.cache;
         table.for_each_key(|k| cache.remove(rowcache::row_key(self.uid, k)));
     }
@@ -577,7 +588,8 @@ impl Region {
     /// The values of `entries` (none a tombstone), in order. Log values missing from the cache
     /// are read all at once (`Device::read_many`), so a scan pays about one device latency per
     /// batch instead of one per value.
-    pub(crate) fn resolve_many(&self, entries: Vec<Entry>) -> Result<Vec<(Entry, Vec<u8>)>> {
+    /// On an error, the pairs before the failing one come back with it.
+    pub(crate) fn resolve_many(&self, entries: Vec<Entry>) -> (Vec<(Entry, Vec<u8>)>, Option<Error>) {
         let ctx = &self.sh.ctx;
         let mut out: Vec<(Entry, Vec<u8>)> = Vec::with_capacity(entries.len());
         // (index in out, ptr, len, salt) of the values to read
@@ -599,7 +611,7 @@ impl Region {
             out.push((e, value));
         }
         if misses.is_empty() {
-            return Ok(out);
+            return (out, None);
         }
         let reqs: Vec<(u64, usize)> = misses.iter().map(|m| (m.1, m.2 as usize)).collect();
         let read = ctx.dev.read_many(&reqs, crate::device::IoKind::Read);
@@ -613,11 +625,17 @@ impl Region {
                     v
                 }
                 // Not (yet) on the device as expected: the one-value path knows the log tail.
-                _ => self.read_value(ptr, len, salt, key)?,
+                _ => match self.read_value(ptr, len, salt, key) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        out.truncate(i);
+                        return (out, Some(e));
+                    }
+                },
             };
             out[i].1 = value;
         }
-        Ok(out)
+        (out, None)
     }
 
     pub(crate) fn read_value(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {

@@ -51,34 +51,64 @@ pub(crate) fn read_batch(fd: RawFd, reqs: &mut [(u64, &mut [u8])]) -> Option<Vec
                     .build()
                     .user_data((base + i) as u64);
                 // SAFETY: every buffer stays borrowed until `wait_all` has collected the
-                // completion of each read queued here.
+                // completion of each read the kernel took.
                 if unsafe { ring.submission().push(&e) }.is_ok() {
                     queued += 1;
                 } else {
                     out[base + i] = Err(io::Error::other("io_uring submission queue full"));
                 }
             }
-            wait_all(ring, queued, &mut out);
+            if let Err(e) = submit_all(ring) {
+                if ring.submission().len() == queued {
+                    // The kernel took none of the reads: nothing is in flight, so the ring can
+                    // go and pread can do the work (an environment that lets io_uring be set up
+                    // but not entered).
+                    tracing::info!("io_uring cannot submit ({e}); batched reads use pread");
+                    UNAVAILABLE.store(true, Relaxed);
+                    *slot = None;
+                    return None;
+                }
+            }
+            wait_all(ring, queued, &mut out[..]);
         }
         Some(out)
     })
 }
 
-/// Submits what is queued and collects `n` completions into `out` (indexed by user data).
+fn transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY))
+}
+
+/// Hands every queued read to the kernel, retrying what is transient.
+fn submit_all(ring: &mut IoUring) -> io::Result<()> {
+    for _ in 0..1000 {
+        match ring.submit() {
+            Ok(_) if ring.submission().is_empty() => return Ok(()),
+            Ok(_) => {}
+            Err(e) if transient(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other("io_uring takes no more submissions"))
+}
+
+/// Collects `n` completions into `out` (indexed by user data), submitting what is still queued.
 fn wait_all(ring: &mut IoUring, n: usize, out: &mut [io::Result<usize>]) {
     let mut got = 0;
     let mut failures = 0;
     while got < n {
         if let Err(e) = ring.submit_and_wait(n - got) {
-            // The reads may be in flight: the buffers must not be released before they
-            // complete, so keep waiting. Transient errors clear; anything else is a broken
+            // Reads are in flight: their buffers must not be released before they complete, so
+            // keep waiting. Transient errors clear; anything else that persists is a broken
             // kernel interface, where stopping is the only memory-safe choice.
-            failures += 1;
-            if failures > 1000 {
-                tracing::error!("io_uring keeps failing ({e}) with reads in flight; aborting");
-                std::process::abort();
+            if !transient(&e) {
+                failures += 1;
+                if failures > 1000 {
+                    tracing::error!("io_uring keeps failing ({e}) with reads in flight; aborting");
+                    std::process::abort();
+                }
+                std::thread::yield_now();
             }
-            std::thread::yield_now();
         }
         for cqe in ring.completion() {
             let i = cqe.user_data() as usize;
