@@ -80,6 +80,12 @@ pub struct PhaseResult {
     pub engine_device_read_bytes: Option<u64>,
     /// The engine's own count of device bytes written (Halyard).
     pub engine_device_write_bytes: Option<u64>,
+    /// The engine's own counters (Halyard), deltas over the phase.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub engine_counters: std::collections::BTreeMap<String, u64>,
+    /// The engine's own state at the end of the phase (Halyard).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub engine_gauges: std::collections::BTreeMap<String, u64>,
     /// Interval of `throughput_series`, seconds.
     pub series_interval_s: f64,
     /// Throughput per interval, ops/s.
@@ -406,6 +412,15 @@ fn run_phase(
         misses,
         engine_device_read_bytes: delta(est.device_read_bytes, est0.device_read_bytes),
         engine_device_write_bytes: delta(est.device_write_bytes, est0.device_write_bytes),
+        engine_counters: est
+            .counters
+            .iter()
+            .map(|(k, v)| {
+                let before = est0.counters.iter().find(|(k0, _)| k0 == k).map_or(0, |x| x.1);
+                (k.clone(), v.saturating_sub(before))
+            })
+            .collect(),
+        engine_gauges: est.gauges.iter().cloned().collect(),
         series_interval_s: interval,
         throughput_series: series,
         cpu_source: m.cpu_source.into(),

@@ -20,23 +20,39 @@ pub(crate) struct Cache {
     inner: Option<quick_cache::sync::Cache<u128, Arc<Vec<u8>>, Bytes>>,
     hits: AtomicU64,
     misses: AtomicU64,
+    row_hits: AtomicU64,
+    row_misses: AtomicU64,
+}
+
+/// Row keys set bit 126 and clear bit 127 (see `rowcache::row_key`).
+fn is_row(key: u128) -> bool {
+    key >> 126 == 1
 }
 
 impl Cache {
+    /// A cache of `bytes`; `item_bytes` is the typical entry size, which sizes the policy's
+    /// bookkeeping (its record of recently evicted keys decides what is hot enough to keep).
     pub(crate) fn new(bytes: usize, item_bytes: usize) -> Cache {
         let inner = (bytes >= 4096).then(|| {
             let items = (bytes / item_bytes.max(64)).max(16);
             quick_cache::sync::Cache::with_weighter(items, bytes as u64, Bytes)
         });
-        Cache { inner, hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+        Cache {
+            inner,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            row_hits: AtomicU64::new(0),
+            row_misses: AtomicU64::new(0),
+        }
     }
 
     pub(crate) fn get(&self, off: u128) -> Option<Arc<Vec<u8>>> {
         let v = self.inner.as_ref().and_then(|c| c.get(&off));
+        let (hits, misses) = if is_row(off) { (&self.row_hits, &self.row_misses) } else { (&self.hits, &self.misses) };
         if v.is_some() {
-            self.hits.fetch_add(1, Relaxed);
+            hits.fetch_add(1, Relaxed);
         } else {
-            self.misses.fetch_add(1, Relaxed);
+            misses.fetch_add(1, Relaxed);
         }
         v
     }
@@ -47,14 +63,27 @@ impl Cache {
         }
     }
 
+    /// Replaces an entry that is present, without making it look used.
+    pub(crate) fn refresh(&self, off: u128, v: Arc<Vec<u8>>) {
+        if let Some(c) = &self.inner {
+            let _ = c.replace(off, v, true);
+        }
+    }
+
     pub(crate) fn remove(&self, off: u128) {
         if let Some(c) = &self.inner {
             c.remove(&off);
         }
     }
 
+    /// (node and value hits, their misses, bytes held)
     pub(crate) fn stats(&self) -> (u64, u64, u64) {
         let used = self.inner.as_ref().map_or(0, |c| c.weight());
         (self.hits.load(Relaxed), self.misses.load(Relaxed), used)
+    }
+
+    /// (row hits, row misses)
+    pub(crate) fn row_stats(&self) -> (u64, u64) {
+        (self.row_hits.load(Relaxed), self.row_misses.load(Relaxed))
     }
 }

@@ -455,7 +455,7 @@ fn compact_l0(r: &Region) -> Result<()> {
         edits.push(Edit::LogRemove { log: LogKind::L0, seg });
     }
     let gone = inputs.iter().map(|s| (1, s.info.seg)).collect();
-    r.forget_rows(&imm);
+    r.refresh_rows(&imm);
     publish(r, edits, &out, gone, Vec::new(), true)
 }
 

@@ -284,7 +284,8 @@ impl Db {
         let manifest = Manifest::create(dev.clone(), alloc.clone(), catalog, prev, opts.node_bytes as u32, &chain)?;
         let ctx = ReadCtx {
             dev: dev.clone(),
-            cache: Cache::new(opts.cache_bytes, opts.node_bytes),
+            // Rows and log values (hundreds of bytes) share the budget with nodes.
+            cache: Cache::new(opts.cache_bytes, 1024),
             node_bytes: opts.node_bytes,
         };
         let sh = Arc::new(Shared::new(opts, dev, alloc, manifest, ctx));

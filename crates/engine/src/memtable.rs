@@ -211,11 +211,11 @@ impl Memtable {
         out
     }
 
-    /// Calls `f` once per key the table holds (in no order).
-    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&[u8])) {
+    /// Calls `f` with every key the table holds and its newest value (in no order).
+    pub(crate) fn for_each_newest(&self, mut f: impl FnMut(&[u8], &Value)) {
         for shard in self.index.iter() {
-            for k in shard.read().keys() {
-                f(k);
+            for (k, (_, v)) in shard.read().iter() {
+                f(k, v);
             }
         }
     }

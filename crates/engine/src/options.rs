@@ -44,7 +44,9 @@ pub struct Options {
     pub large_threshold: usize,
     /// Which level merges medium pairs in place.
     pub medium_placement: MediumPlacement,
-    /// Fraction of invalid bytes that makes a large-log segment a GC candidate.
+    /// Fraction of a region's large log that may be invalid (overwritten or deleted values)
+    /// before garbage collection runs; it then reclaims the segments with the most invalid
+    /// bytes first, down to half this fraction. 1.0 turns GC off.
     pub gc_threshold: f64,
     /// How often the GC thread looks for candidates.
     pub gc_interval_ms: u64,

@@ -564,14 +564,21 @@ impl Region {
     }
 
     /// Before an L0->L1 compaction makes its output visible: the rows of the keys it moves
-    /// out of L0 may hold older values.
-    pub(crate) fn forget_rows(&self, table: &Memtable) {
+    /// out of L0 may hold older values. A cached row takes the table's value where it is at
+    /// hand (so hot keys stay cached across compactions) and goes otherwise.
+    pub(crate) fn refresh_rows(&self, table: &Memtable) {
         {
             let _gate = self.row_gate.write();
             self.row_epoch.fetch_add(1, SeqCst);
         }
         let cache = &self.sh.ctx.cache;
-        table.for_each_key(|k| cache.remove(rowcache::row_key(self.uid, k)));
+        table.for_each_newest(|k, v| {
+            let rk = rowcache::row_key(self.uid, k);
+            match v {
+                Value::Inline(v) => cache.refresh(rk, Arc::new(rowcache::encode(k, v))),
+                _ => cache.remove(rk),
+            }
+        });
     }
 
     /// The value of an entry, reading the log for pointers.

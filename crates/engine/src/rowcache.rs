@@ -4,8 +4,8 @@
 //!
 //! Validity: a row is only consulted after L0 missed the key, and L0 holds every write newer
 //! than the levels. A write leaves L0 only through an L0->L1 compaction, which first bumps the
-//! region's row epoch and then removes the rows of every key it moves, before the new L1 is
-//! visible. A reader takes the epoch before its view and inserts its row only if the epoch has
+//! region's row epoch and then replaces (with the table's value) or removes the rows of every
+//! key it moves, before the new L1 is visible. A reader takes the epoch before its view and inserts its row only if the epoch has
 //! not moved, checked and inserted under a gate the bump takes exclusively: a row is either in
 //! place before the bump (and then removed with the others) or never inserted, so a value read
 //! from an older view never outlives the compaction that replaced it. Snapshot reads and

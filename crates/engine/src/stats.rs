@@ -73,10 +73,14 @@ pub struct Stats {
     /// Valid log records found beyond the recovered prefix at the last open and not replayed
     /// (a torn tail under group commit, or records after a damaged one).
     pub recovery_dropped_records: u64,
-    /// Cache hits.
+    /// Cache hits of nodes and log values.
     pub cache_hits: u64,
-    /// Cache misses.
+    /// Cache misses of nodes and log values.
     pub cache_misses: u64,
+    /// Point reads served by the row cache (values of single keys read from the levels).
+    pub row_hits: u64,
+    /// Point reads that missed L0 and the row cache.
+    pub row_misses: u64,
     /// Bytes held by the cache.
     pub cache_bytes: u64,
     /// Whether the device runs with O_DIRECT.
@@ -138,6 +142,7 @@ impl Db {
         };
         let (hits, misses, bytes) = sh.ctx.cache.stats();
         (s.cache_hits, s.cache_misses, s.cache_bytes) = (hits, misses, bytes);
+        (s.row_hits, s.row_misses) = sh.ctx.cache.row_stats();
         let seg = sh.dev.seg_bytes();
         let (used, file) = sh.alloc.usage();
         s.space_allocated_bytes = used * seg;

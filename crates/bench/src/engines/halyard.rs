@@ -66,6 +66,42 @@ impl Engine for Halyard {
             stall_seconds: s.stall_seconds,
             server: None,
             backup: None,
+            counters: s
+                .read_bytes_by
+                .iter()
+                .map(|(k, v)| (format!("read_bytes.{k}"), *v))
+                .chain(s.write_bytes_by.iter().map(|(k, v)| (format!("write_bytes.{k}"), *v)))
+                .chain([
+                    ("cache_hits".to_string(), s.cache_hits),
+                    ("cache_misses".to_string(), s.cache_misses),
+                    ("row_hits".to_string(), s.row_hits),
+                    ("row_misses".to_string(), s.row_misses),
+                    ("compactions".to_string(), s.compactions),
+                    ("gc_segments".to_string(), s.gc_segments),
+                    ("gc_bytes_moved".to_string(), s.gc_bytes_moved),
+                    ("syncs".to_string(), s.syncs),
+                ])
+                .collect(),
+            gauges: [
+                ("l0_log_segments", s.log_segments[0]),
+                ("medium_log_segments", s.log_segments[1]),
+                ("large_log_segments", s.log_segments[2]),
+                ("large_garbage_bytes", s.large_garbage_bytes),
+                ("space_allocated_bytes", s.space_allocated_bytes),
+                ("file_bytes", s.file_bytes),
+                ("l0_bytes", s.l0_bytes),
+                ("cache_bytes", s.cache_bytes),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .chain(s.levels.iter().enumerate().flat_map(|(i, l)| {
+                [
+                    (format!("L{}.ssts", i + 1), l.ssts as u64),
+                    (format!("L{}.stored_bytes", i + 1), l.stored_bytes),
+                    (format!("L{}.full_bytes", i + 1), l.full_bytes),
+                ]
+            }))
+            .collect(),
         }
     }
 
