@@ -42,7 +42,7 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     if garbage == 0 || r.sh.opts.gc_threshold >= 1.0 || (garbage as f64) < limit {
         return Ok(0);
     }
-    candidates.sort_by(|a, b| b.0.cmp(&a.0));
+    candidates.sort_by_key(|b| std::cmp::Reverse(b.0));
     let mut freed = 0;
     for (g, s) in candidates {
         if g == 0 || (garbage as f64) <= limit / 2.0 {

@@ -20,6 +20,11 @@ thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
 }
 
+/// Whether io_uring was found unusable here (batched reads then use pread).
+pub(crate) fn unavailable() -> bool {
+    UNAVAILABLE.load(Relaxed)
+}
+
 /// Reads each `(offset, buffer)` of `reqs` from `fd`. Returns per read the bytes read (short at
 /// the end of the file) or its error; `None` when io_uring cannot be used here, in which case
 /// nothing was read.
