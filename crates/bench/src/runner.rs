@@ -415,12 +415,9 @@ fn run_phase(
         engine_counters: est
             .counters
             .iter()
-            .map(|(k, v)| {
-                let before = est0.counters.iter().find(|(k0, _)| k0 == k).map_or(0, |x| x.1);
-                (k.clone(), v.saturating_sub(before))
-            })
+            .map(|(k, v)| (k.clone(), v.saturating_sub(est0.counters.get(k).copied().unwrap_or(0))))
             .collect(),
-        engine_gauges: est.gauges.iter().cloned().collect(),
+        engine_gauges: est.gauges.clone(),
         series_interval_s: interval,
         throughput_series: series,
         cpu_source: m.cpu_source.into(),

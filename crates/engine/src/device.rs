@@ -167,8 +167,9 @@ impl Device {
     /// Reads each `(offset, len)` of `reqs`, all at once where the kernel allows it (io_uring),
     /// else one after another. One result per request, in order.
     pub(crate) fn read_many(&self, reqs: &[(u64, usize)], kind: IoKind) -> Vec<Result<Vec<u8>>> {
+        let one_by_one = || reqs.iter().map(|&(off, len)| self.read(off, len, kind)).collect();
         if reqs.len() < 2 || crate::uring::unavailable() {
-            return reqs.iter().map(|&(off, len)| self.read(off, len, kind)).collect();
+            return one_by_one();
         }
         // Every window at an aligned place of one buffer.
         let mut at = 0;
@@ -183,15 +184,12 @@ impl Device {
             .collect();
         let out = with_scratch(at, |buf| {
             let done = {
+                // The windows lie back to back, each taking its length rounded up to ALIGN.
                 let mut rest: &mut [u8] = &mut buf[..at];
                 let mut io: Vec<(u64, &mut [u8])> = Vec::with_capacity(windows.len());
-                let mut consumed = 0;
-                for &(start, wlen, place) in &windows {
-                    let (_, tail) = std::mem::take(&mut rest).split_at_mut(place - consumed);
-                    let span = align_up(wlen, ALIGN).min(tail.len());
-                    let (mine, tail) = tail.split_at_mut(span);
+                for &(start, wlen, _) in &windows {
+                    let (mine, tail) = std::mem::take(&mut rest).split_at_mut(align_up(wlen, ALIGN));
                     io.push((start, &mut mine[..wlen]));
-                    consumed = place + span;
                     rest = tail;
                 }
                 crate::uring::read_batch(self.file.as_raw_fd(), &mut io)
@@ -216,7 +214,7 @@ impl Device {
             Some(out)
         });
         // io_uring turned out to be unavailable: nothing was read.
-        out.unwrap_or_else(|| reqs.iter().map(|&(off, len)| self.read(off, len, kind)).collect())
+        out.unwrap_or_else(one_by_one)
     }
 
     /// Reads into an aligned buffer at an aligned offset; bytes past the end of file read as zero.

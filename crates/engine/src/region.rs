@@ -508,10 +508,7 @@ impl Region {
         if let Some(v) = self.get_l0(view, snap, key)? {
             return Ok(v);
         }
-        match self.lookup_levels(view, key)? {
-            None => Ok(None),
-            Some(e) => self.resolve(&e),
-        }
+        self.get_levels(view, key, None)
     }
 
     /// The value of `key` in L0 (`Some(None)`: deleted there), through its hash index, handing
@@ -543,18 +540,24 @@ impl Region {
         if let Some(v) = self.get_l0(&view, snap, key)? {
             return Ok(v);
         }
+        self.get_levels(&view, key, Some(epoch))
+    }
+
+    /// The value of `key` in the levels. With the row epoch taken before `view`, through the
+    /// row cache (see `rowcache`); without, as of `view` only (snapshots, backups).
+    fn get_levels(&self, view: &View, key: &[u8], row_epoch: Option<u64>) -> Result<Option<Vec<u8>>> {
         let cache = &self.sh.ctx.cache;
-        let rk = rowcache::row_key(self.uid, key);
-        if let Some(row) = cache.get(rk) {
+        let rk = row_epoch.map(|_| rowcache::row_key(self.uid, key));
+        if let Some(row) = rk.and_then(|rk| cache.get(rk)) {
             if let Some(v) = rowcache::value_of(&row, key) {
                 return Ok(Some(v.to_vec()));
             }
         }
-        let Some(e) = self.lookup_levels(&view, key)? else {
+        let Some(e) = self.lookup_levels(view, key)? else {
             return Ok(None);
         };
         let value = self.resolve(&e)?;
-        if let Some(v) = &value {
+        if let (Some(v), Some(rk), Some(epoch)) = (&value, rk, row_epoch) {
             let _gate = self.row_gate.read();
             if self.row_epoch.load(SeqCst) == epoch {
                 cache.insert(rk, Arc::new(rowcache::encode(key, v)));
@@ -624,23 +627,18 @@ impl Region {
         let read = ctx.dev.read_many(&reqs, crate::device::IoKind::Read);
         for ((i, ptr, len, salt), bytes) in misses.into_iter().zip(read) {
             let key = &out[i].0.key;
-            let value = match bytes
-                .map(|b| record::decode(&b, Some(salt)).ok().filter(|r| r.key == key).map(|r| r.value.to_vec()))
-            {
-                Ok(Some(v)) => {
-                    ctx.cache.insert(value_cache_key(ptr, salt), Arc::new(v.clone()));
-                    v
-                }
-                // Not (yet) on the device as expected: the one-value path knows the log tail.
-                _ => match self.read_value(ptr, len, salt, key) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        out.truncate(i);
-                        return (out, Some(e));
-                    }
-                },
+            // A batched read that failed is tried again alone (pread).
+            let value = match bytes {
+                Ok(b) => self.value_from_read(&b, ptr, len, salt, key),
+                Err(_) => self.read_value(ptr, len, salt, key),
             };
-            out[i].1 = value;
+            match value {
+                Ok(v) => out[i].1 = v,
+                Err(e) => {
+                    out.truncate(i);
+                    return (out, Some(e));
+                }
+            }
         }
         (out, None)
     }
@@ -653,11 +651,17 @@ impl Region {
             return Ok(v.to_vec());
         }
         let bytes = ctx.dev.read(ptr, len as usize, crate::device::IoKind::Read)?;
-        let value = match record::decode(&bytes, Some(salt)) {
+        self.value_from_read(&bytes, ptr, len, salt, key)
+    }
+
+    /// The value in `bytes` read at `ptr`, checked against its record's checksum, salt and key
+    /// and then cached; a record not (yet) on the device as expected comes from the log tail.
+    fn value_from_read(&self, bytes: &[u8], ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
+        let value = match record::decode(bytes, Some(salt)) {
             Ok(r) if r.key == key => r.value.to_vec(),
             _ => self.read_from_tail(ptr, len, salt, key)?,
         };
-        ctx.cache.insert(ck, Arc::new(value.clone()));
+        self.sh.ctx.cache.insert(value_cache_key(ptr, salt), Arc::new(value.clone()));
         Ok(value)
     }
 
@@ -666,7 +670,6 @@ impl Region {
         Error::corrupt(ptr >> bits, ptr & ((1 << bits) - 1), what)
     }
 
-    /// A record appended but not yet written out is read from the large log's tail.
     /// The value of a record appended to the large log but perhaps not yet written out.
     fn read_from_tail(&self, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
         let w = self.w.lock();

@@ -247,8 +247,8 @@ impl Engine for Cluster {
             stall_seconds: primary.stall_seconds.unwrap_or(f64::NAN),
             server: Some(primary),
             backup,
-            counters: Vec::new(),
-            gauges: Vec::new(),
+            counters: Default::default(),
+            gauges: Default::default(),
         }
     }
 

@@ -84,10 +84,10 @@ pub struct EngineStats {
     pub backup: Option<ServerSample>,
     /// Cumulative counters of the engine's own, by name (Halyard: device bytes by purpose,
     /// cache hits and misses, compactions, GC), reported per phase as deltas for diagnosis.
-    pub counters: Vec<(String, u64)>,
+    pub counters: std::collections::BTreeMap<String, u64>,
     /// The engine's own state by name (Halyard: log segments, large-log garbage, bytes per
     /// level, space in use), reported as of the end of each phase.
-    pub gauges: Vec<(String, u64)>,
+    pub gauges: std::collections::BTreeMap<String, u64>,
 }
 
 /// An engine under test. Shared by the client threads.

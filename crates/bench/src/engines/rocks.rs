@@ -150,8 +150,8 @@ impl Engine for Rocks {
             stall_seconds: stall.unwrap_or(0.0),
             server: None,
             backup: None,
-            counters: Vec::new(),
-            gauges: Vec::new(),
+            counters: Default::default(),
+            gauges: Default::default(),
         }
     }
 

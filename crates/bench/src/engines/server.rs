@@ -118,8 +118,8 @@ impl Probe {
             stall_seconds: s.stall_seconds.unwrap_or(f64::NAN),
             server: Some(s),
             backup: None,
-            counters: Vec::new(),
-            gauges: Vec::new(),
+            counters: Default::default(),
+            gauges: Default::default(),
         }
     }
 
