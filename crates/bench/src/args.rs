@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// Regions in --cluster runs.
     #[arg(long, default_value_t = 32)]
     pub regions: u32,
+    /// Network worker threads of each --cluster process (0: the server's default, one per
+    /// core; the processes then share the cores).
+    #[arg(long, default_value_t = 0)]
+    pub node_workers: usize,
     /// YCSB workloads in order, comma-separated: load-a, run-a .. run-f. Run workloads need a
     /// loaded store: load-a is put first when missing.
     #[arg(long, default_value = "load-a,run-a,run-b,run-c,run-d,run-e,run-f")]
@@ -70,7 +74,7 @@ pub struct BenchArgs {
     /// Cache budget of every engine (MiB).
     #[arg(long, default_value_t = 256)]
     pub cache_mb: u64,
-    /// L0 / memtable budget of every engine (MiB).
+    /// L0 / memtable budget of every engine (MiB; in --cluster runs, of each region).
     #[arg(long, default_value_t = 64)]
     pub l0_mb: u64,
     /// Size ratio between consecutive levels.
@@ -195,6 +199,8 @@ pub struct ClusterSpec {
     pub replicas: usize,
     /// Regions.
     pub regions: u32,
+    /// Network worker threads per process (0: the server's default).
+    pub workers: usize,
 }
 
 impl EngineKind {
@@ -414,7 +420,10 @@ impl Config {
                 if !(1..=1024).contains(&a.regions) {
                     return Err(format!("--regions {} must be in 1..=1024", a.regions));
                 }
-                Some(ClusterSpec { nodes: n, replicas: a.replicas, regions: a.regions })
+                if a.node_workers > 64 {
+                    return Err(format!("--node-workers {} must be at most 64", a.node_workers));
+                }
+                Some(ClusterSpec { nodes: n, replicas: a.replicas, regions: a.regions, workers: a.node_workers })
             }
         };
         let mut engines = if cluster.is_some() && a.engines.is_none() && a.target.is_empty() {

@@ -350,7 +350,9 @@ impl Shipper {
     ) -> crate::Result<()> {
         let stream = tokio::net::TcpStream::connect(&l.addr).await?;
         stream.set_nodelay(true)?;
-        let (mut rd, mut wr) = stream.into_split();
+        let (rd, mut wr) = stream.into_split();
+        // Buffered: an acknowledgement is read in one syscall instead of header and body apart.
+        let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
         let hello = Msg::Hello { version: crate::wire::VERSION, epoch: s.epoch, region: s.region, mode: s.mode };
         wr.write_all(&hello.encode()).await?;
         match crate::wire::read_msg(&mut rd).await? {

@@ -105,9 +105,14 @@ impl Cluster {
             crate::args::Sync::Always => "always",
         };
         let conf = dir.join("server.toml");
-        // The budgets are per node: each process holds its share of the regions.
+        // The cache is per process; L0 is per region (each region has its own in-memory L0).
+        let workers = match spec.workers {
+            0 => "0 (one per core)".to_string(),
+            w => w.to_string(),
+        };
         let text = format!(
-            "[engine]\nl0_mb = {}\ngrowth_factor = {}\ncache_mb = {}\nsync = \"{sync}\"\n",
+            "workers = {}\n[engine]\nl0_mb = {}\ngrowth_factor = {}\ncache_mb = {}\nsync = \"{sync}\"\n",
+            spec.workers,
             (cfg.l0_bytes >> 20).max(1),
             cfg.growth_factor,
             (cfg.cache_bytes >> 20).max(1)
@@ -168,7 +173,7 @@ impl Cluster {
             ("replication".into(), mode.name().into()),
             ("layout".into(), "n1 is the primary of every region; backups spread over n2..".into()),
             ("ack".into(), "last-write (every backup holds a write in memory before it is answered)".into()),
-            ("per_node_budgets".into(), format!("l0 {} MiB, cache {} MiB, growth {}, sync {sync}", cfg.l0_bytes >> 20, cfg.cache_bytes >> 20, cfg.growth_factor)),
+            ("per_node_budgets".into(), format!("workers {workers}, l0 {} MiB per region, cache {} MiB, growth {}, sync {sync}", cfg.l0_bytes >> 20, cfg.cache_bytes >> 20, cfg.growth_factor)),
             ("measures".into(), "primary: n1's /proc (io, stat); backup: the other nodes' /proc summed; network: bytes every node sent and received on client and replication sockets".into()),
         ];
         Ok(Cluster { nodes: procs, clients, file, mode, settings })
