@@ -17,6 +17,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+
+/// Index work taken off a Send-Index stream's receive path (a segment write, an SST install).
+type Job = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Jobs a Send-Index stream queued, in arrival order. A write to a region is acknowledged once
+/// its record is in the buffer: were the stream to install a shipped SST before reading on,
+/// every write to the region would wait for that install, and with requests spread over the
+/// regions every client soon would.
+struct Deferred {
+    queued: AtomicU64,
+    done: watch::Sender<u64>,
+    /// The first job that failed; the stream then closes and later jobs are skipped.
+    failed: Mutex<Option<String>>,
+}
+
+/// Jobs queued ahead of the receive path at most: the primary waits (TCP) beyond this.
+const QUEUED_JOBS: usize = 64;
 
 /// One log's buffer: the primary's segment, its salt, the bytes received.
 #[derive(Default)]
@@ -45,6 +63,12 @@ pub struct ReplicaRegion {
     /// Build-Index: a full copy (catch-up) is arriving; it is taken the Send-Index way and
     /// the region becomes a Build-Index copy again when its Edits arrive.
     copying: AtomicBool,
+    deferred: Deferred,
+    /// Held (shared) by a stream from a message's epoch check until the message is applied or
+    /// queued, and (exclusively) by a promotion while it raises the epoch: what promotion
+    /// waits for afterwards is then everything a stale primary will ever get applied; and
+    /// (exclusively) by a verify dump, which must see the jobs' results and the tails at rest.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl ReplicaRegion {
@@ -52,6 +76,39 @@ impl ReplicaRegion {
     /// taking a full copy) rather than replaying records.
     fn takes_segments(&self) -> bool {
         self.mode == Mode::SendIndex || self.copying.load(Relaxed)
+    }
+
+    /// Waits until every job queued so far has run; returns the first failure, if any.
+    async fn settle(&self) -> Result<()> {
+        let target = self.deferred.queued.load(Relaxed);
+        let mut rx = self.deferred.done.subscribe();
+        let _ = rx.wait_for(|d| *d >= target).await;
+        match self.deferred.failed.lock().clone() {
+            Some(e) => Err(Error::Protocol(format!("installing shipped index data failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the job runner of a new stream (after [`ReplicaRegion::settle`], so that the
+    /// previous stream's jobs are done): one job at a time, in order, on a blocking thread.
+    fn start_jobs(self: &Arc<Self>) -> mpsc::Sender<Job> {
+        *self.deferred.failed.lock() = None;
+        let (tx, mut rx) = mpsc::channel::<Job>(QUEUED_JOBS);
+        let r = self.clone();
+        tokio::spawn(async move {
+            // Runs until the stream is gone and its queue is empty: queued jobs belong to
+            // messages already accepted.
+            while let Some(job) = rx.recv().await {
+                if r.deferred.failed.lock().is_none() {
+                    let res = tokio::task::spawn_blocking(job).await.map_err(|e| Error::Protocol(e.to_string()));
+                    if let Err(e) = res.and_then(|r| r) {
+                        *r.deferred.failed.lock() = Some(e.to_string());
+                    }
+                }
+                r.deferred.done.send_modify(|d| *d += 1);
+            }
+        });
+        tx
     }
 }
 
@@ -149,6 +206,8 @@ impl Replica {
             received: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             copying: AtomicBool::new(false),
+            deferred: Deferred { queued: AtomicU64::new(0), done: watch::Sender::new(0), failed: Mutex::new(None) },
+            gate: tokio::sync::RwLock::new(()),
         };
         self.regions.lock().insert(id, Arc::new(r));
         Ok(())
@@ -182,10 +241,25 @@ impl Replica {
                 Ok(())
             }
             Msg::Dump { region, after, limit } => {
+                // What a stream accepted counts as held here: finish installing it first, and
+                // keep the stream from applying more until the page is read (a sealed
+                // segment's buffer is gone from the tails before its write job has run).
+                let r = self.region(region);
+                let _gate = match &r {
+                    Some(r) => Some(r.gate.write().await),
+                    None => None,
+                };
+                let settled = match &r {
+                    Some(r) => r.settle().await,
+                    None => Ok(()),
+                };
                 let (db, me) = (self.db.clone(), self.clone());
-                let reply = tokio::task::spawn_blocking(move || me.dump(&db, region, after, limit))
-                    .await
-                    .map_err(|e| Error::Protocol(e.to_string()))?;
+                let reply = match settled {
+                    Ok(()) => tokio::task::spawn_blocking(move || me.dump(&db, region, after, limit))
+                        .await
+                        .map_err(|e| Error::Protocol(e.to_string()))?,
+                    Err(e) => Err(e),
+                };
                 let reply = reply.unwrap_or_else(|e| Msg::Reject { region, reason: e.to_string() });
                 s.write_all(&reply.encode()).await?;
                 Ok(())
@@ -211,8 +285,14 @@ impl Replica {
             return Err(Error::Rejected(format!("promotion epoch {epoch} is not above {}", r.epoch.load(Relaxed))));
         }
         // From here the old primary's messages (lower epoch) are refused.
-        self.store_epoch(region, epoch)?;
-        r.epoch.store(epoch, Relaxed);
+        {
+            let _gate = r.gate.write().await;
+            self.store_epoch(region, epoch)?;
+            r.epoch.store(epoch, Relaxed);
+        }
+        // What the old primary's stream accepted before that is installed before the rebuild;
+        // a job that failed leaves the copy incomplete, and the promotion is refused.
+        r.settle().await?;
         let hook = hook.clone();
         tokio::task::spawn_blocking(move || hook.promote(region, epoch))
             .await
@@ -278,6 +358,9 @@ impl Replica {
             self.store_epoch(region, epoch)?;
             r.epoch.store(epoch, Relaxed);
         }
+        // A failure of the previous stream's jobs ended that stream; this one starts over.
+        let _ = r.settle().await;
+        let jobs = (r.mode == Mode::SendIndex).then(|| r.start_jobs());
         let lsn = self.db.region(region)?.lsn();
         wr.write_all(&Msg::HelloOk { region, lsn }.encode()).await?;
         let mut rd = tokio::io::BufReader::with_capacity(1 << 20, rd);
@@ -293,6 +376,7 @@ impl Replica {
             let mut ack = None;
             while let Some((m, len)) = wire::decode_frame(&buf[used..])? {
                 used += len;
+                let _gate = r.gate.read().await;
                 let current = r.epoch.load(Relaxed);
                 if msg_epoch(&m).is_some_and(|e| e < current) {
                     self.stats.rejected.fetch_add(1, Relaxed);
@@ -300,7 +384,7 @@ impl Replica {
                         .await?;
                     return Ok(());
                 }
-                match self.apply(&r, m).await {
+                match self.apply(&r, m, jobs.as_ref()).await {
                     // The logs of one write arrive one after the other (L0, then large): the
                     // acknowledgement is the highest LSN received, not the last one.
                     Ok(Some(lsn)) => ack = ack.max(Some(lsn)),
@@ -314,6 +398,11 @@ impl Replica {
                 }
             }
             buf.drain(..used);
+            let failed = r.deferred.failed.lock().clone();
+            if let Some(e) = failed {
+                let _ = wr.write_all(&reject(e.clone())).await;
+                return Err(Error::Protocol(e));
+            }
             if let Some(lsn) = ack {
                 let ack = Msg::Ack { region, lsn }.encode();
                 wr.write_all(&ack).await?;
@@ -322,13 +411,32 @@ impl Replica {
         }
     }
 
-    /// Applies one message; returns the LSN to acknowledge for appends.
-    async fn apply(&self, r: &Arc<ReplicaRegion>, m: Msg) -> Result<Option<u64>> {
+    /// Applies one message; returns the LSN to acknowledge for appends. With `jobs` (a
+    /// Send-Index stream) segment writes and installs are queued there in order instead of
+    /// run before the next message is read; messages that replace the region's state wait
+    /// for the queue first.
+    async fn apply(&self, r: &Arc<ReplicaRegion>, m: Msg, jobs: Option<&mpsc::Sender<Job>>) -> Result<Option<u64>> {
         let region = r.id;
         let db = self.db.clone();
-        let blocking = |f: Box<dyn FnOnce() -> Result<()> + Send>| async move {
-            tokio::task::spawn_blocking(f).await.map_err(|e| Error::Protocol(e.to_string()))?
+        let run_now =
+            |f: Job| async move { tokio::task::spawn_blocking(f).await.map_err(|e| Error::Protocol(e.to_string()))? };
+        let blocking = |f: Job| async move {
+            match jobs {
+                Some(tx) => {
+                    r.deferred.queued.fetch_add(1, Relaxed);
+                    if tx.send(f).await.is_err() {
+                        // The runner is gone only with the runtime.
+                        r.deferred.done.send_modify(|d| *d += 1);
+                        return Err(Error::Protocol("index job runner stopped".into()));
+                    }
+                    Ok(())
+                }
+                None => run_now(f).await,
+            }
         };
+        if matches!(m, Msg::Remap { .. } | Msg::Reset { .. }) {
+            r.settle().await?;
+        }
         match m {
             Msg::Append { log, seg, salt, offset, last_lsn, commit, bytes, .. } => {
                 log_kind(log)?;
@@ -433,7 +541,7 @@ impl Replica {
                     ReplicaMaps { log: log.iter().map(|&(p, s, n)| ((p, s), n)).collect(), index: index.to_vec() };
                 let r2 = r.clone();
                 let seg_bytes = db.options().segment_bytes as usize;
-                blocking(Box::new(move || {
+                run_now(Box::new(move || {
                     if r2.mode == Mode::BuildIndex {
                         r2.commit.fetch_max(last_lsn, Relaxed);
                         for log in [0, 2] {
@@ -457,7 +565,7 @@ impl Replica {
             Msg::Reset { .. } => {
                 r.bufs.lock().clear();
                 let r2 = r.clone();
-                blocking(Box::new(move || {
+                run_now(Box::new(move || {
                     match r2.mode {
                         Mode::SendIndex => db.reset_backup(region)?,
                         Mode::BuildIndex => {
