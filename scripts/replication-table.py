@@ -46,15 +46,40 @@ def main(paths):
                 packed.append((repl_si - repl_bi) / img)
         none = [r[0]["ops_per_sec"] / r[2]["ops_per_sec"] for r in rows if r[2]]
         mark = lambda v, ok: f"**{v:.2f}**" if ok else f"{v:.2f} ✗"
+        # Below 1 MB both modes read only their manifests at start: no data reads to compare.
+        reads = lambda rd, si, bi: "**none**" if bi < 1 and si <= bi else mark(med(rd), med(rd) <= 0.05)
         print(f"| {mix} | {wl} | {ops(0):,.0f} / {ops(1):,.0f} / {ops(2):,.0f} "
               f"| {mark(med(thr), med(thr) >= 1.2)} ({rng(thr)}) "
               f"| {med([role(r[0], 'backup_cpu_us_per_op') for r in rows]):.1f} vs {med([role(r[1], 'backup_cpu_us_per_op') for r in rows]):.1f} "
               f"| {mark(med(cpu), med(cpu) <= 1 / 3)} ({rng(cpu)}) "
-              f"| {rd_si:,.0f} vs {rd_bi:,.0f} | {mark(med(rd), med(rd) <= 0.05)} "
+              f"| {rd_si:,.0f} vs {rd_bi:,.0f} | {reads(rd, rd_si, rd_bi)} "
               f"| {med([role(r[0], 'network_amplification') for r in rows]):.1f} vs {med([role(r[1], 'network_amplification') for r in rows]):.1f} "
               f"| {mark(med(net), med(net) <= 1.5)} ({rng(net)}) "
               f"| {med(packed):.2f} "
               f"| {mark(med(none), med(none) >= 0.6) if none else '–'} ({rng(none)}) |")
+    # Where the machine's CPU goes per op: every process shares the same cores, so ops/s is
+    # about the cores kept busy over the CPU all processes spend per op.
+    print()
+    print("| mix | phase | CPU µs/op primary + backups + client, SI | BI | none | cores busy SI / BI / none |")
+    print("|" + "---|" * 6)
+    for mix, wl in keys:
+        rows = [(run.get((SI, mix, wl)), run.get((BI, mix, wl)), run.get((NONE, mix, wl))) for run in runs]
+        cells, cores = [], []
+        for i in range(3):
+            rs = [r[i] for r in rows if r[i]]
+            if not rs:
+                cells.append("–")
+                cores.append("–")
+                continue
+            med = statistics.median
+            prim = med([r["cpu_us_per_op"] for r in rs])
+            back = med([(r.get("roles") or {}).get("backup_cpu_us_per_op") or 0 for r in rs])
+            cli = med([r.get("client_cpu_us_per_op") or 0 for r in rs])
+            cells.append(f"{prim:.0f} + {back:.0f} + {cli:.0f} = **{prim + back + cli:.0f}**")
+            busy = med([(r["cpu_us_per_op"] + ((r.get("roles") or {}).get("backup_cpu_us_per_op") or 0)
+                         + (r.get("client_cpu_us_per_op") or 0)) * r["ops_per_sec"] / 1e6 for r in rs])
+            cores.append(f"{busy:.2f}")
+        print(f"| {mix} | {wl} | {' | '.join(cells)} | {' / '.join(cores)} |")
 
 
 if __name__ == "__main__":
