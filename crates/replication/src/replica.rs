@@ -63,6 +63,9 @@ pub struct ReplicaRegion {
     /// Build-Index: a full copy (catch-up) is arriving; it is taken the Send-Index way and
     /// the region becomes a Build-Index copy again when its Edits arrive.
     copying: AtomicBool,
+    /// The newest stream of the region: an older one (its primary reconnected while the old
+    /// connection stayed half-open) applies nothing more, so two job queues never interleave.
+    stream_gen: AtomicU64,
     deferred: Deferred,
     /// Held (shared) by a stream from a message's epoch check until the message is applied or
     /// queued, and (exclusively) by a promotion while it raises the epoch: what promotion
@@ -206,6 +209,7 @@ impl Replica {
             received: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             copying: AtomicBool::new(false),
+            stream_gen: AtomicU64::new(0),
             deferred: Deferred { queued: AtomicU64::new(0), done: watch::Sender::new(0), failed: Mutex::new(None) },
             gate: tokio::sync::RwLock::new(()),
         };
@@ -358,6 +362,12 @@ impl Replica {
             self.store_epoch(region, epoch)?;
             r.epoch.store(epoch, Relaxed);
         }
+        // Taken under the gate: an older stream's message in flight is queued before this, and
+        // its next one sees the new generation.
+        let gen = {
+            let _gate = r.gate.write().await;
+            r.stream_gen.fetch_add(1, Relaxed) + 1
+        };
         // A failure of the previous stream's jobs ended that stream; this one starts over.
         let _ = r.settle().await;
         let jobs = (r.mode == Mode::SendIndex).then(|| r.start_jobs());
@@ -377,6 +387,12 @@ impl Replica {
             while let Some((m, len)) = wire::decode_frame(&buf[used..])? {
                 used += len;
                 let _gate = r.gate.read().await;
+                if r.stream_gen.load(Relaxed) != gen {
+                    self.stats.rejected.fetch_add(1, Relaxed);
+                    wr.write_all(&reject(format!("a newer stream of region {region} took over from this connection")))
+                        .await?;
+                    return Ok(());
+                }
                 let current = r.epoch.load(Relaxed);
                 if msg_epoch(&m).is_some_and(|e| e < current) {
                     self.stats.rejected.fetch_add(1, Relaxed);

@@ -4,7 +4,7 @@
 //! acknowledged, with the primary's versions, the moment the last write is acknowledged.
 
 use halyard_engine::{Db, Options};
-use halyard_replication::{admin, Error, Hooks, Mode, NodeHooks, Replica, Shipper};
+use halyard_replication::{admin, Error, Hooks, Mode, Msg, NodeHooks, Replica, Shipper};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,28 +31,33 @@ fn pair(i: u32, round: u32) -> (Vec<u8>, Vec<u8>) {
     (k, v)
 }
 
+/// A backup store of region 1 (Send-Index) serving replication connections on loopback.
+async fn start_backup(dir: &std::path::Path, opts: Options) -> (Arc<Db>, String) {
+    let backup = Arc::new(Db::open(dir.join("backup"), opts).expect("backup"));
+    backup.create_backup_region(1, b"", None).expect("backup region");
+    let replica = Replica::new(backup.clone(), dir.join("epochs"));
+    replica.add_region(1, Mode::SendIndex, 1).expect("replica region");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let hooks: Hooks = Arc::new(NoRoleChanges);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let (r, h) = (replica.clone(), hooks.clone());
+            tokio::spawn(async move {
+                let _ = r.serve_connection(s, h).await;
+            });
+        }
+    });
+    (backup, addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backup_holds_every_acknowledged_write_when_the_ack_arrives() {
     let dir = tempfile::tempdir().expect("dir");
     let opts = Options { default_region: false, ..Options::tiny() };
     let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
     primary.create_region(1, b"", None).expect("region");
-    let backup = Arc::new(Db::open(dir.path().join("backup"), opts).expect("backup"));
-    backup.create_backup_region(1, b"", None).expect("backup region");
-    let replica = Replica::new(backup.clone(), dir.path().join("epochs"));
-    replica.add_region(1, Mode::SendIndex, 1).expect("replica region");
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let (accepting, hooks): (Arc<Replica>, Hooks) = (replica.clone(), Arc::new(NoRoleChanges));
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            let (r, h) = (accepting.clone(), hooks.clone());
-            tokio::spawn(async move {
-                let _ = r.serve_connection(s, h).await;
-            });
-        }
-    });
+    let (_backup, addr) = start_backup(dir.path(), opts).await;
 
     let shipper = Shipper::new(Duration::from_secs(20));
     shipper.set_db(&primary);
@@ -105,4 +110,45 @@ async fn the_backup_holds_every_acknowledged_write_when_the_ack_arrives() {
     let s = primary.stats();
     assert!(s.compactions > 0, "the primary must have compacted (and shipped SSTs) during the test");
     assert!(shipper.stats.image_bytes.load(std::sync::atomic::Ordering::Relaxed) > 0, "no index images were shipped");
+}
+
+/// A primary that reconnects while its old connection is still open (half-open after a
+/// network fault) gets a second stream at the same epoch: only the newest may apply, or two
+/// job queues would install into one region out of order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_newest_stream_of_a_region_applies() {
+    use halyard_replication::wire::{read_msg, VERSION};
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let opts = Options { default_region: false, ..Options::tiny() };
+    let (_backup, addr) = start_backup(dir.path(), opts).await;
+    let hello = Msg::Hello { version: VERSION, epoch: 1, region: 1, mode: Mode::SendIndex };
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+        c.write_all(&hello.encode()).await.expect("hello");
+        let m = read_msg(&mut c).await.expect("reply to hello");
+        assert!(matches!(m, Msg::HelloOk { region: 1, .. }), "{m:?}");
+        conns.push(c);
+    }
+    let append = |lsn: u64| Msg::Append {
+        epoch: 1,
+        region: 1,
+        log: 0,
+        seg: 5,
+        salt: 7,
+        offset: 0,
+        last_lsn: lsn,
+        commit: 0,
+        bytes: vec![0xAB; 64],
+    };
+    let (old, new) = conns.split_at_mut(1);
+    old[0].write_all(&append(1).encode()).await.expect("append on the old stream");
+    match read_msg(&mut old[0]).await.expect("reply on the old stream") {
+        Msg::Reject { reason, .. } => assert!(reason.contains("newer stream"), "{reason}"),
+        m => panic!("the old stream's append was answered with {m:?}, not refused"),
+    }
+    new[0].write_all(&append(1).encode()).await.expect("append on the new stream");
+    let m = read_msg(&mut new[0]).await.expect("reply on the new stream");
+    assert!(matches!(m, Msg::Ack { region: 1, lsn: 1 }), "{m:?}");
 }
