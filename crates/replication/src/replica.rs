@@ -67,7 +67,7 @@ pub struct ReplicaRegion {
     /// connection stayed half-open) applies nothing more, so two job queues never interleave.
     stream_gen: AtomicU64,
     deferred: Deferred,
-    /// Held (shared) by a stream from a message's epoch check until the message is applied or
+    /// Held (shared) by a stream from a batch's epoch checks until its messages are applied or
     /// queued, and (exclusively) by a promotion while it raises the epoch: what promotion
     /// waits for afterwards is then everything a stale primary will ever get applied; and
     /// (exclusively) by a verify dump, which must see the jobs' results and the tails at rest.
@@ -249,13 +249,12 @@ impl Replica {
                 // keep the stream from applying more until the page is read (a sealed
                 // segment's buffer is gone from the tails before its write job has run).
                 let r = self.region(region);
-                let _gate = match &r {
-                    Some(r) => Some(r.gate.write().await),
-                    None => None,
-                };
-                let settled = match &r {
-                    Some(r) => r.settle().await,
-                    None => Ok(()),
+                let (_gate, settled) = match &r {
+                    Some(r) => {
+                        let gate = r.gate.write().await;
+                        (Some(gate), r.settle().await)
+                    }
+                    None => (None, Ok(())),
                 };
                 let (db, me) = (self.db.clone(), self.clone());
                 let reply = match settled {
@@ -384,15 +383,17 @@ impl Replica {
             self.stats.bytes.fetch_add(n as u64, Relaxed);
             let mut used = 0;
             let mut ack = None;
+            // One batch is checked and applied under the gate as a whole: what changes the
+            // generation or the epoch waits for it, and the next batch sees the change.
+            let gate = r.gate.read().await;
+            if r.stream_gen.load(Relaxed) != gen {
+                self.stats.rejected.fetch_add(1, Relaxed);
+                wr.write_all(&reject(format!("a newer stream of region {region} took over from this connection")))
+                    .await?;
+                return Ok(());
+            }
             while let Some((m, len)) = wire::decode_frame(&buf[used..])? {
                 used += len;
-                let _gate = r.gate.read().await;
-                if r.stream_gen.load(Relaxed) != gen {
-                    self.stats.rejected.fetch_add(1, Relaxed);
-                    wr.write_all(&reject(format!("a newer stream of region {region} took over from this connection")))
-                        .await?;
-                    return Ok(());
-                }
                 let current = r.epoch.load(Relaxed);
                 if msg_epoch(&m).is_some_and(|e| e < current) {
                     self.stats.rejected.fetch_add(1, Relaxed);
@@ -413,6 +414,7 @@ impl Replica {
                     }
                 }
             }
+            drop(gate);
             buf.drain(..used);
             let failed = r.deferred.failed.lock().clone();
             if let Some(e) = failed {
