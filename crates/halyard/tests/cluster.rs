@@ -213,8 +213,14 @@ fn run(mode: &str) {
         &Msg::Hello { version: halyard_replication::wire::VERSION, epoch: 1, region: 1, mode: mode_v }.encode(),
     )
     .expect("hello");
-    let mut reply = Vec::new();
-    s.read_to_end(&mut reply).expect("reply");
+    // The connection stays open for other regions' streams: one frame answers.
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut head = [0u8; halyard_replication::wire::HEADER];
+    s.read_exact(&mut head).expect("reply header");
+    let (len, _) = halyard_replication::wire::header(&head).expect("header");
+    let mut reply = head.to_vec();
+    reply.resize(head.len() + len, 0);
+    s.read_exact(&mut reply[head.len()..]).expect("reply body");
     match halyard_replication::wire::decode_frame(&reply).expect("frame") {
         Some((Msg::Reject { reason, .. }, _)) => assert!(reason.contains("epoch"), "{reason}"),
         other => panic!("old-epoch stream accepted: {other:?}"),

@@ -8,6 +8,7 @@
 
 pub mod admin;
 mod error;
+mod peer;
 pub mod primary;
 pub mod replica;
 pub mod wire;

@@ -8,6 +8,7 @@
 //! again when it reconnects; the region keeps serving meanwhile with fewer copies (logged and
 //! counted).
 
+use crate::peer::{Peers, Queue};
 use crate::wire::{Mode, Msg};
 use halyard_engine::{encode_shipped_edits, Db, Edit, LogKind, RegionSnapshot, ShipListener, ShippedSegment};
 use parking_lot::RwLock;
@@ -15,8 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
 /// Counters of what the primary shipped.
 #[derive(Default, Debug)]
@@ -35,9 +35,13 @@ pub struct ShipStats {
     pub broken_links: AtomicU64,
     /// Full copies sent to backups that (re)joined.
     pub catch_ups: AtomicU64,
+    /// Connections opened to backup nodes (one per backup node, again after a failure).
+    pub connections: AtomicU64,
+    /// Socket writes to backups (each carries whatever the node's regions had queued).
+    pub writes: AtomicU64,
 }
 
-enum Item {
+pub(crate) enum Item {
     Frame(Arc<Vec<u8>>),
     /// A full copy of the region, encoded (and packed) by the link's sender rather than while
     /// the region is paused for the copy.
@@ -52,8 +56,11 @@ pub struct Link {
     pub node: String,
     addr: String,
     tx: mpsc::UnboundedSender<Item>,
-    rx: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<Item>>>,
-    acked: watch::Sender<u64>,
+    queue: Queue,
+    started: AtomicBool,
+    /// The writer of the connection the link's queue is attached to, woken per frame.
+    pub(crate) waker: parking_lot::Mutex<Option<Arc<Notify>>>,
+    pub(crate) acked: watch::Sender<u64>,
     live: AtomicBool,
     stopped: AtomicBool,
     /// When the link last stopped being live (None while live).
@@ -102,6 +109,7 @@ pub struct Shipper {
     pub stats: Arc<ShipStats>,
     ack_timeout: Duration,
     db: OnceLock<Weak<Db>>,
+    peers: Peers,
 }
 
 impl Shipper {
@@ -113,6 +121,7 @@ impl Shipper {
             stats: Arc::default(),
             ack_timeout,
             db: OnceLock::new(),
+            peers: Peers::default(),
         })
     }
 
@@ -153,7 +162,9 @@ impl Shipper {
             node: node.to_string(),
             addr: addr.to_string(),
             tx,
-            rx: parking_lot::Mutex::new(Some(rx)),
+            queue: Arc::new(parking_lot::Mutex::new(rx)),
+            started: AtomicBool::new(false),
+            waker: parking_lot::Mutex::new(None),
             acked: watch::Sender::new(0),
             live: AtomicBool::new(live),
             stopped: AtomicBool::new(false),
@@ -186,11 +197,11 @@ impl Shipper {
     /// tokio runtime); `first` goes out right after the handshake.
     pub fn start(self: &Arc<Self>, stream: &Arc<RegionStream>, first: Option<Msg>) {
         for l in &stream.links {
-            let Some(rx) = l.rx.lock().take() else {
+            if l.started.swap(true, Relaxed) {
                 continue;
-            };
+            }
             let (me, l, stream, first) = (self.clone(), l.clone(), stream.clone(), first.clone());
-            tokio::spawn(async move { me.run_link(&stream, &l, first, rx).await });
+            tokio::spawn(async move { me.run_link(&stream, &l, first).await });
         }
     }
 
@@ -251,6 +262,9 @@ impl Shipper {
                 self.stats.image_bytes.fetch_add(image, Relaxed);
                 self.stats.frames.fetch_add(1, Relaxed);
             }
+            if let Some(w) = l.waker.lock().as_ref() {
+                w.notify_one();
+            }
         }
     }
 
@@ -299,13 +313,7 @@ impl Shipper {
         Ok(())
     }
 
-    async fn run_link(
-        self: Arc<Self>,
-        s: &Arc<RegionStream>,
-        l: &Arc<Link>,
-        mut first: Option<Msg>,
-        mut rx: mpsc::UnboundedReceiver<Item>,
-    ) {
+    async fn run_link(self: Arc<Self>, s: &Arc<RegionStream>, l: &Arc<Link>, mut first: Option<Msg>) {
         let mut delay = Duration::from_millis(20);
         // An aligned link streams what queued since it was added. Once frames may have been
         // lost (a session failed while streaming, or the link stopped taking frames), every
@@ -317,144 +325,81 @@ impl Shipper {
             }
             let mut streamed = false;
             let catching_up = !aligned;
-            let r = self.clone().session(s, l, aligned, &mut first, &mut rx, &mut streamed).await;
-            match r {
-                Ok(()) => return,
-                Err(e) if aligned && !streamed => {
-                    // Nothing left the queue: keep queueing while the backup comes up.
-                    tracing::debug!(backup = %l.node, "connecting: {e}; retrying");
+            let e = self.clone().session(s, l, aligned, &mut first, &mut streamed).await;
+            if aligned && !streamed {
+                // Nothing left the queue: keep queueing while the backup comes up.
+                tracing::debug!(backup = %l.node, "connecting: {e}; retrying");
+            } else {
+                aligned = false;
+                if catching_up && streamed {
+                    tracing::warn!(backup = %l.node, region = s.region, "catching up failed: {e}; retrying");
                 }
-                Err(e) => {
-                    aligned = false;
-                    if catching_up && streamed {
-                        tracing::warn!(backup = %l.node, region = s.region, "catching up failed: {e}; retrying");
-                    }
-                    l.fail(&e.to_string(), &self.stats);
-                }
+                l.fail(&e.to_string(), &self.stats);
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(1));
         }
     }
 
-    /// One connection: handshake, alignment (Remap, or a full copy unless `aligned`), then
-    /// frames until failure.
+    /// One session on the backup node's shared connection: handshake, alignment (Remap, or a
+    /// full copy unless `aligned`), then the link's queue goes to the connection's writer until
+    /// the link or the connection fails; returns why it ended.
     async fn session(
         self: Arc<Self>,
         s: &Arc<RegionStream>,
         l: &Arc<Link>,
         aligned: bool,
         first: &mut Option<Msg>,
-        rx: &mut mpsc::UnboundedReceiver<Item>,
         streamed: &mut bool,
-    ) -> crate::Result<()> {
-        let stream = tokio::net::TcpStream::connect(&l.addr).await?;
-        stream.set_nodelay(true)?;
-        let (rd, mut wr) = stream.into_split();
-        // Buffered: an acknowledgement is read in one syscall instead of header and body apart.
-        let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
+    ) -> crate::Error {
+        let conn = match self.peers.get(&l.addr).conn(&self.stats).await {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        let (route, mut replies) = conn.open(s.region, l);
+        let lost = || crate::Error::Protocol("the connection to the backup node failed".into());
         let hello = Msg::Hello { version: crate::wire::VERSION, epoch: s.epoch, region: s.region, mode: s.mode };
-        wr.write_all(&hello.encode()).await?;
-        match crate::wire::read_msg(&mut rd).await? {
-            Msg::HelloOk { .. } => {}
-            Msg::Reject { reason, .. } => return Err(crate::Error::Rejected(reason)),
-            m => return Err(crate::Error::Protocol(format!("{m:?} instead of HelloOk"))),
+        conn.send(&hello.encode());
+        match replies.recv().await {
+            Some(Msg::HelloOk { .. }) => {}
+            Some(Msg::Reject { reason, .. }) => return crate::Error::Rejected(reason),
+            Some(m) => return crate::Error::Protocol(format!("{m:?} instead of HelloOk")),
+            None => return lost(),
         }
-        let mut skip_stale = false;
-        if let Some(m) = first.as_ref() {
-            wr.write_all(&m.encode()).await?;
-            *first = None;
+        if let Some(m) = first.take() {
+            conn.send(&m.encode());
         }
         *streamed = true;
-        match aligned {
-            true => {}
-            false => {
-                let (me, s2, l2) = (self.clone(), s.clone(), l.clone());
-                tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2))
-                    .await
-                    .map_err(|e| crate::Error::Protocol(e.to_string()))??;
-                skip_stale = true;
+        if !aligned {
+            let (me, s2, l2) = (self.clone(), s.clone(), l.clone());
+            let r = tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2))
+                .await
+                .map_err(|e| crate::Error::Protocol(e.to_string()))
+                .and_then(|r| r);
+            if let Err(e) = r {
+                return e;
             }
         }
-        let (reader_link, reader_stats) = (l.clone(), self.stats.clone());
-        let reader = tokio::spawn(async move {
-            loop {
-                match crate::wire::read_msg(&mut rd).await {
-                    Ok(Msg::Ack { lsn, .. }) => {
-                        reader_stats.received.fetch_add(ACK_FRAME, Relaxed);
-                        reader_link.acked.send_if_modified(|v| {
-                            let grew = lsn > *v;
-                            if grew {
-                                *v = lsn;
-                            }
-                            grew
-                        });
-                    }
-                    Ok(Msg::Reject { reason, .. }) => return reader_link.fail(&reason, &reader_stats),
-                    Ok(m) => return reader_link.fail(&format!("unexpected {m:?}"), &reader_stats),
-                    Err(e) => return reader_link.fail(&e.to_string(), &reader_stats),
-                }
-            }
-        });
-        let mut batch = Vec::with_capacity(256 << 10);
+        // A full copy was queued behind a Restart: what queued before it is stale.
+        conn.attach(&route, l.queue.clone(), !aligned);
         let mut changes = l.acked.subscribe();
-        let r = async {
-            loop {
-                // Wake on a frame, or on the link failing (the reader saw the backup go away):
-                // no frames queue on a failed link, so waiting for one alone would hang.
-                let item = tokio::select! {
-                    item = rx.recv() => item,
-                    _ = changes.changed() => {
-                        if !l.is_live() {
-                            return Err(crate::Error::Protocol("link failed".into()));
-                        }
-                        continue;
-                    }
-                };
-                let Some(item) = item else { break };
-                batch.clear();
-                let stats = &self.stats;
-                let push = |item: Item, batch: &mut Vec<u8>, skip: &mut bool| match item {
-                    Item::Restart => {
-                        *skip = false;
-                        batch.clear();
-                    }
-                    Item::Frame(f) if !*skip => batch.extend_from_slice(&f),
-                    Item::Frame(_) => {}
-                    Item::Copy(msgs) => {
-                        for m in msgs {
-                            let start = batch.len();
-                            batch.extend_from_slice(&m.encode());
-                            stats.bytes.fetch_add((batch.len() - start) as u64, Relaxed);
-                            stats.image_bytes.fetch_add(image_len(&m), Relaxed);
-                        }
-                    }
-                };
-                push(item, &mut batch, &mut skip_stale);
-                while batch.len() < (1 << 20) {
-                    match rx.try_recv() {
-                        Ok(item) => push(item, &mut batch, &mut skip_stale),
-                        Err(_) => break,
-                    }
-                }
-                if !l.is_live() {
-                    return Err(crate::Error::Protocol("link failed".into()));
-                }
-                wr.write_all(&batch).await?;
-                self.stats.sent.fetch_add(batch.len() as u64, Relaxed);
+        loop {
+            tokio::select! {
+                m = replies.recv() => return match m {
+                    Some(Msg::Reject { reason, .. }) => crate::Error::Rejected(reason),
+                    Some(m) => crate::Error::Protocol(format!("unexpected {m:?}")),
+                    None => lost(),
+                },
+                // The link failed (ack timeout, region no longer led here).
+                _ = changes.changed() => if !l.is_live() {
+                    return crate::Error::Protocol("link failed".into());
+                },
             }
-            Ok(())
         }
-        .await;
-        reader.abort();
-        r
     }
 }
 
-/// Bytes of an acknowledgement frame (header, tag, region, LSN).
-const ACK_FRAME: u64 = (crate::wire::HEADER + 1 + 4 + 8) as u64;
-
-fn image_len(m: &Msg) -> u64 {
+pub(crate) fn image_len(m: &Msg) -> u64 {
     match m {
         Msg::Sst { bytes, .. } | Msg::Medium { bytes, .. } => bytes.len() as u64,
         _ => 0,

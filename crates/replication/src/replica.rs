@@ -33,6 +33,28 @@ struct Deferred {
     failed: Mutex<Option<String>>,
 }
 
+/// A region's stream open on a connection.
+struct Sub {
+    r: Arc<ReplicaRegion>,
+    /// The region's stream generation when it opened: a newer stream makes this one stale.
+    gen: u64,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// The streams open on one connection, by region.
+type Subs = Arc<Mutex<HashMap<u32, Sub>>>;
+
+/// A connection's write half, shared by its reader (acknowledgements) and its Hello answers.
+type Writer = Arc<tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>>;
+
+/// The region a connection's reader is applying frames of, with its gate held (shared).
+struct Current {
+    region: u32,
+    r: Arc<ReplicaRegion>,
+    jobs: mpsc::Sender<Job>,
+    _gate: tokio::sync::OwnedRwLockReadGuard<()>,
+}
+
 /// Jobs queued ahead of the receive path at most: the primary waits (TCP) beyond this.
 const QUEUED_JOBS: usize = 64;
 
@@ -54,6 +76,9 @@ pub struct ReplicaRegion {
     pub mode: Mode,
     epoch: AtomicU64,
     bufs: Mutex<HashMap<u8, Buf>>,
+    /// Build-Index: buffers sealed before their records were all decoded (the replay runs
+    /// behind the receive path), oldest first.
+    sealed: Mutex<Vec<(u8, Buf)>>,
     /// Build-Index: records waiting for the LSNs before them, and the next LSN to apply.
     build: Mutex<(BTreeMap<u64, LogRecord>, u64)>,
     /// Highest LSN received.
@@ -71,7 +96,7 @@ pub struct ReplicaRegion {
     /// queued, and (exclusively) by a promotion while it raises the epoch: what promotion
     /// waits for afterwards is then everything a stale primary will ever get applied; and
     /// (exclusively) by a verify dump, which must see the jobs' results and the tails at rest.
-    gate: tokio::sync::RwLock<()>,
+    gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl ReplicaRegion {
@@ -156,6 +181,7 @@ pub struct Replica {
     db: Arc<Db>,
     regions: Mutex<HashMap<u32, Arc<ReplicaRegion>>>,
     epochs_file: PathBuf,
+    epochs_turn: Mutex<()>,
     /// Counters.
     pub stats: ReplicaStats,
 }
@@ -163,7 +189,13 @@ pub struct Replica {
 impl Replica {
     /// The replica of a store; epochs seen are kept in `epochs_file`.
     pub fn new(db: Arc<Db>, epochs_file: PathBuf) -> Arc<Replica> {
-        Arc::new(Replica { db, regions: Mutex::new(HashMap::new()), epochs_file, stats: ReplicaStats::default() })
+        Arc::new(Replica {
+            db,
+            regions: Mutex::new(HashMap::new()),
+            epochs_file,
+            epochs_turn: Mutex::new(()),
+            stats: ReplicaStats::default(),
+        })
     }
 
     fn stored_epochs(&self) -> HashMap<u32, u64> {
@@ -177,6 +209,9 @@ impl Replica {
     }
 
     fn store_epoch(&self, region: u32, epoch: u64) -> Result<()> {
+        // Streams of several regions open at once: each rewrites the whole file through one
+        // temporary, so they take turns (or one's rename fails and another's epoch is lost).
+        let _turn = self.epochs_turn.lock();
         let mut all = self.stored_epochs();
         all.insert(region, epoch);
         let text: String = all.iter().map(|(r, e)| format!("{r} {e}\n")).collect();
@@ -205,13 +240,14 @@ impl Replica {
             mode,
             epoch: AtomicU64::new(epoch),
             bufs: Mutex::new(HashMap::new()),
+            sealed: Mutex::new(Vec::new()),
             build: Mutex::new((BTreeMap::new(), next)),
             received: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             copying: AtomicBool::new(false),
             stream_gen: AtomicU64::new(0),
             deferred: Deferred { queued: AtomicU64::new(0), done: watch::Sender::new(0), failed: Mutex::new(None) },
-            gate: tokio::sync::RwLock::new(()),
+            gate: Arc::new(tokio::sync::RwLock::new(())),
         };
         self.regions.lock().insert(id, Arc::new(r));
         Ok(())
@@ -226,16 +262,7 @@ impl Replica {
     pub async fn serve_connection(self: Arc<Self>, mut s: TcpStream, hooks: Hooks) -> Result<()> {
         s.set_nodelay(true)?;
         match wire::read_msg(&mut s).await? {
-            Msg::Hello { version, region, .. } if version != wire::VERSION => {
-                let reason = format!(
-                    "replication protocol version {version} is not this node's {}: run the same halyard release on every node",
-                    wire::VERSION
-                );
-                self.stats.rejected.fetch_add(1, Relaxed);
-                s.write_all(&Msg::Reject { region, reason: reason.clone() }.encode()).await?;
-                Err(Error::Rejected(reason))
-            }
-            Msg::Hello { epoch, region, mode, .. } => self.stream(s, epoch, region, mode).await,
+            m @ Msg::Hello { .. } => self.streams(s, m).await,
             Msg::Promote { epoch, region } => {
                 let reply = match self.promote(region, epoch, &hooks).await {
                     Ok((last_lsn, dropped)) => Msg::Promoted { region, last_lsn, dropped },
@@ -338,24 +365,26 @@ impl Replica {
         Ok(Promoted { last_lsn: p.last_lsn, dropped: p.dropped_records, tails })
     }
 
-    async fn stream(self: Arc<Self>, s: TcpStream, epoch: u64, region: u32, mode: Mode) -> Result<()> {
-        let (rd, mut wr) = s.into_split();
-        let reject = |reason: String| Msg::Reject { region, reason }.encode();
+    /// Checks a Hello and, if the stream may start, makes it the region's newest stream and
+    /// starts its job runner (after the previous stream's jobs); returns it and the region's
+    /// LSN, or why it is refused.
+    async fn accept_stream(&self, version: u16, epoch: u64, region: u32, mode: Mode) -> Result<(Sub, u64)> {
+        if version != wire::VERSION {
+            return Err(Error::Rejected(format!(
+                "replication protocol version {version} is not this node's {}: run the same halyard release on every node",
+                wire::VERSION
+            )));
+        }
         let Some(r) = self.region(region) else {
-            self.stats.rejected.fetch_add(1, Relaxed);
-            wr.write_all(&reject(format!("this node is not a backup of region {region}"))).await?;
-            return Ok(());
+            return Err(Error::Rejected(format!("this node is not a backup of region {region}")));
         };
         if epoch < r.epoch.load(Relaxed) || mode != r.mode {
-            self.stats.rejected.fetch_add(1, Relaxed);
-            let why = format!(
+            return Err(Error::Rejected(format!(
                 "stream at epoch {epoch} ({}) refused: the region is at epoch {} ({})",
                 mode.name(),
                 r.epoch.load(Relaxed),
                 r.mode.name()
-            );
-            wr.write_all(&reject(why)).await?;
-            return Ok(());
+            )));
         }
         if epoch > r.epoch.load(Relaxed) {
             self.store_epoch(region, epoch)?;
@@ -369,64 +398,134 @@ impl Replica {
         };
         // A failure of the previous stream's jobs ended that stream; this one starts over.
         let _ = r.settle().await;
-        let jobs = (r.mode == Mode::SendIndex).then(|| r.start_jobs());
+        let jobs = r.start_jobs();
         let lsn = self.db.region(region)?.lsn();
-        wr.write_all(&Msg::HelloOk { region, lsn }.encode()).await?;
-        let mut rd = tokio::io::BufReader::with_capacity(1 << 20, rd);
+        Ok((Sub { r, gen, jobs }, lsn))
+    }
+
+    /// Serves one primary node's connection, which carries the streams of any number of its
+    /// regions, each opened by its own Hello (`first` is the connection's first message).
+    async fn streams(self: Arc<Self>, s: TcpStream, first: Msg) -> Result<()> {
+        let (rd, wr) = s.into_split();
+        let wr = Arc::new(tokio::sync::Mutex::new(wr));
+        let subs: Subs = Arc::default();
+        if let Msg::Hello { version, .. } = first {
+            if version != wire::VERSION {
+                // Nothing else on this connection will be understood either.
+                self.clone().open(first, subs.clone(), wr.clone()).await;
+                return Ok(());
+            }
+        }
+        tokio::spawn(self.clone().open(first, subs.clone(), wr.clone()));
+        let mut rd = rd;
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut out: Vec<u8> = Vec::with_capacity(4096);
         loop {
-            // Everything that arrived is processed before one acknowledgement goes back.
+            // Everything that arrived is processed before the acknowledgements go back, one
+            // write for all the regions.
             let n = rd.read_buf(&mut buf).await?;
             if n == 0 {
                 return Ok(());
             }
             self.stats.bytes.fetch_add(n as u64, Relaxed);
             let mut used = 0;
-            let mut ack = None;
-            // One batch is checked and applied under the gate as a whole: what changes the
-            // generation or the epoch waits for it, and the next batch sees the change.
-            let gate = r.gate.read().await;
-            if r.stream_gen.load(Relaxed) != gen {
-                self.stats.rejected.fetch_add(1, Relaxed);
-                wr.write_all(&reject(format!("a newer stream of region {region} took over from this connection")))
-                    .await?;
-                return Ok(());
-            }
+            let mut acks: Vec<(u32, u64)> = Vec::new();
+            // The region whose frames are being applied, under its gate (shared): one region's
+            // gate at a time, so two connections can never wait on each other's.
+            let mut cur: Option<Current> = None;
             while let Some((m, len)) = wire::decode_frame(&buf[used..])? {
                 used += len;
-                let current = r.epoch.load(Relaxed);
-                if msg_epoch(&m).is_some_and(|e| e < current) {
-                    self.stats.rejected.fetch_add(1, Relaxed);
-                    wr.write_all(&reject(format!("message of epoch {:?} below the region's {current}", msg_epoch(&m))))
-                        .await?;
-                    return Ok(());
+                if let Msg::Hello { .. } = m {
+                    tokio::spawn(self.clone().open(m, subs.clone(), wr.clone()));
+                    continue;
                 }
-                match self.apply(&r, m, jobs.as_ref()).await {
+                let Some(region) = msg_region(&m) else {
+                    return Err(Error::Protocol(format!("{m:?} inside a replication stream")));
+                };
+                if cur.as_ref().is_none_or(|c| c.region != region) {
+                    cur = None;
+                    let Some((r, gen, jobs)) = subs.lock().get(&region).map(|s| (s.r.clone(), s.gen, s.jobs.clone()))
+                    else {
+                        continue; // Not open here (refused, or closed with a Reject already sent).
+                    };
+                    let gate = r.gate.clone().read_owned().await;
+                    if r.stream_gen.load(Relaxed) != gen {
+                        drop(gate);
+                        let why = format!("a newer stream of region {region} took over from this connection");
+                        self.close_sub(&subs, region, why, &mut out);
+                        continue;
+                    }
+                    cur = Some(Current { region, r, jobs, _gate: gate });
+                }
+                let Some(c) = cur.as_ref() else { continue };
+                let current = c.r.epoch.load(Relaxed);
+                if msg_epoch(&m).is_some_and(|e| e < current) {
+                    let why = format!("message of epoch {:?} below the region's {current}", msg_epoch(&m));
+                    cur = None;
+                    self.close_sub(&subs, region, why, &mut out);
+                    continue;
+                }
+                match self.apply(&c.r, m, Some(&c.jobs)).await {
                     // The logs of one write arrive one after the other (L0, then large): the
                     // acknowledgement is the highest LSN received, not the last one.
-                    Ok(Some(lsn)) => ack = ack.max(Some(lsn)),
+                    Ok(Some(lsn)) => match acks.iter_mut().find(|a| a.0 == region) {
+                        Some(a) => a.1 = a.1.max(lsn),
+                        None => acks.push((region, lsn)),
+                    },
                     Ok(None) => {}
                     Err(e) => {
-                        // Tell the primary why before closing: it gives the link up and
-                        // logs the reason.
-                        let _ = wr.write_all(&reject(e.to_string())).await;
-                        return Err(e);
+                        // Tell the primary why: it gives the link up and logs the reason.
+                        cur = None;
+                        acks.retain(|a| a.0 != region);
+                        self.close_sub(&subs, region, e.to_string(), &mut out);
                     }
                 }
             }
-            drop(gate);
+            drop(cur);
             buf.drain(..used);
-            let failed = r.deferred.failed.lock().clone();
-            if let Some(e) = failed {
-                let _ = wr.write_all(&reject(e.clone())).await;
-                return Err(Error::Protocol(e));
+            for (region, lsn) in acks {
+                let failed = self.region(region).and_then(|r| r.deferred.failed.lock().clone());
+                match failed {
+                    Some(e) => self.close_sub(&subs, region, e, &mut out),
+                    None => out.extend_from_slice(&Msg::Ack { region, lsn }.encode()),
+                }
             }
-            if let Some(lsn) = ack {
-                let ack = Msg::Ack { region, lsn }.encode();
-                wr.write_all(&ack).await?;
-                self.stats.sent.fetch_add(ack.len() as u64, Relaxed);
+            if !out.is_empty() {
+                wr.lock().await.write_all(&out).await?;
+                self.stats.sent.fetch_add(out.len() as u64, Relaxed);
+                out.clear();
             }
         }
+    }
+
+    /// Answers one Hello on a connection: the region's stream opens there, or a Reject says why
+    /// not.
+    async fn open(self: Arc<Self>, hello: Msg, subs: Subs, wr: Writer) {
+        let Msg::Hello { version, epoch, region, mode } = hello else { return };
+        let reply = match self.accept_stream(version, epoch, region, mode).await {
+            Ok((sub, lsn)) => {
+                // Open before the HelloOk leaves: the primary streams once it has it.
+                subs.lock().insert(region, sub);
+                Msg::HelloOk { region, lsn }
+            }
+            Err(e) => {
+                self.stats.rejected.fetch_add(1, Relaxed);
+                let reason = match e {
+                    Error::Rejected(r) => r,
+                    e => e.to_string(),
+                };
+                Msg::Reject { region, reason }
+            }
+        };
+        let _ = wr.lock().await.write_all(&reply.encode()).await;
+    }
+
+    /// Ends a region's stream on this connection with a Reject saying why; its later frames
+    /// on the connection are dropped until the primary opens the stream again.
+    fn close_sub(&self, subs: &Subs, region: u32, reason: String, out: &mut Vec<u8>) {
+        self.stats.rejected.fetch_add(1, Relaxed);
+        subs.lock().remove(&region);
+        out.extend_from_slice(&Msg::Reject { region, reason }.encode());
     }
 
     /// Applies one message; returns the LSN to acknowledge for appends. With `jobs` (a
@@ -438,6 +537,9 @@ impl Replica {
         let db = self.db.clone();
         let run_now =
             |f: Job| async move { tokio::task::spawn_blocking(f).await.map_err(|e| Error::Protocol(e.to_string()))? };
+        // A Build-Index copy taking its full copy applies in line: its last Edits rebuilds L0
+        // from the buffers as they are, which no queued job may change behind it.
+        let jobs = jobs.filter(|_| r.mode == Mode::SendIndex || !r.copying.load(Relaxed));
         let blocking = |f: Job| async move {
             match jobs {
                 Some(tx) => {
@@ -496,6 +598,12 @@ impl Replica {
                         Ok(())
                     }))
                     .await?;
+                } else if let Some(b) = b {
+                    // Build-Index: the replay job of its last appends may not have decoded
+                    // them yet; the buffer waits for it beside the next segment's.
+                    r.sealed.lock().push((log, b));
+                    let r2 = r.clone();
+                    blocking(Box::new(move || build_index(&db, &r2, log, r2.commit.load(Relaxed)))).await?;
                 }
                 Ok(None)
             }
@@ -582,6 +690,7 @@ impl Replica {
             }
             Msg::Reset { .. } => {
                 r.bufs.lock().clear();
+                r.sealed.lock().clear();
                 let r2 = r.clone();
                 run_now(Box::new(move || {
                     match r2.mode {
@@ -614,6 +723,19 @@ async fn reply_done(
     };
     s.write_all(&reply.encode()).await?;
     Ok(())
+}
+
+fn msg_region(m: &Msg) -> Option<u32> {
+    match m {
+        Msg::Append { region, .. }
+        | Msg::Seal { region, .. }
+        | Msg::Sst { region, .. }
+        | Msg::Medium { region, .. }
+        | Msg::Edits { region, .. }
+        | Msg::Remap { region, .. }
+        | Msg::Reset { region, .. } => Some(*region),
+        _ => None,
+    }
 }
 
 fn msg_epoch(m: &Msg) -> Option<u64> {
@@ -657,7 +779,13 @@ fn build_overlay(r: &ReplicaRegion) -> halyard_engine::Overlay {
 /// LSNs follow the last applied one (the two logs interleave by LSN).
 fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
     let mut build = r.build.lock();
-    if let Some(b) = r.bufs.lock().get_mut(&log) {
+    let sealed: Vec<Buf> = {
+        let mut all = r.sealed.lock();
+        let (mine, rest) = std::mem::take(&mut *all).into_iter().partition(|(l, _)| *l == log);
+        *all = rest;
+        mine.into_iter().map(|(_, b)| b).collect()
+    };
+    let mut take = |b: &mut Buf| {
         let (recs, end) = decode_log_records(&b.bytes, b.salt, b.decoded);
         b.decoded = end;
         // Records already applied (a Remap's tails start at offset 0) are not pending.
@@ -665,6 +793,12 @@ fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
         for rec in recs.into_iter().filter(|x| x.lsn >= next) {
             build.0.insert(rec.lsn, rec);
         }
+    };
+    for mut b in sealed {
+        take(&mut b);
+    }
+    if let Some(b) = r.bufs.lock().get_mut(&log) {
+        take(b);
     }
     let handle = db.region(r.id)?;
     let (pending, next) = &mut *build;

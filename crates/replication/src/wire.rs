@@ -11,8 +11,9 @@ pub const HEADER: usize = 12;
 /// Largest body accepted: a whole segment plus room for its description.
 pub const MAX_BODY: usize = (16 << 20) + 4096;
 /// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
-/// the stream (version 2: segment images are LZ4-packed).
-pub const VERSION: u16 = 2;
+/// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
+/// regions' streams).
+pub const VERSION: u16 = 3;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -519,7 +520,7 @@ mod tests {
     #[test]
     fn hello_matches_the_documented_bytes() {
         let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex }.encode();
-        let doc = "48 4C 59 52 12 00 00 00 8F B7 12 50 01 02 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00";
+        let doc = "48 4C 59 52 12 00 00 00 D0 6B F6 0F 01 03 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

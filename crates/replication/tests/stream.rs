@@ -31,11 +31,21 @@ fn pair(i: u32, round: u32) -> (Vec<u8>, Vec<u8>) {
     (k, v)
 }
 
-/// A backup store of region 1 (Send-Index) serving replication connections on loopback.
-async fn start_backup(dir: &std::path::Path, opts: Options) -> (Arc<Db>, String) {
+/// A backup store of region 1 (Send-Index; with `two`, region 1 holds keys below "m" and
+/// region 2 the rest) serving replication connections on loopback.
+async fn start_backup(dir: &std::path::Path, opts: Options, two: bool) -> (Arc<Db>, String) {
     let backup = Arc::new(Db::open(dir.join("backup"), opts).expect("backup"));
-    backup.create_backup_region(1, b"", None).expect("backup region");
     let replica = Replica::new(backup.clone(), dir.join("epochs"));
+    match two {
+        false => {
+            backup.create_backup_region(1, b"", None).expect("backup region");
+        }
+        true => {
+            backup.create_backup_region(1, b"", Some(b"m")).expect("backup region");
+            backup.create_backup_region(2, b"m", None).expect("backup region");
+            replica.add_region(2, Mode::SendIndex, 1).expect("replica region");
+        }
+    }
     replica.add_region(1, Mode::SendIndex, 1).expect("replica region");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
@@ -57,7 +67,7 @@ async fn the_backup_holds_every_acknowledged_write_when_the_ack_arrives() {
     let opts = Options { default_region: false, ..Options::tiny() };
     let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
     primary.create_region(1, b"", None).expect("region");
-    let (_backup, addr) = start_backup(dir.path(), opts).await;
+    let (_backup, addr) = start_backup(dir.path(), opts, false).await;
 
     let shipper = Shipper::new(Duration::from_secs(20));
     shipper.set_db(&primary);
@@ -121,7 +131,7 @@ async fn only_the_newest_stream_of_a_region_applies() {
     use tokio::io::AsyncWriteExt;
     let dir = tempfile::tempdir().expect("dir");
     let opts = Options { default_region: false, ..Options::tiny() };
-    let (_backup, addr) = start_backup(dir.path(), opts).await;
+    let (_backup, addr) = start_backup(dir.path(), opts, false).await;
     let hello = Msg::Hello { version: VERSION, epoch: 1, region: 1, mode: Mode::SendIndex };
     let mut conns = Vec::new();
     for _ in 0..2 {
@@ -131,24 +141,88 @@ async fn only_the_newest_stream_of_a_region_applies() {
         assert!(matches!(m, Msg::HelloOk { region: 1, .. }), "{m:?}");
         conns.push(c);
     }
-    let append = |lsn: u64| Msg::Append {
-        epoch: 1,
-        region: 1,
-        log: 0,
-        seg: 5,
-        salt: 7,
-        offset: 0,
-        last_lsn: lsn,
-        commit: 0,
-        bytes: vec![0xAB; 64],
-    };
     let (old, new) = conns.split_at_mut(1);
-    old[0].write_all(&append(1).encode()).await.expect("append on the old stream");
+    old[0].write_all(&append(1, 1, 1).encode()).await.expect("append on the old stream");
     match read_msg(&mut old[0]).await.expect("reply on the old stream") {
         Msg::Reject { reason, .. } => assert!(reason.contains("newer stream"), "{reason}"),
         m => panic!("the old stream's append was answered with {m:?}, not refused"),
     }
-    new[0].write_all(&append(1).encode()).await.expect("append on the new stream");
+    new[0].write_all(&append(1, 1, 1).encode()).await.expect("append on the new stream");
     let m = read_msg(&mut new[0]).await.expect("reply on the new stream");
     assert!(matches!(m, Msg::Ack { region: 1, lsn: 1 }), "{m:?}");
+}
+
+fn append(region: u32, epoch: u64, lsn: u64) -> Msg {
+    Msg::Append { epoch, region, log: 0, seg: 5, salt: 7, offset: 0, last_lsn: lsn, commit: 0, bytes: vec![0xAB; 64] }
+}
+
+/// One connection carries the streams of many regions: the appends of both arrive in one
+/// write and are acknowledged together, and one region's refused stream (a message of an older
+/// epoch, a Hello for a region this node does not back) ends that stream alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_carries_many_regions_and_a_refusal_ends_one() {
+    use halyard_replication::wire::{decode_frame, read_msg, VERSION};
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let opts = Options { default_region: false, ..Options::tiny() };
+    let (_backup, addr) = start_backup(dir.path(), opts, true).await;
+    let mut c = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    let mut hellos = Vec::new();
+    for region in [1, 2, 9] {
+        hellos.extend(Msg::Hello { version: VERSION, epoch: 2, region, mode: Mode::SendIndex }.encode());
+    }
+    c.write_all(&hellos).await.expect("hellos");
+    let mut answers = std::collections::BTreeMap::new();
+    for _ in 0..3 {
+        match read_msg(&mut c).await.expect("reply to hello") {
+            Msg::HelloOk { region, .. } => answers.insert(region, "ok".to_string()),
+            Msg::Reject { region, reason } => answers.insert(region, reason),
+            m => panic!("{m:?} in reply to a hello"),
+        };
+    }
+    assert_eq!(answers[&1], "ok");
+    assert_eq!(answers[&2], "ok");
+    assert!(answers[&9].contains("not a backup of region 9"), "{:?}", answers[&9]);
+
+    // Both regions' appends in one write: each is acknowledged.
+    let both = [append(1, 2, 1).encode(), append(2, 2, 1).encode(), append(1, 2, 2).encode()].concat();
+    c.write_all(&both).await.expect("appends");
+    let mut acked = std::collections::BTreeMap::new();
+    while acked.get(&1) != Some(&2) || !acked.contains_key(&2) {
+        if let Msg::Ack { region, lsn } = read_msg(&mut c).await.expect("ack") {
+            acked.insert(region, lsn);
+        }
+    }
+    assert_eq!(acked[&1], 2, "region 1 acknowledges its highest LSN");
+    assert_eq!(acked[&2], 1);
+
+    // A message of an older epoch ends region 2's stream; region 1 goes on.
+    let mixed = [append(2, 1, 2).encode(), append(2, 2, 3).encode(), append(1, 2, 3).encode()].concat();
+    c.write_all(&mixed).await.expect("appends");
+    let (mut refused, mut acks) = (None, Vec::new());
+    while refused.is_none() || acks.is_empty() {
+        match read_msg(&mut c).await.expect("answer") {
+            Msg::Reject { region, reason } => refused = Some((region, reason)),
+            Msg::Ack { region, lsn } => acks.push((region, lsn)),
+            m => panic!("unexpected {m:?}"),
+        }
+    }
+    let (region, reason) = refused.expect("a reject");
+    assert_eq!(region, 2);
+    assert!(reason.contains("below the region's 2"), "{reason}");
+    assert_eq!(acks, vec![(1, 3)], "region 2's later append must not be acknowledged once its stream ended");
+
+    // Region 2 opens again on the same connection and streams.
+    c.write_all(&Msg::Hello { version: VERSION, epoch: 2, region: 2, mode: Mode::SendIndex }.encode())
+        .await
+        .expect("hello");
+    assert!(matches!(read_msg(&mut c).await.expect("hello reply"), Msg::HelloOk { region: 2, .. }));
+    c.write_all(&append(2, 2, 4).encode()).await.expect("append");
+    assert!(matches!(read_msg(&mut c).await.expect("ack"), Msg::Ack { region: 2, lsn: 4 }));
+    // Nothing else is pending on the connection.
+    let mut rest = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_millis(200), tokio::io::AsyncReadExt::read(&mut c, &mut rest)).await;
+    if let Ok(Ok(n)) = n {
+        panic!("unexpected bytes after the last ack: {:?}", decode_frame(&rest[..n]));
+    }
 }
