@@ -208,6 +208,9 @@ impl Conn {
         let mut round = 0usize;
         loop {
             self.wake.notified().await;
+            // Requests that arrived together are being handled by the tasks ready on this
+            // worker: let them queue their frames first, so that one write carries them all.
+            tokio::task::yield_now().await;
             loop {
                 if self.dead.load(Relaxed) {
                     return; // Dropping the write half tells the backup.
