@@ -1,6 +1,7 @@
 //! The primary side: a [`ShipListener`] that turns what the engine does (log appends and seals,
-//! compaction output, edits) into frames, one stream per (region, backup), and tracks what each
-//! backup acknowledged so that writers can wait for `last-write` durability.
+//! compaction output, edits) into frames, one stream per (region, backup) over one connection per
+//! backup node ([`crate::peer`]), and tracks what each backup acknowledged so that writers can
+//! wait for `last-write` durability.
 //!
 //! A link is *live* once its backup is connected and has been sent a full copy of the region
 //! (catch-up) or, after a promotion, the `Remap` that aligns it: only live links get frames and

@@ -1,4 +1,5 @@
-//! The backup side: accepts a primary's stream for a region, keeps one buffer per log written
+//! The backup side: accepts a primary node's connection and the streams of its regions on it
+//! (each opened by its own Hello, frames routed by region), keeps one buffer per log written
 //! at the primary's offsets (the receive path copies bytes and acknowledges, nothing else),
 //! stores a buffer as a segment when the primary seals it, installs shipped SSTs and edits
 //! (Send-Index) or replays records into its own L0 (Build-Index), and rejects streams of an

@@ -313,6 +313,16 @@ impl ClusterNode {
         );
         counter("halyard_replication_link_failures_total", "Backup links that failed.", st.broken_links.load(Relaxed));
         counter(
+            "halyard_replication_connections_total",
+            "Connections opened to backup nodes (one per backup node, carrying all its regions' streams).",
+            st.connections.load(Relaxed),
+        );
+        counter(
+            "halyard_replication_socket_writes_total",
+            "Writes to backup sockets; shipped frames over this is how many frames one write carries.",
+            st.writes.load(Relaxed),
+        );
+        counter(
             "halyard_replication_catch_ups_total",
             "Full copies sent to returning backups.",
             st.catch_ups.load(Relaxed),
