@@ -44,8 +44,8 @@ pub struct ShipStats {
 
 pub(crate) enum Item {
     Frame(Arc<Vec<u8>>),
-    /// A full copy of the region, encoded (and packed) by the link's sender rather than while
-    /// the region is paused for the copy.
+    /// A full copy of the region, encoded (and packed) by the connection's writer rather than
+    /// while the region is paused for the copy.
     Copy(Vec<Msg>),
     /// Everything queued before this is stale (sent before the link failed); a catch-up follows.
     Restart,
