@@ -78,8 +78,8 @@ pub struct ReplicaRegion {
     epoch: AtomicU64,
     bufs: Mutex<HashMap<u8, Buf>>,
     /// Build-Index: buffers sealed before their records were all decoded (the replay runs
-    /// behind the receive path), oldest first.
-    sealed: Mutex<Vec<(u8, Buf)>>,
+    /// behind the receive path); the next replay decodes them.
+    sealed: Mutex<Vec<Buf>>,
     /// Build-Index: records waiting for the LSNs before them, and the next LSN to apply.
     build: Mutex<(BTreeMap<u64, LogRecord>, u64)>,
     /// Highest LSN received.
@@ -407,18 +407,15 @@ impl Replica {
     /// Serves one primary node's connection, which carries the streams of any number of its
     /// regions, each opened by its own Hello (`first` is the connection's first message).
     async fn streams(self: Arc<Self>, s: TcpStream, first: Msg) -> Result<()> {
-        let (rd, wr) = s.into_split();
+        let (mut rd, wr) = s.into_split();
         let wr = Arc::new(tokio::sync::Mutex::new(wr));
         let subs: Subs = Arc::default();
-        if let Msg::Hello { version, .. } = first {
-            if version != wire::VERSION {
-                // Nothing else on this connection will be understood either.
-                self.clone().open(first, subs.clone(), wr.clone()).await;
-                return Ok(());
-            }
+        if matches!(first, Msg::Hello { version, .. } if version != wire::VERSION) {
+            // Nothing else on this connection will be understood either.
+            self.clone().open(first, subs, wr).await;
+            return Ok(());
         }
         tokio::spawn(self.clone().open(first, subs.clone(), wr.clone()));
-        let mut rd = rd;
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut out: Vec<u8> = Vec::with_capacity(4096);
         loop {
@@ -430,7 +427,7 @@ impl Replica {
             }
             self.stats.bytes.fetch_add(n as u64, Relaxed);
             let mut used = 0;
-            let mut acks: Vec<(u32, u64)> = Vec::new();
+            let mut acks: Vec<(Arc<ReplicaRegion>, u64)> = Vec::new();
             // The region whose frames are being applied, under its gate (shared): one region's
             // gate at a time, so two connections can never wait on each other's.
             let mut cur: Option<Current> = None;
@@ -440,7 +437,7 @@ impl Replica {
                     tokio::spawn(self.clone().open(m, subs.clone(), wr.clone()));
                     continue;
                 }
-                let Some(region) = msg_region(&m) else {
+                let Some((region, epoch)) = stream_ids(&m) else {
                     return Err(Error::Protocol(format!("{m:?} inside a replication stream")));
                 };
                 if cur.as_ref().is_none_or(|c| c.region != region) {
@@ -460,8 +457,8 @@ impl Replica {
                 }
                 let Some(c) = cur.as_ref() else { continue };
                 let current = c.r.epoch.load(Relaxed);
-                if msg_epoch(&m).is_some_and(|e| e < current) {
-                    let why = format!("message of epoch {:?} below the region's {current}", msg_epoch(&m));
+                if epoch < current {
+                    let why = format!("message of epoch {epoch} below the region's {current}");
                     cur = None;
                     self.close_sub(&subs, region, why, &mut out);
                     continue;
@@ -469,26 +466,26 @@ impl Replica {
                 match self.apply(&c.r, m, Some(&c.jobs)).await {
                     // The logs of one write arrive one after the other (L0, then large): the
                     // acknowledgement is the highest LSN received, not the last one.
-                    Ok(Some(lsn)) => match acks.iter_mut().find(|a| a.0 == region) {
+                    Ok(Some(lsn)) => match acks.iter_mut().find(|a| a.0.id == region) {
                         Some(a) => a.1 = a.1.max(lsn),
-                        None => acks.push((region, lsn)),
+                        None => acks.push((c.r.clone(), lsn)),
                     },
                     Ok(None) => {}
                     Err(e) => {
                         // Tell the primary why: it gives the link up and logs the reason.
                         cur = None;
-                        acks.retain(|a| a.0 != region);
+                        acks.retain(|a| a.0.id != region);
                         self.close_sub(&subs, region, e.to_string(), &mut out);
                     }
                 }
             }
             drop(cur);
             buf.drain(..used);
-            for (region, lsn) in acks {
-                let failed = self.region(region).and_then(|r| r.deferred.failed.lock().clone());
+            for (r, lsn) in acks {
+                let failed = r.deferred.failed.lock().clone();
                 match failed {
-                    Some(e) => self.close_sub(&subs, region, e, &mut out),
-                    None => out.extend_from_slice(&Msg::Ack { region, lsn }.encode()),
+                    Some(e) => self.close_sub(&subs, r.id, e, &mut out),
+                    None => out.extend_from_slice(&Msg::Ack { region: r.id, lsn }.encode()),
                 }
             }
             if !out.is_empty() {
@@ -602,7 +599,7 @@ impl Replica {
                 } else if let Some(b) = b {
                     // Build-Index: the replay job of its last appends may not have decoded
                     // them yet; the buffer waits for it beside the next segment's.
-                    r.sealed.lock().push((log, b));
+                    r.sealed.lock().push(b);
                     let r2 = r.clone();
                     blocking(Box::new(move || build_index(&db, &r2, log, r2.commit.load(Relaxed)))).await?;
                 }
@@ -726,28 +723,16 @@ async fn reply_done(
     Ok(())
 }
 
-fn msg_region(m: &Msg) -> Option<u32> {
+/// The region and epoch of a message that belongs in a stream; None for any other.
+fn stream_ids(m: &Msg) -> Option<(u32, u64)> {
     match m {
-        Msg::Append { region, .. }
-        | Msg::Seal { region, .. }
-        | Msg::Sst { region, .. }
-        | Msg::Medium { region, .. }
-        | Msg::Edits { region, .. }
-        | Msg::Remap { region, .. }
-        | Msg::Reset { region, .. } => Some(*region),
-        _ => None,
-    }
-}
-
-fn msg_epoch(m: &Msg) -> Option<u64> {
-    match m {
-        Msg::Append { epoch, .. }
-        | Msg::Seal { epoch, .. }
-        | Msg::Sst { epoch, .. }
-        | Msg::Medium { epoch, .. }
-        | Msg::Edits { epoch, .. }
-        | Msg::Remap { epoch, .. }
-        | Msg::Reset { epoch, .. } => Some(*epoch),
+        Msg::Append { region, epoch, .. }
+        | Msg::Seal { region, epoch, .. }
+        | Msg::Sst { region, epoch, .. }
+        | Msg::Medium { region, epoch, .. }
+        | Msg::Edits { region, epoch, .. }
+        | Msg::Remap { region, epoch, .. }
+        | Msg::Reset { region, epoch, .. } => Some((*region, *epoch)),
         _ => None,
     }
 }
@@ -780,12 +765,8 @@ fn build_overlay(r: &ReplicaRegion) -> halyard_engine::Overlay {
 /// LSNs follow the last applied one (the two logs interleave by LSN).
 fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
     let mut build = r.build.lock();
-    let sealed: Vec<Buf> = {
-        let mut all = r.sealed.lock();
-        let (mine, rest) = std::mem::take(&mut *all).into_iter().partition(|(l, _)| *l == log);
-        *all = rest;
-        mine.into_iter().map(|(_, b)| b).collect()
-    };
+    // Pending records are ordered by LSN, so sealed buffers of either log can go in now.
+    let sealed = std::mem::take(&mut *r.sealed.lock());
     let mut take = |b: &mut Buf| {
         let (recs, end) = decode_log_records(&b.bytes, b.salt, b.decoded);
         b.decoded = end;
