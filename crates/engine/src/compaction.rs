@@ -161,6 +161,8 @@ struct Output<'a> {
     medium_segs: Vec<(u32, u32)>,
     medium_delta: HashMap<(u32, u32), i64>,
     large_garbage: HashMap<(u32, u32), u64>,
+    /// The large-log records behind `large_garbage`: (pointer, salt, length).
+    large_dead: Vec<(u64, u32, u32)>,
     chunks: ChunkReader,
     allocated: Vec<u32>,
 }
@@ -175,7 +177,8 @@ impl<'a> Output<'a> {
         match e.value {
             Value::Medium { ptr, salt, .. } => *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1,
             Value::Large { ptr, len, salt } => {
-                *self.large_garbage.entry((self.seg_of(ptr), salt)).or_default() += len as u64
+                *self.large_garbage.entry((self.seg_of(ptr), salt)).or_default() += len as u64;
+                self.large_dead.push((ptr, salt, len));
             }
             _ => {}
         }
@@ -386,6 +389,7 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: usize, log_medium: boo
         medium_segs: Vec::new(),
         medium_delta: HashMap::new(),
         large_garbage: HashMap::new(),
+        large_dead: Vec::new(),
         chunks: ChunkReader { chunks: HashMap::new(), order: VecDeque::new() },
         allocated: Vec::new(),
     }
@@ -411,6 +415,7 @@ fn compact_l0(r: &Region) -> Result<()> {
     };
     let seg_bits = r.sh.dev.seg_bits();
     let mut table_garbage: HashMap<(u32, u32), u64> = HashMap::new();
+    let mut table_dead: Vec<(u64, u32, u32)> = Vec::new();
     let result = (|| {
         let mut it = imm.iter_all().peekable();
         // The newest version of each key wins; older ones in the table are dropped.
@@ -419,6 +424,7 @@ fn compact_l0(r: &Region) -> Result<()> {
             while it.peek().is_some_and(|n| n.key == e.key) {
                 if let Some(Entry { value: Value::Large { ptr, len, salt }, .. }) = it.next() {
                     *table_garbage.entry(((ptr >> seg_bits) as u32, salt)).or_default() += len as u64;
+                    table_dead.push((ptr, salt, len));
                 }
             }
             Ok(Some(e))
@@ -437,6 +443,7 @@ fn compact_l0(r: &Region) -> Result<()> {
     for ((seg, salt), bytes) in table_garbage {
         edits.push(Edit::LargeGarbage { seg, salt, bytes });
     }
+    out.large_dead.extend(table_dead);
     for s in &inputs {
         edits.push(Edit::RemoveSst { level: 1, seg: s.info.seg });
     }
@@ -535,6 +542,9 @@ fn publish(
             return r.sh.fail(e);
         }
     };
+    // Known dead before the view that drops the superseding L0 entries is installed, so that
+    // GC, which checks L0 first and then these, never misses both (see `gc::DeadRecords`).
+    r.dead.add(r.sh.dev.seg_bits(), &out.large_dead);
     let dest = out.dest as usize;
     let added: Vec<Arc<Sst>> = out.ssts.iter().map(|i| Arc::new(Sst::new(i.clone()))).chain(moved).collect();
     r.install(

@@ -1,18 +1,74 @@
 //! Garbage collection of the large log: when its invalid bytes pass the threshold, the
 //! segments with the most invalid bytes have their still-valid pairs re-appended and are
 //! freed whole.
+//!
+//! Which records are still valid: compactions record the exact records they supersede
+//! (`DeadRecords`), so a record is valid when it is not among them and L0 holds no newer
+//! write of its key. An index lookup per record (the Parallax paper's "lookup cost": a leaf
+//! read for most of them) is only needed where that record is incomplete: after a restart
+//! or a promotion, whose catalog counts invalid bytes this process did not see.
 
 use crate::aligned::AlignedBuf;
 use crate::catalog::Edit;
 use crate::device::IoKind;
 use crate::error::Result;
 use crate::logtail::LogKind;
-use crate::memtable::Value;
+use crate::memtable::{Entry, Memtable, Value};
 use crate::record::{self, KIND_PUT};
 use crate::region::{Op, Region};
 use crate::view::View;
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// The large-log records that committed compactions found superseded (by a newer write or a
+/// delete), per segment incarnation (segment, salt). Kept in memory only: the catalog keeps
+/// the byte counts, and GC trusts this record of a segment only when its bytes equal the
+/// catalog's count for it, i.e. when every invalid byte the catalog knows of is here.
+#[derive(Default)]
+pub(crate) struct DeadRecords {
+    segs: Mutex<HashMap<(u32, u32), Dead>>,
+}
+
+#[derive(Default)]
+struct Dead {
+    bytes: u64,
+    offsets: HashSet<u32>,
+}
+
+impl DeadRecords {
+    /// Records superseded by a compaction whose edits are committed: (pointer, salt, length),
+    /// counted exactly as its `LargeGarbage` edits count them.
+    pub(crate) fn add(&self, seg_bits: u32, records: &[(u64, u32, u32)]) {
+        if records.is_empty() {
+            return;
+        }
+        let mut g = self.segs.lock();
+        for &(ptr, salt, len) in records {
+            let d = g.entry(((ptr >> seg_bits) as u32, salt)).or_default();
+            d.bytes += len as u64;
+            d.offsets.insert((ptr & ((1u64 << seg_bits) - 1)) as u32);
+        }
+    }
+
+    /// The dead offsets of a segment, if they account for all of its `garbage` bytes.
+    fn complete(&self, seg: u32, salt: u32, garbage: u64) -> Option<HashSet<u32>> {
+        let g = self.segs.lock();
+        match g.get(&(seg, salt)) {
+            Some(d) if d.bytes == garbage => Some(d.offsets.clone()),
+            _ => None,
+        }
+    }
+
+    fn is_dead(&self, seg: u32, salt: u32, off: u32) -> bool {
+        self.segs.lock().get(&(seg, salt)).is_some_and(|d| d.offsets.contains(&off))
+    }
+
+    fn forget(&self, seg: u32, salt: u32) {
+        self.segs.lock().remove(&(seg, salt));
+    }
+}
 
 /// One pass over a region: reclaims every candidate segment. Returns how many were freed.
 pub(crate) fn run(r: &Region) -> Result<usize> {
@@ -74,38 +130,69 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
     if records.iter().any(|(_, rec)| rec.lsn > l1_lsn && rec.lsn <= sealed) {
         return Ok(false);
     }
+    // The catalog's count now, not the pass's snapshot: compactions go on during a pass. A
+    // compaction adds its dead records after its commit, so in between the two differ and
+    // the segment is looked up.
+    let garbage = r.sh.manifest.with(|c| c.regions.get(&r.id).and_then(|m| m.large_garbage.get(&seg).copied()));
+    let dead = r.dead.complete(seg, salt, garbage.unwrap_or(0));
+    if dead.is_some() {
+        r.sh.counters.gc_known_segments.fetch_add(1, Relaxed);
+    }
+    let points_here = |e: Option<Entry>, ptr: u64| {
+        e.is_some_and(|x| matches!(x.value, Value::Large { ptr: p, salt: s, .. } if p == ptr && s == salt))
+    };
     let mut moved = 0u64;
     for (off, rec) in records {
         if rec.kind != KIND_PUT || rec.lsn > sealed {
             continue;
         }
         let ptr = base + off as u64;
-        // Valid = the newest entry of the key still points here. Checked once against the
-        // whole tree, then again under the write lock against L0, where any newer write lands.
-        let view = r.view();
-        let snap = r.visible.load(Relaxed);
-        let Some(e) = r.lookup(&view, snap, rec.key)? else {
-            continue;
+        // Valid = the newest entry of the key still points here. Without the dead records, a
+        // first lookup in the whole tree outside the write lock weeds out most dead ones.
+        let first = match &dead {
+            Some(dead) if dead.contains(&(off as u32)) => continue,
+            Some(_) => None,
+            None => {
+                let view = r.view();
+                let Some(e) = r.lookup(&view, r.visible.load(Relaxed), rec.key)? else {
+                    continue;
+                };
+                if !points_here(Some(e.clone()), ptr) {
+                    continue;
+                }
+                Some((view, e))
+            }
         };
-        if !matches!(e.value, Value::Large { ptr: p, salt: s, .. } if p == ptr && s == salt) {
-            continue;
-        }
         let mut w = r.w.lock();
         r.make_room(&mut w)?;
         // Writers append under the lock but insert into L0 after it: let the ones already
         // appended finish, so that L0 shows every write that could be newer than ours.
         r.quiesce(&w);
+        // No write can land while the lock is held.
         let now = r.view();
-        // No write can land while the lock is held. If a compaction published since the
-        // first look, a newer write may have moved into the levels: look again in full.
-        let still_valid = if Arc::ptr_eq(&now.version, &view.version) {
-            let newer = |m: &crate::memtable::Memtable| m.get(rec.key, u64::MAX).is_some_and(|x| x.lsn > e.lsn);
-            !newer(&now.mem) && !now.imm.as_deref().is_some_and(newer)
-        } else {
-            let again = r.lookup(&now, r.visible.load(Relaxed), rec.key)?;
-            again.is_some_and(|x| matches!(x.value, Value::Large { ptr: p, salt: s, .. } if p == ptr && s == salt))
+        let in_l0 = |m: &Memtable| m.get(rec.key, u64::MAX).map(|x| x.lsn);
+        let newest_l0 = in_l0(&now.mem).or_else(|| now.imm.as_deref().and_then(in_l0));
+        let valid = match first {
+            // A write that superseded the record is in L0, or in a level above the deepest
+            // (the Bloom filters say maybe; one lookup decides), or it met the record's entry
+            // in a merge, which made the record dead before the view that drops the merged L0
+            // table was installed.
+            None => match newest_l0 {
+                Some(lsn) => lsn == rec.lsn,
+                None if r.may_be_above_last(&now, rec.key)? => points_here(r.lookup(&now, u64::MAX, rec.key)?, ptr),
+                None => !r.dead.is_dead(seg, salt, off as u32),
+            },
+            // Nothing was published since the first look: only L0 can hold a newer write.
+            Some((view, e)) if Arc::ptr_eq(&now.version, &view.version) => newest_l0.is_none_or(|lsn| lsn <= e.lsn),
+            // A compaction published since: a newer write may have moved into the levels.
+            Some(_) => points_here(r.lookup(&now, u64::MAX, rec.key)?, ptr),
         };
-        if !still_valid {
+        #[cfg(debug_assertions)]
+        {
+            let by_lookup = points_here(r.lookup(&now, u64::MAX, rec.key)?, ptr);
+            debug_assert_eq!(valid, by_lookup, "GC validity of the record at {ptr:#x} (lsn {})", rec.lsn);
+        }
+        if !valid {
             continue;
         }
         let ops = [Op::Put(rec.key, rec.value)];
@@ -128,6 +215,7 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         Err(e) => return r.sh.fail(e),
     };
     r.install(|v| View::new(v.mem.clone(), v.imm.clone(), v.version.clone(), r.sh.alloc.clone()), freed);
+    r.dead.forget(seg, salt);
     let c = &r.sh.counters;
     c.gc_segments.fetch_add(1, Relaxed);
     c.gc_bytes_moved.fetch_add(moved, Relaxed);

@@ -77,6 +77,8 @@ pub(crate) struct Region {
     pub reserved: Mutex<crate::backup::Reserved>,
     /// Held by a GC pass; taken to keep GC out (a snapshot for a new backup).
     pub gc_lock: Mutex<()>,
+    /// Large-log records that committed compactions superseded (GC's validity check).
+    pub dead: crate::gc::DeadRecords,
     /// Identity of this region object in the row cache: a region rebuilt (promotion, a backup
     /// reset) starts with no rows.
     uid: u64,
@@ -143,6 +145,7 @@ impl Region {
             no_space: AtomicBool::new(false),
             reserved: Mutex::new(Default::default()),
             gc_lock: Mutex::new(()),
+            dead: Default::default(),
             uid: NEXT_REGION_UID.fetch_add(1, Relaxed),
             row_epoch: AtomicU64::new(0),
             row_gate: parking_lot::RwLock::new(()),
@@ -486,6 +489,25 @@ impl Region {
             }
         }
         self.lookup_levels(view, key)
+    }
+
+    /// Whether `key` may have an entry in a level above the deepest non-empty one, by the
+    /// Bloom filters alone: false means that below L0 only the deepest level can hold it.
+    pub(crate) fn may_be_above_last(&self, view: &View, key: &[u8]) -> Result<bool> {
+        let levels = &view.version.levels;
+        let Some(last) = levels.iter().rposition(|l| !l.is_empty()) else {
+            return Ok(false);
+        };
+        let h = bloom::hash(key);
+        for level in &levels[..last] {
+            let i = level.partition_point(|s| s.info.last_key.as_slice() < key);
+            if let Some(sst) = level.get(i) {
+                if sst.info.first_key.as_slice() <= key && sst.may_contain(&self.sh.ctx, h)? {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// The entry for `key` in the levels (L1 first).

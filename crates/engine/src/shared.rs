@@ -63,6 +63,7 @@ pub(crate) struct Counters {
     pub medium_merged: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_segments: AtomicU64,
+    pub gc_known_segments: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
     pub recovery_dropped: AtomicU64,
 }

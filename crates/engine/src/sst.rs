@@ -336,6 +336,11 @@ impl Sst {
         Ok(self.bloom.get_or_init(|| f))
     }
 
+    /// Whether the Bloom filter admits the key whose hash is `h`.
+    pub(crate) fn may_contain(&self, ctx: &ReadCtx, h: u64) -> Result<bool> {
+        Ok(bloom::may_contain(self.filter(ctx)?, h))
+    }
+
     /// The entry for `key`, if this SST has one.
     pub(crate) fn get(&self, ctx: &ReadCtx, key: &[u8], h: u64) -> Result<Option<Entry>> {
         if !bloom::may_contain(self.filter(ctx)?, h) {

@@ -68,6 +68,9 @@ pub struct Stats {
     pub gc_runs: u64,
     /// Large-log segments reclaimed by GC.
     pub gc_segments: u64,
+    /// Segments GC reclaimed without an index lookup per record (their invalid records were
+    /// all known from compactions).
+    pub gc_known_segments: u64,
     /// Bytes GC moved.
     pub gc_bytes_moved: u64,
     /// Valid log records found beyond the recovered prefix at the last open and not replayed
@@ -134,6 +137,7 @@ impl Db {
             medium_merged: c.medium_merged.load(Relaxed),
             gc_runs: c.gc_runs.load(Relaxed),
             gc_segments: c.gc_segments.load(Relaxed),
+            gc_known_segments: c.gc_known_segments.load(Relaxed),
             gc_bytes_moved: c.gc_bytes_moved.load(Relaxed),
             recovery_dropped_records: c.recovery_dropped.load(Relaxed),
             direct_io: sh.dev.is_direct(),

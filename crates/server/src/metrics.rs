@@ -250,6 +250,12 @@ pub fn render(
     counter(&mut o, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", e.stall_seconds);
     counter(&mut o, "halyard_engine_compactions_total", "Compactions completed.", e.compactions as f64);
     counter(&mut o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
+    counter(
+        &mut o,
+        "halyard_engine_gc_known_segments_total",
+        "Large-log segments GC reclaimed without an index lookup per record.",
+        e.gc_known_segments as f64,
+    );
     counter(&mut o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
     gauge(&mut o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
     gauge(&mut o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);

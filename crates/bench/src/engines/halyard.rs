@@ -78,6 +78,7 @@ impl Engine for Halyard {
                     ("row_misses".to_string(), s.row_misses),
                     ("compactions".to_string(), s.compactions),
                     ("gc_segments".to_string(), s.gc_segments),
+                    ("gc_known_segments".to_string(), s.gc_known_segments),
                     ("gc_bytes_moved".to_string(), s.gc_bytes_moved),
                     ("syncs".to_string(), s.syncs),
                 ])
