@@ -5,8 +5,8 @@
 //! Which records are still valid: compactions record the exact records they supersede
 //! (`DeadRecords`), so a record is valid when it is not among them and L0 holds no newer
 //! write of its key. An index lookup per record (the Parallax paper's "lookup cost": a leaf
-//! read for most of them) is only needed where that record is incomplete: after a restart
-//! or a promotion, whose catalog counts invalid bytes this process did not see.
+//! read for most of them) is only needed where that record may be incomplete: segments
+//! written before a restart or before a promotion.
 
 use crate::aligned::AlignedBuf;
 use crate::catalog::Edit;
@@ -23,12 +23,16 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// The large-log records that committed compactions found superseded (by a newer write or a
-/// delete), per segment incarnation (segment, salt). Kept in memory only: the catalog keeps
-/// the byte counts, and GC trusts this record of a segment only when its bytes equal the
-/// catalog's count for it, i.e. when every invalid byte the catalog knows of is here.
+/// delete), per segment incarnation (segment, salt). Kept in memory only. GC trusts this record
+/// of a segment only if this region object opened the segment itself, so that every record in
+/// it was written, and every one superseded, in this process while the region was a primary
+/// (not so after a restart, or for segments a backup received before its promotion, whose
+/// catalog counts may include garbage it never saw), and only when its bytes equal the
+/// catalog's count for the segment (a compaction adds its records just after its commit).
 #[derive(Default)]
 pub(crate) struct DeadRecords {
     segs: Mutex<HashMap<(u32, u32), Dead>>,
+    own: Mutex<HashSet<(u32, u32)>>,
 }
 
 #[derive(Default)]
@@ -52,8 +56,16 @@ impl DeadRecords {
         }
     }
 
+    /// A large-log segment this region object opened for its own writes.
+    pub(crate) fn opened(&self, seg: u32, salt: u32) {
+        self.own.lock().insert((seg, salt));
+    }
+
     /// The dead offsets of a segment, if they account for all of its `garbage` bytes.
     fn complete(&self, seg: u32, salt: u32, garbage: u64) -> Option<HashSet<u32>> {
+        if !self.own.lock().contains(&(seg, salt)) {
+            return None;
+        }
         let g = self.segs.lock();
         match g.get(&(seg, salt)) {
             Some(d) if d.bytes == garbage => Some(d.offsets.clone()),
@@ -67,6 +79,7 @@ impl DeadRecords {
 
     fn forget(&self, seg: u32, salt: u32) {
         self.segs.lock().remove(&(seg, salt));
+        self.own.lock().remove(&(seg, salt));
     }
 }
 

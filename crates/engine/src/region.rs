@@ -273,6 +273,9 @@ impl Region {
                 return self.sh.fail(e);
             }
             w.mem_l0_segs.extend(reserved[0].iter().map(|s| s.0));
+            for &(seg, salt) in &reserved[1] {
+                self.dead.opened(seg, salt);
+            }
         }
         let dev = &self.sh.dev;
         let listener = self.sh.listener();
