@@ -15,7 +15,7 @@ use crate::region::{category, Category, Region};
 use crate::shared::ShippedSegment;
 use crate::sst::{decode_all, Sst, SstBuilder};
 use crate::view::{Version, View};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -160,8 +160,8 @@ struct Output<'a> {
     medium: Option<LogTail>,
     medium_segs: Vec<(u32, u32)>,
     medium_delta: HashMap<(u32, u32), i64>,
-    large_garbage: HashMap<(u32, u32), u64>,
-    /// The large-log records behind `large_garbage`: (pointer, salt, length).
+    /// Large-log records superseded by this merge: (pointer, salt, length). Their bytes per
+    /// segment become `LargeGarbage` edits, and GC learns which records they are.
     large_dead: Vec<(u64, u32, u32)>,
     chunks: ChunkReader,
     allocated: Vec<u32>,
@@ -176,10 +176,7 @@ impl<'a> Output<'a> {
     fn dropped(&mut self, e: &Entry) {
         match e.value {
             Value::Medium { ptr, salt, .. } => *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1,
-            Value::Large { ptr, len, salt } => {
-                *self.large_garbage.entry((self.seg_of(ptr), salt)).or_default() += len as u64;
-                self.large_dead.push((ptr, salt, len));
-            }
+            Value::Large { ptr, len, salt } => self.large_dead.push((ptr, salt, len)),
             _ => {}
         }
     }
@@ -303,9 +300,11 @@ impl<'a> Output<'a> {
             _ => 0,
         });
         edits.extend(deltas);
-        for (&(seg, salt), &bytes) in &self.large_garbage {
-            edits.push(Edit::LargeGarbage { seg, salt, bytes });
+        let mut garbage: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for &(ptr, salt, len) in &self.large_dead {
+            *garbage.entry((self.seg_of(ptr), salt)).or_default() += len as u64;
         }
+        edits.extend(garbage.into_iter().map(|((seg, salt), bytes)| Edit::LargeGarbage { seg, salt, bytes }));
         Ok(edits)
     }
 
@@ -388,7 +387,6 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: usize, log_medium: boo
         medium: None,
         medium_segs: Vec::new(),
         medium_delta: HashMap::new(),
-        large_garbage: HashMap::new(),
         large_dead: Vec::new(),
         chunks: ChunkReader { chunks: HashMap::new(), order: VecDeque::new() },
         allocated: Vec::new(),
@@ -413,8 +411,6 @@ fn compact_l0(r: &Region) -> Result<()> {
             _ => Vec::new(),
         }
     };
-    let seg_bits = r.sh.dev.seg_bits();
-    let mut table_garbage: HashMap<(u32, u32), u64> = HashMap::new();
     let mut table_dead: Vec<(u64, u32, u32)> = Vec::new();
     let result = (|| {
         let mut it = imm.iter_all().peekable();
@@ -423,7 +419,6 @@ fn compact_l0(r: &Region) -> Result<()> {
             let Some(e) = it.next() else { return Ok(None) };
             while it.peek().is_some_and(|n| n.key == e.key) {
                 if let Some(Entry { value: Value::Large { ptr, len, salt }, .. }) = it.next() {
-                    *table_garbage.entry(((ptr >> seg_bits) as u32, salt)).or_default() += len as u64;
                     table_dead.push((ptr, salt, len));
                 }
             }
@@ -431,6 +426,7 @@ fn compact_l0(r: &Region) -> Result<()> {
         };
         let mut older = SstStream { r, ssts: inputs.iter().cloned().collect(), buf: Vec::new().into_iter() };
         merge(&mut out, &mut newer, &mut older)?;
+        out.large_dead.append(&mut table_dead);
         out.finish()
     })();
     let mut edits = match result {
@@ -440,10 +436,6 @@ fn compact_l0(r: &Region) -> Result<()> {
             return Err(e);
         }
     };
-    for ((seg, salt), bytes) in table_garbage {
-        edits.push(Edit::LargeGarbage { seg, salt, bytes });
-    }
-    out.large_dead.extend(table_dead);
     for s in &inputs {
         edits.push(Edit::RemoveSst { level: 1, seg: s.info.seg });
     }

@@ -32,11 +32,12 @@ use std::sync::Arc;
 #[derive(Default)]
 pub(crate) struct DeadRecords {
     segs: Mutex<HashMap<(u32, u32), Dead>>,
-    own: Mutex<HashSet<(u32, u32)>>,
 }
 
 #[derive(Default)]
 struct Dead {
+    /// The region object opened the segment for its own writes.
+    own: bool,
     bytes: u64,
     offsets: HashSet<u32>,
 }
@@ -58,19 +59,13 @@ impl DeadRecords {
 
     /// A large-log segment this region object opened for its own writes.
     pub(crate) fn opened(&self, seg: u32, salt: u32) {
-        self.own.lock().insert((seg, salt));
+        self.segs.lock().entry((seg, salt)).or_default().own = true;
     }
 
-    /// The dead offsets of a segment, if they account for all of its `garbage` bytes.
-    fn complete(&self, seg: u32, salt: u32, garbage: u64) -> Option<HashSet<u32>> {
-        if !self.own.lock().contains(&(seg, salt)) {
-            return None;
-        }
-        let g = self.segs.lock();
-        match g.get(&(seg, salt)) {
-            Some(d) if d.bytes == garbage => Some(d.offsets.clone()),
-            _ => None,
-        }
+    /// Whether the segment's dead records can be trusted: it is the region's own and they
+    /// account for all of its `garbage` bytes.
+    fn complete(&self, seg: u32, salt: u32, garbage: u64) -> bool {
+        self.segs.lock().get(&(seg, salt)).is_some_and(|d| d.own && d.bytes == garbage)
     }
 
     fn is_dead(&self, seg: u32, salt: u32, off: u32) -> bool {
@@ -79,7 +74,6 @@ impl DeadRecords {
 
     fn forget(&self, seg: u32, salt: u32) {
         self.segs.lock().remove(&(seg, salt));
-        self.own.lock().remove(&(seg, salt));
     }
 }
 
@@ -147,11 +141,11 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
     // compaction adds its dead records after its commit, so in between the two differ and
     // the segment is looked up.
     let garbage = r.sh.manifest.with(|c| c.regions.get(&r.id).and_then(|m| m.large_garbage.get(&seg).copied()));
-    let dead = r.dead.complete(seg, salt, garbage.unwrap_or(0));
-    if dead.is_some() {
+    let known = r.dead.complete(seg, salt, garbage.unwrap_or(0));
+    if known {
         r.sh.counters.gc_known_segments.fetch_add(1, Relaxed);
     }
-    let points_here = |e: Option<Entry>, ptr: u64| {
+    let points_here = |e: Option<&Entry>, ptr: u64| {
         e.is_some_and(|x| matches!(x.value, Value::Large { ptr: p, salt: s, .. } if p == ptr && s == salt))
     };
     let mut moved = 0u64;
@@ -162,19 +156,20 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         let ptr = base + off as u64;
         // Valid = the newest entry of the key still points here. Without the dead records, a
         // first lookup in the whole tree outside the write lock weeds out most dead ones.
-        let first = match &dead {
-            Some(dead) if dead.contains(&(off as u32)) => continue,
-            Some(_) => None,
-            None => {
-                let view = r.view();
-                let Some(e) = r.lookup(&view, r.visible.load(Relaxed), rec.key)? else {
-                    continue;
-                };
-                if !points_here(Some(e.clone()), ptr) {
-                    continue;
-                }
-                Some((view, e))
+        let first = if known {
+            if r.dead.is_dead(seg, salt, off as u32) {
+                continue;
             }
+            None
+        } else {
+            let view = r.view();
+            let Some(e) = r.lookup(&view, r.visible.load(Relaxed), rec.key)? else {
+                continue;
+            };
+            if !points_here(Some(&e), ptr) {
+                continue;
+            }
+            Some((view, e))
         };
         let mut w = r.w.lock();
         r.make_room(&mut w)?;
@@ -192,17 +187,19 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
             // table was installed.
             None => match newest_l0 {
                 Some(lsn) => lsn == rec.lsn,
-                None if r.may_be_above_last(&now, rec.key)? => points_here(r.lookup(&now, u64::MAX, rec.key)?, ptr),
+                None if r.may_be_above_last(&now, rec.key)? => {
+                    points_here(r.lookup(&now, u64::MAX, rec.key)?.as_ref(), ptr)
+                }
                 None => !r.dead.is_dead(seg, salt, off as u32),
             },
             // Nothing was published since the first look: only L0 can hold a newer write.
             Some((view, e)) if Arc::ptr_eq(&now.version, &view.version) => newest_l0.is_none_or(|lsn| lsn <= e.lsn),
             // A compaction published since: a newer write may have moved into the levels.
-            Some(_) => points_here(r.lookup(&now, u64::MAX, rec.key)?, ptr),
+            Some(_) => points_here(r.lookup(&now, u64::MAX, rec.key)?.as_ref(), ptr),
         };
         #[cfg(debug_assertions)]
         {
-            let by_lookup = points_here(r.lookup(&now, u64::MAX, rec.key)?, ptr);
+            let by_lookup = points_here(r.lookup(&now, u64::MAX, rec.key)?.as_ref(), ptr);
             debug_assert_eq!(valid, by_lookup, "GC validity of the record at {ptr:#x} (lsn {})", rec.lsn);
         }
         if !valid {

@@ -503,9 +503,8 @@ impl Region {
         };
         let h = bloom::hash(key);
         for level in &levels[..last] {
-            let i = level.partition_point(|s| s.info.last_key.as_slice() < key);
-            if let Some(sst) = level.get(i) {
-                if sst.info.first_key.as_slice() <= key && sst.may_contain(&self.sh.ctx, h)? {
+            if let Some(sst) = covering(level, key) {
+                if sst.may_contain(&self.sh.ctx, h)? {
                     return Ok(true);
                 }
             }
@@ -517,12 +516,9 @@ impl Region {
     fn lookup_levels(&self, view: &View, key: &[u8]) -> Result<Option<Entry>> {
         let h = bloom::hash(key);
         for level in &view.version.levels {
-            let i = level.partition_point(|s| s.info.last_key.as_slice() < key);
-            if let Some(sst) = level.get(i) {
-                if sst.info.first_key.as_slice() <= key {
-                    if let Some(e) = sst.get(&self.sh.ctx, key, h)? {
-                        return Ok(Some(e));
-                    }
+            if let Some(sst) = covering(level, key) {
+                if let Some(e) = sst.get(&self.sh.ctx, key, h)? {
+                    return Ok(Some(e));
                 }
             }
         }
@@ -725,4 +721,10 @@ impl Region {
 /// never serves a stale value.
 pub(crate) fn value_cache_key(ptr: u64, salt: u32) -> u128 {
     ((ptr as u128) << 32) | salt as u128
+}
+
+/// The SST of a level (sorted, disjoint) whose key range holds `key`.
+fn covering<'a>(level: &'a [Arc<Sst>], key: &[u8]) -> Option<&'a Arc<Sst>> {
+    let i = level.partition_point(|s| s.info.last_key.as_slice() < key);
+    level.get(i).filter(|s| s.info.first_key.as_slice() <= key)
 }
