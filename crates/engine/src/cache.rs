@@ -63,6 +63,16 @@ impl Cache {
         }
     }
 
+    /// Whether `off` is cached; counts neither a hit nor a miss and does not make it look used.
+    pub(crate) fn contains(&self, off: u128) -> bool {
+        self.inner.as_ref().is_some_and(|c| c.contains_key(&off))
+    }
+
+    /// The byte budget.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |c| c.capacity())
+    }
+
     /// Replaces an entry that is present, without making it look used.
     pub(crate) fn refresh(&self, off: u128, v: Arc<Vec<u8>>) {
         if let Some(c) = &self.inner {

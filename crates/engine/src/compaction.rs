@@ -4,18 +4,21 @@
 
 use crate::aligned::{align_down, AlignedBuf};
 use crate::alloc::Purpose;
-use crate::catalog::{Edit, SstInfo};
+use crate::catalog::Edit;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::logtail::{LogKind, LogTail};
 use crate::memtable::{Entry, Value};
+use crate::node::Node;
 use crate::options::MediumPlacement;
 use crate::record::{self, RECORD_OVERHEAD};
 use crate::region::{category, Category, Region};
 use crate::shared::ShippedSegment;
 use crate::sst::{decode_all, Sst, SstBuilder};
 use crate::view::{Version, View};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -80,14 +83,66 @@ pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
     res
 }
 
+/// Key ranges (first and last key) and heat of the hot input leaves of one level that the
+/// cache held when the merge read them, in key order. The output leaves that overlap them
+/// take their place in the cache when the output becomes visible: an L0->L1 merge rewrites
+/// every leaf of L1, and without this the cache would lose its whole hot set to new node keys
+/// at every merge and win it back one miss at a time. The copies wait in memory until then, so
+/// only the hottest leaves, up to half the cache, are carried over (`warm_threshold`).
+type Warm = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>, u16)>>>;
+
+/// The highest heat among the ranges of `warm` that overlap `first..=last`, if any does.
+fn warm_heat(warm: &[(Vec<u8>, Vec<u8>, u16)], first: &[u8], last: &[u8]) -> Option<u16> {
+    let at = warm.partition_point(|(_, l, _)| l.as_slice() < first);
+    warm[at..].iter().take_while(|(f, _, _)| f.as_slice() <= last).map(|w| w.2).max()
+}
+
+/// The least heat an input leaf needs to be carried over: the cached input leaves that reach
+/// it hold at most `budget` bytes (all of them when the hottest alone are more).
+fn warm_threshold(r: &Region, inputs: &[&Arc<Sst>], budget: usize) -> u16 {
+    let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes);
+    let mut by_heat: BTreeMap<u16, usize> = BTreeMap::new();
+    for s in inputs {
+        for l in 0..s.info.leaf_count as usize {
+            let h = s.heat(l);
+            if h > 0 && cache.contains(s.node_key((l * nb) as u32)) {
+                *by_heat.entry(h).or_default() += nb;
+            }
+        }
+    }
+    let mut bytes = 0;
+    let mut threshold = None;
+    for (&h, &b) in by_heat.iter().rev() {
+        bytes += b;
+        if bytes > budget && threshold.is_some() {
+            break;
+        }
+        threshold = Some(h);
+    }
+    threshold.unwrap_or(u16::MAX)
+}
+
+/// The first and last key of a leaf.
+fn leaf_range(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let node = Node { bytes };
+    let n = node.count();
+    Some((node.key(0).ok()?, node.key(n.checked_sub(1)?).ok()?))
+}
+
 /// Entries of a list of SSTs in key order, reading one whole segment at a time.
 struct SstStream<'a> {
     r: &'a Region,
     ssts: VecDeque<Arc<Sst>>,
     buf: std::vec::IntoIter<Entry>,
+    warm: Warm,
+    min_heat: u16,
 }
 
-impl SstStream<'_> {
+impl<'a> SstStream<'a> {
+    fn new(r: &'a Region, ssts: VecDeque<Arc<Sst>>, min_heat: u16) -> SstStream<'a> {
+        SstStream { r, ssts, buf: Vec::new().into_iter(), warm: Warm::default(), min_heat }
+    }
+
     fn next(&mut self) -> Result<Option<Entry>> {
         loop {
             if let Some(e) = self.buf.next() {
@@ -100,6 +155,16 @@ impl SstStream<'_> {
             let mut img = AlignedBuf::new(sst.info.used_bytes as usize);
             dev.read_into(dev.seg_base(sst.info.seg), &mut img, IoKind::CompactionRead)?;
             self.buf = decode_all(&sst.info, &img, self.r.sh.opts.node_bytes)?.into_iter();
+            let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
+            let mut warm = self.warm.borrow_mut();
+            for l in 0..sst.info.leaf_count as usize {
+                let heat = sst.heat(l);
+                if heat >= self.min_heat && cache.contains(sst.node_key((l * nb) as u32)) {
+                    if let Some((f, last)) = img.get(l * nb..(l + 1) * nb).and_then(leaf_range) {
+                        warm.push((f.to_vec(), last.to_vec(), heat));
+                    }
+                }
+            }
         }
     }
 }
@@ -156,7 +221,12 @@ struct Output<'a> {
     bottom: bool,
     log_medium: bool,
     builder: Option<SstBuilder>,
-    ssts: Vec<SstInfo>,
+    ssts: Vec<Arc<Sst>>,
+    /// The warm input leaves of each input level (see `Warm`).
+    warm_in: Vec<Warm>,
+    /// Output leaves to cache once the output is visible, at most `warm_budget` bytes.
+    warm: Vec<(u128, Arc<Vec<u8>>)>,
+    warm_budget: usize,
     medium: Option<LogTail>,
     medium_segs: Vec<(u32, u32)>,
     medium_delta: HashMap<(u32, u32), i64>,
@@ -272,8 +342,27 @@ impl<'a> Output<'a> {
         dev.write(dev.seg_base(seg), used, IoKind::Compaction)?;
         self.r.sh.alloc.trim(seg, info.used_bytes as u64);
         self.r.sh.ship_segment(self.r.id, ShippedSegment::Sst { info: &info, bytes: used });
-        self.ssts.push(info);
+        let sst = Sst::from_image(info, used, self.r.sh.opts.node_bytes);
+        self.keep_warm(&sst, used);
+        self.ssts.push(Arc::new(sst));
         Ok(())
+    }
+
+    /// Copies the leaves of a new SST that cover warm input leaves, for the cache.
+    fn keep_warm(&mut self, sst: &Sst, img: &[u8]) {
+        let nb = self.r.sh.opts.node_bytes;
+        for l in 0..sst.info.leaf_count as usize {
+            if (self.warm.len() + 1) * nb > self.warm_budget {
+                return;
+            }
+            let Some(bytes) = img.get(l * nb..(l + 1) * nb) else { return };
+            let Some((first, last)) = leaf_range(bytes) else { continue };
+            if let Some(heat) = self.warm_in.iter().filter_map(|w| warm_heat(&w.borrow(), first, last)).max() {
+                self.warm.push((sst.node_key((l * nb) as u32), Arc::new(bytes.to_vec())));
+                // Halved, so that a leaf stays hot across merges only while it is read.
+                sst.set_heat(l, heat.div_ceil(2));
+            }
+        }
     }
 
     /// Closes the output; returns the edits that publish it.
@@ -284,8 +373,8 @@ impl<'a> Output<'a> {
         for &(seg, salt) in &self.medium_segs {
             edits.push(Edit::LogAdd { log: LogKind::Medium, seg, salt });
         }
-        for info in &self.ssts {
-            edits.push(Edit::AddSst { level: self.dest, sst: info.clone() });
+        for s in &self.ssts {
+            edits.push(Edit::AddSst { level: self.dest, sst: s.info.clone() });
         }
         // Increments first, so that a run's segment is not freed by a decrement that
         // happens to be listed before them.
@@ -384,6 +473,9 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: usize, log_medium: boo
         log_medium,
         builder: None,
         ssts: Vec::new(),
+        warm_in: Vec::new(),
+        warm: Vec::new(),
+        warm_budget: r.sh.ctx.cache.capacity() as usize / 2,
         medium: None,
         medium_segs: Vec::new(),
         medium_delta: HashMap::new(),
@@ -424,7 +516,9 @@ fn compact_l0(r: &Region) -> Result<()> {
             }
             Ok(Some(e))
         };
-        let mut older = SstStream { r, ssts: inputs.iter().cloned().collect(), buf: Vec::new().into_iter() };
+        let min_heat = warm_threshold(r, &inputs.iter().collect::<Vec<_>>(), out.warm_budget);
+        let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
+        out.warm_in.push(older.warm.clone());
         merge(&mut out, &mut newer, &mut older)?;
         out.large_dead.append(&mut table_dead);
         out.finish()
@@ -455,7 +549,7 @@ fn compact_l0(r: &Region) -> Result<()> {
     }
     let gone = inputs.iter().map(|s| (1, s.info.seg)).collect();
     r.refresh_rows(&imm);
-    publish(r, edits, &out, gone, Vec::new(), true)
+    publish(r, edits, &mut out, gone, &inputs, Vec::new(), true)
 }
 
 fn compact_level(r: &Region, i: usize) -> Result<()> {
@@ -488,14 +582,17 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
             Edit::AddSst { level: (i + 1) as u8, sst: pick.info.clone() },
         ];
         r.sh.counters.trivial_moves.fetch_add(1, Relaxed);
-        let out = new_output(r, &view.version, i + 1, false);
-        return publish(r, edits, &out, vec![(i, pick.info.seg)], vec![pick], false);
+        let mut out = new_output(r, &view.version, i + 1, false);
+        return publish(r, edits, &mut out, vec![(i, pick.info.seg)], &[], vec![pick], false);
     }
     let mut out = new_output(r, &view.version, i + 1, false);
     let result = (|| {
-        let mut upper = SstStream { r, ssts: VecDeque::from([pick.clone()]), buf: Vec::new().into_iter() };
+        let min_heat = warm_threshold(r, &overlap.iter().chain([&pick]).collect::<Vec<_>>(), out.warm_budget);
+        let mut upper = SstStream::new(r, VecDeque::from([pick.clone()]), min_heat);
+        let mut older = SstStream::new(r, overlap.iter().cloned().collect(), min_heat);
+        out.warm_in.push(upper.warm.clone());
+        out.warm_in.push(older.warm.clone());
         let mut newer = || upper.next();
-        let mut older = SstStream { r, ssts: overlap.iter().cloned().collect(), buf: Vec::new().into_iter() };
         merge(&mut out, &mut newer, &mut older)?;
         out.finish()
     })();
@@ -511,15 +608,19 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
         edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.info.seg });
     }
     let gone = std::iter::once((i, pick.info.seg)).chain(overlap.iter().map(|s| (i + 1, s.info.seg))).collect();
-    publish(r, edits, &out, gone, Vec::new(), false)
+    overlap.push(pick);
+    publish(r, edits, &mut out, gone, &overlap, Vec::new(), false)
 }
 
 /// Makes the output durable, commits the edits, installs the new view, ships the edits.
+/// `merged` are the input SSTs the output replaces; `moved` go down a level unchanged.
+#[allow(clippy::too_many_arguments)]
 fn publish(
     r: &Region,
     edits: Vec<Edit>,
-    out: &Output<'_>,
+    out: &mut Output<'_>,
     gone: Vec<(usize, u32)>,
+    merged: &[Arc<Sst>],
     moved: Vec<Arc<Sst>>,
     drop_imm: bool,
 ) -> Result<()> {
@@ -538,7 +639,7 @@ fn publish(
     // GC, which checks L0 first and then these, never misses both (see `gc::DeadRecords`).
     r.dead.add(r.sh.dev.seg_bits(), &out.large_dead);
     let dest = out.dest as usize;
-    let added: Vec<Arc<Sst>> = out.ssts.iter().map(|i| Arc::new(Sst::new(i.clone()))).chain(moved).collect();
+    let added: Vec<Arc<Sst>> = out.ssts.iter().cloned().chain(moved).collect();
     r.install(
         |v| {
             let mut levels = v.version.levels.clone();
@@ -560,6 +661,18 @@ fn publish(
         },
         freed,
     );
+    // The merged SSTs' leaves give their room to the output leaves that replace them; removed
+    // first, so that those enter the cache as hot (see `Warm`).
+    let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes as u32);
+    for s in merged {
+        for l in 0..s.info.leaf_count {
+            cache.remove(s.node_key(l * nb));
+        }
+    }
+    r.sh.counters.warmed_leaves.fetch_add(out.warm.len() as u64, Relaxed);
+    for (k, leaf) in out.warm.drain(..) {
+        cache.insert(k, leaf);
+    }
     r.sh.counters.compactions.fetch_add(1, Relaxed);
     r.w_cv.notify_all();
     r.sh.ship_edits(r.id, &edits);

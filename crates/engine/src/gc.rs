@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::logtail::LogKind;
 use crate::memtable::{Entry, Memtable, Value};
 use crate::record::{self, KIND_PUT};
-use crate::region::{Op, Region};
+use crate::region::{value_cache_key, Op, Region};
 use crate::view::View;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -207,6 +207,16 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         }
         let ops = [Op::Put(rec.key, rec.value)];
         let pending = r.append_locked(&mut w, &ops, false)?;
+        // A cached value moves with its record: hot values are what the updates GC chases
+        // keep reading, and a move would otherwise cost each of them a miss.
+        let cache = &r.sh.ctx.cache;
+        let old_key = value_cache_key(ptr, salt);
+        if cache.contains(old_key) {
+            if let Some(Value::Large { ptr, salt, .. }) = pending.values().first() {
+                cache.insert(value_cache_key(*ptr, *salt), Arc::new(rec.value.to_vec()));
+            }
+            cache.remove(old_key);
+        }
         r.finish(pending, &ops)?;
         moved += rec.len as u64;
     }

@@ -56,7 +56,8 @@ pub struct Options {
     pub group_commit_ms: u64,
     /// Log tail write unit.
     pub log_chunk_bytes: usize,
-    /// Byte budget of the node and value cache.
+    /// Byte budget of the node and value cache. A compaction holds copies of the hottest
+    /// leaves it rewrites, up to half of this, until they replace the old ones in the cache.
     pub cache_bytes: usize,
     /// Open the data file with O_DIRECT (falls back to buffered I/O where unsupported).
     pub direct_io: bool,

@@ -99,6 +99,13 @@ pub(crate) struct Pending {
     values: Vec<Value>,
 }
 
+impl Pending {
+    /// What the L0 entries of the batch hold, in order: values or log pointers.
+    pub(crate) fn values(&self) -> &[Value] {
+        &self.values
+    }
+}
+
 /// A write the caller issues.
 pub(crate) enum Op<'a> {
     Put(&'a [u8], &'a [u8]),

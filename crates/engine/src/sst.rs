@@ -19,6 +19,7 @@ use crate::memtable::{Entry, Value};
 use crate::node::{self, index_cell, leaf_cell, Node, NodeBuf, INDEX, LEAF};
 use crate::options::NODE_HEADER;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 pub(crate) const FOOTER_MAGIC: &[u8; 8] = b"HLYSST01";
@@ -224,7 +225,7 @@ impl ReadCtx {
     /// Reads a verified node through the cache.
     pub(crate) fn node(&self, uid: u64, seg: u32, off: u32) -> Result<Arc<Vec<u8>>> {
         let at = self.dev.seg_base(seg) + off as u64;
-        let key = (1u128 << 127) | ((uid as u128) << 32) | off as u128;
+        let key = node_cache_key(uid, off);
         if let Some(n) = self.cache.get(key) {
             return Ok(n);
         }
@@ -238,6 +239,11 @@ impl ReadCtx {
     }
 }
 
+/// The cache key of the node at `off` of the SST object `uid`: bit 127 set (see `rowcache`).
+fn node_cache_key(uid: u64, off: u32) -> u128 {
+    (1u128 << 127) | ((uid as u128) << 32) | off as u128
+}
+
 /// An SST as a level holds it.
 pub(crate) struct Sst {
     pub info: SstInfo,
@@ -247,6 +253,9 @@ pub(crate) struct Sst {
     /// The index nodes (everything between the last leaf and the root, inclusive), read
     /// and verified once and then kept out of the cache: every point read walks them.
     index: OnceLock<Vec<u8>>,
+    /// Reads of each leaf (saturating; racing increments may be lost): how hot a leaf is when
+    /// a compaction decides which of its replacements to cache (see `compaction::Warm`).
+    heat: Box<[AtomicU16]>,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -258,11 +267,51 @@ fn bad(seg: u32, off: u32) -> impl Fn(node::BadNode) -> Error {
 impl Sst {
     pub(crate) fn new(info: SstInfo) -> Sst {
         Sst {
-            info,
             uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             bloom: OnceLock::new(),
             index: OnceLock::new(),
+            // Bounded: a segment holds at most 2^18 of the smallest nodes.
+            heat: (0..info.leaf_count.clamp(1, 1 << 18)).map(|_| AtomicU16::new(0)).collect(),
+            info,
         }
+    }
+
+    /// Reads of leaf `leaf` so far.
+    pub(crate) fn heat(&self, leaf: usize) -> u16 {
+        self.heat.get(leaf).map_or(0, |h| h.load(Relaxed))
+    }
+
+    pub(crate) fn set_heat(&self, leaf: usize, v: u16) {
+        if let Some(h) = self.heat.get(leaf) {
+            h.store(v, Relaxed);
+        }
+    }
+
+    fn touch(&self, ctx: &ReadCtx, off: u32) {
+        if let Some(h) = self.heat.get((off / ctx.node_bytes as u32) as usize) {
+            let v = h.load(Relaxed);
+            h.store(v.saturating_add(1), Relaxed);
+        }
+    }
+
+    /// An SST just built from `img`, its segment image: the index nodes and the filter are
+    /// taken from the image instead of being read back at the first lookup.
+    pub(crate) fn from_image(info: SstInfo, img: &[u8], node_bytes: usize) -> Sst {
+        let sst = Sst::new(info);
+        let i = &sst.info;
+        let index = (i.leaf_count as usize * node_bytes)..(i.root_off as usize + node_bytes);
+        if let Some(b) = img.get(index).filter(|_| i.height > 0) {
+            let _ = sst.index.set(b.to_vec());
+        }
+        if let Some(b) = img.get(i.bloom_off as usize..(i.bloom_off + i.bloom_len) as usize) {
+            let _ = sst.bloom.set(b.to_vec());
+        }
+        sst
+    }
+
+    /// The cache key of this SST's node at `off`.
+    pub(crate) fn node_key(&self, off: u32) -> u128 {
+        node_cache_key(self.uid, off)
     }
 
     /// Bytes held in memory outside the cache (filter and index nodes) once loaded.
@@ -349,6 +398,7 @@ impl Sst {
         let seg = self.info.seg;
         let off = self.descend(ctx, key)?;
         let n = ctx.node(self.uid, seg, off)?;
+        self.touch(ctx, off);
         let node = Node { bytes: &n };
         if node.ty() != LEAF {
             return Err(Error::corrupt(seg as u64, off as u64, "expected a leaf"));
@@ -380,6 +430,7 @@ impl Sst {
     ) -> Result<(Vec<Entry>, bool)> {
         let off = i * ctx.node_bytes as u32;
         let n = ctx.node(self.uid, self.info.seg, off)?;
+        self.touch(ctx, off);
         let node = Node { bytes: &n };
         if node.ty() != LEAF {
             return Err(Error::corrupt(self.info.seg as u64, off as u64, "expected a leaf"));

@@ -64,6 +64,8 @@ pub struct Stats {
     pub trivial_moves: u64,
     /// Medium pairs merged back in place.
     pub medium_merged: u64,
+    /// Leaves compactions put in the cache in place of cached input leaves they rewrote.
+    pub warmed_leaves: u64,
     /// GC passes over a region.
     pub gc_runs: u64,
     /// Large-log segments reclaimed by GC.
@@ -135,6 +137,7 @@ impl Db {
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
             medium_merged: c.medium_merged.load(Relaxed),
+            warmed_leaves: c.warmed_leaves.load(Relaxed),
             gc_runs: c.gc_runs.load(Relaxed),
             gc_segments: c.gc_segments.load(Relaxed),
             gc_known_segments: c.gc_known_segments.load(Relaxed),

@@ -249,6 +249,12 @@ pub fn render(
     }
     counter(&mut o, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", e.stall_seconds);
     counter(&mut o, "halyard_engine_compactions_total", "Compactions completed.", e.compactions as f64);
+    counter(
+        &mut o,
+        "halyard_engine_warmed_leaves_total",
+        "Leaves compactions cached in place of the cached leaves they rewrote.",
+        e.warmed_leaves as f64,
+    );
     counter(&mut o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
     counter(
         &mut o,

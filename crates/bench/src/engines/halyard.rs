@@ -77,6 +77,7 @@ impl Engine for Halyard {
                     ("row_hits".to_string(), s.row_hits),
                     ("row_misses".to_string(), s.row_misses),
                     ("compactions".to_string(), s.compactions),
+                    ("warmed_leaves".to_string(), s.warmed_leaves),
                     ("gc_segments".to_string(), s.gc_segments),
                     ("gc_known_segments".to_string(), s.gc_known_segments),
                     ("gc_bytes_moved".to_string(), s.gc_bytes_moved),
