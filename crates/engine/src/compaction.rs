@@ -547,9 +547,9 @@ fn compact_l0(r: &Region) -> Result<()> {
     for seg in l0_segs {
         edits.push(Edit::LogRemove { log: LogKind::L0, seg });
     }
-    let gone = inputs.iter().map(|s| (1, s.info.seg)).collect();
+    let merged = inputs.iter().map(|s| (1, s.clone())).collect();
     r.refresh_rows(&imm);
-    publish(r, edits, &mut out, gone, &inputs, Vec::new(), true)
+    publish(r, edits, &mut out, merged, Vec::new(), true)
 }
 
 fn compact_level(r: &Region, i: usize) -> Result<()> {
@@ -583,7 +583,7 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
         ];
         r.sh.counters.trivial_moves.fetch_add(1, Relaxed);
         let mut out = new_output(r, &view.version, i + 1, false);
-        return publish(r, edits, &mut out, vec![(i, pick.info.seg)], &[], vec![pick], false);
+        return publish(r, edits, &mut out, Vec::new(), vec![(i, pick)], false);
     }
     let mut out = new_output(r, &view.version, i + 1, false);
     let result = (|| {
@@ -607,21 +607,19 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
     for s in &overlap {
         edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.info.seg });
     }
-    let gone = std::iter::once((i, pick.info.seg)).chain(overlap.iter().map(|s| (i + 1, s.info.seg))).collect();
-    overlap.push(pick);
-    publish(r, edits, &mut out, gone, &overlap, Vec::new(), false)
+    let merged = std::iter::once((i, pick)).chain(overlap.into_iter().map(|s| (i + 1, s))).collect();
+    publish(r, edits, &mut out, merged, Vec::new(), false)
 }
 
 /// Makes the output durable, commits the edits, installs the new view, ships the edits.
-/// `merged` are the input SSTs the output replaces; `moved` go down a level unchanged.
-#[allow(clippy::too_many_arguments)]
+/// `merged` are the input SSTs the output replaces, `moved` those that go down a level
+/// unchanged, each with the level it leaves.
 fn publish(
     r: &Region,
     edits: Vec<Edit>,
     out: &mut Output<'_>,
-    gone: Vec<(usize, u32)>,
-    merged: &[Arc<Sst>],
-    moved: Vec<Arc<Sst>>,
+    merged: Vec<(usize, Arc<Sst>)>,
+    moved: Vec<(usize, Arc<Sst>)>,
     drop_imm: bool,
 ) -> Result<()> {
     if let Err(e) = r.sh.dev.sync() {
@@ -639,16 +637,16 @@ fn publish(
     // GC, which checks L0 first and then these, never misses both (see `gc::DeadRecords`).
     r.dead.add(r.sh.dev.seg_bits(), &out.large_dead);
     let dest = out.dest as usize;
-    let added: Vec<Arc<Sst>> = out.ssts.iter().cloned().chain(moved).collect();
+    let added: Vec<Arc<Sst>> = out.ssts.iter().cloned().chain(moved.iter().map(|m| m.1.clone())).collect();
     r.install(
         |v| {
             let mut levels = v.version.levels.clone();
             while levels.len() < dest {
                 levels.push(Vec::new());
             }
-            for (l, seg) in &gone {
+            for (l, gone) in merged.iter().chain(&moved) {
                 if let Some(lv) = levels.get_mut(l - 1) {
-                    lv.retain(|s| s.info.seg != *seg);
+                    lv.retain(|s| s.info.seg != gone.info.seg);
                 }
             }
             let lv = &mut levels[dest - 1];
@@ -664,7 +662,7 @@ fn publish(
     // The merged SSTs' leaves give their room to the output leaves that replace them; removed
     // first, so that those enter the cache as hot (see `Warm`).
     let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes as u32);
-    for s in merged {
+    for (_, s) in &merged {
         for l in 0..s.info.leaf_count {
             cache.remove(s.node_key(l * nb));
         }
