@@ -103,11 +103,8 @@ fn warm_threshold(r: &Region, inputs: &[&Arc<Sst>], budget: usize) -> u16 {
     let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes);
     let mut by_heat: BTreeMap<u16, usize> = BTreeMap::new();
     for s in inputs {
-        for l in 0..s.info.leaf_count as usize {
-            let h = s.heat(l);
-            if h > 0 && cache.contains(s.node_key((l * nb) as u32)) {
-                *by_heat.entry(h).or_default() += nb;
-            }
+        for h in (0..s.info.leaf_count as usize).filter_map(|l| s.cached_heat(cache, l, nb, 1)) {
+            *by_heat.entry(h).or_default() += nb;
         }
     }
     let mut bytes = 0;
@@ -158,11 +155,9 @@ impl<'a> SstStream<'a> {
             let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
             let mut warm = self.warm.borrow_mut();
             for l in 0..sst.info.leaf_count as usize {
-                let heat = sst.heat(l);
-                if heat >= self.min_heat && cache.contains(sst.node_key((l * nb) as u32)) {
-                    if let Some((f, last)) = img.get(l * nb..(l + 1) * nb).and_then(leaf_range) {
-                        warm.push((f.to_vec(), last.to_vec(), heat));
-                    }
+                let Some(heat) = sst.cached_heat(cache, l, nb, self.min_heat) else { continue };
+                if let Some((f, last)) = img.get(l * nb..(l + 1) * nb).and_then(leaf_range) {
+                    warm.push((f.to_vec(), last.to_vec(), heat));
                 }
             }
         }
@@ -358,7 +353,7 @@ impl<'a> Output<'a> {
             let Some(bytes) = img.get(l * nb..(l + 1) * nb) else { return };
             let Some((first, last)) = leaf_range(bytes) else { continue };
             if let Some(heat) = self.warm_in.iter().filter_map(|w| warm_heat(&w.borrow(), first, last)).max() {
-                self.warm.push((sst.node_key((l * nb) as u32), Arc::new(bytes.to_vec())));
+                self.warm.push((sst.leaf_key(l, nb), Arc::new(bytes.to_vec())));
                 // Halved, so that a leaf stays hot across merges only while it is read.
                 sst.set_heat(l, heat.div_ceil(2));
             }
@@ -661,10 +656,10 @@ fn publish(
     );
     // The merged SSTs' leaves give their room to the output leaves that replace them; removed
     // first, so that those enter the cache as hot (see `Warm`).
-    let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes as u32);
+    let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes);
     for (_, s) in &merged {
-        for l in 0..s.info.leaf_count {
-            cache.remove(s.node_key(l * nb));
+        for l in 0..s.info.leaf_count as usize {
+            cache.remove(s.leaf_key(l, nb));
         }
     }
     r.sh.counters.warmed_leaves.fetch_add(out.warm.len() as u64, Relaxed);

@@ -276,9 +276,10 @@ impl Sst {
         }
     }
 
-    /// Reads of leaf `leaf` so far.
-    pub(crate) fn heat(&self, leaf: usize) -> u16 {
-        self.heat.get(leaf).map_or(0, |h| h.load(Relaxed))
+    /// Reads of leaf `leaf` so far, if at least `min` (and one) and the leaf is cached.
+    pub(crate) fn cached_heat(&self, cache: &Cache, leaf: usize, node_bytes: usize, min: u16) -> Option<u16> {
+        let h = self.heat.get(leaf).map_or(0, |h| h.load(Relaxed));
+        (h >= min.max(1) && cache.contains(self.leaf_key(leaf, node_bytes))).then_some(h)
     }
 
     pub(crate) fn set_heat(&self, leaf: usize, v: u16) {
@@ -309,9 +310,9 @@ impl Sst {
         sst
     }
 
-    /// The cache key of this SST's node at `off`.
-    pub(crate) fn node_key(&self, off: u32) -> u128 {
-        node_cache_key(self.uid, off)
+    /// The cache key of this SST's leaf `leaf`.
+    pub(crate) fn leaf_key(&self, leaf: usize, node_bytes: usize) -> u128 {
+        node_cache_key(self.uid, (leaf * node_bytes) as u32)
     }
 
     /// Bytes held in memory outside the cache (filter and index nodes) once loaded.
