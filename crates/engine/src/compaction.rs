@@ -487,6 +487,8 @@ fn compact_l0(r: &Region) -> Result<()> {
     };
     // Writers that appended for this table may still be inserting into it.
     imm.wait_for_writers();
+    // From here the table is fixed: versions it dropped early are garbage this merge reports.
+    let mut table_dead = imm.freeze();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
     let mut out = new_output(r, &view.version, 1, true);
     let inputs = {
@@ -498,7 +500,6 @@ fn compact_l0(r: &Region) -> Result<()> {
             _ => Vec::new(),
         }
     };
-    let mut table_dead: Vec<(u64, u32, u32)> = Vec::new();
     let result = (|| {
         let mut it = imm.iter_all().peekable();
         // The newest version of each key wins; older ones in the table are dropped.

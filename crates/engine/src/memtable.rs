@@ -59,16 +59,52 @@ pub(crate) struct Entry {
 
 const INDEX_SHARDS: usize = 64;
 
-type IndexShard =
-    parking_lot::RwLock<std::collections::HashMap<KeyBytes, (u64, Value), xxhash_rust::xxh3::Xxh3Builder>>;
+/// Bytes an entry is counted for in the table: key, what its leaf entry holds, and the
+/// skiplist node and index entry around them.
+fn entry_bytes(key: &[u8], value: &Value) -> usize {
+    key.len() + value.stored_len() + 48
+}
+
+/// A version a newer write of its key superseded in this table. Nothing reads it once every
+/// reader whose snapshot is below `by` is gone; it is then removed, so that the table holds
+/// (about) one version per key and repeated updates of a key do not fill it. (Parallax's L0
+/// is a B+-tree updated in place; versions that a live snapshot may read are kept.)
+pub(crate) struct Superseded {
+    key: KeyBytes,
+    lsn: u64,
+    by: u64,
+    bytes: usize,
+    /// The large-log record the version points to, which becomes garbage with it.
+    large: Option<(u64, u32, u32)>,
+}
+
+#[derive(Default)]
+struct IndexShard {
+    newest: std::collections::HashMap<KeyBytes, (u64, Value), xxhash_rust::xxh3::Xxh3Builder>,
+    superseded: Vec<Superseded>,
+}
+
+/// Removal of superseded versions, stopped for good once the table's compaction begins (it
+/// then drops them itself).
+#[derive(Default)]
+struct Removal {
+    frozen: bool,
+    /// Large-log records of removed versions: garbage the table's compaction reports.
+    dead_large: Vec<(u64, u32, u32)>,
+}
 
 pub(crate) struct Memtable {
     map: SkipMap<MemKey, Value>,
     /// The newest version of every key, for point reads in one hash probe instead of a walk
     /// down the skiplist (a cache miss per node): reads of keys the table does not hold, and
     /// reads at the current snapshot, never touch the skiplist. (KV-Tandem's LSM bypass.)
-    index: Box<[IndexShard]>,
+    index: Box<[parking_lot::RwLock<IndexShard>]>,
     bytes: AtomicUsize,
+    /// Bytes of the versions waiting in `IndexShard::superseded`.
+    superseded_bytes: AtomicUsize,
+    /// Batches of superseded versions that no reader can see any more, to be removed.
+    ready: parking_lot::Mutex<Vec<Vec<Superseded>>>,
+    removal: parking_lot::Mutex<Removal>,
     max_lsn: AtomicU64,
     /// Writers that appended records for this table and are still inserting them.
     writers: AtomicUsize,
@@ -78,30 +114,125 @@ fn shard_of(key: &[u8]) -> usize {
     (xxhash_rust::xxh3::xxh3_64(key) % INDEX_SHARDS as u64) as usize
 }
 
+impl Superseded {
+    /// `None` for a medium-log pointer (L0 holds medium values inline; a pointer's live count
+    /// is the compaction's to keep), which then stays until the compaction drops it.
+    fn of(key: &[u8], lsn: u64, by: u64, value: &Value, bytes: usize) -> Option<Superseded> {
+        let large = match *value {
+            Value::Large { ptr, len, salt } => Some((ptr, salt, len)),
+            Value::Medium { .. } => return None,
+            _ => None,
+        };
+        Some(Superseded { key: KeyBytes::from_slice(key), lsn, by, bytes, large })
+    }
+}
+
 impl Memtable {
     pub(crate) fn new() -> Memtable {
         Memtable {
             map: SkipMap::new(),
-            index: (0..INDEX_SHARDS).map(|_| IndexShard::default()).collect(),
+            index: (0..INDEX_SHARDS).map(|_| Default::default()).collect(),
             bytes: AtomicUsize::new(0),
+            superseded_bytes: AtomicUsize::new(0),
+            ready: Default::default(),
+            removal: Default::default(),
             max_lsn: AtomicU64::new(0),
             writers: AtomicUsize::new(0),
         }
     }
 
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Value) {
-        self.bytes.fetch_add(key.len() + value.stored_len() + 48, Relaxed);
+        let bytes = entry_bytes(key, &value);
+        self.bytes.fetch_add(bytes, Relaxed);
         self.max_lsn.fetch_max(lsn, Relaxed);
         // The skiplist first: a reader that finds the index entry can always fall back to it.
         self.map.insert(MemKey::new(key, lsn), value.clone());
         let mut shard = self.index[shard_of(key)].write();
-        match shard.get_mut(key) {
-            Some(e) if e.0 >= lsn => {}
-            Some(e) => *e = (lsn, value),
+        let shard = &mut *shard;
+        let old = match shard.newest.get_mut(key) {
+            // Writers insert concurrently: a newer version may already be here.
+            Some(e) if e.0 >= lsn => Superseded::of(key, lsn, e.0, &value, bytes),
+            Some(e) => {
+                let (old_lsn, old) = std::mem::replace(e, (lsn, value));
+                Superseded::of(key, old_lsn, lsn, &old, entry_bytes(key, &old))
+            }
             None => {
-                shard.insert(KeyBytes::from_slice(key), (lsn, value));
+                shard.newest.insert(KeyBytes::from_slice(key), (lsn, value));
+                return;
+            }
+        };
+        if let Some(old) = old {
+            self.superseded_bytes.fetch_add(old.bytes, Relaxed);
+            shard.superseded.push(old);
+        }
+    }
+
+    /// Bytes of superseded versions not yet handed out by [`Memtable::take_superseded`].
+    pub(crate) fn superseded_bytes(&self) -> usize {
+        self.superseded_bytes.load(Relaxed)
+    }
+
+    /// The superseded versions whose successor is visible at `visible`: once every reader that
+    /// started before now is gone, no reader can see them (a later one reads at `visible` or
+    /// above, or through a snapshot it took before, which keeps its view).
+    pub(crate) fn take_superseded(&self, visible: u64) -> Vec<Superseded> {
+        let mut out = Vec::new();
+        for shard in self.index.iter() {
+            let mut s = shard.write();
+            let mut i = 0;
+            while i < s.superseded.len() {
+                if s.superseded[i].by <= visible {
+                    out.push(s.superseded.swap_remove(i));
+                } else {
+                    i += 1;
+                }
             }
         }
+        self.superseded_bytes.fetch_sub(out.iter().map(|o| o.bytes).sum(), Relaxed);
+        out
+    }
+
+    /// Queues versions no reader can see any more for [`Memtable::remove_ready`].
+    pub(crate) fn ready(&self, batch: Vec<Superseded>) {
+        self.ready.lock().push(batch);
+    }
+
+    /// Removes the queued versions (unless another thread is at it). Returns how many.
+    pub(crate) fn remove_ready(&self) -> usize {
+        let batches = match self.ready.try_lock() {
+            Some(mut r) if !r.is_empty() => std::mem::take(&mut *r),
+            _ => return 0,
+        };
+        batches.into_iter().map(|b| self.remove(b)).sum()
+    }
+
+    /// Removes every superseded version at once: no reader exists yet (recovery).
+    pub(crate) fn remove_all_superseded(&self) -> usize {
+        let all = self.take_superseded(u64::MAX);
+        self.remove(all)
+    }
+
+    fn remove(&self, batch: Vec<Superseded>) -> usize {
+        let mut r = self.removal.lock();
+        if r.frozen {
+            return 0;
+        }
+        let n = batch.len();
+        for o in batch {
+            self.map.remove(&MemKey { key: o.key, rev: u64::MAX - o.lsn });
+            self.bytes.fetch_sub(o.bytes, Relaxed);
+            r.dead_large.extend(o.large);
+        }
+        n
+    }
+
+    /// Stops removals for good (the table's compaction begins) and returns the large-log
+    /// records of the versions removed, now garbage (the same list again if a compaction that
+    /// failed is retried).
+    pub(crate) fn freeze(&self) -> Vec<(u64, u32, u32)> {
+        let mut r = self.removal.lock();
+        r.frozen = true;
+        r.dead_large.clone()
     }
 
     pub(crate) fn writer_enter(&self) {
@@ -134,7 +265,7 @@ impl Memtable {
 
     /// The newest version of `key` with LSN <= `snap`.
     pub(crate) fn get(&self, key: &[u8], snap: u64) -> Option<Entry> {
-        match self.index[shard_of(key)].read().get(key) {
+        match self.index[shard_of(key)].read().newest.get(key) {
             None => return None,
             Some((lsn, v)) if *lsn <= snap => return Some(Entry { key: key.to_vec(), lsn: *lsn, value: v.clone() }),
             // A snapshot older than the newest version: find its version in the skiplist.
@@ -148,7 +279,7 @@ impl Memtable {
     /// The value of the newest version of `key` with LSN <= `snap` (the point-read path:
     /// no copy of the key).
     pub(crate) fn get_value(&self, key: &[u8], snap: u64) -> Option<Value> {
-        match self.index[shard_of(key)].read().get(key) {
+        match self.index[shard_of(key)].read().newest.get(key) {
             None => return None,
             Some((lsn, v)) if *lsn <= snap => return Some(v.clone()),
             Some(_) => {}
@@ -214,7 +345,7 @@ impl Memtable {
     /// Calls `f` with every key the table holds and its newest value (in no order).
     pub(crate) fn for_each_newest(&self, mut f: impl FnMut(&[u8], &Value)) {
         for shard in self.index.iter() {
-            for (k, (_, v)) in shard.read().iter() {
+            for (k, (_, v)) in shard.read().newest.iter() {
                 f(k, v);
             }
         }
@@ -223,5 +354,70 @@ impl Memtable {
     /// Every version in (key asc, LSN desc) order.
     pub(crate) fn iter_all(&self) -> impl Iterator<Item = Entry> + '_ {
         self.map.iter().map(|e| Entry { key: e.key().key.to_vec(), lsn: e.key().lsn(), value: e.value().clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn versions(m: &Memtable, key: &[u8]) -> Vec<u64> {
+        m.iter_all().filter(|e| e.key == key).map(|e| e.lsn).collect()
+    }
+
+    #[test]
+    fn superseded_versions_go_only_once_their_successor_is_visible_and_released() {
+        let m = Memtable::new();
+        m.insert(b"k", 1, Value::Inline(b"a".to_vec()));
+        m.insert(b"k", 3, Value::Inline(b"c".to_vec()));
+        // A writer that finished late: its version is older than the one already there.
+        m.insert(b"k", 2, Value::Inline(b"b".to_vec()));
+        m.insert(b"j", 4, Value::Inline(b"x".to_vec()));
+        let one = entry_bytes(b"k", &Value::Inline(b"a".to_vec()));
+        assert_eq!(m.bytes(), 4 * one);
+        assert_eq!(m.superseded_bytes(), 2 * one);
+        // Both were superseded by LSN 3: nothing goes while 3 is not visible.
+        assert!(m.take_superseded(2).is_empty());
+        let batch = m.take_superseded(3);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(m.superseded_bytes(), 0);
+        // Handed out but not released: a reader of an older view may still read them.
+        assert_eq!(m.get(b"k", 1).map(|e| e.value), Some(Value::Inline(b"a".to_vec())));
+        assert_eq!(m.remove_ready(), 0);
+        m.ready(batch);
+        assert_eq!(m.remove_ready(), 2);
+        assert_eq!(versions(&m, b"k"), vec![3]);
+        assert_eq!(m.get(b"k", u64::MAX).map(|e| e.value), Some(Value::Inline(b"c".to_vec())));
+        assert_eq!(m.bytes(), 2 * one);
+    }
+
+    #[test]
+    fn a_frozen_table_keeps_its_versions_and_reports_dropped_large_records_once() {
+        let m = Memtable::new();
+        m.insert(b"k", 1, Value::Large { ptr: 100, len: 2000, salt: 7 });
+        m.insert(b"k", 2, Value::Large { ptr: 5000, len: 2000, salt: 7 });
+        m.insert(b"n", 3, Value::Inline(b"v".to_vec()));
+        m.insert(b"n", 4, Value::Tombstone);
+        assert_eq!(m.remove_all_superseded(), 2);
+        assert_eq!(versions(&m, b"k"), vec![2]);
+        assert_eq!(versions(&m, b"n"), vec![4]);
+        m.insert(b"k", 5, Value::Large { ptr: 9000, len: 2000, salt: 7 });
+        let late = m.take_superseded(u64::MAX);
+        assert_eq!(m.freeze(), vec![(100, 7, 2000)]);
+        // Removal after the freeze would hide a version the compaction must see.
+        m.ready(late);
+        assert_eq!(m.remove_ready(), 0);
+        assert_eq!(versions(&m, b"k"), vec![5, 2]);
+        assert_eq!(m.freeze(), vec![(100, 7, 2000)], "a retried compaction gets the same list");
+    }
+
+    #[test]
+    fn medium_pointers_stay_until_the_compaction() {
+        let m = Memtable::new();
+        m.insert(b"k", 1, Value::Medium { ptr: 1, len: 200, salt: 1 });
+        m.insert(b"k", 2, Value::Inline(b"v".to_vec()));
+        assert_eq!(m.superseded_bytes(), 0);
+        assert_eq!(m.remove_all_superseded(), 0);
+        assert_eq!(versions(&m, b"k"), vec![2, 1]);
     }
 }

@@ -34,6 +34,11 @@ pub struct Options {
     pub node_bytes: usize,
     /// Size of one in-memory L0 table; one more (immutable) may exist while it compacts.
     pub l0_bytes: usize,
+    /// Largest L0-log share of one L0 table, in bytes; `None` = twice `l0_bytes`. L0 keeps one
+    /// version of a key (older ones are dropped once no reader can see them), so repeated
+    /// updates of a hot key set fill the log, not the table: this bounds the log a crash
+    /// replays and the disk it holds, and switches tables when it is reached.
+    pub max_l0_log_bytes: Option<u64>,
     /// Level i holds up to `l0_bytes * growth_factor^i` bytes.
     pub growth_factor: u32,
     /// Number of device levels (L1..=Lmax); the last is unbounded.
@@ -86,6 +91,7 @@ impl Default for Options {
             segment_bytes: 2 << 20,
             node_bytes: 8 << 10,
             l0_bytes: 64 << 20,
+            max_l0_log_bytes: None,
             growth_factor: 8,
             max_levels: 7,
             small_threshold: 120,
@@ -134,6 +140,11 @@ impl Options {
         }
     }
 
+    /// See `max_l0_log_bytes`.
+    pub(crate) fn l0_log_limit(&self) -> u64 {
+        self.max_l0_log_bytes.unwrap_or(2 * self.l0_bytes as u64)
+    }
+
     pub(crate) fn seg_bits(&self) -> u32 {
         self.segment_bytes.trailing_zeros()
     }
@@ -178,6 +189,9 @@ impl Options {
         }
         if self.l0_bytes < 4096 {
             return bad("l0_bytes must be at least 4 KiB".into());
+        }
+        if self.max_l0_log_bytes.is_some_and(|b| b < self.segment_bytes) {
+            return bad("max_l0_log_bytes must be at least segment_bytes".into());
         }
         if !self.log_chunk_bytes.is_power_of_two()
             || self.log_chunk_bytes < 4096

@@ -89,6 +89,8 @@ pub(crate) fn replay_counted(
             found - applied
         );
     }
+    // No reader exists yet: the table keeps one version per key from the start.
+    mem.remove_all_superseded();
     let mut seals = Vec::new();
     for kind in [LogKind::L0, LogKind::Large] {
         for s in &meta.logs[kind as usize] {

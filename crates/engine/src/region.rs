@@ -215,6 +215,10 @@ impl Region {
         // L0 insertion runs outside the write lock, concurrently with other writers; the
         // lock covers only LSN assignment and the log append.
         let last = self.finish(pending, ops)?;
+        let dropped = self.view.load().mem.remove_ready();
+        if dropped > 0 {
+            self.sh.counters.l0_versions_dropped.fetch_add(dropped as u64, Relaxed);
+        }
         if self.sh.opts.sync == crate::options::SyncMode::Always {
             self.sync_to(last)?;
         }
@@ -408,7 +412,12 @@ impl Region {
                 break Err(Error::Closed);
             }
             let view = self.view.load();
-            if view.mem.bytes() < self.sh.opts.l0_bytes {
+            let o = &self.sh.opts;
+            if view.mem.superseded_bytes() >= (o.l0_bytes / 64).max(64 << 10) {
+                self.prune_l0(&view.mem);
+            }
+            let log_bytes = w.mem_l0_segs.len() as u64 * self.sh.dev.seg_bytes();
+            if view.mem.bytes() < o.l0_bytes && log_bytes < o.l0_log_limit() {
                 break Ok(());
             }
             if view.imm.is_none() {
@@ -425,6 +434,24 @@ impl Region {
             self.sh.counters.stall_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
         }
         r
+    }
+
+    /// Hands the mutable table's superseded versions that every reader from now on is past to
+    /// the view installed here: they are removed once the readers of the older views are gone.
+    /// (A reader loads the view before the LSN it reads at, so one that sees the new view reads
+    /// at `visible` or above.)
+    fn prune_l0(&self, mem: &Arc<Memtable>) {
+        let batch = mem.take_superseded(self.visible.load(Acquire));
+        if batch.is_empty() {
+            return;
+        }
+        let _g = self.install_lock.lock();
+        let old = self.view.load_full();
+        let new = Arc::new(View::new(old.mem.clone(), old.imm.clone(), old.version.clone(), self.sh.alloc.clone()));
+        let m = mem.clone();
+        old.on_release(Box::new(move || m.ready(batch)));
+        old.retire(new.clone(), vec![]);
+        self.view.store(new);
     }
 
     /// Makes the mutable table immutable and starts a new one; the L0 log continues in a

@@ -36,6 +36,8 @@ pub(crate) struct View {
     pub version: Arc<Version>,
     next: OnceLock<Arc<View>>,
     free_on_drop: Mutex<Vec<u32>>,
+    /// Work that may run only once no reader of this view or an older one remains.
+    on_drop: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
     alloc: Arc<Allocator>,
 }
 
@@ -46,7 +48,15 @@ impl View {
         version: Arc<Version>,
         alloc: Arc<Allocator>,
     ) -> View {
-        View { mem, imm, version, next: OnceLock::new(), free_on_drop: Mutex::new(Vec::new()), alloc }
+        View {
+            mem,
+            imm,
+            version,
+            next: OnceLock::new(),
+            free_on_drop: Mutex::new(Vec::new()),
+            on_drop: Mutex::new(Vec::new()),
+            alloc,
+        }
     }
 
     /// Links `self` (the view being replaced) to its successor and hands it the segments the
@@ -55,22 +65,32 @@ impl View {
         self.free_on_drop.lock().extend(freed);
         let _ = self.next.set(next);
     }
+
+    /// Runs `f` once no reader of this view or an older one remains.
+    pub(crate) fn on_release(&self, f: Box<dyn FnOnce() + Send>) {
+        self.on_drop.lock().push(f);
+    }
+
+    fn release(&mut self) {
+        for s in self.free_on_drop.get_mut().drain(..) {
+            self.alloc.release(s);
+        }
+        for f in self.on_drop.get_mut().drain(..) {
+            f();
+        }
+    }
 }
 
 impl Drop for View {
     fn drop(&mut self) {
-        for s in self.free_on_drop.get_mut().drain(..) {
-            self.alloc.release(s);
-        }
+        self.release();
         // Unlink the chain iteratively so a long chain cannot overflow the stack.
         let mut next = self.next.take();
         while let Some(v) = next {
             match Arc::try_unwrap(v) {
                 Ok(mut v) => {
                     next = v.next.take();
-                    for s in v.free_on_drop.get_mut().drain(..) {
-                        v.alloc.release(s);
-                    }
+                    v.release();
                 }
                 Err(_) => break,
             }

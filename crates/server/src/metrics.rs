@@ -255,6 +255,12 @@ pub fn render(
         "Leaves compactions cached in place of the cached leaves they rewrote.",
         e.warmed_leaves as f64,
     );
+    counter(
+        &mut o,
+        "halyard_engine_l0_versions_dropped_total",
+        "Superseded versions L0 dropped before compaction (no reader could see them).",
+        e.l0_versions_dropped as f64,
+    );
     counter(&mut o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
     counter(
         &mut o,
