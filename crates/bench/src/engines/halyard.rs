@@ -113,6 +113,11 @@ impl Engine for Halyard {
         let mut v: Vec<(String, String)> = [
             ("cache_bytes", o.cache_bytes.to_string()),
             ("l0_bytes", o.l0_bytes.to_string()),
+            (
+                "max_l0_log_bytes",
+                o.max_l0_log_bytes
+                    .map_or_else(|| format!("{} (2 x l0_bytes)", 2 * o.l0_bytes as u64), |b| b.to_string()),
+            ),
             ("growth_factor", o.growth_factor.to_string()),
             ("max_levels", o.max_levels.to_string()),
             ("sync", format!("{:?}", o.sync)),
