@@ -234,7 +234,7 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         Ok(f) => f,
         Err(e) => return r.sh.fail(e),
     };
-    r.install(|v| View::new(v.mem.clone(), v.imm.clone(), v.version.clone(), r.sh.alloc.clone()), freed);
+    r.install(View::renewed, freed);
     r.dead.forget(seg, salt);
     let c = &r.sh.counters;
     c.gc_segments.fetch_add(1, Relaxed);

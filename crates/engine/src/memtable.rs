@@ -117,13 +117,13 @@ fn shard_of(key: &[u8]) -> usize {
 impl Superseded {
     /// `None` for a medium-log pointer (L0 holds medium values inline; a pointer's live count
     /// is the compaction's to keep), which then stays until the compaction drops it.
-    fn of(key: &[u8], lsn: u64, by: u64, value: &Value, bytes: usize) -> Option<Superseded> {
+    fn of(key: &[u8], lsn: u64, by: u64, value: &Value) -> Option<Superseded> {
         let large = match *value {
             Value::Large { ptr, len, salt } => Some((ptr, salt, len)),
             Value::Medium { .. } => return None,
             _ => None,
         };
-        Some(Superseded { key: KeyBytes::from_slice(key), lsn, by, bytes, large })
+        Some(Superseded { key: KeyBytes::from_slice(key), lsn, by, bytes: entry_bytes(key, value), large })
     }
 }
 
@@ -142,8 +142,7 @@ impl Memtable {
     }
 
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Value) {
-        let bytes = entry_bytes(key, &value);
-        self.bytes.fetch_add(bytes, Relaxed);
+        self.bytes.fetch_add(entry_bytes(key, &value), Relaxed);
         self.max_lsn.fetch_max(lsn, Relaxed);
         // The skiplist first: a reader that finds the index entry can always fall back to it.
         self.map.insert(MemKey::new(key, lsn), value.clone());
@@ -151,10 +150,10 @@ impl Memtable {
         let shard = &mut *shard;
         let old = match shard.newest.get_mut(key) {
             // Writers insert concurrently: a newer version may already be here.
-            Some(e) if e.0 >= lsn => Superseded::of(key, lsn, e.0, &value, bytes),
+            Some(e) if e.0 >= lsn => Superseded::of(key, lsn, e.0, &value),
             Some(e) => {
                 let (old_lsn, old) = std::mem::replace(e, (lsn, value));
-                Superseded::of(key, old_lsn, lsn, &old, entry_bytes(key, &old))
+                Superseded::of(key, old_lsn, lsn, &old)
             }
             None => {
                 shard.newest.insert(KeyBytes::from_slice(key), (lsn, value));

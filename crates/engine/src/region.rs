@@ -169,13 +169,14 @@ impl Region {
     }
 
     /// Installs the view `f` builds from the current one; `freed` segments are released once
-    /// no reader of the old views remains.
-    pub(crate) fn install(&self, f: impl FnOnce(&View) -> View, freed: Vec<u32>) {
+    /// no reader of the old views remains. Returns the view it replaced.
+    pub(crate) fn install(&self, f: impl FnOnce(&View) -> View, freed: Vec<u32>) -> Arc<View> {
         let _g = self.install_lock.lock();
         let old = self.view.load_full();
         let new = Arc::new(f(&old));
         old.retire(new.clone(), freed);
         self.view.store(new);
+        old
     }
 
     fn check_op(&self, op: &Op<'_>) -> Result<()> {
@@ -445,13 +446,10 @@ impl Region {
         if batch.is_empty() {
             return;
         }
-        let _g = self.install_lock.lock();
-        let old = self.view.load_full();
-        let new = Arc::new(View::new(old.mem.clone(), old.imm.clone(), old.version.clone(), self.sh.alloc.clone()));
         let m = mem.clone();
-        old.on_release(Box::new(move || m.ready(batch)));
-        old.retire(new.clone(), vec![]);
-        self.view.store(new);
+        // Attached after the swap, still in time: the old view lives at least as long as this
+        // handle, and readers of it or an older one keep it longer.
+        self.install(View::renewed, vec![]).on_release(Box::new(move || m.ready(batch)));
     }
 
     /// Makes the mutable table immutable and starts a new one; the L0 log continues in a

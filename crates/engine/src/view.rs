@@ -59,6 +59,12 @@ impl View {
         }
     }
 
+    /// A new view of the same tables and levels (for a change that frees segments or releases
+    /// work only once the readers of this one are gone).
+    pub(crate) fn renewed(&self) -> View {
+        View::new(self.mem.clone(), self.imm.clone(), self.version.clone(), self.alloc.clone())
+    }
+
     /// Links `self` (the view being replaced) to its successor and hands it the segments the
     /// change freed.
     pub(crate) fn retire(&self, next: Arc<View>, freed: Vec<u32>) {
