@@ -81,7 +81,16 @@ impl Workload {
 
     /// Whether the workload adds new keys (so the key space grows).
     pub fn inserts(self) -> bool {
-        matches!(self, Workload::LoadA | Workload::RunD | Workload::RunE)
+        self.insert_percent() > 0
+    }
+
+    /// Percentage of the operations that insert a new record (YCSB's `insertproportion`).
+    pub fn insert_percent(self) -> u64 {
+        match self {
+            Workload::LoadA => 100,
+            Workload::RunD | Workload::RunE => 5,
+            _ => 0,
+        }
     }
 }
 
@@ -259,18 +268,26 @@ const SCRAMBLED_ZETAN: f64 = 26.469_028_201_783_02;
 pub enum Chooser {
     /// Uniform.
     Uniform,
-    /// Scrambled Zipfian.
-    Scrambled(Zipfian),
+    /// Scrambled Zipfian over a fixed number of items (see [`Chooser::new`]).
+    Scrambled(Zipfian, u64),
     /// Skewed towards the latest records.
     Latest(Zipfian),
 }
 
 impl Chooser {
-    /// A chooser for `dist` over (initially) `n` records.
-    pub fn new(dist: Dist, n: u64) -> Chooser {
+    /// A chooser for `dist` over (initially) `n` records, of which a phase expects to add
+    /// `new` more. The scrambled Zipfian hashes its draws onto `n + 2 * new` items fixed for
+    /// the phase and draws again when an item does not exist yet, as YCSB's `CoreWorkload`
+    /// does (`expectednewkeys`, with its fudge factor of 2): hashing onto the growing record
+    /// count instead would send the popular draws to different records after every insert,
+    /// flattening the skew of Run E to about uniform.
+    pub fn new(dist: Dist, n: u64, new: u64) -> Chooser {
         match dist {
             Dist::Uniform => Chooser::Uniform,
-            Dist::Zipfian => Chooser::Scrambled(Zipfian::with_zeta(SCRAMBLED_ITEMS, ZIPF_THETA, SCRAMBLED_ZETAN)),
+            Dist::Zipfian => Chooser::Scrambled(
+                Zipfian::with_zeta(SCRAMBLED_ITEMS, ZIPF_THETA, SCRAMBLED_ZETAN),
+                n.max(1).saturating_add(new.saturating_mul(2)),
+            ),
             Dist::Latest => Chooser::Latest(Zipfian::new(n, ZIPF_THETA)),
         }
     }
@@ -279,7 +296,19 @@ impl Chooser {
     pub fn next(&mut self, rng: &mut impl Rng, n: u64) -> u64 {
         match self {
             Chooser::Uniform => rng.gen_range(0..n),
-            Chooser::Scrambled(z) => fnv64(z.sample(rng.gen(), SCRAMBLED_ITEMS)) % n,
+            Chooser::Scrambled(z, items) => {
+                let mut k = 0;
+                // The records missing from `items` are the phase's later inserts (a small
+                // share), so a few draws almost always do; the bound keeps a chooser built
+                // for far fewer records than it is asked about from looping.
+                for _ in 0..64 {
+                    k = fnv64(z.sample(rng.gen(), SCRAMBLED_ITEMS)) % *items;
+                    if k < n {
+                        return k;
+                    }
+                }
+                k % n
+            }
             Chooser::Latest(z) => n - 1 - z.sample(rng.gen(), n),
         }
     }
@@ -411,7 +440,7 @@ impl Iterator for OpGen {
                 }
             }
             Workload::RunD | Workload::RunE => {
-                if pct < 5 {
+                if u64::from(pct) < self.workload.insert_percent() {
                     self.insert()
                 } else {
                     let n = self.known();
@@ -479,7 +508,7 @@ mod tests {
     fn scrambled_zipfian_stays_in_range_and_is_skewed() {
         let mut rng = StdRng::seed_from_u64(3);
         let n = 1000;
-        let mut c = Chooser::new(Dist::Zipfian, n);
+        let mut c = Chooser::new(Dist::Zipfian, n, 0);
         let mut hits = vec![0u32; n as usize];
         for _ in 0..100_000 {
             hits[c.next(&mut rng, n) as usize] += 1;
@@ -490,9 +519,32 @@ mod tests {
     }
 
     #[test]
+    fn scrambled_zipfian_keeps_its_popular_records_while_records_are_added() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut c = Chooser::new(Dist::Zipfian, 1000, 50);
+        let top = |c: &mut Chooser, rng: &mut StdRng, n: u64| {
+            let mut hits = vec![0u32; n as usize];
+            for _ in 0..50_000 {
+                let k = c.next(rng, n);
+                assert!(k < n);
+                hits[k as usize] += 1;
+            }
+            let best = (0..n as usize).max_by_key(|&i| hits[i]).unwrap_or(0);
+            (best, hits[best])
+        };
+        let (first, _) = top(&mut c, &mut rng, 1000);
+        // One insert or fifty later, the same record is the most popular, and as popular.
+        for n in [1001, 1037, 1050] {
+            let (best, hits) = top(&mut c, &mut rng, n);
+            assert_eq!(best, first, "n = {n}");
+            assert!(hits > 2000, "{hits}");
+        }
+    }
+
+    #[test]
     fn latest_prefers_new_records_and_grows() {
         let mut rng = StdRng::seed_from_u64(5);
-        let mut c = Chooser::new(Dist::Latest, 1000);
+        let mut c = Chooser::new(Dist::Latest, 1000, 0);
         let newest = (0..10_000).filter(|_| c.next(&mut rng, 1000) >= 990).count();
         assert!(newest > 3000, "{newest}");
         for _ in 0..1000 {
@@ -521,7 +573,7 @@ mod tests {
     #[test]
     fn op_sequence_is_deterministic_and_split_across_threads() {
         let m = Mix::parse("SD").unwrap();
-        let gen = |t| OpGen::new(9, 1, Workload::RunE, &m, Chooser::new(Dist::Zipfian, 100), t, 3, 100, 1000);
+        let gen = |t| OpGen::new(9, 1, Workload::RunE, &m, Chooser::new(Dist::Zipfian, 100, 50), t, 3, 100, 1000);
         let a: Vec<Op> = gen(0).collect();
         assert_eq!(a, gen(0).collect::<Vec<_>>());
         assert_ne!(a, gen(1).collect::<Vec<_>>());
