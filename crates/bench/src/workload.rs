@@ -298,9 +298,9 @@ impl Chooser {
             Chooser::Uniform => rng.gen_range(0..n),
             Chooser::Scrambled(z, items) => {
                 let mut k = 0;
-                // The records missing from `items` are the phase's later inserts (a small
-                // share), so a few draws almost always do; the bound keeps a chooser built
-                // for far fewer records than it is asked about from looping.
+                // Items at or past `n` are records the phase has yet to insert, a small share,
+                // so one of the first few draws lands below `n`; the bound keeps a chooser
+                // asked about far fewer records than it was built for from looping long.
                 for _ in 0..64 {
                     k = fnv64(z.sample(rng.gen(), SCRAMBLED_ITEMS)) % *items;
                     if k < n {
