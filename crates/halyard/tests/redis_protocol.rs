@@ -158,6 +158,9 @@ fn bad_input_is_refused_without_harm() {
     let mut big = srv.conn();
     big.raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$200000\r\n");
     assert!(matches!(big.read(), Some(R::Err(e)) if e.contains("--max-request-bytes")));
+    // Once a refused request's connection is seen closed, its slot is free: two more clients
+    // fit under --max-clients 3 beside `good`.
+    assert!(big.read().is_none(), "closed after an oversized request");
     // Over --max-clients: refused with an error.
     let _c2 = srv.conn();
     let _c3 = srv.conn();

@@ -214,10 +214,14 @@ async fn accept_resp(
         };
         let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
         tokio::spawn(async move {
-            if let Err(e) = resp_connection(&sh, stream, addr.to_string(), limits, idle, stop).await {
+            let mut stream = stream;
+            if let Err(e) = resp_connection(&sh, &mut stream, addr.to_string(), limits, idle, stop).await {
                 tracing::debug!("connection {addr}: {e}");
             }
+            // The slot is free before the client can see its connection close, so that a
+            // client reconnecting at once is not refused over --max-clients.
             sh.connected.fetch_sub(1, Relaxed);
+            drop(stream);
             drop(guard);
         });
     }
@@ -225,7 +229,7 @@ async fn accept_resp(
 
 async fn resp_connection(
     sh: &Shared,
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     addr: String,
     limits: Limits,
     idle: Option<Duration>,
@@ -337,19 +341,21 @@ async fn accept_native(
 ) {
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
         // A refused native client sees its connection closed.
-        let Ok((stream, addr)) = next else { continue };
+        let Ok((mut stream, addr)) = next else { continue };
         let (sh, mut stop, guard, router) = (sh.clone(), stop.clone(), conns.enter(), router.clone());
         tokio::spawn(async move {
             let db = sh.ks.db.clone();
             tokio::select! {
-                r = native::serve_connection(stream, db, limits, sh.native.clone(), router) => {
+                r = native::serve_connection(&mut stream, db, limits, sh.native.clone(), router) => {
                     if let Err(e) = r {
                         tracing::debug!("native connection {addr}: {e}");
                     }
                 }
                 _ = stop.changed() => {}
             }
+            // Free before the close, as for RESP clients.
             sh.connected.fetch_sub(1, Relaxed);
+            drop(stream);
             drop(guard);
         });
     }

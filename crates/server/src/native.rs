@@ -82,7 +82,7 @@ const SHRINK_ABOVE: usize = 4 << 20;
 /// `limits.idle_timeout`, or it sends a malformed or oversized frame. Returns an error only for
 /// I/O failures (including a reply write that timed out); protocol problems are answered on the wire.
 pub async fn serve_connection(
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     db: Arc<Db>,
     limits: NativeLimits,
     counters: Arc<NativeCounters>,

@@ -36,7 +36,11 @@ pub async fn start(limits: NativeLimits) -> TestServer {
     let (db2, c2) = (db.clone(), counters.clone());
     tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
-            tokio::spawn(native::serve_connection(s, db2.clone(), limits, c2.clone(), None));
+            let (db, c) = (db2.clone(), c2.clone());
+            tokio::spawn(async move {
+                let mut s = s;
+                native::serve_connection(&mut s, db, limits, c, None).await
+            });
         }
     });
     TestServer { addr, counters, db, _dir: dir }
