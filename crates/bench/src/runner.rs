@@ -305,8 +305,8 @@ fn run_phase(
 ) -> Result<(PhaseResult, u64), String> {
     let total = if w == Workload::LoadA { cfg.records } else { cfg.ops };
     let dist = if w == Workload::RunD { Dist::Latest } else { cfg.dist };
-    let chooser =
-        Chooser::new(dist, base.max(1), if w == Workload::LoadA { 0 } else { total * w.insert_percent() / 100 });
+    // Load A never draws from it; its expected inserts only size a count nothing uses.
+    let chooser = Chooser::new(dist, base.max(1), total * w.insert_percent() / 100);
     let counters: Vec<Padded> = (0..cfg.threads).map(|_| Padded::default()).collect();
     let stop = AtomicBool::new(false);
     // Each worker holds a sender; the channel disconnects the moment the last one ends, so

@@ -205,7 +205,7 @@ async fn accept_resp(
     conns: tokio_util_tracker::Tracker,
 ) {
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
-        let (stream, addr) = match next {
+        let (mut stream, addr) = match next {
             Ok(x) => x,
             Err(mut refused) => {
                 let _ = refused.write_all(b"-ERR max number of clients reached\r\n").await;
@@ -214,7 +214,6 @@ async fn accept_resp(
         };
         let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
         tokio::spawn(async move {
-            let mut stream = stream;
             if let Err(e) = resp_connection(&sh, &mut stream, addr.to_string(), limits, idle, stop).await {
                 tracing::debug!("connection {addr}: {e}");
             }

@@ -35,12 +35,9 @@ pub async fn start(limits: NativeLimits) -> TestServer {
     let counters = Arc::new(NativeCounters::default());
     let (db2, c2) = (db.clone(), counters.clone());
     tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
+        while let Ok((mut s, _)) = listener.accept().await {
             let (db, c) = (db2.clone(), c2.clone());
-            tokio::spawn(async move {
-                let mut s = s;
-                native::serve_connection(&mut s, db, limits, c, None).await
-            });
+            tokio::spawn(async move { native::serve_connection(&mut s, db, limits, c, None).await });
         }
     });
     TestServer { addr, counters, db, _dir: dir }
