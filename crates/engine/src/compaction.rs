@@ -491,15 +491,7 @@ fn compact_l0(r: &Region) -> Result<()> {
     let mut table_dead = imm.freeze();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
     let mut out = new_output(r, &view.version, 1, true);
-    let inputs = {
-        let mut it = imm.iter_all();
-        let first = it.next().map(|e| e.key);
-        let last = imm.iter_all().last().map(|e| e.key);
-        match (first, last) {
-            (Some(f), Some(l)) => overlapping(l1, &f, &l),
-            _ => Vec::new(),
-        }
-    };
+    let inputs = imm.key_range().map_or_else(Vec::new, |(f, l)| overlapping(l1, &f, &l));
     let result = (|| {
         let mut it = imm.iter_all().peekable();
         // The newest version of each key wins; older ones in the table are dropped.
