@@ -402,6 +402,8 @@ impl Memtable {
             }
             chunk.pop_front()
         })
+        // Once done, done: without this a call after the end would start over.
+        .fuse()
     }
 
     /// The first and the last key the table holds.
@@ -483,6 +485,9 @@ mod tests {
         want.dedup();
         assert_eq!(all.len(), 3 * keys);
         assert_eq!(all, want, "key ascending, LSN descending, each version once");
+        let mut it = m.iter_all();
+        assert_eq!(it.by_ref().count(), 3 * keys);
+        assert!(it.next().is_none(), "an iterator at its end stays there");
         assert_eq!(m.key_range(), Some((b"k000000".to_vec(), format!("k{:06}", keys - 1).into_bytes())));
     }
 
