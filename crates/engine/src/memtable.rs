@@ -1,4 +1,4 @@
-//! L0: an in-memory sorted table of versions, concurrent readers with one writer.
+//! L0: an in-memory sorted table of versions, read and written by many threads at once.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -334,8 +334,7 @@ impl Memtable {
             Bound::Excluded(k) => Bound::Excluded(MemKey { key: KeyBytes::from_slice(k), rev: 0 }),
             Bound::Unbounded => Bound::Unbounded,
         };
-        let range = (lo(from), hi(end));
-        let range = if reverse { (lo(end), hi(from)) } else { range };
+        let range = if reverse { (lo(end), hi(from)) } else { (lo(from), hi(end)) };
         if !valid_range(&range) {
             return out;
         }
