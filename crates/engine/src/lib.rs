@@ -37,6 +37,7 @@ pub mod fuzzing;
 mod gc;
 mod iter;
 mod logtail;
+mod logwriter;
 mod manifest;
 mod memtable;
 mod node;

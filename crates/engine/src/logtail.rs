@@ -1,10 +1,13 @@
 //! The in-memory tail of a log: the current segment's image, appended to under the region's
-//! write lock and written to the device chunk by chunk with direct I/O.
+//! write lock and written to the device chunk by chunk with direct I/O (through the region's
+//! [`LogWriter`], after the lock is released, for the tails of user writes).
 
 use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::Result;
+use crate::logwriter::LogWriter;
 use crate::record;
+use std::sync::Arc;
 
 /// The three logs of a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,11 +52,41 @@ pub(crate) struct LogTail {
     pub last_lsn: u64,
     /// Bytes of the current segment already handed to the ship listener.
     shipped: usize,
+    /// Where completed chunks go when they are not written in place.
+    writer: Option<Arc<LogWriter>>,
 }
 
 impl LogTail {
     pub(crate) fn new(kind: LogKind, seg_bytes: usize, chunk: usize) -> LogTail {
-        LogTail { kind, seg: None, buf: AlignedBuf::new(seg_bytes), pos: 0, written: 0, chunk, last_lsn: 0, shipped: 0 }
+        LogTail {
+            kind,
+            seg: None,
+            buf: AlignedBuf::new(seg_bytes),
+            pos: 0,
+            written: 0,
+            chunk,
+            last_lsn: 0,
+            shipped: 0,
+            writer: None,
+        }
+    }
+
+    /// A tail whose completed chunks are queued on `writer` instead of written in place: the
+    /// caller drains it (see [`LogWriter::drain`]) once it no longer holds the write lock.
+    pub(crate) fn deferred(kind: LogKind, seg_bytes: usize, chunk: usize, writer: Arc<LogWriter>) -> LogTail {
+        LogTail { writer: Some(writer), ..LogTail::new(kind, seg_bytes, chunk) }
+    }
+
+    /// Writes `[from, to)` of the image, or queues it.
+    fn put(&self, dev: &Device, seg: u32, from: usize, to: usize) -> Result<()> {
+        let off = dev.seg_base(seg) + from as u64;
+        match &self.writer {
+            Some(w) => {
+                w.push(off, &self.buf[from..to], self.kind.io());
+                Ok(())
+            }
+            None => dev.write(off, &self.buf[from..to], self.kind.io()),
+        }
     }
 
     /// Bytes still free in the current segment (0 without one).
@@ -85,15 +118,25 @@ impl LogTail {
         // Write whole chunks as soon as they are complete.
         let full = align_down(self.pos, self.chunk);
         if full > self.written {
-            let from = align_down(self.written, ALIGN);
-            dev.write(dev.seg_base(seg) + from as u64, &self.buf[from..full], self.kind.io())?;
+            self.put(dev, seg, align_down(self.written, ALIGN), full)?;
             self.written = full;
         }
         Ok((dev.seg_base(seg) + at as u64, len as u32))
     }
 
-    /// Writes the unwritten part of the tail (rounded out to whole blocks). Does not sync.
+    /// Writes the unwritten part of the tail (rounded out to whole blocks), and every chunk
+    /// still queued: when it returns, the device holds all that was appended. Does not sync.
     pub(crate) fn write_out(&mut self, dev: &Device) -> Result<()> {
+        self.queue_out(dev)?;
+        match &self.writer {
+            Some(w) => w.drain(dev),
+            None => Ok(()),
+        }
+    }
+
+    /// Like [`LogTail::write_out`], but a deferred tail only queues the unwritten part (the
+    /// caller drains after releasing the write lock).
+    pub(crate) fn queue_out(&mut self, dev: &Device) -> Result<()> {
         let Some((seg, _)) = self.seg else {
             return Ok(());
         };
@@ -102,7 +145,7 @@ impl LogTail {
         }
         let from = align_down(self.written, ALIGN);
         let to = align_up(self.pos, ALIGN).min(self.buf.len());
-        dev.write(dev.seg_base(seg) + from as u64, &self.buf[from..to], self.kind.io())?;
+        self.put(dev, seg, from, to)?;
         self.written = self.pos;
         Ok(())
     }

@@ -122,6 +122,9 @@ pub(crate) struct Memtable {
     bytes: AtomicUsize,
     /// Bytes of the versions waiting in `IndexShard::superseded`.
     superseded_bytes: AtomicUsize,
+    /// Large-log bytes of the versions superseded in this table: garbage that GC can reclaim
+    /// only once the table is compacted (recovery replays the large log past L1 without gaps).
+    dead_large_bytes: AtomicU64,
     /// Batches of superseded versions that no reader can see any more, to be removed.
     ready: parking_lot::Mutex<Vec<Vec<Superseded>>>,
     removal: parking_lot::Mutex<Removal>,
@@ -154,6 +157,7 @@ impl Memtable {
             index: (0..INDEX_SHARDS).map(|_| Default::default()).collect(),
             bytes: AtomicUsize::new(0),
             superseded_bytes: AtomicUsize::new(0),
+            dead_large_bytes: AtomicU64::new(0),
             ready: Default::default(),
             removal: Default::default(),
             max_lsn: AtomicU64::new(0),
@@ -183,8 +187,16 @@ impl Memtable {
         };
         if let Some(old) = old {
             self.superseded_bytes.fetch_add(old.bytes, Relaxed);
+            if let Some((_, _, len)) = old.large {
+                self.dead_large_bytes.fetch_add(len as u64, Relaxed);
+            }
             shard.superseded.push(old);
         }
+    }
+
+    /// Large-log bytes that versions superseded in this table point to (see the field).
+    pub(crate) fn dead_large_bytes(&self) -> u64 {
+        self.dead_large_bytes.load(Relaxed)
     }
 
     /// Bytes of superseded versions not yet handed out by [`Memtable::take_superseded`].
@@ -444,6 +456,18 @@ mod tests {
         assert_eq!(versions(&m, b"k"), vec![3]);
         assert_eq!(m.get(b"k", u64::MAX).map(|e| e.value), Some(Value::Inline(b"c".to_vec())));
         assert_eq!(m.bytes(), 2 * one);
+    }
+
+    #[test]
+    fn superseded_large_versions_count_their_log_bytes() {
+        let m = Memtable::new();
+        m.insert(b"k", 1, Value::Large { ptr: 100, len: 2000, salt: 7 });
+        m.insert(b"k", 2, Value::Inline(b"small now".to_vec()));
+        m.insert(b"k", 3, Value::Large { ptr: 5000, len: 3000, salt: 7 });
+        // Out of order: version 2 arrives after 3 and is superseded on arrival.
+        m.insert(b"j", 5, Value::Large { ptr: 9000, len: 500, salt: 7 });
+        m.insert(b"j", 4, Value::Large { ptr: 8000, len: 700, salt: 7 });
+        assert_eq!(m.dead_large_bytes(), 2000 + 700);
     }
 
     #[test]

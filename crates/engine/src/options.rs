@@ -145,6 +145,12 @@ impl Options {
         self.max_l0_log_bytes.unwrap_or(2 * self.l0_bytes as u64)
     }
 
+    /// Large-log bytes that versions superseded within the mutable L0 table may hold before
+    /// the table is switched (so that GC can reclaim them after its compaction).
+    pub(crate) fn l0_garbage_limit(&self) -> u64 {
+        4 * self.l0_bytes as u64
+    }
+
     pub(crate) fn seg_bits(&self) -> u32 {
         self.segment_bytes.trailing_zeros()
     }

@@ -5,6 +5,7 @@ use crate::bloom;
 use crate::catalog::{Edit, RegionMeta};
 use crate::error::{Error, Result};
 use crate::logtail::{LogKind, LogTail};
+use crate::logwriter::LogWriter;
 use crate::memtable::{Entry, Memtable, Value};
 use crate::record::{self, KIND_DELETE, KIND_PUT};
 use crate::rowcache;
@@ -79,6 +80,8 @@ pub(crate) struct Region {
     pub gc_lock: Mutex<()>,
     /// Large-log records that committed compactions superseded (GC's validity check).
     pub dead: crate::gc::DeadRecords,
+    /// The log tails' device writes, done after the write lock is released.
+    writer: Arc<LogWriter>,
     /// Identity of this region object in the row cache: a region rebuilt (promotion, a backup
     /// reset) starts with no rows.
     uid: u64,
@@ -97,6 +100,8 @@ pub(crate) struct Pending {
     mem: Arc<Memtable>,
     first: u64,
     values: Vec<Value>,
+    /// The append queued log writes: the caller drains them once it has let go of the lock.
+    pub(crate) queued: bool,
 }
 
 impl Pending {
@@ -128,6 +133,7 @@ impl Region {
         let seg = sh.dev.seg_bytes() as usize;
         let chunk = sh.opts.log_chunk_bytes;
         let nlevels = sh.opts.max_levels + 1;
+        let writer = Arc::new(LogWriter::new(chunk));
         Region {
             id,
             start: meta.start.clone(),
@@ -137,8 +143,8 @@ impl Region {
             install_lock: Mutex::new(()),
             w: Mutex::new(WriteState {
                 next_lsn,
-                l0: LogTail::new(LogKind::L0, seg, chunk),
-                large: LogTail::new(LogKind::Large, seg, chunk),
+                l0: LogTail::deferred(LogKind::L0, seg, chunk, writer.clone()),
+                large: LogTail::deferred(LogKind::Large, seg, chunk, writer.clone()),
                 mem_l0_segs: meta.logs[LogKind::L0 as usize].iter().map(|s| s.seg).collect(),
                 imm_l0_segs: Vec::new(),
             }),
@@ -153,6 +159,7 @@ impl Region {
             reserved: Mutex::new(Default::default()),
             gc_lock: Mutex::new(()),
             dead: Default::default(),
+            writer,
             uid: NEXT_REGION_UID.fetch_add(1, Relaxed),
             row_epoch: AtomicU64::new(0),
             row_gate: parking_lot::RwLock::new(()),
@@ -214,8 +221,13 @@ impl Region {
             self.append_locked(&mut w, ops, true)?
         };
         // L0 insertion runs outside the write lock, concurrently with other writers; the
-        // lock covers only LSN assignment and the log append.
+        // lock covers only LSN assignment and the log append. So do the log's device writes:
+        // after the insertion, so that the writes after this one are not held up either.
+        let queued = pending.queued;
         let last = self.finish(pending, ops)?;
+        if queued {
+            self.drain_log_writes()?;
+        }
         let dropped = self.view.load().mem.remove_ready();
         if dropped > 0 {
             self.sh.counters.l0_versions_dropped.fetch_add(dropped as u64, Relaxed);
@@ -291,6 +303,7 @@ impl Region {
         }
         let dev = &self.sh.dev;
         let listener = self.sh.listener();
+        let queued_before = self.writer.queued();
         let n = ops.len() as u32;
         let mut lsn = 0;
         let mut values = Vec::with_capacity(ops.len());
@@ -311,6 +324,9 @@ impl Region {
                 };
                 if let Some(l) = &listener {
                     tail.ship(&**l, self.id, true);
+                }
+                if let (1, Some((old, old_salt))) = (li, tail.seg) {
+                    self.dead.left(old, old_salt, tail.last_lsn);
                 }
                 if let Err(e) = tail.switch(dev, seg, salt) {
                     return self.sh.fail(e);
@@ -346,7 +362,7 @@ impl Region {
         }
         let mem = self.view.load().mem.clone();
         mem.writer_enter();
-        Ok(Pending { mem, first: lsn + 1 - ops.len() as u64, values })
+        Ok(Pending { mem, first: lsn + 1 - ops.len() as u64, values, queued: self.writer.queued() != queued_before })
     }
 
     /// Waits until every write appended so far is in L0 and visible. With the write lock held,
@@ -418,7 +434,14 @@ impl Region {
                 self.prune_l0(&view.mem);
             }
             let log_bytes = w.mem_l0_segs.len() as u64 * self.sh.dev.seg_bytes();
-            if view.mem.bytes() < o.l0_bytes && log_bytes < o.l0_log_limit() {
+            // Garbage that the table's superseded versions hold in the large log waits for the
+            // table's compaction: bounded like the L0 log, so that skewed updates of large
+            // values, which supersede within the table and leave it no fuller, do not grow the
+            // large log without a bound until the table fills.
+            if view.mem.bytes() < o.l0_bytes
+                && log_bytes < o.l0_log_limit()
+                && view.mem.dead_large_bytes() < o.l0_garbage_limit()
+            {
                 break Ok(());
             }
             if view.imm.is_none() {
@@ -495,6 +518,14 @@ impl Region {
         Ok(())
     }
 
+    /// Writes the log chunks queued so far (see [`LogWriter`]).
+    pub(crate) fn drain_log_writes(&self) -> Result<()> {
+        if let Err(e) = self.writer.drain(&self.sh.dev) {
+            return self.sh.fail(e);
+        }
+        Ok(())
+    }
+
     /// Makes every record up to `lsn` durable; concurrent callers share one fdatasync.
     pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
         let mut synced = self.synced.lock();
@@ -503,9 +534,13 @@ impl Region {
         }
         let upto = {
             let mut w = self.w.lock();
-            self.write_out(&mut w)?;
+            let dev = &self.sh.dev;
+            if let Err(e) = w.large.queue_out(dev).and_then(|_| w.l0.queue_out(dev)) {
+                return self.sh.fail(e);
+            }
             w.next_lsn - 1
         };
+        self.drain_log_writes()?;
         if let Err(e) = self.sh.dev.sync() {
             return self.sh.fail(e);
         }

@@ -177,3 +177,28 @@ fn large_values_dropped_in_l0_are_garbage_gc_reclaims() {
         assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 39)), "key {i}");
     }
 }
+
+#[test]
+fn superseded_large_values_switch_the_table_before_their_garbage_piles_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    // Updates of 50 large values keep the table at 50 versions, but every update leaves ~440
+    // dead bytes in the large log that GC can reclaim only after the table's compaction:
+    // 80 rounds leave 1.7 MiB, past the bound of four tables (1 MiB).
+    for round in 0..80u32 {
+        for i in 0..50 {
+            db.put(&key(i), &vec![round as u8; 400]).unwrap();
+        }
+    }
+    assert!(db.stats().l0_bytes < 64 << 10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while db.stats().compactions == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let s = db.stats();
+    assert!(s.compactions >= 1, "the table was switched and compacted though it never filled: {s:?}");
+    assert!(s.large_garbage_bytes > 1 << 20, "the compaction reported the dead records: {s:?}");
+    for i in 0..50 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(vec![79u8; 400]), "key {i}");
+    }
+}
