@@ -109,7 +109,8 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
         .collect();
     let total = candidates.len() as u64 * seg_bytes;
     let mut garbage: u64 = candidates.iter().map(|c| c.0).sum();
-    // The bound is on the whole log: invalid bytes may reach `gc_threshold` of it. Reaching it
+    // The bound is on the whole log but the segments L1 does not cover yet: invalid bytes may
+    // reach `gc_threshold` of it. Reaching it
     // starts a pass that takes the segments with the most invalid bytes first, down to
     // `LOW_WATER` of the bound. Under skewed updates the invalid bytes gather in few segments,
     // so this moves far fewer valid pairs than collecting every segment once it passes the
@@ -134,10 +135,10 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
 
 /// Where a pass stops, as a fraction of the bound. Collecting just below the bound rather than
 /// down to half of it leaves the invalid bytes longer where they are, so that more of them
-/// gather in the segments a pass then takes: in LD Run A (one run each, 4M records) GC moved
-/// 2.5 GB instead of 3.2 GB, and SD Run A ran at 154k against 123k ops/s, for the same
-/// bound on the space at the end of a phase (a replay of the phase's updates against a model
-/// of the log gave 1.6 against 2.1 bytes moved per byte written).
+/// gather in the segments a pass then takes. Run A, 4M records, one run each (half / 0.9): SD
+/// moved 1.05 / 0.55 GB at 123k / 154k ops/s, LD 2.70 / 2.64 GB at 72k / 79k, with space after
+/// the phase at 1.27 / 1.30 and 1.27 / 1.26 (a replay of the phase's updates against a model of
+/// the log gave 2.1 / 1.6 bytes moved per byte written).
 const LOW_WATER: f64 = 0.9;
 
 /// Records moved per hold of the region's write lock. Each hold waits for the writers already
