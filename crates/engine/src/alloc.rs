@@ -151,7 +151,8 @@ impl Allocator {
     /// follows its contents rather than its largest moment (space amplification). A pool of
     /// free segments keeps its blocks: most are taken again soon (the next compaction's
     /// output), and the reserve for compaction and the catalog must hold on a file system that
-    /// others fill. A 64th of the used segments (a 32nd held 3% of SD's space after Run A). The highest segments go first, since allocation takes the lowest.
+    /// others fill. It keeps a 64th of the used segments (a 32nd held 3% of SD's space after
+    /// Run A). The highest segments go first, since allocation takes the lowest.
     fn shrink_pool(&self, g: &mut Inner) {
         let pool = MIN_POOL.max((g.used / 64) as usize).max((self.reserve + CATALOG_RESERVE + 1) as usize);
         while g.free.len() > pool {

@@ -110,11 +110,11 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     let total = candidates.len() as u64 * seg_bytes;
     let mut garbage: u64 = candidates.iter().map(|c| c.0).sum();
     // The bound is on the whole log but the segments L1 does not cover yet: invalid bytes may
-    // reach `gc_threshold` of it. Reaching it
-    // starts a pass that takes the segments with the most invalid bytes first, down to
-    // `LOW_WATER` of the bound. Under skewed updates the invalid bytes gather in few segments,
-    // so this moves far fewer valid pairs than collecting every segment once it passes the
-    // threshold (a segment at 10% invalid costs 90% of a segment in moves) for the same bound.
+    // reach `gc_threshold` of it. Reaching it starts a pass that takes the segments with the
+    // most invalid bytes first, down to `LOW_WATER` of the bound. Under skewed updates the
+    // invalid bytes gather in few segments, so this moves far fewer valid pairs than collecting
+    // every segment once it passes the threshold (a segment at 10% invalid costs 90% of a
+    // segment in moves) for the same bound.
     let limit = r.sh.opts.gc_threshold * total as f64;
     if garbage == 0 || r.sh.opts.gc_threshold >= 1.0 || (garbage as f64) < limit {
         return Ok(0);

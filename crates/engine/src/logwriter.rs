@@ -12,7 +12,7 @@
 //! device drains the queue first: the tail before it leaves a segment (nothing may reach a
 //! segment once it can be freed or read back as a whole), and every sync.
 
-use crate::aligned::AlignedBuf;
+use crate::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::Result;
 use parking_lot::Mutex;
@@ -47,7 +47,7 @@ impl LogWriter {
             jobs: Mutex::new(VecDeque::new()),
             io: Mutex::new(()),
             spare: Mutex::new(Vec::new()),
-            buf_bytes: chunk + 2 * crate::aligned::ALIGN,
+            buf_bytes: align_up(chunk + 2 * ALIGN, ALIGN),
             queued: AtomicU64::new(0),
         }
     }
@@ -79,7 +79,7 @@ impl LogWriter {
             };
             dev.write(job.off, &job.buf[..job.len], job.kind)?;
             let mut spare = self.spare.lock();
-            if spare.len() < SPARE && job.buf.len() == self.buf_bytes.next_multiple_of(crate::aligned::ALIGN) {
+            if spare.len() < SPARE && job.buf.len() == self.buf_bytes {
                 spare.push(job.buf);
             }
         }
@@ -89,7 +89,6 @@ impl LogWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aligned::ALIGN;
 
     fn device(dir: &std::path::Path) -> Device {
         Device::open(&dir.join("data"), 20, true, true).unwrap()

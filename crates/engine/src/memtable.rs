@@ -464,7 +464,7 @@ mod tests {
         m.insert(b"k", 1, Value::Large { ptr: 100, len: 2000, salt: 7 });
         m.insert(b"k", 2, Value::Inline(b"small now".to_vec()));
         m.insert(b"k", 3, Value::Large { ptr: 5000, len: 3000, salt: 7 });
-        // Out of order: version 2 arrives after 3 and is superseded on arrival.
+        // Out of order: j's version 4 arrives after 5 and is superseded on arrival.
         m.insert(b"j", 5, Value::Large { ptr: 9000, len: 500, salt: 7 });
         m.insert(b"j", 4, Value::Large { ptr: 8000, len: 700, salt: 7 });
         assert_eq!(m.dead_large_bytes(), 2000 + 700);

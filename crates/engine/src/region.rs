@@ -511,8 +511,14 @@ impl Region {
     }
 
     pub(crate) fn write_out(&self, w: &mut WriteState) -> Result<()> {
-        let r = w.large.write_out(&self.sh.dev).and_then(|_| w.l0.write_out(&self.sh.dev));
-        if let Err(e) = r {
+        self.queue_out(w)?;
+        self.drain_log_writes()
+    }
+
+    /// Queues the unwritten parts of both log tails (see [`LogTail::queue_out`]).
+    fn queue_out(&self, w: &mut WriteState) -> Result<()> {
+        let dev = &self.sh.dev;
+        if let Err(e) = w.large.queue_out(dev).and_then(|_| w.l0.queue_out(dev)) {
             return self.sh.fail(e);
         }
         Ok(())
@@ -534,10 +540,7 @@ impl Region {
         }
         let upto = {
             let mut w = self.w.lock();
-            let dev = &self.sh.dev;
-            if let Err(e) = w.large.queue_out(dev).and_then(|_| w.l0.queue_out(dev)) {
-                return self.sh.fail(e);
-            }
+            self.queue_out(&mut w)?;
             w.next_lsn - 1
         };
         self.drain_log_writes()?;
