@@ -19,7 +19,7 @@ use crate::view::{Version, View};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// A unit of compaction work.
@@ -133,17 +133,23 @@ struct SstStream<'a> {
     buf: std::vec::IntoIter<Entry>,
     warm: Warm,
     min_heat: u16,
+    /// Where to report the share of inputs read so far, in thousandths (the L0 merge's pace
+    /// for writers), and the number of inputs.
+    progress: Option<(&'a AtomicU32, usize)>,
 }
 
 impl<'a> SstStream<'a> {
     fn new(r: &'a Region, ssts: VecDeque<Arc<Sst>>, min_heat: u16) -> SstStream<'a> {
-        SstStream { r, ssts, buf: Vec::new().into_iter(), warm: Warm::default(), min_heat }
+        SstStream { r, ssts, buf: Vec::new().into_iter(), warm: Warm::default(), min_heat, progress: None }
     }
 
     fn next(&mut self) -> Result<Option<Entry>> {
         loop {
             if let Some(e) = self.buf.next() {
                 return Ok(Some(e));
+            }
+            if let Some((p, total)) = self.progress {
+                p.store(((total - self.ssts.len()) * 1000 / total.max(1)) as u32, Relaxed);
             }
             let Some(sst) = self.ssts.pop_front() else {
                 return Ok(None);
@@ -506,6 +512,9 @@ fn compact_l0(r: &Region) -> Result<()> {
         };
         let min_heat = warm_threshold(r, &inputs.iter().collect::<Vec<_>>(), out.warm_budget);
         let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
+        // Without L1 inputs the merge only writes the table out: nothing to pace writers to.
+        r.l0_merge_progress.store(if inputs.is_empty() { 1000 } else { 0 }, Relaxed);
+        older.progress = Some((&r.l0_merge_progress, inputs.len()));
         out.warm_in.push(older.warm.clone());
         merge(&mut out, &mut newer, &mut older)?;
         out.large_dead.append(&mut table_dead);

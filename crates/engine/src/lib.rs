@@ -42,6 +42,7 @@ mod manifest;
 mod memtable;
 mod node;
 mod options;
+mod pace;
 mod record;
 mod recovery;
 mod region;

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::logtail::{LogKind, LogTail};
 use crate::logwriter::LogWriter;
 use crate::memtable::{Entry, Memtable, Value};
+use crate::pace;
 use crate::record::{self, KIND_DELETE, KIND_PUT};
 use crate::rowcache;
 use crate::shared::Shared;
@@ -16,7 +17,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{
-    AtomicBool, AtomicU64,
+    AtomicBool, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
@@ -74,6 +75,9 @@ pub(crate) struct Region {
     pub cursor: Mutex<Vec<Vec<u8>>>,
     /// Compaction could not get space; writers that would stall fail with NoSpace.
     pub no_space: AtomicBool,
+    /// How far the running L0->L1 merge has read its L1 inputs, in thousandths: writers that
+    /// fill the next table faster than the merge goes are slowed to its pace (`make_room`).
+    pub l0_merge_progress: AtomicU32,
     /// Backup: segments received that no committed edit names yet.
     pub reserved: Mutex<crate::backup::Reserved>,
     /// Held by a GC pass; taken to keep GC out (a snapshot for a new backup).
@@ -156,6 +160,7 @@ impl Region {
             busy: Mutex::new(vec![false; nlevels + 1]),
             cursor: Mutex::new(vec![Vec::new(); nlevels + 1]),
             no_space: AtomicBool::new(false),
+            l0_merge_progress: AtomicU32::new(0),
             reserved: Mutex::new(Default::default()),
             gc_lock: Mutex::new(()),
             dead: Default::default(),
@@ -418,7 +423,8 @@ impl Region {
         Ok(last)
     }
 
-    /// Waits until the mutable L0 table has room, switching tables when possible.
+    /// Waits until the mutable L0 table has room, switching tables when possible, and paces
+    /// writers that fill it faster than the previous table's merge goes ([`pace`]).
     pub(crate) fn make_room(&self, w: &mut MutexGuard<'_, WriteState>) -> Result<()> {
         let mut stalled: Option<Instant> = None;
         let r = loop {
@@ -433,16 +439,25 @@ impl Region {
             if view.mem.superseded_bytes() >= (o.l0_bytes / 64).max(64 << 10) {
                 self.prune_l0(&view.mem);
             }
-            let log_bytes = w.mem_l0_segs.len() as u64 * self.sh.dev.seg_bytes();
+            let seg = self.sh.dev.seg_bytes();
+            let log_segs = w.mem_l0_segs.len() as u64;
             // Garbage that the table's superseded versions hold in the large log waits for the
             // table's compaction: bounded like the L0 log, so that skewed updates of large
             // values, which supersede within the table and leave it no fuller, do not grow the
             // large log without a bound until the table fills.
-            if view.mem.bytes() < o.l0_bytes
-                && log_bytes < o.l0_log_limit()
-                && view.mem.dead_large_bytes() < o.l0_garbage_limit()
-            {
-                break Ok(());
+            let table = (view.mem.bytes() as u64, o.l0_bytes as u64);
+            let garbage = (view.mem.dead_large_bytes(), o.l0_garbage_limit());
+            if pace::fill(&[table, (log_segs * seg, o.l0_log_limit()), garbage]) < 1.0 {
+                // The segment being written counts as empty here: a whole one is a large part
+                // of a small table's log bound.
+                let fill = pace::fill(&[table, (log_segs.saturating_sub(1) * seg, o.l0_log_limit()), garbage]);
+                let merged = self.l0_merge_progress.load(Relaxed);
+                if view.imm.is_none() || self.no_space.load(Relaxed) || !pace::must_wait(fill, merged) {
+                    break Ok(());
+                }
+                stalled.get_or_insert_with(Instant::now);
+                self.w_cv.wait_for(w, pace::WAIT);
+                continue;
             }
             if view.imm.is_none() {
                 break self.switch_memtable(w);
@@ -486,6 +501,7 @@ impl Region {
         }
         w.l0.close();
         w.imm_l0_segs = std::mem::take(&mut w.mem_l0_segs);
+        self.l0_merge_progress.store(0, Relaxed);
         self.install(
             |v| View::new(Arc::new(Memtable::new()), Some(v.mem.clone()), v.version.clone(), self.sh.alloc.clone()),
             vec![],
