@@ -103,9 +103,18 @@ mod tests {
                 wait_merged();
             }
         }
-        // Keep the next merge from starting (its levels marked busy), then switch a table: no
-        // merge has read anything of it.
-        r.busy.lock()[0] = true;
+        // Keep the next merge from starting (its levels marked busy, once the last job has let
+        // go of them, as `compaction::pick` does), then switch a table: no merge has read
+        // anything of it.
+        loop {
+            let mut busy = r.busy.lock();
+            if !busy[0] && !busy[1] {
+                busy[0] = true;
+                break;
+            }
+            drop(busy);
+            std::thread::sleep(Duration::from_millis(2));
+        }
         while r.view().imm.is_none() {
             db.put(&key(i), &value(i)).unwrap();
             i += 1;
