@@ -134,7 +134,7 @@ struct SstStream<'a> {
     warm: Warm,
     min_heat: u16,
     /// Where to report the share of inputs read so far, in thousandths (the L0 merge's pace
-    /// for writers), and the number of inputs.
+    /// for writers), and the number of inputs (not 0).
     progress: Option<(&'a AtomicU32, usize)>,
 }
 
@@ -149,7 +149,7 @@ impl<'a> SstStream<'a> {
                 return Ok(Some(e));
             }
             if let Some((p, total)) = self.progress {
-                p.store(((total - self.ssts.len()) * 1000 / total.max(1)) as u32, Relaxed);
+                p.store(((total - self.ssts.len()) * 1000 / total) as u32, Relaxed);
             }
             let Some(sst) = self.ssts.pop_front() else {
                 return Ok(None);
@@ -512,9 +512,12 @@ fn compact_l0(r: &Region) -> Result<()> {
         };
         let min_heat = warm_threshold(r, &inputs.iter().collect::<Vec<_>>(), out.warm_budget);
         let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
-        // Without L1 inputs the merge only writes the table out: nothing to pace writers to.
-        r.l0_merge_progress.store(if inputs.is_empty() { 1000 } else { 0 }, Relaxed);
-        older.progress = Some((&r.l0_merge_progress, inputs.len()));
+        if inputs.is_empty() {
+            // The merge only writes the table out: nothing to pace writers to.
+            r.l0_merge_progress.store(1000, Relaxed);
+        } else {
+            older.progress = Some((&r.l0_merge_progress, inputs.len()));
+        }
         out.warm_in.push(older.warm.clone());
         merge(&mut out, &mut newer, &mut older)?;
         out.large_dead.append(&mut table_dead);

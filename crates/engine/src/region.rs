@@ -441,18 +441,21 @@ impl Region {
             }
             let seg = self.sh.dev.seg_bytes();
             let log_segs = w.mem_l0_segs.len() as u64;
+            let table = (view.mem.bytes() as u64, o.l0_bytes as u64);
             // Garbage that the table's superseded versions hold in the large log waits for the
             // table's compaction: bounded like the L0 log, so that skewed updates of large
             // values, which supersede within the table and leave it no fuller, do not grow the
             // large log without a bound until the table fills.
-            let table = (view.mem.bytes() as u64, o.l0_bytes as u64);
             let garbage = (view.mem.dead_large_bytes(), o.l0_garbage_limit());
-            if pace::fill(&[table, (log_segs * seg, o.l0_log_limit()), garbage]) < 1.0 {
-                // The segment being written counts as empty here: a whole one is a large part
-                // of a small table's log bound.
+            let full = table.0 >= table.1 || log_segs * seg >= o.l0_log_limit() || garbage.0 >= garbage.1;
+            if !full {
+                if view.imm.is_none() || self.no_space.load(Relaxed) {
+                    break Ok(());
+                }
+                // A merge runs: pace. The segment being written counts as empty here: a whole
+                // one is a large part of a small table's log bound.
                 let fill = pace::fill(&[table, (log_segs.saturating_sub(1) * seg, o.l0_log_limit()), garbage]);
-                let merged = self.l0_merge_progress.load(Relaxed);
-                if view.imm.is_none() || self.no_space.load(Relaxed) || !pace::must_wait(fill, merged) {
+                if !pace::must_wait(fill, self.l0_merge_progress.load(Relaxed)) {
                     break Ok(());
                 }
                 stalled.get_or_insert_with(Instant::now);
