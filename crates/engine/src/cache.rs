@@ -63,6 +63,17 @@ impl Cache {
         }
     }
 
+    /// The entry of `off` for background work (compaction reading its inputs): counts neither a
+    /// hit nor a miss and does not make the entry look used.
+    pub(crate) fn peek(&self, off: u128) -> Option<Arc<Vec<u8>>> {
+        self.inner.as_ref().and_then(|c| c.peek(&off))
+    }
+
+    /// Bytes the cache can take before it has to evict anything.
+    pub(crate) fn room(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |c| c.capacity().saturating_sub(c.weight()))
+    }
+
     /// Whether `off` is cached; counts neither a hit nor a miss and does not make it look used.
     pub(crate) fn contains(&self, off: u128) -> bool {
         self.inner.as_ref().is_some_and(|c| c.contains_key(&off))

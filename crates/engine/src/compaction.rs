@@ -154,9 +154,7 @@ impl<'a> SstStream<'a> {
             let Some(sst) = self.ssts.pop_front() else {
                 return Ok(None);
             };
-            let dev = &self.r.sh.dev;
-            let mut img = AlignedBuf::new(sst.info.used_bytes as usize);
-            dev.read_into(dev.seg_base(sst.info.seg), &mut img, IoKind::CompactionRead)?;
+            let img = read_leaves(self.r, &sst)?;
             self.buf = decode_all(&sst.info, &img, self.r.sh.opts.node_bytes)?.into_iter();
             let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
             let mut warm = self.warm.borrow_mut();
@@ -168,6 +166,41 @@ impl<'a> SstStream<'a> {
             }
         }
     }
+}
+
+/// The leaves of an input SST. Those the cache holds are copied from it and only the others
+/// are read, each run of neighbouring ones in one read: readers keep the hot part of a level in
+/// the cache, and the merge that rewrites the level need not read that part again. With none
+/// cached, the SST is read in one piece as before.
+fn read_leaves(r: &Region, sst: &Sst) -> Result<AlignedBuf> {
+    let (cache, nb, dev) = (&r.sh.ctx.cache, r.sh.opts.node_bytes, &r.sh.dev);
+    let n = sst.info.leaf_count as usize;
+    let base = dev.seg_base(sst.info.seg);
+    if !(0..n).any(|l| cache.contains(sst.leaf_key(l, nb))) {
+        let mut img = AlignedBuf::new(sst.info.used_bytes as usize);
+        dev.read_into(base, &mut img, IoKind::CompactionRead)?;
+        return Ok(img);
+    }
+    let mut img = AlignedBuf::new(n * nb);
+    let mut cached = 0u64;
+    let mut l = 0;
+    while l < n {
+        if let Some(leaf) = cache.peek(sst.leaf_key(l, nb)).filter(|b| b.len() == nb) {
+            img[l * nb..(l + 1) * nb].copy_from_slice(&leaf);
+            cached += nb as u64;
+            l += 1;
+            continue;
+        }
+        let start = l;
+        l += 1;
+        while l < n && !cache.contains(sst.leaf_key(l, nb)) {
+            l += 1;
+        }
+        let bytes = dev.read(base + (start * nb) as u64, (l - start) * nb, IoKind::CompactionRead)?;
+        img[start * nb..l * nb].copy_from_slice(&bytes);
+    }
+    r.sh.counters.compaction_cached_bytes.fetch_add(cached, Relaxed);
+    Ok(img)
 }
 
 /// Reads medium values for in-place merging, one 256 KiB chunk of the medium log at a time.
@@ -345,6 +378,7 @@ impl<'a> Output<'a> {
         self.r.sh.ship_segment(self.r.id, ShippedSegment::Sst { info: &info, bytes: used });
         let sst = Sst::from_image(info, used, self.r.sh.opts.node_bytes);
         self.keep_warm(&sst, used);
+        self.fill_room(&sst, used);
         self.ssts.push(Arc::new(sst));
         Ok(())
     }
@@ -362,6 +396,25 @@ impl<'a> Output<'a> {
                 self.warm.push((sst.leaf_key(l, nb), Arc::new(bytes.to_vec())));
                 // Halved, so that a leaf stays hot across merges only while it is read.
                 sst.set_heat(l, heat.div_ceil(2));
+            }
+        }
+    }
+
+    /// Puts the leaves of a new SST in the cache while it has room for them without evicting
+    /// anything. When nothing reads (a load), the cache would otherwise sit empty while every
+    /// merge reads the level it rewrites back from the device; with readers it is full and this
+    /// does nothing. The leaves are keyed by the new SST, which no reader sees before the output
+    /// is published, and one never published leaves behind entries no key reaches again.
+    fn fill_room(&self, sst: &Sst, img: &[u8]) {
+        let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
+        let n = sst.info.leaf_count as usize;
+        // The weight the cache charges per entry beyond its bytes (see `cache::Bytes`).
+        if cache.room() < (n * (nb + 64)) as u64 {
+            return;
+        }
+        for l in 0..n {
+            if let Some(bytes) = img.get(l * nb..(l + 1) * nb) {
+                cache.insert(sst.leaf_key(l, nb), Arc::new(bytes.to_vec()));
             }
         }
     }

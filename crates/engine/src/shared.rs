@@ -62,6 +62,7 @@ pub(crate) struct Counters {
     pub trivial_moves: AtomicU64,
     pub medium_merged: AtomicU64,
     pub warmed_leaves: AtomicU64,
+    pub compaction_cached_bytes: AtomicU64,
     pub l0_versions_dropped: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_segments: AtomicU64,

@@ -66,6 +66,8 @@ pub struct Stats {
     pub medium_merged: u64,
     /// Leaves compactions put in the cache in place of cached input leaves they rewrote.
     pub warmed_leaves: u64,
+    /// Bytes of input leaves compactions took from the cache instead of reading the device.
+    pub compaction_cached_bytes: u64,
     /// Versions L0 dropped before compaction because a newer write of the key superseded them
     /// and no reader could see them any more.
     pub l0_versions_dropped: u64,
@@ -141,6 +143,7 @@ impl Db {
             trivial_moves: c.trivial_moves.load(Relaxed),
             medium_merged: c.medium_merged.load(Relaxed),
             warmed_leaves: c.warmed_leaves.load(Relaxed),
+            compaction_cached_bytes: c.compaction_cached_bytes.load(Relaxed),
             l0_versions_dropped: c.l0_versions_dropped.load(Relaxed),
             gc_runs: c.gc_runs.load(Relaxed),
             gc_segments: c.gc_segments.load(Relaxed),

@@ -257,6 +257,12 @@ pub fn render(
     );
     counter(
         &mut o,
+        "halyard_engine_compaction_cached_bytes_total",
+        "Bytes of input leaves compactions took from the cache instead of the device.",
+        e.compaction_cached_bytes as f64,
+    );
+    counter(
+        &mut o,
         "halyard_engine_l0_versions_dropped_total",
         "Superseded versions L0 dropped before compaction (no reader could see them).",
         e.l0_versions_dropped as f64,

@@ -78,6 +78,7 @@ impl Engine for Halyard {
                     ("row_misses".to_string(), s.row_misses),
                     ("compactions".to_string(), s.compactions),
                     ("warmed_leaves".to_string(), s.warmed_leaves),
+                    ("compaction_cached_bytes".to_string(), s.compaction_cached_bytes),
                     ("l0_versions_dropped".to_string(), s.l0_versions_dropped),
                     ("gc_segments".to_string(), s.gc_segments),
                     ("gc_known_segments".to_string(), s.gc_known_segments),
