@@ -63,6 +63,9 @@ pub struct Options {
     pub log_chunk_bytes: usize,
     /// Byte budget of the node and value cache. A compaction holds copies of the hottest
     /// leaves it rewrites, up to half of this, until they replace the old ones in the cache.
+    /// A compaction takes the input leaves the cache holds from it instead of the device, and
+    /// puts its output leaves in whatever room the cache has left (a cache nobody reads from,
+    /// as during a load, fills up to this budget with the newest leaves).
     pub cache_bytes: usize,
     /// Open the data file with O_DIRECT (falls back to buffered I/O where unsupported).
     pub direct_io: bool,
