@@ -176,30 +176,31 @@ fn read_leaves(r: &Region, sst: &Sst) -> Result<AlignedBuf> {
     let (cache, nb, dev) = (&r.sh.ctx.cache, r.sh.opts.node_bytes, &r.sh.dev);
     let n = sst.info.leaf_count as usize;
     let base = dev.seg_base(sst.info.seg);
-    if !(0..n).any(|l| cache.contains(sst.leaf_key(l, nb))) {
+    // One look per leaf: what is decided below holds even if the cache changes meanwhile.
+    let cached: Vec<_> = (0..n).map(|l| cache.peek(sst.leaf_key(l, nb)).filter(|b| b.len() == nb)).collect();
+    if cached.iter().all(Option::is_none) {
         let mut img = AlignedBuf::new(sst.info.used_bytes as usize);
         dev.read_into(base, &mut img, IoKind::CompactionRead)?;
         return Ok(img);
     }
     let mut img = AlignedBuf::new(n * nb);
-    let mut cached = 0u64;
+    let mut from_cache = 0u64;
     let mut l = 0;
     while l < n {
-        if let Some(leaf) = cache.peek(sst.leaf_key(l, nb)).filter(|b| b.len() == nb) {
-            img[l * nb..(l + 1) * nb].copy_from_slice(&leaf);
-            cached += nb as u64;
+        if let Some(leaf) = &cached[l] {
+            img[l * nb..(l + 1) * nb].copy_from_slice(leaf);
+            from_cache += nb as u64;
             l += 1;
             continue;
         }
         let start = l;
-        l += 1;
-        while l < n && !cache.contains(sst.leaf_key(l, nb)) {
+        while l < n && cached[l].is_none() {
             l += 1;
         }
         let bytes = dev.read(base + (start * nb) as u64, (l - start) * nb, IoKind::CompactionRead)?;
         img[start * nb..l * nb].copy_from_slice(&bytes);
     }
-    r.sh.counters.compaction_cached_bytes.fetch_add(cached, Relaxed);
+    r.sh.counters.compaction_cached_bytes.fetch_add(from_cache, Relaxed);
     Ok(img)
 }
 
