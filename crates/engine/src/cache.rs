@@ -5,12 +5,15 @@ use quick_cache::Weighter;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// What the cache charges per entry beyond its bytes (key, bookkeeping).
+pub(crate) const ENTRY_OVERHEAD: usize = 64;
+
 #[derive(Clone)]
 struct Bytes;
 
 impl Weighter<u128, Arc<Vec<u8>>> for Bytes {
     fn weight(&self, _k: &u128, v: &Arc<Vec<u8>>) -> u64 {
-        v.len() as u64 + 64
+        (v.len() + ENTRY_OVERHEAD) as u64
     }
 }
 

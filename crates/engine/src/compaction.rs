@@ -409,8 +409,7 @@ impl<'a> Output<'a> {
     fn fill_room(&self, sst: &Sst, img: &[u8]) {
         let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
         let n = sst.info.leaf_count as usize;
-        // The weight the cache charges per entry beyond its bytes (see `cache::Bytes`).
-        if cache.room() < (n * (nb + 64)) as u64 {
+        if cache.room() < (n * (nb + crate::cache::ENTRY_OVERHEAD)) as u64 {
             return;
         }
         for l in 0..n {
