@@ -27,8 +27,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Name of the data file inside the store's directory.
+/// Name of the first data file inside the store's directory; the others (see
+/// `Options::data_files`) are `data.hly.1`, `data.hly.2`, ... Segment 0, with the superblock,
+/// is always in the first.
 pub const DATA_FILE: &str = "data.hly";
+
+/// The data files of the store in directory `dir`, first to last, as found on disk: what a copy
+/// of a closed store must take, and what holds its bytes on disk.
+pub fn data_files(dir: impl AsRef<Path>) -> Vec<PathBuf> {
+    crate::device::data_files_on_disk(&dir.as_ref().join(DATA_FILE))
+}
 
 pub(crate) struct DbInner {
     pub sh: Arc<Shared>,
@@ -249,7 +257,7 @@ impl Db {
                 path.display()
             )));
         }
-        let dev = Arc::new(Device::open(&file, opts.seg_bits(), opts.direct_io, true)?);
+        let dev = Arc::new(Device::open_store(&file, opts.data_files, opts.seg_bits(), opts.direct_io)?);
         let loaded = manifest::load(&dev)?;
         let (mut catalog, prev, chain) = match loaded {
             Some(l) => {

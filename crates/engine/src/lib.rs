@@ -59,12 +59,13 @@ pub use backup::{
     ReplicaMaps, TailImage,
 };
 pub use catalog::{Edit, LogSeg, MapKind, SstInfo};
+pub use db::data_files;
 pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::IoKind;
 pub use error::{Error, Result};
 pub use iter::{Versioned, VersionedScan};
 pub use logtail::LogKind;
-pub use options::{MediumPlacement, Options, SyncMode};
+pub use options::{MediumPlacement, Options, SyncMode, MAX_DATA_FILES};
 pub use record::RECORD_OVERHEAD;
 pub use shared::{ShipListener, ShippedSegment};
 pub use ship::RegionSnapshot;

@@ -91,7 +91,7 @@ mod tests {
     use super::*;
 
     fn device(dir: &std::path::Path) -> Device {
-        Device::open(&dir.join("data"), 20, true, true).unwrap()
+        Device::open(&dir.join("data"), 1, 20, true, true).unwrap()
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub(crate) struct Superblock {
     pub generation: u64,
     pub seg_bits: u32,
     pub node_bytes: u32,
+    /// Files the segments are spread over (see `Device`); stores made before the field hold
+    /// 0 there and have one.
+    pub data_files: u32,
     pub redo_seg: u32,
     pub redo_salt: u32,
 }
@@ -48,7 +51,7 @@ impl Superblock {
         put_u32(&mut b, 8, FORMAT_VERSION);
         put_u32(&mut b, 12, self.seg_bits);
         put_u32(&mut b, 16, self.node_bytes);
-        put_u32(&mut b, 20, 0);
+        put_u32(&mut b, 20, self.data_files);
         put_u64(&mut b, 24, self.generation);
         put_u32(&mut b, 32, self.redo_seg);
         put_u32(&mut b, 36, self.redo_salt);
@@ -70,6 +73,7 @@ impl Superblock {
         Some(Ok(Superblock {
             seg_bits: get_u32(b, 12)?,
             node_bytes: get_u32(b, 16)?,
+            data_files: get_u32(b, 20)?.max(1),
             generation: get_u64(b, 24)?,
             redo_seg: get_u32(b, 32)?,
             redo_salt: get_u32(b, 36)?,
@@ -300,6 +304,17 @@ pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
             1u64 << sb.seg_bits
         )));
     }
+    if sb.data_files != dev.file_count() {
+        return Err(Error::corrupt(
+            0,
+            0,
+            format!(
+                "the store's segments are spread over {} data files but {} were found next to the first: restore the missing ones (nothing was changed)",
+                sb.data_files,
+                dev.file_count()
+            ),
+        ));
+    }
     let (records, chain) = read_chain(dev, sb.redo_seg, sb.redo_salt)?;
     if records.first() != Some(&checkpoint_marker(sb.generation)) {
         return Err(Error::corrupt(
@@ -346,6 +361,7 @@ impl Manifest {
             generation: 0,
             seg_bits: dev.seg_bits(),
             node_bytes,
+            data_files: dev.file_count(),
             redo_seg: 0,
             redo_salt: 0,
         });
@@ -452,6 +468,19 @@ mod tests {
     use super::*;
     use crate::catalog::SstInfo;
 
+    #[test]
+    fn a_superblock_from_before_data_files_has_one_file() {
+        let sb = Superblock { generation: 3, seg_bits: 16, node_bytes: 2048, data_files: 8, redo_seg: 5, redo_salt: 9 };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap().unwrap().data_files, 8);
+        // Stores made before the field wrote 0 in its place.
+        put_u32(&mut b, 20, 0);
+        let crc = crc32c::crc32c(&b[..40]);
+        put_u32(&mut b, 40, crc);
+        let old = Superblock::decode(&b).unwrap().unwrap();
+        assert_eq!((old.data_files, old.generation, old.redo_seg), (1, 3, 5));
+    }
+
     fn sst(seg: u32) -> SstInfo {
         SstInfo {
             seg,
@@ -477,7 +506,7 @@ mod tests {
     #[test]
     fn multi_segment_checkpoint_and_chain_reload() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let dev = Arc::new(Device::open(&dir.path().join("d"), 16, true, true).expect("device"));
+        let dev = Arc::new(Device::open(&dir.path().join("d"), 1, 16, true, true).expect("device"));
         let alloc = Arc::new(Allocator::new(dev.clone(), None, &BTreeSet::from([0])).expect("alloc"));
         let mut cat = Catalog::default();
         cat.apply(7, &[Edit::CreateRegion { start: vec![], end: None, backup: false }]);

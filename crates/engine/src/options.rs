@@ -23,6 +23,9 @@ pub enum MediumPlacement {
     LastMinus1,
 }
 
+/// Most files a store's segments may be spread over.
+pub const MAX_DATA_FILES: u32 = 64;
+
 /// Options of a store. `Options::default()` is the production default.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -32,6 +35,11 @@ pub struct Options {
     pub segment_bytes: u64,
     /// B+-tree node size in bytes (power of two, 1 KiB..=32 KiB). Fixed at creation.
     pub node_bytes: usize,
+    /// Number of files the segments are spread over (1..=64), segment `s` in file `s % n`.
+    /// Fixed at creation. The file system serialises some operations per file: on ext4,
+    /// returning a freed segment's blocks or allocating them again locks the file and waits
+    /// for its reads in flight, so with one file every reader stalls behind each of them.
+    pub data_files: u32,
     /// Size of one in-memory L0 table; one more (immutable) may exist while it compacts.
     pub l0_bytes: usize,
     /// Largest L0-log share of one L0 table, in bytes; `None` = twice `l0_bytes`. L0 keeps one
@@ -93,6 +101,7 @@ impl Default for Options {
             create_if_missing: true,
             segment_bytes: 2 << 20,
             node_bytes: 8 << 10,
+            data_files: 8,
             l0_bytes: 64 << 20,
             max_l0_log_bytes: None,
             growth_factor: 8,
@@ -171,6 +180,9 @@ impl Options {
         }
         if !self.node_bytes.is_power_of_two() || !(1 << 10..=32 << 10).contains(&self.node_bytes) {
             return bad(format!("node_bytes {} must be a power of two in 1 KiB..=32 KiB", self.node_bytes));
+        }
+        if !(1..=MAX_DATA_FILES).contains(&self.data_files) {
+            return bad(format!("data_files {} must be in 1..={MAX_DATA_FILES}", self.data_files));
         }
         if (self.node_bytes as u64) * 8 > self.segment_bytes {
             return bad("segment_bytes must hold at least 8 nodes".into());

@@ -25,10 +25,10 @@ pub(crate) fn unavailable() -> bool {
     UNAVAILABLE.load(Relaxed)
 }
 
-/// Reads each `(offset, buffer)` of `reqs` from `fd`. Returns per read the bytes read (short at
+/// Reads each `(file, offset, buffer)` of `reqs`. Returns per read the bytes read (short at
 /// the end of the file) or its error; `None` when io_uring cannot be used here, in which case
 /// nothing was read.
-pub(crate) fn read_batch(fd: RawFd, reqs: &mut [(u64, &mut [u8])]) -> Option<Vec<io::Result<usize>>> {
+pub(crate) fn read_batch(reqs: &mut [(RawFd, u64, &mut [u8])]) -> Option<Vec<io::Result<usize>>> {
     if UNAVAILABLE.load(Relaxed) {
         return None;
     }
@@ -50,8 +50,8 @@ pub(crate) fn read_batch(fd: RawFd, reqs: &mut [(u64, &mut [u8])]) -> Option<Vec
         for (ci, chunk) in reqs.chunks_mut(RING_ENTRIES as usize).enumerate() {
             let base = ci * RING_ENTRIES as usize;
             let mut queued = 0;
-            for (i, (off, buf)) in chunk.iter_mut().enumerate() {
-                let e = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32)
+            for (i, (fd, off, buf)) in chunk.iter_mut().enumerate() {
+                let e = opcode::Read::new(types::Fd(*fd), buf.as_mut_ptr(), buf.len() as u32)
                     .offset(*off)
                     .build()
                     .user_data((base + i) as u64);

@@ -141,7 +141,9 @@ fn freed_space_goes_back_to_the_file_system() {
     db.compact().unwrap();
     db.gc().unwrap();
     let s = db.stats();
-    let on_disk = std::fs::metadata(dir.path().join(halyard_engine::DATA_FILE)).unwrap().blocks() * 512;
+    let files = halyard_engine::data_files(dir.path());
+    assert_eq!(files.len() as u32, Options::default().data_files, "{files:?}");
+    let on_disk: u64 = files.iter().map(|f| std::fs::metadata(f).unwrap().blocks() * 512).sum();
     // At most the segments in use plus the pool of free segments kept allocated (16).
     assert!(on_disk <= s.space_allocated_bytes + 16 * seg, "{on_disk} bytes on disk; {s:?}");
     // And the file has holes: blocks were given back. (How much the file outgrew what is in

@@ -123,10 +123,20 @@ struct LogRecord {
     value: Vec<u8>,
 }
 
+/// The data file of the store in `dir` that holds segment `seg`, and the segment's offset in it:
+/// segment `s` of a store with `n` data files lives in file `s % n` at `(s / n) * SEG`.
+fn seg_file(dir: &Path, seg: u32) -> (PathBuf, u64) {
+    let files = halyard_engine::data_files(dir);
+    let n = files.len() as u64;
+    assert!(n > 0, "no data files in {}", dir.display());
+    (files[(seg as u64 % n) as usize].clone(), seg as u64 / n * SEG)
+}
+
 /// The records of a log segment that carry its salt, from its start (bytes past them are left
 /// over from the segment's earlier lives).
-fn log_records(file: &Path, seg: u32, salt: u32) -> Vec<LogRecord> {
-    let img = read_at(file, seg as u64 * SEG, SEG as usize);
+fn log_records(dir: &Path, seg: u32, salt: u32) -> Vec<LogRecord> {
+    let (file, base) = seg_file(dir, seg);
+    let img = read_at(&file, base, SEG as usize);
     let (u16_at, u32_at) = (
         |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]) as usize,
         |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap()),
@@ -309,7 +319,6 @@ fn corrupt_sst_bytes_give_corruption_never_wrong_data() {
     }
     let Layout { ssts, large, medium } = layout(&pristine);
     assert!(!ssts.is_empty() && !large.is_empty(), "ssts {} large segments {}", ssts.len(), large.len());
-    let data = DATA_FILE;
 
     let mut rng = Rng::new(0x5eed_0001);
     let mut trial = 0;
@@ -317,9 +326,9 @@ fn corrupt_sst_bytes_give_corruption_never_wrong_data() {
         trial += 1;
         let copy = root.path().join(format!("trial{trial}"));
         copy_dir(&pristine, &copy);
-        let off = seg as u64 * SEG + within;
+        let (file, base) = seg_file(&copy, seg);
         let mask = rng.flip_mask();
-        xor_byte(&copy.join(data), off, mask);
+        xor_byte(&file, base + within, mask);
         let ctx = format!("trial {trial}: {what} segment {seg}, byte {within} ^= {mask:#04x}");
         // A cache that holds the whole store keeps the trial fast; damaged nodes never enter it.
         let d = match Db::open(&copy, Options { cache_bytes: 32 << 20, ..Options::tiny() }) {
@@ -358,12 +367,11 @@ fn corrupt_sst_bytes_give_corruption_never_wrong_data() {
     // Log flips: every other trial hits a record holding a key's current value (for the large
     // log, the record the index points to: that get must report the damage); the others hit
     // any byte of the segment's records.
-    let file = pristine.join(data);
     let covered = ssts.iter().map(|s| s.max_lsn).max().unwrap_or(0);
     for (kind, segs, trials) in [("large-log", &large, 16), ("medium-log", &medium, 8)] {
         let recs: Vec<(u32, LogRecord)> = segs
             .iter()
-            .flat_map(|&(seg, salt)| log_records(&file, seg, salt).into_iter().map(move |r| (seg, r)))
+            .flat_map(|&(seg, salt)| log_records(&pristine, seg, salt).into_iter().map(move |r| (seg, r)))
             .collect();
         let live: Vec<&(u32, LogRecord)> = recs.iter().filter(|(_, r)| model.get(&r.key) == Some(&r.value)).collect();
         // Records past what the levels cover are replayed by recovery, which stops at a bad
@@ -416,9 +424,9 @@ fn bloom_header_damage_never_gives_wrong_answers() {
     };
     let probe: Vec<Vec<u8>> = (0..n).map(key).collect();
     let ssts = layout(&pristine).ssts;
-    let file = pristine.join(DATA_FILE);
     let nbits = |s: &SstInfo| {
-        let b = read_at(&file, s.seg as u64 * SEG + s.bloom_off as u64, 4);
+        let (file, base) = seg_file(&pristine, s.seg);
+        let b = read_at(&file, base + s.bloom_off as u64, 4);
         u32::from_le_bytes(b.try_into().unwrap())
     };
     let victim = ssts.iter().max_by_key(|s| s.entries).expect("an SST");
@@ -429,7 +437,8 @@ fn bloom_header_damage_never_gives_wrong_answers() {
     for (field, off, mask) in [("probe count", 4u32, 0x80u8), ("bit count", 0, 0x01), ("block count", 1, 0x02)] {
         let copy = root.path().join(field.replace(' ', "-"));
         copy_dir(&pristine, &copy);
-        xor_byte(&copy.join(DATA_FILE), victim.seg as u64 * SEG + (victim.bloom_off + off) as u64, mask);
+        let (file, base) = seg_file(&copy, victim.seg);
+        xor_byte(&file, base + (victim.bloom_off + off) as u64, mask);
         let db = Db::open(&copy, quiet()).unwrap();
         let (mut hidden, mut resurrected, mut stale, mut corrupt) = (Vec::new(), Vec::new(), Vec::new(), 0);
         for k in &probe {
@@ -1066,11 +1075,11 @@ fn gc_does_not_drop_records_after_a_damaged_one() {
     let large = layout(&dir).large;
     let (seg, salt) = large[0];
     // Damage one byte in the value of a live record two thirds into the segment.
-    let file = dir.join(DATA_FILE);
-    let recs = log_records(&file, seg, salt);
+    let recs = log_records(&dir, seg, salt);
     let victim = &recs[recs.len() * 2 / 3];
     assert_eq!(model.get(&victim.key), Some(&victim.value), "the victim record is live");
-    xor_byte(&file, seg as u64 * SEG + victim.off + victim.len / 2, 0x10);
+    let (file, base) = seg_file(&dir, seg);
+    xor_byte(&file, base + victim.off + victim.len / 2, 0x10);
     let after: Vec<String> = recs[recs.len() * 2 / 3 + 1..].iter().map(|r| show(&r.key)).collect();
     eprintln!(
         "large-log segment {seg}: {} records; damaged the one of {}; intact records after it: {}..={}",
@@ -1184,11 +1193,11 @@ fn l0_log_damage_is_reported_not_silently_truncated() {
     let db = Db::open(&dir, quiet()).unwrap();
     let segs = db.log_segments(0, LogKind::L0).unwrap();
     drop(db);
-    let file = dir.join(DATA_FILE);
     let (seg, salt) = segs[0];
-    let recs = log_records(&file, seg, salt);
+    let recs = log_records(&dir, seg, salt);
     let victim = recs.iter().find(|r| r.key == key(100)).expect("the record of key 100");
-    xor_byte(&file, seg as u64 * SEG + victim.off + victim.len / 2, 0x10);
+    let (file, base) = seg_file(&dir, seg);
+    xor_byte(&file, base + victim.off + victim.len / 2, 0x10);
     match Db::open(&dir, quiet()) {
         Err(e) => eprintln!("open refused the damaged log: {e}"),
         Ok(db) => {
@@ -1203,4 +1212,39 @@ fn l0_log_damage_is_reported_not_silently_truncated() {
             assert!(missing.len() <= 1, "{} intact, durable writes lost after one damaged byte", missing.len());
         }
     }
+}
+
+/// The superblock records how many data files the segments are spread over; a store with one of
+/// them missing is refused with a corruption error that says so, and nothing is created or
+/// formatted in its place. With the file back, the store opens whatever `data_files` asks.
+#[test]
+fn a_missing_data_file_is_refused_not_reformatted() {
+    let _wd = Watchdog::arm("a_missing_data_file_is_refused_not_reformatted", 120);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { data_files: 4, ..Options::tiny() };
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in 0..3000 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+        }
+        db.compact().unwrap();
+    }
+    let files = halyard_engine::data_files(dir.path());
+    assert_eq!(files.len(), 4, "{files:?}");
+    for gone in [1, 3] {
+        let saved = dir.path().join("saved");
+        fs::rename(&files[gone], &saved).unwrap();
+        match Db::open(dir.path(), opts.clone()) {
+            Err(Error::Corruption { what, .. }) => assert!(what.contains("4 data files"), "file {gone}: {what}"),
+            Err(e) => panic!("file {gone} missing: open failed without naming the damage: {e:?}"),
+            Ok(_) => panic!("file {gone} missing: the store opened"),
+        }
+        assert_eq!(halyard_engine::data_files(dir.path()).len(), gone, "nothing was created in its place");
+        fs::rename(&saved, &files[gone]).unwrap();
+    }
+    let db = Db::open(dir.path(), Options { data_files: 1, ..Options::tiny() }).unwrap();
+    for i in 0..3000 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    assert_eq!(halyard_engine::data_files(dir.path()).len(), 4);
 }

@@ -64,8 +64,10 @@ fn options(variant: usize) -> Options {
     match variant {
         0 => base,
         1 => Options { medium_placement: MediumPlacement::LastMinus1, ..base },
-        2 => Options { growth_factor: 2, l0_bytes: 16 << 10, ..base },
-        3 => Options { small_threshold: 12, large_threshold: 100, l0_bytes: 16 << 10, ..base },
+        // The data spread over one file (the layout before `data_files`), over 3 and (the
+        // default) over 8.
+        2 => Options { growth_factor: 2, l0_bytes: 16 << 10, data_files: 1, ..base },
+        3 => Options { small_threshold: 12, large_threshold: 100, l0_bytes: 16 << 10, data_files: 3, ..base },
         4 => Options { sync: SyncMode::Always, gc_threshold: 0.01, ..base },
         _ => Options { compaction_threads: 2, sync: SyncMode::None, ..base },
     }

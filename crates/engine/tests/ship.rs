@@ -263,7 +263,7 @@ fn backups_follow_restart_promote_and_remap() {
     let b3dir_copy = root.path().join("b3-promoted");
     drop(b3);
     std::fs::create_dir_all(&b3dir_copy).expect("mkdir");
-    std::fs::copy(b3dir.join(halyard_engine::DATA_FILE), b3dir_copy.join(halyard_engine::DATA_FILE)).expect("copy");
+    copy_store(&b3dir, &b3dir_copy);
     let b3 = open_backup(&b3dir_copy, false);
     b3.promote(0, &buf3.tails()).expect("promote the late backup");
     assert_same(&b3, &model, "late backup promoted");
@@ -340,7 +340,7 @@ fn torn_buffer_at_every_offset_of_a_record() {
     for cut in batch_start..=len {
         let copy = root.path().join(format!("cut{cut}"));
         std::fs::create_dir_all(&copy).expect("mkdir");
-        std::fs::copy(bdir.join(halyard_engine::DATA_FILE), copy.join(halyard_engine::DATA_FILE)).expect("copy");
+        copy_store(&bdir, &copy);
         let db = open_backup(&copy, false);
         let tail = TailImage { log: LogKind::L0, primary: seg, salt, bytes: &bytes[..cut] };
         db.promote(0, &[tail]).expect("promote");
@@ -405,4 +405,11 @@ fn region_with_its_own_history_is_demoted_and_takes_a_full_copy() {
     drop(copy);
     let copy = Db::open(&dir, opts()).expect("reopen");
     assert_same(&copy, &model, "after a reopen");
+}
+
+/// Copies a closed store's data files into `to` (a directory that exists).
+fn copy_store(from: &Path, to: &Path) {
+    for f in halyard_engine::data_files(from) {
+        std::fs::copy(&f, to.join(f.file_name().expect("a file name"))).expect("copy a data file");
+    }
 }

@@ -128,6 +128,7 @@ impl Engine for Halyard {
             ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
             ("segment_bytes", o.segment_bytes.to_string()),
             ("node_bytes", o.node_bytes.to_string()),
+            ("data_files", o.data_files.to_string()),
             ("small_threshold", o.small_threshold.to_string()),
             ("large_threshold", o.large_threshold.to_string()),
             ("medium_placement", format!("{:?}", o.medium_placement)),
