@@ -229,24 +229,20 @@ impl Device {
         Ok(end)
     }
 
+    /// The length file `i` has when the device is `len` bytes long: its share of the whole
+    /// segments below `len`, plus the partial last segment if that one is its.
+    fn file_end(&self, i: u64, len: u64) -> u64 {
+        let n = self.files.len() as u64;
+        let whole = len >> self.seg_bits;
+        let part = len & (self.seg_bytes() - 1);
+        let mine = (whole + n - 1 - i) / n;
+        (mine << self.seg_bits) + if whole % n == i { part } else { 0 }
+    }
+
     /// Grows (or shrinks) the device to `len` bytes.
     pub(crate) fn set_len(&self, len: u64) -> Result<()> {
-        let n = self.files.len() as u64;
         for (i, f) in self.files.iter().enumerate() {
-            // The end in this file of the device's first `len` bytes.
-            let mut flen = 0;
-            if len > 0 {
-                let last = len - 1;
-                let last_seg = last >> self.seg_bits;
-                let i = i as u64;
-                if last_seg % n == i {
-                    flen = ((last_seg / n) << self.seg_bits) + (last & (self.seg_bytes() - 1)) + 1;
-                } else if last_seg >= i {
-                    // The last whole segment of this file before `last_seg`.
-                    let s = last_seg - (last_seg + n - i) % n;
-                    flen = ((s / n) + 1) << self.seg_bits;
-                }
-            }
+            let flen = self.file_end(i as u64, len);
             let old = f.file.metadata().map_err(Error::io("reading a data file's size"))?.len();
             if flen == old {
                 continue;
@@ -506,6 +502,21 @@ mod tests {
         dev.set_len(9 * SEG + 4096).unwrap();
         assert_eq!(dev.len().unwrap(), 9 * SEG + 4096);
         assert_eq!(std::fs::metadata(data_file_path(&first, 0)).unwrap().len(), 3 * SEG + 4096);
+    }
+
+    #[test]
+    fn file_shares_add_up_to_the_device_length() {
+        let dir = tempfile::tempdir().unwrap();
+        for files in [1, 2, 3, 8] {
+            let dev = Device::open_store(&dir.path().join(format!("f{files}")), files, BITS, false).unwrap();
+            for len in [0, 1, SEG - 1, SEG, SEG + 1, 3 * SEG, 7 * SEG + 512, 17 * SEG, 17 * SEG + 9] {
+                let shares: Vec<u64> = (0..files as u64).map(|i| dev.file_end(i, len)).collect();
+                assert_eq!(shares.iter().sum::<u64>(), len, "{files} files, {len} bytes: {shares:?}");
+                // No file is more than one segment longer than another.
+                let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+                assert!(hi - lo <= SEG, "{files} files, {len} bytes: {shares:?}");
+            }
+        }
     }
 
     #[test]
