@@ -45,8 +45,9 @@ pub(crate) struct Allocator {
 
 const GROW_STEP: u64 = 32;
 /// Free segments kept with their blocks allocated, at least: most are taken again soon (by
-/// the next compaction's output), and allocating blocks again costs a system call.
-const MIN_POOL: usize = 16;
+/// the next compaction's output), and allocating blocks again costs a system call. 16 held
+/// 1.4% of SD's space after Run A (4M records); 8 gave the same throughput in two A/B pairs.
+const MIN_POOL: usize = 8;
 
 impl Allocator {
     /// `in_use` are the segments the catalog names (segment 0 is always in use).
