@@ -257,6 +257,7 @@ impl Db {
                 // (`backup_log_segment`); the rest is never shipped.
                 Edit::LogAdd { .. }
                 | Edit::LogSeal { .. }
+                | Edit::LogFill { .. }
                 | Edit::CreateRegion { .. }
                 | Edit::Map { .. }
                 | Edit::Unmap { .. } => {}
@@ -438,8 +439,9 @@ impl Db {
             return sh.fail(e);
         }
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let (mem, last, seals, dropped) = crate::recovery::replay_counted(&sh.dev, &meta, true)?;
-        if let Err(e) = sh.manifest.commit(region, &seals) {
+        let rec = crate::recovery::replay(&sh.dev, &meta, crate::recovery::How::Promote)?;
+        let (mem, last, dropped) = (rec.mem, rec.last, rec.dropped);
+        if let Err(e) = sh.manifest.commit(region, &rec.edits) {
             return sh.fail(e);
         }
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;

@@ -125,6 +125,17 @@ pub enum Edit {
         /// Largest valid LSN.
         max_lsn: u64,
     },
+    /// How many bytes of a log segment hold records: written when the log's tail leaves the
+    /// segment (or learnt by recovery or GC), so that GC judges a segment by the share of its
+    /// written bytes that are invalid and recovery need not read it to know.
+    LogFill {
+        /// Which log.
+        log: LogKind,
+        /// Segment.
+        seg: u32,
+        /// Bytes from offset 0 that hold records.
+        bytes: u32,
+    },
     /// Change of the number of index entries pointing into a medium-log segment;
     /// at zero the segment is freed.
     MediumPtrs {
@@ -226,6 +237,9 @@ impl Edit {
             Edit::ClearL1Lsn => {
                 e.u8(12);
             }
+            Edit::LogFill { log, seg, bytes } => {
+                e.u8(13).u8(*log as u8).u32(*seg).u32(*bytes);
+            }
         }
     }
 
@@ -263,6 +277,7 @@ impl Edit {
             10 => Edit::Map { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()?, local: d.u32()? },
             11 => Edit::Unmap { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()? },
             12 => Edit::ClearL1Lsn,
+            13 => Edit::LogFill { log: log(d.u8()?)?, seg: d.u32()?, bytes: d.u32()? },
             _ => return Err(Short),
         })
     }
@@ -277,6 +292,9 @@ pub struct LogSeg {
     pub salt: u32,
     /// Largest valid LSN (u64::MAX when not sealed).
     pub sealed: u64,
+    /// Bytes from offset 0 that hold records, once the log's tail has left the segment (None:
+    /// not known, as for segments of stores of format 1 until recovery or GC reads them).
+    pub fill: Option<u32>,
 }
 
 /// One region's catalog.
@@ -335,7 +353,7 @@ impl RegionMeta {
                 }
             }
             Edit::LogAdd { log, seg, salt } => {
-                self.logs[*log as usize].push(LogSeg { seg: *seg, salt: *salt, sealed: u64::MAX });
+                self.logs[*log as usize].push(LogSeg { seg: *seg, salt: *salt, sealed: u64::MAX, fill: None });
             }
             Edit::LogRemove { log, seg } => {
                 let v = &mut self.logs[*log as usize];
@@ -349,6 +367,11 @@ impl RegionMeta {
             Edit::LogSeal { log, seg, max_lsn } => {
                 if let Some(s) = self.logs[*log as usize].iter_mut().find(|s| s.seg == *seg) {
                     s.sealed = s.sealed.min(*max_lsn);
+                }
+            }
+            Edit::LogFill { log, seg, bytes } => {
+                if let Some(s) = self.logs[*log as usize].iter_mut().find(|s| s.seg == *seg) {
+                    s.fill = Some(*bytes);
                 }
             }
             Edit::MediumPtrs { seg, salt, delta } => {
@@ -395,6 +418,9 @@ impl RegionMeta {
                 v.push(Edit::LogAdd { log: kind, seg: s.seg, salt: s.salt });
                 if s.sealed != u64::MAX {
                     v.push(Edit::LogSeal { log: kind, seg: s.seg, max_lsn: s.sealed });
+                }
+                if let Some(bytes) = s.fill {
+                    v.push(Edit::LogFill { log: kind, seg: s.seg, bytes });
                 }
             }
         }
@@ -510,6 +536,7 @@ mod tests {
             Edit::LogAdd { log: LogKind::Large, seg: 5, salt: 77 },
             Edit::LogRemove { log: LogKind::L0, seg: 6 },
             Edit::LogSeal { log: LogKind::L0, seg: 6, max_lsn: 10 },
+            Edit::LogFill { log: LogKind::Large, seg: 5, bytes: 65_000 },
             Edit::MediumPtrs { seg: 3, salt: 1, delta: -4 },
             Edit::LargeGarbage { seg: 5, salt: 77, bytes: 99 },
             Edit::L1Lsn(12),

@@ -245,6 +245,7 @@ impl Db {
     /// Opens the store in directory `path`, creating it if `opts.create_if_missing`, and
     /// recovers it after a crash.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let started = std::time::Instant::now();
         opts.validate()?;
         let path = path.as_ref().to_path_buf();
         std::fs::create_dir_all(&path).map_err(Error::io("creating the store directory"))?;
@@ -281,13 +282,14 @@ impl Db {
             Arc::new(Allocator::new(dev.clone(), opts.max_device_bytes, &manifest::segments_in_use(&catalog, &chain))?);
         let mut replayed = Vec::new();
         let mut dropped = 0;
+        let how = recovery::How::Open { tolerate_damage: opts.tolerate_log_damage };
         for (&id, meta) in &catalog.regions {
-            let (mem, last, seals, d) = recovery::replay_counted(&dev, meta, opts.tolerate_log_damage)?;
-            dropped += d;
-            replayed.push((id, mem, last, seals));
+            let rec = recovery::replay(&dev, meta, how)?;
+            dropped += rec.dropped;
+            replayed.push((id, rec));
         }
-        for (id, _, _, seals) in &replayed {
-            catalog.apply(*id, seals);
+        for (id, rec) in &replayed {
+            catalog.apply(*id, &rec.edits);
         }
         let manifest = Manifest::create(dev.clone(), alloc.clone(), catalog, prev, opts.node_bytes as u32, &chain)?;
         let ctx = ReadCtx {
@@ -299,12 +301,17 @@ impl Db {
         let sh = Arc::new(Shared::new(opts, dev, alloc, manifest, ctx));
         sh.counters.recovery_dropped.store(dropped, Relaxed);
         let mut regions = BTreeMap::new();
-        for (id, mem, last, _) in replayed {
+        for (id, rec) in replayed {
             let Some(meta) = sh.manifest.region(id) else {
                 continue;
             };
-            regions.insert(id, Arc::new(Region::new(id, &meta, sh.clone(), mem, last + 1)));
+            let r = Region::new(id, &meta, sh.clone(), rec.mem, rec.last + 1);
+            r.resume(&rec.resume, rec.large_bytes);
+            regions.insert(id, Arc::new(r));
         }
+        let c = &sh.counters;
+        c.open_read_bytes.store(sh.dev.counters().total_read(), Relaxed);
+        c.open_micros.store(started.elapsed().as_micros() as u64, Relaxed);
         let routes = arc_swap::ArcSwap::from_pointee(regions.values().cloned().collect());
         let inner = Arc::new(DbInner { sh, regions: RwLock::new(regions), routes, path, _lock: lock });
         let db = Db { inner, threads: Mutex::new(Vec::new()) };
@@ -413,36 +420,7 @@ impl Db {
     /// Makes every acknowledged write durable and writes L0 into L1 (waiting for it).
     pub fn flush(&self) -> Result<()> {
         for r in self.regions_list().iter().filter(|r| !r.backup) {
-            loop {
-                let mut w = r.w.lock();
-                r.sh.check()?;
-                let v = r.view();
-                if v.imm.is_some() {
-                    if r.no_space.load(Relaxed) {
-                        return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
-                    }
-                    r.sh.wake();
-                    r.w_cv.wait_for(&mut w, Duration::from_millis(20));
-                    continue;
-                }
-                if !v.mem.is_empty() {
-                    r.switch_memtable(&mut w)?;
-                }
-                break;
-            }
-            loop {
-                r.sh.check()?;
-                if r.view().imm.is_none() {
-                    break;
-                }
-                if r.no_space.load(Relaxed) {
-                    return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
-                }
-                r.sh.wake();
-                let mut w = r.w.lock();
-                r.w_cv.wait_for(&mut w, Duration::from_millis(20));
-            }
-            r.sync_to(u64::MAX)?;
+            flush_region(r)?;
         }
         Ok(())
     }
@@ -624,6 +602,40 @@ impl RegionHandle {
     }
 }
 
+/// Writes the region's L0 into L1 (waiting for it) and makes every acknowledged write durable.
+fn flush_region(r: &Region) -> Result<()> {
+    loop {
+        let mut w = r.w.lock();
+        r.sh.check()?;
+        let v = r.view();
+        if v.imm.is_some() {
+            if r.no_space.load(Relaxed) {
+                return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
+            }
+            r.sh.wake();
+            r.w_cv.wait_for(&mut w, Duration::from_millis(20));
+            continue;
+        }
+        if !v.mem.is_empty() {
+            r.switch_memtable(&mut w)?;
+        }
+        break;
+    }
+    loop {
+        r.sh.check()?;
+        if r.view().imm.is_none() {
+            break;
+        }
+        if r.no_space.load(Relaxed) {
+            return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
+        }
+        r.sh.wake();
+        let mut w = r.w.lock();
+        r.w_cv.wait_for(&mut w, Duration::from_millis(20));
+    }
+    r.sync_to(u64::MAX)
+}
+
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
     match std::thread::Builder::new().name(name).spawn(f) {
         Ok(h) => h,
@@ -680,9 +692,13 @@ fn compaction_worker(inner: &DbInner) {
 }
 
 fn gc_worker(inner: &DbInner) {
+    // The first pass runs at once: a store that is open only briefly (a command-line tool, a
+    // restarted service) still gets its garbage collected.
+    let mut first = true;
     while !inner.sh.shutdown.load(Relaxed) {
         // Other threads wake workers often (every L0 switch); GC runs on its own period.
-        let until = std::time::Instant::now() + Duration::from_millis(inner.sh.opts.gc_interval_ms);
+        let period = if std::mem::take(&mut first) { 0 } else { inner.sh.opts.gc_interval_ms };
+        let until = std::time::Instant::now() + Duration::from_millis(period);
         while !inner.sh.shutdown.load(Relaxed) {
             let left = until.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
@@ -716,6 +732,14 @@ fn commit_worker(inner: &DbInner) {
 
 impl Drop for Db {
     fn drop(&mut self) {
+        // A clean close leaves at most one L0 table's worth of log for the next open to read.
+        if !self.inner.sh.is_poisoned() {
+            for r in self.regions_list().iter().filter(|r| r.flush_on_close()) {
+                if let Err(e) = flush_region(r) {
+                    tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id);
+                }
+            }
+        }
         self.inner.sh.shutdown.store(true, Relaxed);
         self.inner.sh.wake();
         for r in self.regions_list() {

@@ -105,32 +105,72 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     let mut candidates: Vec<(u64, crate::catalog::LogSeg)> = meta.logs[LogKind::Large as usize]
         .iter()
         .filter(|s| Some(s.seg) != tail && !r.dead.newer_than(s.seg, s.salt, meta.l1_lsn))
+        // A sealed segment holding records L1 does not cover yet stays (see `reclaim`).
+        .filter(|s| s.sealed == u64::MAX || s.sealed <= meta.l1_lsn)
         .map(|s| (meta.large_garbage.get(&s.seg).copied().unwrap_or(0), s.clone()))
         .collect();
+    survey(r, &mut candidates)?;
+    let written = |s: &crate::catalog::LogSeg| s.fill.map_or(seg_bytes, u64::from);
+    let live = |c: &(u64, crate::catalog::LogSeg)| written(&c.1).saturating_sub(c.0);
+    // What a segment wastes: its invalid bytes and, once the log has left it, the bytes it was
+    // never written (a segment left partly filled, as stores of format 1 left one per restart).
+    let waste = |c: &(u64, crate::catalog::LogSeg)| seg_bytes - live(c).min(seg_bytes);
+    // A segment with few live bytes is worth taking whatever the rest of the log holds.
+    let few = |c: &(u64, crate::catalog::LogSeg)| c.1.fill.is_some() && live(c) < seg_bytes / FEW_LIVE;
     let total = candidates.len() as u64 * seg_bytes;
-    let mut garbage: u64 = candidates.iter().map(|c| c.0).sum();
-    // The bound is on the whole log but the segments L1 does not cover yet: invalid bytes may
-    // reach `gc_threshold` of it. Reaching it starts a pass that takes the segments with the
-    // most invalid bytes first, down to `LOW_WATER` of the bound. Under skewed updates the
-    // invalid bytes gather in few segments, so this moves far fewer valid pairs than collecting
-    // every segment once it passes the threshold (a segment at 10% invalid costs 90% of a
-    // segment in moves) for the same bound.
+    let mut wasted: u64 = candidates.iter().map(waste).sum();
+    // The bound is on the segments L1 covers: their wasted bytes may reach `gc_threshold` of
+    // them. Reaching it starts a pass that takes the segments with the fewest live bytes
+    // (the largest share of their written bytes invalid) first, down to `LOW_WATER` of the
+    // bound. Under skewed updates the invalid bytes gather in few segments, so this moves far
+    // fewer valid pairs than collecting every segment once it passes the threshold (a segment
+    // at 10% invalid costs 90% of a segment in moves) for the same bound.
     let limit = r.sh.opts.gc_threshold * total as f64;
-    if garbage == 0 || r.sh.opts.gc_threshold >= 1.0 || (garbage as f64) < limit {
+    let over = wasted > 0 && r.sh.opts.gc_threshold < 1.0 && (wasted as f64) >= limit;
+    if !over && !candidates.iter().any(few) {
         return Ok(0);
     }
-    candidates.sort_by_key(|b| std::cmp::Reverse(b.0));
+    candidates.sort_by_key(live);
     let mut freed = 0;
-    for (g, s) in candidates {
-        if g == 0 || (garbage as f64) <= limit * LOW_WATER {
-            break;
+    for c in candidates {
+        let take = few(&c) || (over && waste(&c) > 0 && (wasted as f64) > limit * LOW_WATER);
+        if !take {
+            continue;
         }
-        if reclaim(r, s.seg, s.salt, s.sealed, meta.l1_lsn)? {
+        if reclaim(r, c.1.seg, c.1.salt, c.1.sealed, meta.l1_lsn)? {
             freed += 1;
-            garbage -= g;
+            wasted -= waste(&c);
         }
     }
     Ok(freed)
+}
+
+/// A segment with fewer live bytes than this share of a segment is taken by any pass.
+const FEW_LIVE: u64 = 16;
+
+/// Segments whose fill is not known (written by a store of format 1, or received by a backup
+/// before its promotion) read per pass to learn it.
+const SURVEY_PER_PASS: usize = 16;
+
+/// Learns the fill of up to [`SURVEY_PER_PASS`] candidates that lack it (one read each, once
+/// per segment: the fill is committed).
+fn survey(r: &Region, candidates: &mut [(u64, crate::catalog::LogSeg)]) -> Result<()> {
+    let dev = &r.sh.dev;
+    let mut edits = Vec::new();
+    for (_, s) in candidates.iter_mut().filter(|c| c.1.fill.is_none()).take(SURVEY_PER_PASS) {
+        let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
+        dev.read_into(dev.seg_base(s.seg), &mut img, IoKind::Gc)?;
+        let (records, _) = record::scan_checked(&img, s.salt);
+        let fill = records.iter().take_while(|(_, rec)| rec.lsn <= s.sealed).last().map_or(0, |(o, rec)| o + rec.len);
+        s.fill = Some(fill as u32);
+        edits.push(Edit::LogFill { log: LogKind::Large, seg: s.seg, bytes: fill as u32 });
+    }
+    if !edits.is_empty() {
+        if let Err(e) = r.sh.manifest.commit(r.id, &edits) {
+            return r.sh.fail(e);
+        }
+    }
+    Ok(())
 }
 
 /// Where a pass stops, as a fraction of the bound. Collecting just below the bound rather than

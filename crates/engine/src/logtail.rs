@@ -161,6 +161,19 @@ impl LogTail {
         Ok(())
     }
 
+    /// Continues in `seg` after a restart: `image` holds the records the segment keeps (and
+    /// zeros after them, as the device does), the next append goes at `pos`.
+    pub(crate) fn resume(&mut self, seg: u32, salt: u32, image: &[u8], pos: usize, last_lsn: u64) {
+        self.buf.fill(0);
+        self.buf[..pos].copy_from_slice(&image[..pos]);
+        self.pos = pos;
+        self.written = pos;
+        // A backup that catches up is sent the segment from its start (`Db::with_snapshot`).
+        self.shipped = pos;
+        self.seg = Some((seg, salt));
+        self.last_lsn = last_lsn;
+    }
+
     /// Stops appending to the current segment; the next append needs a new one.
     pub(crate) fn close(&mut self) {
         self.seg = None;

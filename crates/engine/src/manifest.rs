@@ -16,7 +16,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 const SB_MAGIC: &[u8; 8] = b"HALYARD1";
-const FORMAT_VERSION: u32 = 1;
+/// The format this build writes. Version 2 added the `LogFill` edit (tag 13); a store of
+/// version 1 opens unchanged and is written as version 2 from its first checkpoint on.
+const FORMAT_VERSION: u32 = 2;
+/// The oldest format this build reads.
+const OLDEST_FORMAT_VERSION: u32 = 1;
 const SB_LEN: usize = 44;
 
 const REDO_MAGIC: u32 = 0x4F44_4552;
@@ -65,9 +69,9 @@ impl Superblock {
             return None;
         }
         let version = get_u32(b, 8)?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Some(Err(Error::Incompatible(format!(
-                "format version {version}, this build reads {FORMAT_VERSION}"
+                "format version {version}, this build reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
             ))));
         }
         Some(Ok(Superblock {

@@ -157,6 +157,13 @@ impl Options {
         self.max_l0_log_bytes.unwrap_or(2 * self.l0_bytes as u64)
     }
 
+    /// Large-log bytes the mutable L0 table's writes may append before the table is switched:
+    /// bounds what recovery replays of the large log (8 x the L0 log's bound, so that a table
+    /// of pointers to large values still fills as it does without it at the default sizes).
+    pub(crate) fn l0_large_log_limit(&self) -> u64 {
+        8 * self.l0_log_limit()
+    }
+
     /// Large-log bytes that versions superseded within the mutable L0 table may hold before
     /// the table is switched (so that GC can reclaim them after its compaction).
     pub(crate) fn l0_garbage_limit(&self) -> u64 {

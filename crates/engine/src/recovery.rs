@@ -1,9 +1,15 @@
 //! Rebuilding L0 after a restart: the L0 recovery log and the large log are replayed in
 //! LSN order from the LSN covered by L1, up to the first gap (a gap-free prefix), and
 //! atomic batches are applied whole or not at all.
+//!
+//! Only segments that can hold records beyond L1's LSN are read: a log's segments are read
+//! newest first, down to the first one sealed at or below that LSN or whose first record is
+//! at most one past it (records of a log are in LSN order, so older segments hold nothing
+//! newer). Each log then continues in its last segment ([`Resume`]) instead of a new one, so
+//! that restarts add no segments.
 
-use crate::aligned::AlignedBuf;
-use crate::catalog::{Edit, RegionMeta};
+use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
+use crate::catalog::{Edit, LogSeg, RegionMeta};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::logtail::LogKind;
@@ -17,56 +23,126 @@ struct Rec {
     batch_remaining: u32,
 }
 
-/// The replayed L0 table, the last recovered LSN, the edits that void whatever the logs hold
-/// beyond it, and how many valid records beyond the recovered prefix were not replayed.
-pub(crate) fn replay_counted(
+/// Where a log continues after the restart: its last segment, as far as the recovered records
+/// go. Bytes the device held beyond them (records past the recovered prefix) were zeroed, so
+/// no later scan can mistake them for records appended after the restart.
+pub(crate) struct Resume {
+    pub kind: LogKind,
+    pub seg: u32,
+    pub salt: u32,
+    /// The segment image: the recovered records, zeros after them.
+    pub image: AlignedBuf,
+    /// Bytes of the image that hold the recovered records.
+    pub pos: usize,
+}
+
+/// What recovery rebuilt for one region.
+pub(crate) struct Recovered {
+    pub mem: Memtable,
+    /// The last recovered LSN.
+    pub last: u64,
+    /// Seals that void whatever the logs hold beyond `last`, and the fill of segments whose
+    /// fill was not known.
+    pub edits: Vec<Edit>,
+    /// Valid records beyond the recovered prefix that were not replayed.
+    pub dropped: u64,
+    pub resume: Vec<Resume>,
+    /// Large-log bytes replayed (they count against the new table's bound on its large log).
+    pub large_bytes: u64,
+}
+
+/// The last segment of a log, read whole, with the (offset, length, LSN) of its records.
+struct Last {
+    seg: LogSeg,
+    image: AlignedBuf,
+    records: Vec<(usize, usize, u64)>,
+}
+
+/// A segment read whose fill is not known yet: (segment, seal, its records).
+type Unfilled = (u32, u64, Vec<(usize, usize, u64)>);
+
+/// Reads the segments of `kind` that may hold records beyond `l1_lsn`, newest first, adding
+/// their records to `recs`. Returns the log's last segment when it is not sealed (the tail
+/// continues in it) and the other segments read whose fill is not known.
+fn read_log(
     dev: &Device,
     meta: &RegionMeta,
-    tolerate_damage: bool,
-) -> Result<(Memtable, u64, Vec<Edit>, u64)> {
-    let mem = Memtable::new();
-    if meta.backup {
-        return Ok((mem, meta.l1_lsn, Vec::new(), 0));
-    }
-    let mut recs = Vec::new();
-    let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
-    for kind in [LogKind::L0, LogKind::Large] {
-        for s in &meta.logs[kind as usize] {
-            let base = dev.seg_base(s.seg);
-            dev.read_into(base, &mut img, kind.io())?;
-            let (records, clean) = record::scan_checked(&img, s.salt);
-            if !clean && !tolerate_damage {
-                let end = records.last().map_or(0, |(o, r)| o + r.len);
-                if record::any_valid_after(&img, end, s.salt, meta.l1_lsn + 1..=s.sealed) {
-                    return Err(Error::corrupt(
-                        s.seg as u64,
-                        end as u64,
-                        format!(
-                            "damaged record in the {kind:?} log with intact records after it; opening would drop \
-                             acknowledged writes. Set Options::tolerate_log_damage to open with the records before it"
-                        ),
-                    ));
-                }
+    kind: LogKind,
+    how: How,
+    recs: &mut Vec<Rec>,
+) -> Result<(Option<Last>, Vec<Unfilled>)> {
+    let segs = &meta.logs[kind as usize];
+    let mut last = None;
+    let mut fills = Vec::new();
+    for (i, s) in segs.iter().enumerate().rev() {
+        if s.sealed <= meta.l1_lsn && how != How::Promote {
+            break;
+        }
+        let base = dev.seg_base(s.seg);
+        let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
+        dev.read_into(base, &mut img, kind.io())?;
+        let (records, clean) = record::scan_checked(&img, s.salt);
+        if !clean && how == (How::Open { tolerate_damage: false }) {
+            check_damage(&img, s, meta.l1_lsn, kind, &records)?;
+        }
+        let first = records.first().map(|(_, r)| r.lsn);
+        let kept: Vec<(usize, usize, u64)> = records.iter().map(|(o, r)| (*o, r.len, r.lsn)).collect();
+        for (off, r) in records {
+            if r.lsn <= meta.l1_lsn || r.lsn > s.sealed {
+                continue;
             }
-            for (off, r) in records {
-                if r.lsn <= meta.l1_lsn || r.lsn > s.sealed {
-                    continue;
-                }
-                let value = match (kind, r.kind) {
-                    (_, KIND_DELETE) => Value::Tombstone,
-                    (LogKind::Large, _) => Value::Large { ptr: base + off as u64, len: r.len as u32, salt: s.salt },
-                    _ => Value::Inline(r.value.to_vec()),
-                };
-                recs.push(Rec { lsn: r.lsn, key: r.key.to_vec(), value, batch_remaining: r.batch_remaining });
-            }
+            let value = match (kind, r.kind) {
+                (_, KIND_DELETE) => Value::Tombstone,
+                (LogKind::Large, _) => Value::Large { ptr: base + off as u64, len: r.len as u32, salt: s.salt },
+                _ => Value::Inline(r.value.to_vec()),
+            };
+            recs.push(Rec { lsn: r.lsn, key: r.key.to_vec(), value, batch_remaining: r.batch_remaining });
+        }
+        if i + 1 == segs.len() && s.sealed == u64::MAX && how != How::Promote {
+            last = Some(Last { seg: s.clone(), image: img, records: kept });
+        } else if s.fill.is_none() && kind == LogKind::Large {
+            fills.push((s.seg, s.sealed, kept));
+        }
+        if first.is_some_and(|f| f <= meta.l1_lsn + 1) && how != How::Promote {
+            break;
         }
     }
-    recs.sort_by_key(|r| r.lsn);
-    let mut last = meta.l1_lsn;
+    Ok((last, fills))
+}
+
+/// End of the last record with an LSN of at most `upto` (records are in LSN order).
+fn end_of(records: &[(usize, usize, u64)], upto: u64) -> usize {
+    records.iter().take_while(|r| r.2 <= upto).last().map_or(0, |r| r.0 + r.1)
+}
+
+fn check_damage(
+    img: &[u8],
+    s: &LogSeg,
+    l1_lsn: u64,
+    kind: LogKind,
+    records: &[(usize, record::Record<'_>)],
+) -> Result<()> {
+    let end = records.last().map_or(0, |(o, r)| o + r.len);
+    if record::any_valid_after(img, end, s.salt, l1_lsn + 1..=s.sealed) {
+        return Err(Error::corrupt(
+            s.seg as u64,
+            end as u64,
+            format!(
+                "damaged record in the {kind:?} log with intact records after it; opening would drop \
+                 acknowledged writes. Set Options::tolerate_log_damage to open with the records before it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Applies the gap-free prefix of `recs` (sorted by LSN) after `l1_lsn` to `mem`, whole
+/// batches only. Returns the last applied LSN, the records applied and the large-log bytes.
+fn apply_prefix(mem: &Memtable, recs: Vec<Rec>, l1_lsn: u64) -> (u64, usize, u64) {
+    let mut last = l1_lsn;
     let mut pending: Vec<Rec> = Vec::new();
-    let found = recs.len();
-    let mut applied = 0;
-    for (expect, r) in (meta.l1_lsn + 1..).zip(recs) {
+    let (mut applied, mut large) = (0, 0u64);
+    for (expect, r) in (l1_lsn + 1..).zip(recs) {
         if r.lsn != expect || pending.last().is_some_and(|p| p.batch_remaining != r.batch_remaining + 1) {
             break;
         }
@@ -76,10 +152,59 @@ pub(crate) fn replay_counted(
             for p in pending.drain(..) {
                 last = p.lsn;
                 applied += 1;
+                if let Value::Large { len, .. } = p.value {
+                    large += len as u64;
+                }
                 mem.insert(&p.key, p.lsn, p.value);
             }
         }
     }
+    (last, applied, large)
+}
+
+/// Cuts a log's last segment back to the records up to `last` and zeroes on the device
+/// whatever it held after them (nothing after a clean close); the caller syncs before the log
+/// is appended to. Returns whether it wrote.
+fn resume_at(dev: &Device, kind: LogKind, mut l: Last, last: u64) -> Result<(Resume, bool)> {
+    let pos = end_of(&l.records, last);
+    let dirty = l.image[pos..].iter().rposition(|b| *b != 0).map(|p| align_up(pos + p + 1, ALIGN));
+    l.image[pos..].fill(0);
+    if let Some(end) = dirty {
+        let from = align_down(pos, ALIGN);
+        dev.write(dev.seg_base(l.seg.seg) + from as u64, &l.image[from..end], kind.io())?;
+    }
+    Ok((Resume { kind, seg: l.seg.seg, salt: l.seg.salt, image: l.image, pos }, dirty.is_some()))
+}
+
+/// Why a region's logs are replayed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum How {
+    /// Opening the store; with `tolerate_damage`, a damaged record with intact records after
+    /// it ends the replay instead of failing the open.
+    Open { tolerate_damage: bool },
+    /// Promoting a backup: its logs were received from the primary, so every segment is read
+    /// (nothing orders them but the primary's word) and every log starts in a new segment.
+    Promote,
+}
+
+/// Replays a region's logs (see the module documentation).
+pub(crate) fn replay(dev: &Device, meta: &RegionMeta, how: How) -> Result<Recovered> {
+    let mem = Memtable::new();
+    if meta.backup {
+        let resume = Vec::new();
+        return Ok(Recovered { mem, last: meta.l1_lsn, edits: Vec::new(), dropped: 0, resume, large_bytes: 0 });
+    }
+    let mut recs = Vec::new();
+    let mut lasts = Vec::new();
+    let mut unfilled = Vec::new();
+    for kind in [LogKind::L0, LogKind::Large] {
+        let (last, fills) = read_log(dev, meta, kind, how, &mut recs)?;
+        lasts.push((kind, last));
+        unfilled.extend(fills);
+    }
+    recs.sort_by_key(|r| r.lsn);
+    let found = recs.len();
+    let (last, applied, large_bytes) = apply_prefix(&mem, recs, meta.l1_lsn);
     if applied < found {
         // Point-in-time recovery: the store holds every write up to the first gap. Records
         // beyond it were never acknowledged as durable (a torn tail under group commit), or
@@ -91,13 +216,35 @@ pub(crate) fn replay_counted(
     }
     // No reader exists yet: the table keeps one version per key from the start.
     mem.remove_all_superseded();
-    let mut seals = Vec::new();
+    let mut resume = Vec::new();
+    let mut wrote = false;
+    for (kind, l) in lasts {
+        if let Some(l) = l {
+            let (r, w) = resume_at(dev, kind, l, last)?;
+            resume.push(r);
+            wrote |= w;
+        }
+    }
+    if wrote {
+        dev.sync()?;
+    }
+    let mut edits: Vec<Edit> = unfilled
+        .into_iter()
+        .map(|(seg, sealed, recs)| Edit::LogFill {
+            log: LogKind::Large,
+            seg,
+            bytes: end_of(&recs, sealed.min(last)) as u32,
+        })
+        .collect();
+    // Every segment that may hold records beyond `last` is sealed at it, also one the tail
+    // left with a higher seal before the crash: new writes reuse those LSNs.
     for kind in [LogKind::L0, LogKind::Large] {
         for s in &meta.logs[kind as usize] {
-            if s.sealed == u64::MAX {
-                seals.push(Edit::LogSeal { log: kind, seg: s.seg, max_lsn: last });
+            if s.sealed > last && !resume.iter().any(|r| r.seg == s.seg) {
+                edits.push(Edit::LogSeal { log: kind, seg: s.seg, max_lsn: last });
             }
         }
     }
-    Ok((mem, last, seals, (found - applied) as u64))
+    let dropped = (found - applied) as u64;
+    Ok(Recovered { mem, last, edits, dropped, resume, large_bytes })
 }

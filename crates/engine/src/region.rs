@@ -50,6 +50,9 @@ pub(crate) struct WriteState {
     pub mem_l0_segs: Vec<u32>,
     /// L0-log segments holding the records of the immutable table.
     pub imm_l0_segs: Vec<u32>,
+    /// Large-log bytes appended since the mutable table started: what recovery would read of
+    /// the large log for it, bounded like its L0 log (`Options::l0_large_log_limit`).
+    pub mem_large_bytes: u64,
 }
 
 pub(crate) struct Region {
@@ -151,6 +154,7 @@ impl Region {
                 large: LogTail::deferred(LogKind::Large, seg, chunk, writer.clone()),
                 mem_l0_segs: meta.logs[LogKind::L0 as usize].iter().map(|s| s.seg).collect(),
                 imm_l0_segs: Vec::new(),
+                mem_large_bytes: 0,
             }),
             w_cv: Condvar::new(),
             visible: AtomicU64::new(next_lsn - 1),
@@ -170,6 +174,50 @@ impl Region {
             row_gate: parking_lot::RwLock::new(()),
             sh,
         }
+    }
+
+    /// Continues the logs where recovery left them ([`crate::recovery::Resume`]); the
+    /// replayed large-log bytes count against the recovered table's bound.
+    pub(crate) fn resume(&self, resume: &[crate::recovery::Resume], large_bytes: u64) {
+        let mut w = self.w.lock();
+        let last = w.next_lsn - 1;
+        for r in resume {
+            let tail = if r.kind == LogKind::Large { &mut w.large } else { &mut w.l0 };
+            tail.resume(r.seg, r.salt, &r.image, r.pos, last);
+        }
+        w.mem_large_bytes = large_bytes;
+    }
+
+    /// Device bytes of the log segments that recovery would read if the store opened now:
+    /// the L0 log and the large-log segments L1 does not cover yet.
+    pub(crate) fn unflushed_log_bytes(&self) -> u64 {
+        let Some(meta) = self.sh.manifest.region(self.id) else {
+            return 0;
+        };
+        let l0 = meta.logs[LogKind::L0 as usize].len();
+        let large = meta.logs[LogKind::Large as usize].iter().filter(|s| s.sealed > meta.l1_lsn).count();
+        (l0 + large) as u64 * self.sh.dev.seg_bytes()
+    }
+
+    /// Whether a clean close should write L0 into L1 first: when the next open would read
+    /// more than one L0 table's worth of log, or when the large-log bytes that L0's superseded
+    /// versions hold exceed what the merge would write (L0 and L1), so that GC can take them
+    /// even in a store that is only ever open briefly.
+    pub(crate) fn flush_on_close(&self) -> bool {
+        if self.backup {
+            return false;
+        }
+        // The two log tails are read whole whatever the table's size.
+        let table = (self.sh.opts.l0_bytes as u64).max(2 * self.sh.dev.seg_bytes());
+        if self.unflushed_log_bytes() > table {
+            return true;
+        }
+        let v = self.view();
+        let tables = [Some(&v.mem), v.imm.as_ref()];
+        let dead: u64 = tables.iter().flatten().map(|m| m.dead_large_bytes()).sum();
+        let l0: u64 = tables.iter().flatten().map(|m| m.bytes() as u64).sum();
+        let l1: u64 = v.version.levels.first().map_or(0, |l| l.iter().map(|s| s.info.full_bytes).sum());
+        dead > l0 + l1
     }
 
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
@@ -252,9 +300,9 @@ impl Region {
         // Reserve every segment the batch needs first, so that it either fits whole or
         // fails before any of it is written: the log never holds a partial batch, and
         // every LSN handed out has its record.
-        let mut lens: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+        let mut lens: [Vec<(u64, usize)>; 2] = [Vec::new(), Vec::new()];
         let mut cats = Vec::with_capacity(ops.len());
-        for op in ops {
+        for (i, op) in ops.iter().enumerate() {
             let (k, v) = match op {
                 Op::Put(k, v) => (*k, *v),
                 Op::Delete(k) => (*k, &[][..]),
@@ -265,7 +313,7 @@ impl Region {
                 category(o.small_threshold, o.large_threshold, k.len() + v.len())
             };
             cats.push(c);
-            lens[(c == Category::Large) as usize].push(record::encoded_len(k.len(), v.len()));
+            lens[(c == Category::Large) as usize].push((i as u64, record::encoded_len(k.len(), v.len())));
         }
         // Deletes may use the space kept for compaction: on a full device they are how a user
         // makes room, and the compactions they allow free more than they take.
@@ -275,7 +323,9 @@ impl Region {
         let mut edits = Vec::new();
         for (i, tail) in [&w.l0, &w.large].into_iter().enumerate() {
             let mut rem = tail.remaining();
-            for &l in &lens[i] {
+            // The segment being filled and the LSN of its last record.
+            let (mut cur, mut cur_last) = (tail.seg.map(|s| s.0), tail.last_lsn);
+            for &(op, l) in &lens[i] {
                 if l > rem {
                     let seg = match self.sh.alloc.alloc(purpose) {
                         Ok(s) => s,
@@ -288,12 +338,20 @@ impl Region {
                     };
                     let salt = rand::random::<u32>();
                     reserved[i].push_back((seg, salt));
+                    if let (LogKind::Large, Some(old)) = (tail.kind, cur) {
+                        // The tail leaves `old` for good: what it holds is known now, so that
+                        // recovery need not read it once L1 covers it and GC knows its fill.
+                        edits.push(Edit::LogSeal { log: LogKind::Large, seg: old, max_lsn: cur_last });
+                        edits.push(Edit::LogFill { log: LogKind::Large, seg: old, bytes: (seg_bytes - rem) as u32 });
+                    }
                     edits.push(Edit::LogAdd { log: tail.kind, seg, salt });
-                    rem = seg_bytes;
+                    (cur, rem) = (Some(seg), seg_bytes);
                 }
                 rem -= l;
+                cur_last = w.next_lsn + op;
             }
         }
+        w.mem_large_bytes += lens[1].iter().map(|l| l.1 as u64).sum::<u64>();
         if !edits.is_empty() {
             // Not synced here: a record in the new segment counts as durable only after an
             // fdatasync (the writer's under `SyncMode::Always`, else the group commit's), and
@@ -447,14 +505,19 @@ impl Region {
             // values, which supersede within the table and leave it no fuller, do not grow the
             // large log without a bound until the table fills.
             let garbage = (view.mem.dead_large_bytes(), o.l0_garbage_limit());
-            let full = table.0 >= table.1 || log_segs * seg >= o.l0_log_limit() || garbage.0 >= garbage.1;
+            // What recovery would replay of the large log for this table is bounded too.
+            let large = (w.mem_large_bytes, o.l0_large_log_limit());
+            let full = table.0 >= table.1
+                || log_segs * seg >= o.l0_log_limit()
+                || garbage.0 >= garbage.1
+                || large.0 >= large.1;
             if !full {
                 if view.imm.is_none() || self.no_space.load(Relaxed) {
                     break Ok(());
                 }
                 // A merge runs: pace. The segment being written counts as empty here: a whole
                 // one is a large part of a small table's log bound.
-                let fill = pace::fill(&[table, (log_segs.saturating_sub(1) * seg, o.l0_log_limit()), garbage]);
+                let fill = pace::fill(&[table, (log_segs.saturating_sub(1) * seg, o.l0_log_limit()), garbage, large]);
                 if !pace::must_wait(fill, self.l0_merge_progress.load(Relaxed)) {
                     break Ok(());
                 }
@@ -504,6 +567,7 @@ impl Region {
         }
         w.l0.close();
         w.imm_l0_segs = std::mem::take(&mut w.mem_l0_segs);
+        w.mem_large_bytes = 0;
         self.l0_merge_progress.store(0, Relaxed);
         self.install(
             |v| View::new(Arc::new(Memtable::new()), Some(v.mem.clone()), v.version.clone(), self.sh.alloc.clone()),

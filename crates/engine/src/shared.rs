@@ -69,6 +69,8 @@ pub(crate) struct Counters {
     pub gc_known_segments: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
     pub recovery_dropped: AtomicU64,
+    pub open_micros: AtomicU64,
+    pub open_read_bytes: AtomicU64,
 }
 
 pub(crate) struct Shared {

@@ -101,6 +101,27 @@ fn full_scan(db_scan: halyard_engine::Scan) -> Vec<(Vec<u8>, Vec<u8>)> {
     db_scan.map(|r| r.expect("scan")).collect()
 }
 
+/// After a full compaction and a GC pass, the logs that restarts used to grow hold the live
+/// data within the engine's bounds however often the store was reopened: the large log within
+/// twice its live bytes (GC's threshold, records moved and waiting for a flush) plus a few
+/// segments, the L0 log empty, and no large-log segment left partly filled. (The medium log's
+/// runs are not bounded here: with these tiny tables every merge leaves a mostly empty run
+/// segment until its pointers reach the last level, restarts or not.)
+fn check_space(stats: &halyard_engine::Stats, model: &Model, opts: &Options) {
+    let large = opts.large_threshold;
+    let live: u64 = model.iter().map(|(k, v)| (k.len() + v.len()) as u64).filter(|n| *n as usize >= large).sum();
+    let seg = opts.segment_bytes;
+    let bound = 2 * live + 6 * seg;
+    let used = stats.log_segments[2] * seg;
+    eprintln!(
+        "large log: {used} bytes in segments for {live} live bytes (bound {bound}); logs {:?}",
+        stats.log_segments
+    );
+    assert!(used <= bound, "large log: {used} bytes in segments for {live} live bytes");
+    assert_eq!(stats.log_segments[0], 0, "L0 log segments left after a flush");
+    assert_eq!(stats.partly_filled_log_segments, 0, "partly filled log segments left behind");
+}
+
 fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = options(variant);
@@ -199,6 +220,7 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
         assert_eq!(d.get(k).expect("get").as_ref(), Some(v));
     }
     let mut stats = d.stats();
+    check_space(&stats, &model, &opts);
     add(&mut totals, &stats);
     [stats.compactions, stats.medium_merged, stats.gc_segments] = totals;
     snaps.clear();
@@ -229,7 +251,8 @@ fn long_sequence_every_variant() {
                 0 => Op::Delete(k),
                 1 => Op::Get(k),
                 2 if i % 3000 == 2 => Op::Snapshot,
-                3 if i % 5000 == 3 => Op::Reopen,
+                // About 1% of the operations: restarts must not cost space (see `run`).
+                3 if i % 100 == 3 => Op::Reopen,
                 4 => Op::Scan(k, k.saturating_add(40), i % 3 == 0, 25),
                 _ => Op::Put(k, [10, 60, 120, 300, 900][(i % 5) as usize]),
             });
@@ -237,7 +260,9 @@ fn long_sequence_every_variant() {
         let s = run(variant, ops);
         // The workload must have exercised what it is meant to test.
         assert!(s.levels.iter().filter(|l| l.ssts > 0).count() >= 2, "variant {variant}: levels {:?}", s.levels);
-        assert!(s.compactions > 10, "variant {variant}: {} compactions", s.compactions);
+        // Counters restart with each open and a close may flush (uncounted): with a reopen
+        // every 100 operations most merges happen there, so few are counted.
+        assert!(s.compactions > 0, "variant {variant}: {} compactions", s.compactions);
         // With two levels and LastMinus1, L1 is the in-place level: nothing goes through the log.
         if variant != 1 {
             assert!(s.medium_merged > 0, "variant {variant}: no medium pair merged in place");

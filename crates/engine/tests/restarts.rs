@@ -1,0 +1,166 @@
+//! Restarts cost nothing: a store opened, written a little and closed (or killed with SIGKILL)
+//! a thousand times keeps its space within live data plus a few segments, and its last open
+//! reads no more than a bound that does not depend on the number of restarts.
+//!
+//! `HALYARD_RESTARTS` (default 1000) sets the number of restarts of each test.
+
+use halyard_engine::{Db, Options, Stats, SyncMode, WriteBatch};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The two tests run one at a time: a child spawned by one inherits, between fork and exec, the
+/// other's lock file descriptor, and a reopen in that window would find the store locked.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn restarts() -> u64 {
+    std::env::var("HALYARD_RESTARTS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000)
+}
+
+/// Round `r`'s writes: 10 values of 2,000 B (large) and 10 of 20 B (small) over 20 keys, so
+/// the live data stays about 21 KB however many rounds run.
+fn round(r: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for i in 0..10u64 {
+        let mut v = format!("round {r} large {i} ").into_bytes();
+        v.resize(2000, b'a' + (r % 26) as u8);
+        out.push((format!("large{i}").into_bytes(), v));
+        out.push((format!("small{i}").into_bytes(), format!("{r:>8}/{i:<10}").into_bytes()));
+    }
+    out
+}
+
+fn live_bytes(m: &Model) -> u64 {
+    m.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+}
+
+/// Every restart-independent bound: segments in use within live data plus `slack` segments,
+/// the last open's reads within `reads` segments, and no partly filled log segment left.
+fn check_bounds(stats: &Stats, model: &Model, opts: &Options, slack: u64, reads: u64, what: &str) {
+    let seg = opts.segment_bytes;
+    let live = live_bytes(model);
+    eprintln!(
+        "{what}: {} B allocated for {live} B live, last open read {} B in {:.4} s; log segments {:?}, \
+         {} partly filled",
+        stats.space_allocated_bytes,
+        stats.open_read_bytes,
+        stats.open_seconds,
+        stats.log_segments,
+        stats.partly_filled_log_segments
+    );
+    assert!(
+        stats.space_allocated_bytes <= live + slack * seg,
+        "{what}: {} bytes allocated for {live} live bytes (more than {slack} segments over)",
+        stats.space_allocated_bytes
+    );
+    assert!(
+        stats.open_read_bytes <= reads * seg,
+        "{what}: the last open read {} bytes (bound {reads} segments)",
+        stats.open_read_bytes
+    );
+    assert_eq!(stats.partly_filled_log_segments, 0, "{what}: partly filled log segments left behind");
+}
+
+fn contents(db: &Db) -> Model {
+    db.scan(..).map(|r| r.expect("scan")).collect()
+}
+
+#[test]
+fn thousand_clean_restarts_keep_space_and_open_reads_flat() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options::default();
+    let mut model = Model::new();
+    for r in 0..restarts() {
+        let db = Db::open(dir.path(), opts.clone()).expect("open");
+        for (k, v) in round(r) {
+            db.put(&k, &v).expect("put");
+            model.insert(k, v);
+        }
+    }
+    let db = Db::open(dir.path(), opts.clone()).expect("open");
+    assert_eq!(contents(&db), model);
+    // The redo chain (up to 4 segments), the L0 and large-log tails, L1 and its medium log.
+    check_bounds(&db.stats(), &model, &opts, 8, 8, "after clean restarts");
+}
+
+/// The writer of `thousand_kills`: opens the store, writes `HALYARD_RESTART_ROUND`'s pairs one
+/// by one under `SyncMode::Always`, printing "ack N" after each, then waits to be killed.
+#[test]
+fn restart_writer_child() {
+    let Ok(dir) = std::env::var("HALYARD_RESTART_DIR") else { return };
+    let r: u64 = std::env::var("HALYARD_RESTART_ROUND").ok().and_then(|s| s.parse().ok()).expect("round");
+    let db = Db::open(&dir, Options { sync: SyncMode::Always, ..Options::default() }).expect("writer open");
+    let mut out = std::io::stdout().lock();
+    for (i, (k, v)) in round(r).into_iter().enumerate() {
+        let mut b = WriteBatch::new();
+        b.put(k, v);
+        db.write(&b).expect("write");
+        writeln!(out, "ack {i}").expect("stdout");
+        out.flush().expect("stdout");
+    }
+    writeln!(out, "done").expect("stdout");
+    out.flush().expect("stdout");
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn thousand_kills_keep_every_acknowledged_write_and_the_bounds() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let opts = Options::default();
+    let mut model = Model::new();
+    // Keys whose last write was in flight at a kill, with the values it may have left.
+    let mut maybe: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
+    let n = restarts();
+    for r in 0..n {
+        let mut child = Command::new(&exe)
+            .args(["--exact", "restart_writer_child", "--nocapture", "--test-threads=1"])
+            .env("HALYARD_RESTART_DIR", dir.path())
+            .env("HALYARD_RESTART_ROUND", r.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn writer");
+        let stdout = child.stdout.take().expect("stdout");
+        let writes = round(r);
+        // Kill at a different point each round: after 0..=20 acknowledged writes.
+        let kill_after = (r * 7) % (writes.len() as u64 + 1);
+        let mut acked = 0u64;
+        let mut lines = BufReader::new(stdout).lines();
+        while acked < kill_after {
+            let Some(Ok(line)) = lines.next() else { break };
+            if line.starts_with("ack ") {
+                acked += 1;
+            }
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        for (i, (k, v)) in writes.into_iter().enumerate() {
+            if (i as u64) < acked {
+                maybe.remove(&k);
+                model.insert(k, v);
+            } else {
+                // In flight when the writer died, or acknowledged after the last "ack" read
+                // here: it may or may not be there.
+                maybe.entry(k).or_default().push(v);
+            }
+        }
+        if r % 50 == 49 || r + 1 == n {
+            let db = Db::open(dir.path(), opts.clone()).expect("open after SIGKILL");
+            let got = contents(&db);
+            for (k, v) in &model {
+                let g = got.get(k);
+                let in_flight = maybe.get(k).is_some_and(|m| m.iter().any(|x| Some(x) == g));
+                assert!(g == Some(v) || in_flight, "round {r}: acknowledged write of {k:?} lost");
+            }
+            model = got;
+            maybe.clear();
+        }
+    }
+    let db = Db::open(dir.path(), opts.clone()).expect("open");
+    check_bounds(&db.stats(), &model, &opts, 8, 8, "after SIGKILLs");
+}
