@@ -31,6 +31,16 @@ enum Cmd {
     Admin(AdminCmd),
     /// Run benchmarks (YCSB workloads) against Halyard and other engines side by side.
     Bench(halyard_bench::BenchArgs),
+    /// Open a store directory (not in use by a server), report what opening it cost and what it
+    /// holds, and close it.
+    Inspect {
+        /// Store directory.
+        #[arg(long, default_value = "halyard-data")]
+        dir: std::path::PathBuf,
+        /// One JSON object instead of lines of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the value of a key (native protocol).
     Get {
         /// Key.
@@ -229,9 +239,38 @@ fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `halyard inspect`: the store's own account of its last open (see `Stats::open_seconds`).
+fn inspect(dir: &std::path::Path, json: bool) -> Result<(), String> {
+    let opts = halyard_engine::Options { create_if_missing: false, ..Default::default() };
+    let db = halyard_engine::Db::open(dir, opts)
+        .map_err(|e| format!("{e} (is a server using {}? stop it first)", dir.display()))?;
+    let s = db.stats();
+    let fields = [
+        ("open_seconds", format!("{:.6}", s.open_seconds)),
+        ("open_read_bytes", s.open_read_bytes.to_string()),
+        ("space_allocated_bytes", s.space_allocated_bytes.to_string()),
+        ("l0_bytes", s.l0_bytes.to_string()),
+        ("l0_log_segments", s.log_segments[0].to_string()),
+        ("medium_log_segments", s.log_segments[1].to_string()),
+        ("large_log_segments", s.log_segments[2].to_string()),
+        ("partly_filled_log_segments", s.partly_filled_log_segments.to_string()),
+        ("recovery_dropped_records", s.recovery_dropped_records.to_string()),
+    ];
+    if json {
+        let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+        println!("{{{}}}", body.join(", "));
+    } else {
+        for (k, v) in fields {
+            println!("{k:<28} {v}");
+        }
+    }
+    Ok(())
+}
+
 fn tool(cmd: &Cmd) -> Result<(), String> {
     use std::ops::Bound;
     match cmd {
+        Cmd::Inspect { dir, json } => inspect(dir, *json),
         Cmd::Get { key, conn } => match conn.client()?.get(key).map_err(|e| e.to_string())? {
             Some(v) => {
                 println!("{}", show(&v));

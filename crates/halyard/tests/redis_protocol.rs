@@ -124,6 +124,8 @@ fn pipelining_auth_restart_and_sigterm() {
     let metrics = srv.http_get("/metrics");
     assert!(metrics.contains("halyard_commands_total{cmd=\"get\"}"), "{metrics}");
     assert!(metrics.contains("halyard_engine_device_write_bytes_total"));
+    assert!(metrics.contains("halyard_engine_open_read_bytes "), "the last open's reads are reported");
+    assert!(metrics.contains("halyard_engine_partly_filled_log_segments 0"));
     assert!(srv.http_get("/health").contains("200 OK"));
 }
 

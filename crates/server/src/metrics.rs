@@ -277,6 +277,19 @@ pub fn render(
     counter(&mut o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
     gauge(&mut o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
     gauge(&mut o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);
+    gauge(&mut o, "halyard_engine_open_seconds", "How long the store's last open took.", e.open_seconds);
+    gauge(
+        &mut o,
+        "halyard_engine_open_read_bytes",
+        "Device bytes the store's last open read.",
+        e.open_read_bytes as f64,
+    );
+    gauge(
+        &mut o,
+        "halyard_engine_partly_filled_log_segments",
+        "Large-log segments left holding records in less than half of their bytes.",
+        e.partly_filled_log_segments as f64,
+    );
     gauge(
         &mut o,
         "halyard_engine_pinned_bytes",
