@@ -2,6 +2,7 @@
 //! `scripts/make-fixture.sh`; the workload is `tests/common/fixture.rs`).
 
 #[path = "../tests/common/fixture.rs"]
+#[allow(dead_code, reason = "the test side uses the rest of the workload")]
 mod fixture;
 
 fn main() {

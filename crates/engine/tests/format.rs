@@ -4,6 +4,7 @@
 //! large-log segment per restart, gets those segments back from GC.
 
 #[path = "common/fixture.rs"]
+#[allow(dead_code, reason = "the make_fixture example uses the rest of the workload")]
 mod fixture;
 
 use halyard_engine::Db;
