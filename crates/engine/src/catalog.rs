@@ -297,6 +297,19 @@ pub struct LogSeg {
     pub fill: Option<u32>,
 }
 
+impl LogSeg {
+    /// Bytes holding records: the fill, or the whole segment while it is not known.
+    pub(crate) fn written(&self, seg_bytes: u64) -> u64 {
+        self.fill.map_or(seg_bytes, u64::from)
+    }
+
+    /// Whether the log left this segment holding records in less than half of it (a restart
+    /// of a store of format 1 left one per log; the tail otherwise leaves a segment full).
+    pub(crate) fn partly_filled(&self, seg_bytes: u64) -> bool {
+        self.fill.is_some_and(|f| u64::from(f) < seg_bytes / 2)
+    }
+}
+
 /// One region's catalog.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RegionMeta {

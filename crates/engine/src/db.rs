@@ -306,7 +306,7 @@ impl Db {
                 continue;
             };
             let r = Region::new(id, &meta, sh.clone(), rec.mem, rec.last + 1);
-            r.resume(&rec.resume, rec.large_bytes);
+            r.resume(rec.resume, rec.large_bytes);
             regions.insert(id, Arc::new(r));
         }
         let c = &sh.counters;

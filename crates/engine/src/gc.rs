@@ -38,8 +38,6 @@ pub(crate) struct DeadRecords {
 struct Dead {
     /// The region object opened the segment for its own writes.
     own: bool,
-    /// The LSN of its last record, once the log tail has left it.
-    last_lsn: Option<u64>,
     bytes: u64,
     offsets: HashSet<u32>,
 }
@@ -62,17 +60,6 @@ impl DeadRecords {
     /// A large-log segment this region object opened for its own writes.
     pub(crate) fn opened(&self, seg: u32, salt: u32) {
         self.segs.lock().entry((seg, salt)).or_default().own = true;
-    }
-
-    /// The log tail left a segment of the region's own; `last_lsn` is its last record's.
-    pub(crate) fn left(&self, seg: u32, salt: u32, last_lsn: u64) {
-        self.segs.lock().entry((seg, salt)).or_default().last_lsn = Some(last_lsn);
-    }
-
-    /// Whether the segment is known to hold records newer than `l1_lsn`, which keep it until
-    /// L1 covers them (see `reclaim`): such a segment is not worth reading yet.
-    fn newer_than(&self, seg: u32, salt: u32, l1_lsn: u64) -> bool {
-        self.segs.lock().get(&(seg, salt)).and_then(|d| d.last_lsn).is_some_and(|l| l > l1_lsn)
     }
 
     /// Whether the segment's dead records can be trusted: it is the region's own and they
@@ -104,25 +91,29 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     let tail = r.w.lock().large.seg.map(|s| s.0);
     let mut candidates: Vec<(u64, crate::catalog::LogSeg)> = meta.logs[LogKind::Large as usize]
         .iter()
-        .filter(|s| Some(s.seg) != tail && !r.dead.newer_than(s.seg, s.salt, meta.l1_lsn))
-        // A sealed segment holding records L1 does not cover yet stays (see `reclaim`).
-        .filter(|s| s.sealed == u64::MAX || s.sealed <= meta.l1_lsn)
+        // A segment holding records L1 does not cover yet stays (see `reclaim`); one the tail
+        // has left is sealed at its last record, so it is known without reading it.
+        .filter(|s| Some(s.seg) != tail && (s.sealed == u64::MAX || s.sealed <= meta.l1_lsn))
         .map(|s| (meta.large_garbage.get(&s.seg).copied().unwrap_or(0), s.clone()))
         .collect();
     survey(r, &mut candidates)?;
-    let written = |s: &crate::catalog::LogSeg| s.fill.map_or(seg_bytes, u64::from);
-    let live = |c: &(u64, crate::catalog::LogSeg)| written(&c.1).saturating_sub(c.0);
-    // What a segment wastes: its invalid bytes and, once the log has left it, the bytes it was
-    // never written (a segment left partly filled, as stores of format 1 left one per restart).
-    let waste = |c: &(u64, crate::catalog::LogSeg)| seg_bytes - live(c).min(seg_bytes);
-    // A segment with few live bytes is worth taking whatever the rest of the log holds.
-    let few = |c: &(u64, crate::catalog::LogSeg)| c.1.fill.is_some() && live(c) < seg_bytes / FEW_LIVE;
+    let live = |c: &(u64, crate::catalog::LogSeg)| c.1.written(seg_bytes).saturating_sub(c.0);
+    // What a segment wastes: its invalid bytes and, when the log left it partly filled (as
+    // stores of format 1 left one per restart), the bytes it never wrote. The few bytes a full
+    // segment leaves at its end do not count: a segment without invalid bytes is never moved
+    // for them.
+    let waste = |c: &(u64, crate::catalog::LogSeg)| {
+        c.0 + if c.1.partly_filled(seg_bytes) { seg_bytes - c.1.written(seg_bytes) } else { 0 }
+    };
+    // A partly filled segment with few live bytes is worth taking whatever the rest of the log
+    // holds: moving them frees a whole segment.
+    let few = |c: &(u64, crate::catalog::LogSeg)| c.1.partly_filled(seg_bytes) && live(c) < seg_bytes / FEW_LIVE;
     let total = candidates.len() as u64 * seg_bytes;
     let mut wasted: u64 = candidates.iter().map(waste).sum();
     // The bound is on the segments L1 covers: their wasted bytes may reach `gc_threshold` of
-    // them. Reaching it starts a pass that takes the segments with the fewest live bytes
-    // (the largest share of their written bytes invalid) first, down to `LOW_WATER` of the
-    // bound. Under skewed updates the invalid bytes gather in few segments, so this moves far
+    // them. Reaching it starts a pass that takes the segments that waste the most first (of a
+    // partly filled one, the largest share of its written bytes invalid or never written), down
+    // to `LOW_WATER` of the bound. Under skewed updates the invalid bytes gather in few segments, so this moves far
     // fewer valid pairs than collecting every segment once it passes the threshold (a segment
     // at 10% invalid costs 90% of a segment in moves) for the same bound.
     let limit = r.sh.opts.gc_threshold * total as f64;
@@ -130,7 +121,7 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     if !over && !candidates.iter().any(few) {
         return Ok(0);
     }
-    candidates.sort_by_key(live);
+    candidates.sort_by_key(|c| std::cmp::Reverse(waste(c)));
     let mut freed = 0;
     for c in candidates {
         let take = few(&c) || (over && waste(&c) > 0 && (wasted as f64) > limit * LOW_WATER);
@@ -145,7 +136,8 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     Ok(freed)
 }
 
-/// A segment with fewer live bytes than this share of a segment is taken by any pass.
+/// A partly filled segment with fewer live bytes than this share of a segment is taken by any
+/// pass.
 const FEW_LIVE: u64 = 16;
 
 /// Segments whose fill is not known (written by a store of format 1, or received by a backup
@@ -161,7 +153,7 @@ fn survey(r: &Region, candidates: &mut [(u64, crate::catalog::LogSeg)]) -> Resul
         let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
         dev.read_into(dev.seg_base(s.seg), &mut img, IoKind::Gc)?;
         let (records, _) = record::scan_checked(&img, s.salt);
-        let fill = records.iter().take_while(|(_, rec)| rec.lsn <= s.sealed).last().map_or(0, |(o, rec)| o + rec.len);
+        let fill = record::end_through(records.iter().map(|(o, rec)| (*o, rec.len, rec.lsn)), s.sealed);
         s.fill = Some(fill as u32);
         edits.push(Edit::LogFill { log: LogKind::Large, seg: s.seg, bytes: fill as u32 });
     }

@@ -161,11 +161,11 @@ impl LogTail {
         Ok(())
     }
 
-    /// Continues in `seg` after a restart: `image` holds the records the segment keeps (and
-    /// zeros after them, as the device does), the next append goes at `pos`.
-    pub(crate) fn resume(&mut self, seg: u32, salt: u32, image: &[u8], pos: usize, last_lsn: u64) {
-        self.buf.fill(0);
-        self.buf[..pos].copy_from_slice(&image[..pos]);
+    /// Continues in `seg` after a restart: `image` (a whole segment) holds the records the
+    /// segment keeps and zeros after them, as the device does; the next append goes at `pos`.
+    pub(crate) fn resume(&mut self, seg: u32, salt: u32, image: AlignedBuf, pos: usize, last_lsn: u64) {
+        debug_assert_eq!(image.len(), self.buf.len());
+        self.buf = image;
         self.pos = pos;
         self.written = pos;
         // A backup that catches up is sent the segment from its start (`Db::with_snapshot`).

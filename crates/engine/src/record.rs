@@ -145,6 +145,12 @@ pub(crate) fn scan_checked(seg: &[u8], salt: u32) -> (Vec<(usize, Record<'_>)>, 
     }
 }
 
+/// Where the records of a segment with an LSN of at most `upto` end: the bytes they fill from
+/// offset 0. `records` are (offset, length, LSN) in segment order, which is LSN order.
+pub(crate) fn end_through(records: impl IntoIterator<Item = (usize, usize, u64)>, upto: u64) -> usize {
+    records.into_iter().take_while(|r| r.2 <= upto).last().map_or(0, |r| r.0 + r.1)
+}
+
 /// Whether a valid record with this salt and an LSN in `lsns` starts anywhere after `from`
 /// (a byte-by-byte search; used only after damage was found).
 pub(crate) fn any_valid_after(seg: &[u8], from: usize, salt: u32, lsns: std::ops::RangeInclusive<u64>) -> bool {

@@ -86,7 +86,11 @@ fn read_log(
             check_damage(&img, s, meta.l1_lsn, kind, &records)?;
         }
         let first = records.first().map(|(_, r)| r.lsn);
-        let kept: Vec<(usize, usize, u64)> = records.iter().map(|(o, r)| (*o, r.len, r.lsn)).collect();
+        // The tail continues in the last segment; a segment of unknown fill gets it recorded.
+        let resumable = i + 1 == segs.len() && s.sealed == u64::MAX && how != How::Promote;
+        let unfilled = !resumable && s.fill.is_none() && kind == LogKind::Large;
+        let kept: Vec<(usize, usize, u64)> =
+            if resumable || unfilled { records.iter().map(|(o, r)| (*o, r.len, r.lsn)).collect() } else { Vec::new() };
         for (off, r) in records {
             if r.lsn <= meta.l1_lsn || r.lsn > s.sealed {
                 continue;
@@ -98,9 +102,9 @@ fn read_log(
             };
             recs.push(Rec { lsn: r.lsn, key: r.key.to_vec(), value, batch_remaining: r.batch_remaining });
         }
-        if i + 1 == segs.len() && s.sealed == u64::MAX && how != How::Promote {
+        if resumable {
             last = Some(Last { seg: s.clone(), image: img, records: kept });
-        } else if s.fill.is_none() && kind == LogKind::Large {
+        } else if unfilled {
             fills.push((s.seg, s.sealed, kept));
         }
         if first.is_some_and(|f| f <= meta.l1_lsn + 1) && how != How::Promote {
@@ -108,11 +112,6 @@ fn read_log(
         }
     }
     Ok((last, fills))
-}
-
-/// End of the last record with an LSN of at most `upto` (records are in LSN order).
-fn end_of(records: &[(usize, usize, u64)], upto: u64) -> usize {
-    records.iter().take_while(|r| r.2 <= upto).last().map_or(0, |r| r.0 + r.1)
 }
 
 fn check_damage(
@@ -166,7 +165,7 @@ fn apply_prefix(mem: &Memtable, recs: Vec<Rec>, l1_lsn: u64) -> (u64, usize, u64
 /// whatever it held after them (nothing after a clean close); the caller syncs before the log
 /// is appended to. Returns whether it wrote.
 fn resume_at(dev: &Device, kind: LogKind, mut l: Last, last: u64) -> Result<(Resume, bool)> {
-    let pos = end_of(&l.records, last);
+    let pos = record::end_through(l.records, last);
     let dirty = l.image[pos..].iter().rposition(|b| *b != 0).map(|p| align_up(pos + p + 1, ALIGN));
     l.image[pos..].fill(0);
     if let Some(end) = dirty {
@@ -233,7 +232,7 @@ pub(crate) fn replay(dev: &Device, meta: &RegionMeta, how: How) -> Result<Recove
         .map(|(seg, sealed, recs)| Edit::LogFill {
             log: LogKind::Large,
             seg,
-            bytes: end_of(&recs, sealed.min(last)) as u32,
+            bytes: record::end_through(recs, sealed.min(last)) as u32,
         })
         .collect();
     // Every segment that may hold records beyond `last` is sealed at it, also one the tail

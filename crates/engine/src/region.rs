@@ -178,12 +178,12 @@ impl Region {
 
     /// Continues the logs where recovery left them ([`crate::recovery::Resume`]); the
     /// replayed large-log bytes count against the recovered table's bound.
-    pub(crate) fn resume(&self, resume: &[crate::recovery::Resume], large_bytes: u64) {
+    pub(crate) fn resume(&self, resume: Vec<crate::recovery::Resume>, large_bytes: u64) {
         let mut w = self.w.lock();
         let last = w.next_lsn - 1;
         for r in resume {
             let tail = if r.kind == LogKind::Large { &mut w.large } else { &mut w.l0 };
-            tail.resume(r.seg, r.salt, &r.image, r.pos, last);
+            tail.resume(r.seg, r.salt, r.image, r.pos, last);
         }
         w.mem_large_bytes = large_bytes;
     }
@@ -387,9 +387,6 @@ impl Region {
                 };
                 if let Some(l) = &listener {
                     tail.ship(&**l, self.id, true);
-                }
-                if let (1, Some((old, old_salt))) = (li, tail.seg) {
-                    self.dead.left(old, old_salt, tail.last_lsn);
                 }
                 if let Err(e) = tail.switch(dev, seg, salt) {
                     return self.sh.fail(e);

@@ -197,9 +197,8 @@ impl Db {
                 }
                 s.large_garbage_bytes += m.large_garbage.values().sum::<u64>();
                 let large = &m.logs[LogKind::Large as usize];
-                large_bytes += large.iter().map(|l| l.fill.map_or(seg, u64::from)).sum::<u64>();
-                s.partly_filled_log_segments +=
-                    large.iter().filter(|l| l.fill.is_some_and(|f| u64::from(f) < seg / 2)).count() as u64;
+                large_bytes += large.iter().map(|l| l.written(seg)).sum::<u64>();
+                s.partly_filled_log_segments += large.iter().filter(|l| l.partly_filled(seg)).count() as u64;
             }
         });
         s.live_bytes =
