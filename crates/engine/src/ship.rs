@@ -7,6 +7,7 @@ use crate::db::Db;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::logtail::LogKind;
+use crate::record;
 
 impl Db {
     /// The segments of a region's log with their salts, oldest first (for shipping a whole
@@ -50,6 +51,18 @@ pub struct RegionSnapshot {
     pub edits: Vec<crate::catalog::Edit>,
 }
 
+/// The bytes of a log segment a backup may take: a sealed L0 or large segment up to its last
+/// record within the seal, so that records a crash voided (beyond the recovered prefix, their
+/// LSNs handed out again since) never reach a backup, which would replay them; other segments
+/// whole.
+fn valid_len(kind: LogKind, img: &[u8], s: &crate::catalog::LogSeg) -> usize {
+    if kind == LogKind::Medium || s.sealed == u64::MAX {
+        return img.len();
+    }
+    let (records, _) = record::scan_checked(img, s.salt);
+    record::end_through(records.iter().map(|(o, r)| (*o, r.len, r.lsn)), s.sealed)
+}
+
 impl Db {
     /// Takes a snapshot of a primary region for a new or returning backup and calls `f` with
     /// it while no write, compaction or GC of the region can run: whatever the region ships
@@ -83,7 +96,7 @@ impl Db {
                 let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
                 dev.read_into(dev.seg_base(s.seg), &mut img, IoKind::Read)?;
                 let tail = tails.iter().flatten().find(|t| t.0 == s.seg).map(|t| t.1);
-                let len = tail.unwrap_or(img.len());
+                let len = tail.unwrap_or_else(|| valid_len(kind, &img, s));
                 logs.push((kind, s.seg, s.salt, tail.is_some(), img[..len].to_vec()));
             }
         }
