@@ -71,11 +71,16 @@ impl Db {
     }
 
     fn write_image(&self, seg: u32, bytes: &[u8]) -> Result<()> {
+        self.write_padded(seg, bytes, align_up(bytes.len().max(1), ALIGN))
+    }
+
+    /// Writes `bytes` at the start of `seg` and zeros after them up to `len`.
+    fn write_padded(&self, seg: u32, bytes: &[u8], len: usize) -> Result<()> {
         let dev = &self.inner.sh.dev;
         if bytes.len() as u64 > dev.seg_bytes() {
             return Err(Error::InvalidOptions("segment image larger than a segment".into()));
         }
-        let mut buf = AlignedBuf::new(align_up(bytes.len().max(1), ALIGN));
+        let mut buf = AlignedBuf::new(len);
         buf[..bytes.len()].copy_from_slice(bytes);
         dev.write(dev.seg_base(seg), &buf, IoKind::Replication)
     }
@@ -107,7 +112,10 @@ impl Db {
         }
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let (local, mapped) = self.log_local(r, &meta, primary, salt)?;
-        if let Err(e) = self.write_image(local, bytes).and_then(|_| sh.dev.sync()) {
+        // The whole segment: a copy received before (the same incarnation, which a primary
+        // continues after a restart) may hold records past this image that the primary lost.
+        let whole = sh.dev.seg_bytes() as usize;
+        if let Err(e) = self.write_padded(local, bytes, whole).and_then(|_| sh.dev.sync()) {
             return sh.fail(e);
         }
         let mut edits = Vec::new();

@@ -282,7 +282,7 @@ impl Db {
             Arc::new(Allocator::new(dev.clone(), opts.max_device_bytes, &manifest::segments_in_use(&catalog, &chain))?);
         let mut replayed = Vec::new();
         let mut dropped = 0;
-        let how = recovery::How::Open { tolerate_damage: opts.tolerate_log_damage };
+        let how = recovery::How::Open { tolerate_damage: opts.tolerate_log_damage, resume: opts.resume_logs };
         for (&id, meta) in &catalog.regions {
             let rec = recovery::replay(&dev, meta, how)?;
             dropped += rec.dropped;

@@ -93,6 +93,11 @@ pub struct Options {
     /// writes before the damage only (point-in-time recovery). Off: such a store refuses to
     /// open with `Corruption`, since the intact records after the damage were acknowledged.
     pub tolerate_log_damage: bool,
+    /// After an open, each log continues in its last segment instead of a new one, so that
+    /// restarts add no segments. Off: the logs start new segments (GC takes the partly filled
+    /// ones); a replicated node runs this way, since a backup may hold a longer copy of a
+    /// primary's last segment than the primary recovered.
+    pub resume_logs: bool,
 }
 
 impl Default for Options {
@@ -123,6 +128,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             default_region: true,
             tolerate_log_damage: false,
+            resume_logs: true,
         }
     }
 }

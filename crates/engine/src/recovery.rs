@@ -82,12 +82,12 @@ fn read_log(
         let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
         dev.read_into(base, &mut img, kind.io())?;
         let (records, clean) = record::scan_checked(&img, s.salt);
-        if !clean && how == (How::Open { tolerate_damage: false }) {
+        if !clean && matches!(how, How::Open { tolerate_damage: false, .. }) {
             check_damage(&img, s, meta.l1_lsn, kind, &records)?;
         }
         let first = records.first().map(|(_, r)| r.lsn);
         // The tail continues in the last segment; a segment of unknown fill gets it recorded.
-        let resumable = i + 1 == segs.len() && s.sealed == u64::MAX && how != How::Promote;
+        let resumable = i + 1 == segs.len() && s.sealed == u64::MAX && matches!(how, How::Open { resume: true, .. });
         let unfilled = !resumable && s.fill.is_none() && kind == LogKind::Large;
         let kept: Vec<(usize, usize, u64)> =
             if resumable || unfilled { records.iter().map(|(o, r)| (*o, r.len, r.lsn)).collect() } else { Vec::new() };
@@ -179,8 +179,9 @@ fn resume_at(dev: &Device, kind: LogKind, mut l: Last, last: u64) -> Result<(Res
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum How {
     /// Opening the store; with `tolerate_damage`, a damaged record with intact records after
-    /// it ends the replay instead of failing the open.
-    Open { tolerate_damage: bool },
+    /// it ends the replay instead of failing the open; with `resume`, each log continues in
+    /// its last segment.
+    Open { tolerate_damage: bool, resume: bool },
     /// Promoting a backup: its logs were received from the primary, so every segment is read
     /// (nothing orders them but the primary's word) and every log starts in a new segment.
     Promote,

@@ -100,6 +100,12 @@ fn key(i: u64) -> Vec<u8> {
     format!("key{:02}-{i:08}", (i * 37) % 100).into_bytes()
 }
 
+/// How long a test waits for its writers to reach a count. The count is what the test needs
+/// (enough flushes and compactions); the deadline only ends a test that cannot get there. With
+/// the six tests of this file running at once on two cores, debug builds of three or four
+/// nodes each, 12,000 replicated writes took up to 160 s here.
+const WRITES_DEADLINE: Duration = Duration::from_secs(400);
+
 fn admin(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_halyard")).arg("admin").args(args).output().expect("admin");
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -162,7 +168,7 @@ fn run(mode: &str) {
     let threads = writers(&c, stop.clone(), acked.clone());
     // Enough data for many L0 flushes and compactions on every region.
     let t0 = Instant::now();
-    while acked.lock().expect("lock").len() < 12_000 && t0.elapsed() < Duration::from_secs(120) {
+    while acked.lock().expect("lock").len() < 12_000 && t0.elapsed() < WRITES_DEADLINE {
         std::thread::sleep(Duration::from_millis(50));
     }
     // n1 leads regions 1 and 4; it dies with writers running.
@@ -259,7 +265,7 @@ fn restarted_backup_catches_up(mode: &str) {
     let threads = writers(&c, stop.clone(), acked.clone());
     let wait_for = |n: usize| {
         let t0 = Instant::now();
-        while acked.lock().expect("lock").len() < n && t0.elapsed() < Duration::from_secs(120) {
+        while acked.lock().expect("lock").len() < n && t0.elapsed() < WRITES_DEADLINE {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
@@ -345,7 +351,7 @@ fn added_backup_catches_up_and_takes_over(mode: &str) {
     let threads = writers(&c, stop.clone(), acked.clone());
     let wait_for = |n: usize| {
         let t0 = Instant::now();
-        while acked.lock().expect("lock").len() < n && t0.elapsed() < Duration::from_secs(120) {
+        while acked.lock().expect("lock").len() < n && t0.elapsed() < WRITES_DEADLINE {
             std::thread::sleep(Duration::from_millis(50));
         }
     };

@@ -64,7 +64,11 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     let native_l = bind("--listen", &cfg.listen).await?;
     let http_l = bind("--http", &cfg.http).await?;
     let clustered = cfg.cluster_file.is_some();
-    let opts = halyard_engine::Options { default_region: opts.default_region && !clustered, ..opts };
+    // A replicated node's logs start new segments after a restart: a backup may hold a longer
+    // copy of the primary's last segment than the primary recovered (records it lost), and the
+    // same segment incarnation continued would put new records beside them there.
+    let opts =
+        halyard_engine::Options { default_region: opts.default_region && !clustered, resume_logs: !clustered, ..opts };
     let db = Arc::new(Db::open(&cfg.dir, opts)?);
     let cluster = if clustered { Some(cluster::ClusterNode::start(&cfg, db.clone())?) } else { None };
     let repl_task = match &cluster {
