@@ -692,13 +692,9 @@ fn compaction_worker(inner: &DbInner) {
 }
 
 fn gc_worker(inner: &DbInner) {
-    // The first pass runs at once: a store that is open only briefly (a command-line tool, a
-    // restarted service) still gets its garbage collected.
-    let mut first = true;
     while !inner.sh.shutdown.load(Relaxed) {
         // Other threads wake workers often (every L0 switch); GC runs on its own period.
-        let period = if std::mem::take(&mut first) { 0 } else { inner.sh.opts.gc_interval_ms };
-        let until = std::time::Instant::now() + Duration::from_millis(period);
+        let until = std::time::Instant::now() + Duration::from_millis(inner.sh.opts.gc_interval_ms);
         while !inner.sh.shutdown.load(Relaxed) {
             let left = until.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
@@ -732,11 +728,18 @@ fn commit_worker(inner: &DbInner) {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        // A clean close leaves at most one L0 table's worth of log for the next open to read.
+        // A clean close leaves at most one L0 table's worth of log for the next open to read,
+        // and a pass of GC: a store that is open only briefly (a command-line tool, a service
+        // restarted often) never reaches the background pass's period.
         if !self.inner.sh.is_poisoned() {
-            for r in self.regions_list().iter().filter(|r| r.flush_on_close()) {
-                if let Err(e) = flush_region(r) {
-                    tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id);
+            for r in self.regions_list().iter().filter(|r| !r.backup) {
+                if r.flush_on_close() {
+                    if let Err(e) = flush_region(r) {
+                        tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id);
+                    }
+                }
+                if let Err(e) = gc::run(r) {
+                    tracing::warn!("closing: garbage collection of region {} failed ({e})", r.id);
                 }
             }
         }

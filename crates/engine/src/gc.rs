@@ -96,18 +96,22 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
         .filter(|s| Some(s.seg) != tail && (s.sealed == u64::MAX || s.sealed <= meta.l1_lsn))
         .map(|s| (meta.large_garbage.get(&s.seg).copied().unwrap_or(0), s.clone()))
         .collect();
-    survey(r, &mut candidates)?;
+    // Without resumed logs (a replicated node) only invalid bytes count (see the option).
+    let leftovers = r.sh.opts.resume_logs;
+    if leftovers {
+        survey(r, &mut candidates)?;
+    }
+    let partly = |s: &crate::catalog::LogSeg| leftovers && s.partly_filled(seg_bytes);
     let live = |c: &(u64, crate::catalog::LogSeg)| c.1.written(seg_bytes).saturating_sub(c.0);
     // What a segment wastes: its invalid bytes and, when the log left it partly filled (as
     // stores of format 1 left one per restart), the bytes it never wrote. The few bytes a full
     // segment leaves at its end do not count: a segment without invalid bytes is never moved
     // for them.
-    let waste = |c: &(u64, crate::catalog::LogSeg)| {
-        c.0 + if c.1.partly_filled(seg_bytes) { seg_bytes - c.1.written(seg_bytes) } else { 0 }
-    };
+    let waste =
+        |c: &(u64, crate::catalog::LogSeg)| c.0 + if partly(&c.1) { seg_bytes - c.1.written(seg_bytes) } else { 0 };
     // A partly filled segment with few live bytes is worth taking whatever the rest of the log
     // holds: moving them frees a whole segment.
-    let few = |c: &(u64, crate::catalog::LogSeg)| c.1.partly_filled(seg_bytes) && live(c) < seg_bytes / FEW_LIVE;
+    let few = |c: &(u64, crate::catalog::LogSeg)| partly(&c.1) && live(c) < seg_bytes / FEW_LIVE;
     let total = candidates.len() as u64 * seg_bytes;
     let mut wasted: u64 = candidates.iter().map(waste).sum();
     // The bound is on the segments L1 covers: their wasted bytes may reach `gc_threshold` of
