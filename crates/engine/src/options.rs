@@ -94,8 +94,8 @@ pub struct Options {
     /// open with `Corruption`, since the intact records after the damage were acknowledged.
     pub tolerate_log_damage: bool,
     /// After an open, each log continues in its last segment instead of a new one, so that
-    /// restarts add no segments, and GC takes segments left partly filled (by stores of format
-    /// 1) for their unwritten bytes. Off: the logs start new segments after an open and GC
+    /// restarts add no segments, and GC takes segments left partly filled (as stores of the
+    /// first format did) for their unwritten bytes. Off: the logs start new segments after an open and GC
     /// weighs segments by their invalid bytes only. A replicated node runs with it off: a
     /// backup may hold a longer copy of a primary's last segment than the primary recovered,
     /// and a Build-Index backup's region must keep its LSNs in step with its primary's, which
