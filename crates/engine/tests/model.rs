@@ -222,7 +222,11 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
         assert_eq!(d.get(k).expect("get").as_ref(), Some(v));
     }
     let mut stats = d.stats();
-    check_space(&stats, &model, &opts);
+    // Without resumed logs (a replicated node's setting) each reopen leaves a partly filled
+    // segment that GC weighs by its invalid bytes only: no restart bound to check.
+    if opts.resume_logs {
+        check_space(&stats, &model, &opts);
+    }
     add(&mut totals, &stats);
     [stats.compactions, stats.medium_merged, stats.gc_segments] = totals;
     snaps.clear();
@@ -253,8 +257,9 @@ fn long_sequence_every_variant() {
                 0 => Op::Delete(k),
                 1 => Op::Get(k),
                 2 if i % 3000 == 2 => Op::Snapshot,
-                // About 1% of the operations: restarts must not cost space (see `run`).
-                3 if i % 100 == 3 => Op::Reopen,
+                // Rare here: the property test's operations reopen the store at about 1.7% of
+                // operations (weight 1 of 59) and check the restart bound (see `run`).
+                3 if i % 5000 == 3 => Op::Reopen,
                 4 => Op::Scan(k, k.saturating_add(40), i % 3 == 0, 25),
                 _ => Op::Put(k, [10, 60, 120, 300, 900][(i % 5) as usize]),
             });
@@ -262,9 +267,7 @@ fn long_sequence_every_variant() {
         let s = run(variant, ops);
         // The workload must have exercised what it is meant to test.
         assert!(s.levels.iter().filter(|l| l.ssts > 0).count() >= 2, "variant {variant}: levels {:?}", s.levels);
-        // Counters restart with each open and a close may flush (uncounted): with a reopen
-        // every 100 operations most merges happen there, so few are counted.
-        assert!(s.compactions > 0, "variant {variant}: {} compactions", s.compactions);
+        assert!(s.compactions > 10, "variant {variant}: {} compactions", s.compactions);
         // With two levels and LastMinus1, L1 is the in-place level: nothing goes through the log.
         if variant != 1 {
             assert!(s.medium_merged > 0, "variant {variant}: no medium pair merged in place");
