@@ -173,6 +173,7 @@ impl Db {
         let sh = &r.sh;
         sh.check()?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        check_shipped(info, bytes.len(), sh.dev.seg_bytes(), sh.opts.node_bytes)?;
         let mut img = bytes.to_vec();
         let failed = RefCell::new(None);
         let map = |seg: u32, salt: u32| match self.log_local(r, &meta, seg, salt) {
@@ -219,6 +220,7 @@ impl Db {
         for e in edits {
             match e {
                 Edit::AddSst { level, sst } => {
+                    check_shipped(sst, 0, sh.dev.seg_bytes(), sh.opts.node_bytes)?;
                     let seg = match res.index.get(&sst.seg) {
                         Some(&l) => {
                             used_index.push(sst.seg);
@@ -506,6 +508,17 @@ fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
         }
     }
     edits
+}
+
+/// Checks a shipped SST description, and that its image (`image_len` bytes, 0 for none)
+/// holds its used bytes.
+fn check_shipped(info: &SstInfo, image_len: usize, seg_bytes: u64, node_bytes: usize) -> Result<()> {
+    let bad = |what: &str| Error::corrupt(u64::from(info.seg), 0, format!("shipped SST description: {what}"));
+    info.check(seg_bytes, node_bytes).map_err(bad)?;
+    if image_len != 0 && (image_len as u64) < u64::from(info.used_bytes) {
+        return Err(bad("image shorter than its used bytes"));
+    }
+    Ok(())
 }
 
 /// Rewrites the log pointers in an SST image's leaves through `map` (index nodes hold

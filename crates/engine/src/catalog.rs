@@ -43,7 +43,44 @@ pub struct SstInfo {
     pub last_key: Vec<u8>,
 }
 
+/// The deepest level an edit may name (`Options::max_levels` is at most 32).
+pub(crate) const MAX_LEVEL: u8 = 32;
+
 impl SstInfo {
+    /// Checks that the description fits a segment of `seg_bytes` with nodes of `node_bytes`,
+    /// so that no offset computed from it overflows or reaches past the SST. A description
+    /// from a peer or the disk is checked before anything reads through it.
+    pub(crate) fn check(&self, seg_bytes: u64, node_bytes: usize) -> Result<(), &'static str> {
+        let nb = node_bytes as u64;
+        let used = u64::from(self.used_bytes);
+        if used > seg_bytes {
+            return Err("SST larger than a segment");
+        }
+        if u64::from(self.leaf_count) * nb > used {
+            return Err("SST leaves past its used bytes");
+        }
+        if nb == 0 || u64::from(self.root_off) % nb != 0 || u64::from(self.root_off) + nb > used {
+            return Err("SST root outside its used bytes");
+        }
+        let leaves_end = u64::from(self.leaf_count) * nb;
+        if (self.height == 0) != (u64::from(self.root_off) < leaves_end) {
+            return Err("SST root is not a leaf exactly when its height is 0");
+        }
+        if u64::from(self.bloom_off) + u64::from(self.bloom_len) > used {
+            return Err("SST Bloom filter past its used bytes");
+        }
+        if self.height > MAX_LEVEL {
+            return Err("SST taller than any segment allows");
+        }
+        if u64::from(self.medium_ptrs) + u64::from(self.large_ptrs) > self.entries {
+            return Err("SST with more log pointers than entries");
+        }
+        if self.first_key > self.last_key {
+            return Err("SST first key after its last key");
+        }
+        Ok(())
+    }
+
     pub(crate) fn encode(&self, e: &mut Enc) {
         e.u32(self.seg).u32(self.used_bytes).u32(self.leaf_count).u32(self.root_off).u8(self.height);
         e.u32(self.bloom_off).u32(self.bloom_len).u64(self.entries).u64(self.stored_bytes).u64(self.full_bytes);
@@ -245,6 +282,8 @@ impl Edit {
 
     pub(crate) fn decode(d: &mut Dec<'_>) -> Result<Edit, Short> {
         let log = |v: u8| LogKind::from_u8(v).ok_or(Short);
+        // Level 0 is the L0 log, never a level of SSTs.
+        let level = |v: u8| if (1..=MAX_LEVEL).contains(&v) { Ok(v) } else { Err(Short) };
         let map_kind = |v: u8| match v {
             0 => Ok(MapKind::Log),
             1 => Ok(MapKind::Index),
@@ -266,8 +305,8 @@ impl Edit {
                 };
                 Edit::CreateRegion { start, end, backup }
             }
-            2 => Edit::AddSst { level: d.u8()?, sst: SstInfo::decode(d)? },
-            3 => Edit::RemoveSst { level: d.u8()?, seg: d.u32()? },
+            2 => Edit::AddSst { level: level(d.u8()?)?, sst: SstInfo::decode(d)? },
+            3 => Edit::RemoveSst { level: level(d.u8()?)?, seg: d.u32()? },
             4 => Edit::LogAdd { log: log(d.u8()?)?, seg: d.u32()?, salt: d.u32()? },
             5 => Edit::LogRemove { log: log(d.u8()?)?, seg: d.u32()? },
             6 => Edit::LogSeal { log: log(d.u8()?)?, seg: d.u32()?, max_lsn: d.u64()? },
@@ -349,13 +388,18 @@ impl RegionMeta {
                 self.backup = *backup;
             }
             Edit::AddSst { level, sst } => {
-                let l = *level as usize;
+                // Decoding admits levels 1..=MAX_LEVEL only; another made in process is void.
+                if !(1..=MAX_LEVEL).contains(level) {
+                    return;
+                }
+                let l = usize::from(*level);
                 while self.levels.len() < l {
                     self.levels.push(Vec::new());
                 }
-                let lv = &mut self.levels[l - 1];
-                let at = lv.partition_point(|s| s.first_key < sst.first_key);
-                lv.insert(at, sst.clone());
+                if let Some(lv) = self.levels.get_mut(l - 1) {
+                    let at = lv.partition_point(|s| s.first_key < sst.first_key);
+                    lv.insert(at, sst.clone());
+                }
             }
             Edit::RemoveSst { level, seg } => {
                 if let Some(lv) = self.levels.get_mut((*level as usize).wrapping_sub(1)) {
@@ -479,6 +523,12 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
+    /// Checks every SST description (see [`SstInfo::check`]); the error names the segment.
+    pub(crate) fn check(&self, seg_bytes: u64, node_bytes: usize) -> Result<(), (u32, &'static str)> {
+        let ssts = self.regions.values().flat_map(|m| m.levels.iter().flatten());
+        ssts.map(|s| s.check(seg_bytes, node_bytes).map_err(|e| (s.seg, e))).collect()
+    }
+
     pub(crate) fn apply(&mut self, region: u32, edits: &[Edit]) -> Vec<u32> {
         let mut freed = Vec::new();
         let meta = self.regions.entry(region).or_default();
@@ -564,6 +614,68 @@ mod tests {
         for cut in 0..b.len() {
             assert!(decode_edits(&b[..cut]).is_err());
         }
+    }
+
+    fn sample_sst() -> SstInfo {
+        SstInfo {
+            seg: 9,
+            used_bytes: 16384,
+            leaf_count: 2,
+            root_off: 8192,
+            height: 1,
+            bloom_off: 12288,
+            bloom_len: 100,
+            entries: 3,
+            stored_bytes: 30,
+            full_bytes: 300,
+            medium_ptrs: 1,
+            large_ptrs: 1,
+            min_lsn: 1,
+            max_lsn: 3,
+            first_key: b"a".to_vec(),
+            last_key: b"c".to_vec(),
+        }
+    }
+
+    #[test]
+    fn levels_outside_1_to_max_do_not_decode_or_apply() {
+        for level in [0, MAX_LEVEL + 1, u8::MAX] {
+            for e in [Edit::AddSst { level, sst: sample_sst() }, Edit::RemoveSst { level, seg: 9 }] {
+                assert!(decode_edits(&encode_edits(1, &[e.clone()])).is_err(), "{e:?}");
+                // Made in process, it changes nothing (and does not panic).
+                let mut c = Catalog::default();
+                c.apply(1, &[e]);
+                assert!(c.regions[&1].levels.iter().all(Vec::is_empty));
+            }
+        }
+        assert!(decode_edits(&encode_edits(1, &[Edit::AddSst { level: MAX_LEVEL, sst: sample_sst() }])).is_ok());
+    }
+
+    #[test]
+    fn sst_descriptions_are_checked_against_the_segment() {
+        let seg_bytes = 1 << 21;
+        assert_eq!(sample_sst().check(seg_bytes, 4096), Ok(()));
+        let bad: [fn(&mut SstInfo); 9] = [
+            |s| s.used_bytes = u32::MAX,
+            |s| s.leaf_count = u32::MAX,
+            |s| s.root_off = 8193,
+            |s| s.root_off = 16384,
+            |s| s.height = 0,
+            |s| s.bloom_len = u32::MAX,
+            |s| s.bloom_off = u32::MAX,
+            |s| s.large_ptrs = u32::MAX,
+            |s| s.first_key = b"d".to_vec(),
+        ];
+        for (i, f) in bad.iter().enumerate() {
+            let mut s = sample_sst();
+            f(&mut s);
+            assert!(s.check(seg_bytes, 4096).is_err(), "case {i}");
+        }
+        let mut c = Catalog::default();
+        let mut s = sample_sst();
+        s.bloom_len = u32::MAX;
+        c.apply(1, &[Edit::AddSst { level: 1, sst: s }]);
+        assert_eq!(c.check(seg_bytes, 4096).map_err(|e| e.0), Err(9));
     }
 
     #[test]

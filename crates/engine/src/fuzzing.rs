@@ -1,7 +1,7 @@
 //! Entry points for fuzzing the decoders of bytes read from the device (which a damaged or
 //! hostile data file controls). Not part of the API: used by `fuzz/` and by tests.
 
-use crate::catalog::{decode_edits, encode_edits};
+use crate::catalog::{decode_edits, encode_edits, Catalog};
 use crate::node::{Node, INDEX, LEAF};
 
 /// Log record decoding: must never panic; a decoded record must re-encode to the same bytes.
@@ -19,9 +19,15 @@ pub fn record(data: &[u8]) -> bool {
 }
 
 /// Redo record payload decoding: must never panic; a decoded list re-encodes identically.
+/// Applies what decodes to a catalog, as recovery and a backup do, and checks the SSTs it
+/// then describes.
 pub fn edits(data: &[u8]) {
     if let Ok((region, edits)) = decode_edits(data) {
         assert_eq!(encode_edits(region, &edits), data);
+        let mut catalog = Catalog::default();
+        catalog.apply(region, &edits);
+        let _ = catalog.check(1 << 21, 4096);
+        let _ = catalog.regions.values().map(|m| m.snapshot()).count();
     }
 }
 

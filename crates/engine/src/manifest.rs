@@ -337,6 +337,13 @@ pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
             decode_edits(r).map_err(|_| Error::corrupt(sb.redo_seg as u64, 0, "undecodable redo record"))?;
         catalog.apply(region, &edits);
     }
+    if let Err((seg, what)) = catalog.check(dev.seg_bytes(), sb.node_bytes as usize) {
+        return Err(Error::corrupt(
+            u64::from(seg),
+            0,
+            format!("the catalog's description of an SST is invalid: {what}"),
+        ));
+    }
     Ok(Some(Loaded { sb, catalog, chain }))
 }
 

@@ -304,7 +304,7 @@ impl Sst {
         if let Some(b) = img.get(index).filter(|_| i.height > 0) {
             let _ = sst.index.set(b.to_vec());
         }
-        if let Some(b) = img.get(i.bloom_off as usize..(i.bloom_off + i.bloom_len) as usize) {
+        if let Some(b) = img.get(i.bloom_off as usize..i.bloom_off as usize + i.bloom_len as usize) {
             let _ = sst.bloom.set(b.to_vec());
         }
         sst
