@@ -170,7 +170,7 @@ impl Allocator {
     /// Gives back the blocks of a written segment past `used` bytes (an SST or a medium run
     /// that does not fill its segment).
     pub(crate) fn trim(&self, seg: u32, used: u64) {
-        let used = used.next_multiple_of(crate::aligned::ALIGN as u64);
+        let used = used.next_multiple_of(crate::device::aligned::ALIGN as u64);
         let seg_bytes = self.device.seg_bytes();
         if used < seg_bytes && self.device.punch(self.device.seg_base(seg) + used, seg_bytes - used) {
             self.inner.lock().partial.insert(seg);

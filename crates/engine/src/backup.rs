@@ -4,10 +4,10 @@
 //! catalog (so they survive a restart). It keeps no L0 and never compacts. Promotion turns
 //! it into a primary: L0 is rebuilt from the replicated logs.
 
-use crate::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::alloc::Purpose;
 use crate::catalog::{Edit, MapKind, RegionMeta, SstInfo};
 use crate::db::{Db, RegionHandle};
+use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::logtail::LogKind;

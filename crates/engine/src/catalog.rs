@@ -526,7 +526,7 @@ impl Catalog {
     /// Checks every SST description (see [`SstInfo::check`]); the error names the segment.
     pub(crate) fn check(&self, seg_bytes: u64, node_bytes: usize) -> Result<(), (u32, &'static str)> {
         let ssts = self.regions.values().flat_map(|m| m.levels.iter().flatten());
-        ssts.map(|s| s.check(seg_bytes, node_bytes).map_err(|e| (s.seg, e))).collect()
+        ssts.into_iter().try_for_each(|s| s.check(seg_bytes, node_bytes).map_err(|e| (s.seg, e)))
     }
 
     pub(crate) fn apply(&mut self, region: u32, edits: &[Edit]) -> Vec<u32> {
@@ -641,7 +641,7 @@ mod tests {
     fn levels_outside_1_to_max_do_not_decode_or_apply() {
         for level in [0, MAX_LEVEL + 1, u8::MAX] {
             for e in [Edit::AddSst { level, sst: sample_sst() }, Edit::RemoveSst { level, seg: 9 }] {
-                assert!(decode_edits(&encode_edits(1, &[e.clone()])).is_err(), "{e:?}");
+                assert!(decode_edits(&encode_edits(1, std::slice::from_ref(&e))).is_err(), "{e:?}");
                 // Made in process, it changes nothing (and does not panic).
                 let mut c = Catalog::default();
                 c.apply(1, &[e]);

@@ -2,9 +2,9 @@
 //! write medium runs, merge medium pairs in place at the last level(s), and account for
 //! the log space they make invalid.
 
-use crate::aligned::{align_down, AlignedBuf};
 use crate::alloc::Purpose;
 use crate::catalog::Edit;
+use crate::device::aligned::{align_down, AlignedBuf};
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::logtail::{LogKind, LogTail};

@@ -4,7 +4,7 @@ use crate::alloc::Allocator;
 use crate::cache::Cache;
 use crate::catalog::{Catalog, Edit};
 use crate::compaction;
-use crate::device::Device;
+use crate::device::{Device, Storage};
 use crate::error::{Error, Result};
 use crate::gc;
 use crate::iter::RegionScan;
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Name of the first data file inside the store's directory; the others (see
 /// `Options::data_files`) are `data.hly.1`, `data.hly.2`, ... Segment 0, with the superblock,
@@ -45,7 +45,7 @@ pub(crate) struct DbInner {
     /// count change, replaced whenever `regions` changes.
     routes: arc_swap::ArcSwap<Vec<Arc<Region>>>,
     path: PathBuf,
-    _lock: File,
+    _lock: Option<File>,
 }
 
 /// An open store. Cheap to share across threads by reference (`&Db` is `Sync`); closes on drop.
@@ -251,14 +251,36 @@ impl Db {
         std::fs::create_dir_all(&path).map_err(Error::io("creating the store directory"))?;
         let lock = lock_dir(&path)?;
         let file = path.join(DATA_FILE);
-        let exists = file.exists();
-        if !exists && !opts.create_if_missing {
+        if !file.exists() && !opts.create_if_missing {
             return Err(Error::InvalidOptions(format!(
                 "no store at {}; set Options::create_if_missing",
                 path.display()
             )));
         }
-        let dev = Arc::new(Device::open_store(&file, opts.data_files, opts.seg_bits(), opts.direct_io)?);
+        let dev = Device::open_store(&file, opts.data_files, opts.seg_bits(), opts.direct_io)?;
+        Db::open_device(dev, opts, path, Some(lock), started)
+    }
+
+    /// Opens the store held by `storage` (see [`Storage`]): an in-memory store, or one whose
+    /// storage fails on a plan. `Options::segment_bytes` must match the storage's segments;
+    /// `data_files` and `direct_io` do not apply. [`Db::path`] is empty.
+    pub fn open_on(storage: Arc<dyn Storage>, opts: Options) -> Result<Db> {
+        let started = std::time::Instant::now();
+        opts.validate()?;
+        if storage.seg_bits() != opts.seg_bits() {
+            return Err(Error::InvalidOptions(format!(
+                "the storage has {}-byte segments; set Options::segment_bytes to match",
+                1u64 << storage.seg_bits()
+            )));
+        }
+        if storage.len().map_err(Error::io("reading the storage's size"))? == 0 && !opts.create_if_missing {
+            return Err(Error::InvalidOptions("no store in this storage; set Options::create_if_missing".into()));
+        }
+        Db::open_device(Device::new(storage), opts, PathBuf::new(), None, started)
+    }
+
+    fn open_device(dev: Device, opts: Options, path: PathBuf, lock: Option<File>, started: Instant) -> Result<Db> {
+        let dev = Arc::new(dev);
         let loaded = manifest::load(&dev)?;
         let (mut catalog, prev, chain) = match loaded {
             Some(l) => {

@@ -8,8 +8,8 @@
 //! read for most of them) is only needed where that record may be incomplete: segments
 //! written before a restart or before a promotion.
 
-use crate::aligned::AlignedBuf;
 use crate::catalog::Edit;
+use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::Result;
 use crate::logtail::LogKind;

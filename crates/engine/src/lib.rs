@@ -21,7 +21,6 @@
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-mod aligned;
 mod alloc;
 mod backup;
 mod bloom;
@@ -51,7 +50,7 @@ mod shared;
 mod ship;
 mod sst;
 mod stats;
-mod uring;
+
 mod view;
 
 pub use backup::{
@@ -61,7 +60,9 @@ pub use backup::{
 pub use catalog::{Edit, LogSeg, MapKind, SstInfo};
 pub use db::data_files;
 pub use db::{Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
-pub use device::IoKind;
+pub use device::fault::{FaultPlan, FaultStorage};
+pub use device::mem::MemStorage;
+pub use device::{IoKind, Storage};
 pub use error::{Error, Result};
 pub use iter::{Versioned, VersionedScan};
 pub use logtail::LogKind;

@@ -2,7 +2,7 @@
 //! write lock and written to the device chunk by chunk with direct I/O (through the region's
 //! [`LogWriter`], after the lock is released, for the tails of user writes).
 
-use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
+use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::Result;
 use crate::logwriter::LogWriter;

@@ -12,7 +12,7 @@
 //! device drains the queue first: the tail before it leaves a segment (nothing may reach a
 //! segment once it can be freed or read back as a whole), and every sync.
 
-use crate::aligned::{align_up, AlignedBuf, ALIGN};
+use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::Result;
 use parking_lot::Mutex;

@@ -8,8 +8,8 @@
 //! newer). Each log then continues in its last segment ([`Resume`]) instead of a new one, so
 //! that restarts add no segments.
 
-use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::catalog::{Edit, LogSeg, RegionMeta};
+use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::logtail::LogKind;

@@ -1,9 +1,9 @@
 //! What a replication primary offers beyond the live stream ([`crate::ShipListener`]): its
 //! logs and levels as they are now, for a backup that catches up.
 
-use crate::aligned::AlignedBuf;
 use crate::catalog::SstInfo;
 use crate::db::Db;
+use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::logtail::LogKind;

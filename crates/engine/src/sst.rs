@@ -8,11 +8,11 @@
 //! ```
 //! Child offsets are relative to the segment, so an SST can move to another segment unchanged.
 
-use crate::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::bloom;
 use crate::cache::Cache;
 use crate::catalog::SstInfo;
 use crate::codec::{put_u32, Enc};
+use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::{Error, Result};
 use crate::memtable::{Entry, Value};
