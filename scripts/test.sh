@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 need=()
 # redis-server and redis-tools: the server tests drive redis-cli and redis-benchmark and compare
 # with a real redis-server; librocksdb-dev, libclang-dev and clang: the benchmark's RocksDB and
-# BlobDB baselines (see ../shared/ENVIRONMENT.md); fonts-dejavu-core: text in the plots.
+# BlobDB baselines (Debian's librocksdb 7.8.3, with the rocksdb crate 0.21.0: see
+# crates/bench/README.md); fonts-dejavu-core: text in the plots.
 for p in redis-server redis-tools librocksdb-dev libclang-dev clang fonts-dejavu-core; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done

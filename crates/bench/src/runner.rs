@@ -114,7 +114,7 @@ pub struct Roles {
     /// (backup device read + write) / user bytes.
     pub backup_io_amplification: Option<f64>,
     /// Bytes sent and received by all server processes, on client and replication sockets
-    /// (DESIGN.md §5: a replication byte counts at its sender and at its receiver).
+    /// (docs/design.md §5: a replication byte counts at its sender and at its receiver).
     pub network_bytes: Option<u64>,
     /// network bytes / user bytes.
     pub network_amplification: Option<f64>,

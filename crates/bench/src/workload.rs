@@ -13,7 +13,7 @@ use std::fmt;
 
 /// Bytes of every key: "user" + 20 zero-padded digits (the widest u64).
 pub const KEY_BYTES: usize = 24;
-/// KV pair sizes of the S, M and L categories (Tebis Table 2; DESIGN.md §5).
+/// KV pair sizes of the S, M and L categories (Tebis Table 2; docs/design.md §5).
 pub const PAIR_BYTES: [usize; 3] = [33, 148, 1228];
 /// Longest scan of Run E (YCSB's default `maxscanlength`).
 pub const MAX_SCAN: usize = 100;

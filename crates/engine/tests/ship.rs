@@ -1,4 +1,4 @@
-//! The replication hooks, end to end inside one process (DESIGN.md §3): a primary's log
+//! The replication hooks, end to end inside one process (docs/design.md §3): a primary's log
 //! appends, seals, compaction output and edits are applied to backup stores exactly as a
 //! backup's receive path would; a backup restarts mid-stream; one backup is promoted with its
 //! unflushed buffers, the other remaps to it and follows; and the copies read back like the

@@ -1,4 +1,4 @@
-//! Replication for Halyard (DESIGN.md §3, Tebis/Talos): each region's primary streams its log
+//! Replication for Halyard (docs/design.md §3, Tebis/Talos): each region's primary streams its log
 //! appends to every backup's in-memory buffers and, in Send-Index mode, ships every segment its
 //! compactions produce plus the edits that publish them, so that backups keep a full index
 //! without compacting. Build-Index (backups replay records into their own L0 and compact) is

@@ -330,7 +330,7 @@ impl Replica {
             .map_err(|e| Error::Protocol(e.to_string()))?
     }
 
-    /// Stops being a backup of `region` and rebuilds it as a primary region (DESIGN.md §3 step
+    /// Stops being a backup of `region` and rebuilds it as a primary region (docs/design.md §3 step
     /// 6): Send-Index rebuilds L0 from the replicated logs plus the buffers; Build-Index applies
     /// what its buffers hold beyond the commit point. Returns the last LSN, the records not
     /// replayed, and the log tails it used (the other backups adopt them with the Remap).
