@@ -1,4 +1,4 @@
-//! The backup side of replication (DESIGN.md §3): a backup region takes its primary's log
+//! The backup side of replication (docs/design.md §3): a backup region takes its primary's log
 //! segments whole, its compaction output segments as they are produced and the edits that
 //! publish them, translating the primary's segment numbers through two maps kept in the
 //! catalog (so they survive a restart). It keeps no L0 and never compacts. Promotion turns
@@ -433,7 +433,7 @@ impl Db {
         Ok(())
     }
 
-    /// Makes a backup region a primary (DESIGN.md §3 step 6): the unflushed log tails it
+    /// Makes a backup region a primary (docs/design.md §3 step 6): the unflushed log tails it
     /// holds in memory are stored like sealed segments, then L0 is rebuilt from the
     /// replicated L0 and large logs beyond the levels' LSN, stopping at the first torn or
     /// missing record. The region then takes writes (and compacts) like any other.

@@ -197,7 +197,7 @@ pub enum Edit {
     /// The region's levels were emptied to take a full copy (a Build-Index backup catching
     /// up): its L1 LSN starts again from 0, since `L1Lsn` only ever raises it.
     ClearL1Lsn,
-    /// A backup's translation of a primary segment to its own (DESIGN.md §3): a log segment
+    /// A backup's translation of a primary segment to its own (docs/design.md §3): a log segment
     /// incarnation `(primary, salt)`, or an SST's segment (`salt` 0).
     Map {
         /// Log or index map.

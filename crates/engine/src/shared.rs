@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// Receives what a primary must ship to its backups (DESIGN.md §3). Log appends come from
+/// Receives what a primary must ship to its backups (docs/design.md §3). Log appends come from
 /// writers under the region's write lock, in LSN order; segments and edits from compaction and
 /// GC threads, in the order things happen. Keep every call quick (queue and return).
 pub trait ShipListener: Send + Sync {
