@@ -2,19 +2,19 @@
 //! hostile data file controls). Not part of the API: used by `fuzz/` and by tests.
 
 use crate::catalog::{decode_edits, encode_edits, Catalog};
-use crate::node::{Node, INDEX, LEAF};
+use crate::format::node::{Node, INDEX, LEAF};
 
 /// Log record decoding: must never panic; a decoded record must re-encode to the same bytes.
 /// Returns whether `data` starts with a valid record.
 pub fn record(data: &[u8]) -> bool {
-    let valid = crate::record::decode(data, None).is_ok();
-    if let Ok(r) = crate::record::decode(data, None) {
+    let valid = crate::format::record::decode(data, None).is_ok();
+    if let Ok(r) = crate::format::record::decode(data, None) {
         let mut out = vec![0u8; r.len];
-        let salt = crate::codec::get_u32(data, 4).unwrap_or(0);
-        crate::record::encode(&mut out, r.kind, salt, r.lsn, r.key, r.value, r.batch_remaining);
+        let salt = crate::format::codec::get_u32(data, 4).unwrap_or(0);
+        crate::format::record::encode(&mut out, r.kind, salt, r.lsn, r.key, r.value, r.batch_remaining);
         assert_eq!(&out[..], &data[..r.len]);
     }
-    for _ in crate::record::scan(data, 0) {}
+    for _ in crate::format::record::scan(data, 0) {}
     valid
 }
 
@@ -38,7 +38,7 @@ pub fn node(data: &[u8]) {
     if data.len() < 16 {
         return;
     }
-    let _ = crate::node::verify(data);
+    let _ = crate::format::node::verify(data);
     let n = Node { bytes: data };
     match n.ty() {
         LEAF => {
@@ -58,6 +58,6 @@ pub fn node(data: &[u8]) {
 
 /// Bloom filter checks on arbitrary bytes.
 pub fn bloom(data: &[u8]) {
-    let _ = crate::bloom::verify(data);
-    let _ = crate::bloom::may_contain(data, 0x1234_5678_9abc_def0);
+    let _ = crate::format::bloom::verify(data);
+    let _ = crate::format::bloom::may_contain(data, 0x1234_5678_9abc_def0);
 }

@@ -1,7 +1,8 @@
 //! Options of a store, checked at open.
 
 use crate::error::{Error, Result};
-use crate::record::RECORD_OVERHEAD;
+pub(crate) use crate::format::node::{CELL_OVERHEAD, NODE_HEADER};
+use crate::format::record::RECORD_OVERHEAD;
 
 /// When a write's log record reaches the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,11 +136,6 @@ impl Default for Options {
         }
     }
 }
-
-/// Bytes a leaf or index cell needs besides key and value.
-pub(crate) const CELL_OVERHEAD: usize = 40;
-/// Bytes of a node header.
-pub(crate) const NODE_HEADER: usize = 12;
 
 impl Options {
     /// Small settings that make every mechanism (many levels, medium merges, GC) run

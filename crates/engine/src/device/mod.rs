@@ -3,6 +3,8 @@
 //! ([`file`]), memory ([`mem`]), or memory that fails, tears writes and loses power on a plan
 //! ([`fault`]). Storage is segment-oriented so that a remote segment store can be one too.
 
+pub(crate) mod alloc;
+
 pub(crate) mod aligned;
 pub(crate) mod fault;
 pub(crate) mod file;

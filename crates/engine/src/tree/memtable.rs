@@ -1,5 +1,6 @@
 //! L0: an in-memory sorted table of versions, read and written by many threads at once.
 
+pub(crate) use crate::format::entry::{Entry, Value};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -23,38 +24,6 @@ impl MemKey {
     pub(crate) fn lsn(&self) -> u64 {
         u64::MAX - self.rev
     }
-}
-
-/// Where a version's value is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Value {
-    /// Small or medium pair: the value itself.
-    Inline(Vec<u8>),
-    /// In the medium log: record offset, record length, segment salt.
-    Medium { ptr: u64, len: u32, salt: u32 },
-    /// In the large log.
-    Large { ptr: u64, len: u32, salt: u32 },
-    /// Deleted.
-    Tombstone,
-}
-
-impl Value {
-    /// Bytes this entry takes in an SST leaf besides the key.
-    pub(crate) fn stored_len(&self) -> usize {
-        match self {
-            Value::Inline(v) => 4 + v.len(),
-            Value::Medium { .. } | Value::Large { .. } => 16,
-            Value::Tombstone => 0,
-        }
-    }
-}
-
-/// One version of a key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Entry {
-    pub key: Vec<u8>,
-    pub lsn: u64,
-    pub value: Value,
 }
 
 const INDEX_SHARDS: usize = 64;

@@ -1,13 +1,13 @@
 //! What a replication primary offers beyond the live stream ([`crate::ShipListener`]): its
 //! logs and levels as they are now, for a backup that catches up.
 
+use crate::catalog::LogKind;
 use crate::catalog::SstInfo;
 use crate::db::Db;
 use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
-use crate::logtail::LogKind;
-use crate::record;
+use crate::format::record;
 
 impl Db {
     /// The segments of a region's log with their salts, oldest first (for shipping a whole

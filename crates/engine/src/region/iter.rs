@@ -2,10 +2,10 @@
 //! winning version of a key has its value fetched.
 
 use crate::error::Result;
-use crate::memtable::{Entry, Memtable, Value};
 use crate::region::Region;
-use crate::sst::Sst;
-use crate::view::View;
+use crate::tree::memtable::{Entry, Memtable, Value};
+use crate::tree::sst::Sst;
+use crate::tree::view::View;
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::ops::Bound;

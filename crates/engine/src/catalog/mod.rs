@@ -2,9 +2,40 @@
 //! pointer counts and large-log garbage. It changes only through [`Edit`]s, which the
 //! redo log records (see `manifest.rs`) and which replicas can replay.
 
-use crate::codec::{Dec, Enc, Short};
-use crate::logtail::LogKind;
+pub(crate) mod manifest;
+
+use crate::device::IoKind;
+use crate::format::codec::{Dec, Enc, Short};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The three logs of a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogKind {
+    /// Small and medium pairs and tombstones: the write-ahead log of L0.
+    L0 = 0,
+    /// Sorted runs of medium pairs written at L0->L1.
+    Medium = 1,
+    /// Large pairs (values stay here; the index holds pointers).
+    Large = 2,
+}
+
+impl LogKind {
+    pub(crate) fn from_u8(v: u8) -> Option<LogKind> {
+        match v {
+            0 => Some(LogKind::L0),
+            1 => Some(LogKind::Medium),
+            2 => Some(LogKind::Large),
+            _ => None,
+        }
+    }
+    pub(crate) fn io(self) -> IoKind {
+        match self {
+            LogKind::L0 => IoKind::L0Log,
+            LogKind::Medium => IoKind::MediumLog,
+            LogKind::Large => IoKind::LargeLog,
+        }
+    }
+}
 
 /// Everything the catalog knows of one SST (it is also the SST's footer).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,27 +1,44 @@
 //! A region: one key range with its own L0, logs, levels and LSN counter.
 
-use crate::alloc::Purpose;
-use crate::bloom;
+pub(crate) mod dead;
+pub(crate) mod iter;
+pub(crate) mod pace;
+pub(crate) mod recovery;
+pub(crate) mod shared;
+
+use crate::catalog::LogKind;
 use crate::catalog::{Edit, RegionMeta};
+use crate::device::alloc::Purpose;
 use crate::error::{Error, Result};
-use crate::logtail::{LogKind, LogTail};
-use crate::logwriter::LogWriter;
-use crate::memtable::{Entry, Memtable, Value};
-use crate::pace;
-use crate::record::{self, KIND_DELETE, KIND_PUT};
-use crate::rowcache;
-use crate::shared::Shared;
-use crate::sst::Sst;
-use crate::view::{Version, View};
+use crate::format::bloom;
+use crate::format::record::{self, KIND_DELETE, KIND_PUT};
+use crate::log::tail::LogTail;
+use crate::log::writer::LogWriter;
+use crate::region::shared::Shared;
+use crate::tree::memtable::{Entry, Memtable, Value};
+use crate::tree::rowcache;
+use crate::tree::sst::Sst;
+use crate::tree::view::{Version, View};
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Segments a backup reserved or wrote that no committed edit names yet. Lost (and the
+/// segments freed) if the process stops: the primary ships them again when the backup
+/// catches up.
+#[derive(Default)]
+pub(crate) struct Reserved {
+    /// (primary log segment, salt) -> local segment.
+    pub(crate) log: HashMap<(u32, u32), u32>,
+    /// Primary SST segment -> local segment holding the rewritten SST.
+    pub(crate) index: HashMap<u32, u32>,
+}
 
 /// Size class of a KV pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,11 +99,11 @@ pub(crate) struct Region {
     /// fill the next table faster than the merge goes are slowed to its pace (`make_room`).
     pub l0_merge_progress: AtomicU32,
     /// Backup: segments received that no committed edit names yet.
-    pub reserved: Mutex<crate::backup::Reserved>,
+    pub reserved: Mutex<crate::region::Reserved>,
     /// Held by a GC pass; taken to keep GC out (a snapshot for a new backup).
     pub gc_lock: Mutex<()>,
     /// Large-log records that committed compactions superseded (GC's validity check).
-    pub dead: crate::gc::DeadRecords,
+    pub dead: crate::region::dead::DeadRecords,
     /// The log tails' device writes, done after the write lock is released.
     writer: Arc<LogWriter>,
     /// Identity of this region object in the row cache: a region rebuilt (promotion, a backup
@@ -176,9 +193,9 @@ impl Region {
         }
     }
 
-    /// Continues the logs where recovery left them ([`crate::recovery::Resume`]); the
+    /// Continues the logs where recovery left them ([`crate::region::recovery::Resume`]); the
     /// replayed large-log bytes count against the recovered table's bound.
-    pub(crate) fn resume(&self, resume: Vec<crate::recovery::Resume>, large_bytes: u64) {
+    pub(crate) fn resume(&self, resume: Vec<crate::region::recovery::Resume>, large_bytes: u64) {
         let mut w = self.w.lock();
         let last = w.next_lsn - 1;
         for r in resume {

@@ -54,7 +54,8 @@ fn checksum(filter: &[u8]) -> u32 {
 
 /// Whether a filter's header is sane and its bits match their checksum.
 pub(crate) fn verify(filter: &[u8]) -> bool {
-    let (Some(nb), Some(crc)) = (crate::codec::get_u32(filter, 0), crate::codec::get_u32(filter, 8)) else {
+    let (Some(nb), Some(crc)) = (crate::format::codec::get_u32(filter, 0), crate::format::codec::get_u32(filter, 8))
+    else {
         return false;
     };
     let nb = nb as usize;

@@ -2,20 +2,21 @@
 //! write medium runs, merge medium pairs in place at the last level(s), and account for
 //! the log space they make invalid.
 
-use crate::alloc::Purpose;
 use crate::catalog::Edit;
+use crate::catalog::LogKind;
 use crate::device::aligned::{align_down, AlignedBuf};
+use crate::device::alloc::Purpose;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
-use crate::logtail::{LogKind, LogTail};
-use crate::memtable::{Entry, Value};
-use crate::node::Node;
+use crate::format::node::Node;
+use crate::format::record::{self, RECORD_OVERHEAD};
+use crate::log::listener::ShippedSegment;
+use crate::log::tail::LogTail;
 use crate::options::MediumPlacement;
-use crate::record::{self, RECORD_OVERHEAD};
 use crate::region::{category, Category, Region};
-use crate::shared::ShippedSegment;
-use crate::sst::{decode_all, Sst, SstBuilder};
-use crate::view::{Version, View};
+use crate::tree::memtable::{Entry, Value};
+use crate::tree::sst::{decode_all, Sst, SstBuilder};
+use crate::tree::view::{Version, View};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
@@ -409,7 +410,7 @@ impl<'a> Output<'a> {
     fn fill_room(&self, sst: &Sst, img: &[u8]) {
         let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
         let n = sst.info.leaf_count as usize;
-        if cache.room() < (n * (nb + crate::cache::ENTRY_OVERHEAD)) as u64 {
+        if cache.room() < (n * (nb + crate::tree::cache::ENTRY_OVERHEAD)) as u64 {
             return;
         }
         for l in 0..n {

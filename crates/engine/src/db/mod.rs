@@ -1,21 +1,24 @@
 //! The store: opening and recovery, routing to regions, background work, the public API.
 
-use crate::alloc::Allocator;
-use crate::cache::Cache;
+pub(crate) mod stats;
+
+use crate::catalog::manifest::{self, Manifest};
 use crate::catalog::{Catalog, Edit};
-use crate::compaction;
+use crate::device::alloc::Allocator;
 use crate::device::{Device, Storage};
 use crate::error::{Error, Result};
-use crate::gc;
-use crate::iter::RegionScan;
-use crate::manifest::{self, Manifest};
-use crate::memtable::Memtable;
+use crate::log::listener::ShipListener;
 use crate::options::{Options, SyncMode};
-use crate::recovery;
+use crate::placement::compaction;
+use crate::placement::gc;
+use crate::region::iter::RegionScan;
+use crate::region::recovery;
+use crate::region::shared::Shared;
 use crate::region::{Op, Region};
-use crate::shared::{Shared, ShipListener};
-use crate::sst::ReadCtx;
-use crate::view::View;
+use crate::tree::cache::Cache;
+use crate::tree::memtable::Memtable;
+use crate::tree::sst::ReadCtx;
+use crate::tree::view::View;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -604,12 +607,20 @@ impl RegionHandle {
     }
     /// A forward scan of the region that yields each pair's version (the LSN that wrote it);
     /// replicas of a region agree on versions as well as values.
-    pub fn scan_versions<R: KeyRange>(&self, range: R) -> crate::iter::VersionedScan {
+    pub fn scan_versions<R: KeyRange>(&self, range: R) -> crate::region::iter::VersionedScan {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
         let snap = r.visible.load(Relaxed);
-        crate::iter::VersionedScan(crate::iter::RegionScan::new(r.clone(), view, snap, lo, hi, false, None))
+        crate::region::iter::VersionedScan(crate::region::iter::RegionScan::new(
+            r.clone(),
+            view,
+            snap,
+            lo,
+            hi,
+            false,
+            None,
+        ))
     }
     /// A snapshot of the region.
     pub fn snapshot(&self) -> Snapshot {

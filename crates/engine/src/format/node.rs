@@ -10,9 +10,13 @@
 //! ```
 //! The checksum covers the whole node with the crc field taken as zero.
 
-use crate::codec::{get_u16, get_u32, get_u64, put_u16, put_u32};
-use crate::memtable::{Entry, Value};
-use crate::options::NODE_HEADER;
+use crate::format::codec::{get_u16, get_u32, get_u64, put_u16, put_u32};
+use crate::format::entry::{Entry, Value};
+
+/// Bytes a leaf or index cell needs besides key and value.
+pub(crate) const CELL_OVERHEAD: usize = 40;
+/// Bytes of a node header.
+pub(crate) const NODE_HEADER: usize = 12;
 
 pub(crate) const LEAF: u8 = 1;
 pub(crate) const INDEX: u8 = 2;

@@ -5,9 +5,9 @@
 //! every older view is: a segment is reused only once no reader, iterator or snapshot that
 //! could see it remains.
 
-use crate::alloc::Allocator;
-use crate::memtable::Memtable;
-use crate::sst::Sst;
+use crate::device::alloc::Allocator;
+use crate::tree::memtable::Memtable;
+use crate::tree::sst::Sst;
 use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock};
 

@@ -5,12 +5,12 @@
 //! edits) followed by one record per committed change. Opening replays the chain, then
 //! writes a fresh checkpoint into a new chain and points a superblock at it.
 
-use crate::alloc::{Allocator, Purpose};
 use crate::catalog::{decode_edits, encode_edits, Catalog, Edit};
-use crate::codec::{get_u32, get_u64, put_u32, put_u64};
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
+use crate::device::alloc::{Allocator, Purpose};
 use crate::device::{Device, IoKind};
 use crate::error::{Error, Result};
+use crate::format::codec::{get_u32, get_u64, put_u32, put_u64};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::Arc;

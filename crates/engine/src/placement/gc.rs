@@ -9,73 +9,16 @@
 //! written before a restart or before a promotion.
 
 use crate::catalog::Edit;
+use crate::catalog::LogKind;
 use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::Result;
-use crate::logtail::LogKind;
-use crate::memtable::{Entry, Memtable, Value};
-use crate::record::{self, KIND_PUT};
+use crate::format::record::{self, KIND_PUT};
 use crate::region::{value_cache_key, Op, Region};
-use crate::view::View;
-use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use crate::tree::memtable::{Entry, Memtable, Value};
+use crate::tree::view::View;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-
-/// The large-log records that committed compactions found superseded (by a newer write or a
-/// delete), per segment incarnation (segment, salt). Kept in memory only. GC trusts this record
-/// of a segment only if this region object opened the segment itself, so that every record in
-/// it was written, and every one superseded, in this process while the region was a primary
-/// (not so after a restart, or for segments a backup received before its promotion, whose
-/// catalog counts may include garbage it never saw), and only when its bytes equal the
-/// catalog's count for the segment (a compaction adds its records just after its commit).
-#[derive(Default)]
-pub(crate) struct DeadRecords {
-    segs: Mutex<HashMap<(u32, u32), Dead>>,
-}
-
-#[derive(Default)]
-struct Dead {
-    /// The region object opened the segment for its own writes.
-    own: bool,
-    bytes: u64,
-    offsets: HashSet<u32>,
-}
-
-impl DeadRecords {
-    /// Records superseded by a compaction whose edits are committed: (pointer, salt, length),
-    /// counted exactly as its `LargeGarbage` edits count them.
-    pub(crate) fn add(&self, seg_bits: u32, records: &[(u64, u32, u32)]) {
-        if records.is_empty() {
-            return;
-        }
-        let mut g = self.segs.lock();
-        for &(ptr, salt, len) in records {
-            let d = g.entry(((ptr >> seg_bits) as u32, salt)).or_default();
-            d.bytes += len as u64;
-            d.offsets.insert((ptr & ((1u64 << seg_bits) - 1)) as u32);
-        }
-    }
-
-    /// A large-log segment this region object opened for its own writes.
-    pub(crate) fn opened(&self, seg: u32, salt: u32) {
-        self.segs.lock().entry((seg, salt)).or_default().own = true;
-    }
-
-    /// Whether the segment's dead records can be trusted: it is the region's own and they
-    /// account for all of its `garbage` bytes.
-    fn complete(&self, seg: u32, salt: u32, garbage: u64) -> bool {
-        self.segs.lock().get(&(seg, salt)).is_some_and(|d| d.own && d.bytes == garbage)
-    }
-
-    fn is_dead(&self, seg: u32, salt: u32, off: u32) -> bool {
-        self.segs.lock().get(&(seg, salt)).is_some_and(|d| d.offsets.contains(&off))
-    }
-
-    fn forget(&self, seg: u32, salt: u32) {
-        self.segs.lock().remove(&(seg, salt));
-    }
-}
 
 /// One pass over a region: reclaims every candidate segment. Returns how many were freed.
 pub(crate) fn run(r: &Region) -> Result<usize> {

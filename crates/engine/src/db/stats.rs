@@ -1,8 +1,8 @@
 //! What the store reports about itself.
 
+use crate::catalog::LogKind;
 use crate::db::Db;
 use crate::device::IoKind;
-use crate::logtail::LogKind;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Size of one level.

@@ -2,41 +2,13 @@
 //! write lock and written to the device chunk by chunk with direct I/O (through the region's
 //! [`LogWriter`], after the lock is released, for the tails of user writes).
 
+use crate::catalog::LogKind;
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
-use crate::device::{Device, IoKind};
+use crate::device::Device;
 use crate::error::Result;
-use crate::logwriter::LogWriter;
-use crate::record;
+use crate::format::record;
+use crate::log::writer::LogWriter;
 use std::sync::Arc;
-
-/// The three logs of a region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LogKind {
-    /// Small and medium pairs and tombstones: the write-ahead log of L0.
-    L0 = 0,
-    /// Sorted runs of medium pairs written at L0->L1.
-    Medium = 1,
-    /// Large pairs (values stay here; the index holds pointers).
-    Large = 2,
-}
-
-impl LogKind {
-    pub(crate) fn from_u8(v: u8) -> Option<LogKind> {
-        match v {
-            0 => Some(LogKind::L0),
-            1 => Some(LogKind::Medium),
-            2 => Some(LogKind::Large),
-            _ => None,
-        }
-    }
-    pub(crate) fn io(self) -> IoKind {
-        match self {
-            LogKind::L0 => IoKind::L0Log,
-            LogKind::Medium => IoKind::MediumLog,
-            LogKind::Large => IoKind::LargeLog,
-        }
-    }
-}
 
 /// A log segment being appended to.
 pub(crate) struct LogTail {
@@ -184,7 +156,7 @@ impl LogTail {
 
     /// Hands what was appended since the last call to `l`; with `seal`, also tells it the
     /// segment is done (before a switch or close).
-    pub(crate) fn ship(&mut self, l: &dyn crate::shared::ShipListener, region: u32, seal: bool) {
+    pub(crate) fn ship(&mut self, l: &dyn crate::log::listener::ShipListener, region: u32, seal: bool) {
         let Some((seg, salt)) = self.seg else {
             return;
         };

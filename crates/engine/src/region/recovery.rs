@@ -8,13 +8,13 @@
 //! newer). Each log then continues in its last segment ([`Resume`]) instead of a new one, so
 //! that restarts add no segments.
 
+use crate::catalog::LogKind;
 use crate::catalog::{Edit, LogSeg, RegionMeta};
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::logtail::LogKind;
-use crate::memtable::{Memtable, Value};
-use crate::record::{self, KIND_DELETE};
+use crate::format::record::{self, KIND_DELETE};
+use crate::tree::memtable::{Memtable, Value};
 
 struct Rec {
     lsn: u64,

@@ -4,31 +4,20 @@
 //! catalog (so they survive a restart). It keeps no L0 and never compacts. Promotion turns
 //! it into a primary: L0 is rebuilt from the replicated logs.
 
-use crate::alloc::Purpose;
+use crate::catalog::LogKind;
 use crate::catalog::{Edit, MapKind, RegionMeta, SstInfo};
 use crate::db::{Db, RegionHandle};
 use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
+use crate::device::alloc::Purpose;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
-use crate::logtail::LogKind;
-use crate::node::Node;
+use crate::format::node::Node;
 use crate::region::Region;
-use crate::sst::Sst;
-use crate::view::{Version, View};
+use crate::tree::sst::Sst;
+use crate::tree::view::{Version, View};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-/// Segments a backup reserved or wrote that no committed edit names yet. Lost (and the
-/// segments freed) if the process stops: the primary ships them again when the backup
-/// catches up.
-#[derive(Default)]
-pub(crate) struct Reserved {
-    /// (primary log segment, salt) -> local segment.
-    log: HashMap<(u32, u32), u32>,
-    /// Primary SST segment -> local segment holding the rewritten SST.
-    index: HashMap<u32, u32>,
-}
 
 /// A backup's two segment maps (primary segment -> local segment).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -346,7 +335,7 @@ impl Db {
         // The old object's views (a reader may hold one) keep the freed segments until they go.
         self.reload_levels(&h, freed);
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let fresh = Arc::new(Region::new(region, &meta, sh.clone(), crate::memtable::Memtable::new(), 1));
+        let fresh = Arc::new(Region::new(region, &meta, sh.clone(), crate::tree::memtable::Memtable::new(), 1));
         self.replace_region(fresh);
         drop(w);
         Ok(())
@@ -449,7 +438,7 @@ impl Db {
             return sh.fail(e);
         }
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let rec = crate::recovery::replay(&sh.dev, &meta, crate::recovery::How::Promote)?;
+        let rec = crate::region::recovery::replay(&sh.dev, &meta, crate::region::recovery::How::Promote)?;
         let (mem, last, dropped) = (rec.mem, rec.last, rec.dropped);
         if let Err(e) = sh.manifest.commit(region, &rec.edits) {
             return sh.fail(e);
@@ -535,7 +524,7 @@ pub(crate) fn rewrite_sst(
         let node = img
             .get_mut(off..off + nb)
             .ok_or_else(|| Error::corrupt(info.seg as u64, off as u64, "leaf past the image"))?;
-        if !crate::node::verify(node) {
+        if !crate::format::node::verify(node) {
             return Err(Error::corrupt(info.seg as u64, off as u64, "node checksum mismatch"));
         }
         match Node::rewrite_pointers(node, seg_bits, map) {
@@ -562,14 +551,14 @@ pub fn decode_shipped_edits(bytes: &[u8]) -> Result<(u32, Vec<Edit>)> {
 impl SstInfo {
     /// The SST description as bytes (the footer body of `docs/format.md` §5).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut e = crate::codec::Enc::default();
+        let mut e = crate::format::codec::Enc::default();
         self.encode(&mut e);
         e.0
     }
 
     /// Decodes [`SstInfo::to_bytes`]; every byte must be used.
     pub fn from_bytes(bytes: &[u8]) -> Result<SstInfo> {
-        let mut d = crate::codec::Dec::new(bytes);
+        let mut d = crate::format::codec::Dec::new(bytes);
         let info = SstInfo::decode(&mut d).map_err(|_| Error::corrupt(0, 0, "malformed SST description"))?;
         if !d.done() {
             return Err(Error::corrupt(0, 0, "trailing bytes after an SST description"));
@@ -624,13 +613,13 @@ pub fn decode_log_records(img: &[u8], salt: u32, from: usize) -> (Vec<LogRecord>
     let mut out = Vec::new();
     let mut at = from;
     while let Some(rest) = img.get(at..) {
-        let Ok(r) = crate::record::decode(rest, Some(salt)) else {
+        let Ok(r) = crate::format::record::decode(rest, Some(salt)) else {
             break;
         };
         out.push(LogRecord {
             lsn: r.lsn,
             key: r.key.to_vec(),
-            value: (r.kind != crate::record::KIND_DELETE).then(|| r.value.to_vec()),
+            value: (r.kind != crate::format::record::KIND_DELETE).then(|| r.value.to_vec()),
             batch_remaining: r.batch_remaining,
         });
         at += r.len;

@@ -8,16 +8,16 @@
 //! ```
 //! Child offsets are relative to the segment, so an SST can move to another segment unchanged.
 
-use crate::bloom;
-use crate::cache::Cache;
 use crate::catalog::SstInfo;
-use crate::codec::{put_u32, Enc};
 use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::{Error, Result};
-use crate::memtable::{Entry, Value};
-use crate::node::{self, index_cell, leaf_cell, Node, NodeBuf, INDEX, LEAF};
+use crate::format::bloom;
+use crate::format::codec::{put_u32, Enc};
+use crate::format::node::{self, index_cell, leaf_cell, Node, NodeBuf, INDEX, LEAF};
 use crate::options::NODE_HEADER;
+use crate::tree::cache::Cache;
+use crate::tree::memtable::{Entry, Value};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};

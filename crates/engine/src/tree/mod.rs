@@ -1,0 +1,8 @@
+//! The index: the L0 table in memory, SSTs on the device, the caches in front of them, and
+//! the versions of a region's levels that readers hold.
+
+pub(crate) mod cache;
+pub(crate) mod memtable;
+pub(crate) mod rowcache;
+pub(crate) mod sst;
+pub(crate) mod view;
