@@ -1,8 +1,16 @@
 //! Entry points for fuzzing the decoders of bytes read from the device (which a damaged or
 //! hostile data file controls). Not part of the API: used by `fuzz/` and by tests.
 
-use crate::catalog::{decode_edits, encode_edits, Catalog};
+use crate::catalog::{decode_edits, encode_edits, Catalog, SstInfo};
+use crate::device::aligned::AlignedBuf;
+use crate::device::mem::MemStorage;
+use crate::device::{Device, IoKind};
 use crate::format::node::{Node, INDEX, LEAF};
+use crate::replication::backup::rewrite_sst;
+use crate::tree::cache::Cache;
+use crate::tree::sst::{decode_all, ReadCtx, Sst};
+use std::ops::Bound;
+use std::sync::Arc;
 
 /// Log record decoding: must never panic; a decoded record must re-encode to the same bytes.
 /// Returns whether `data` starts with a valid record.
@@ -60,4 +68,42 @@ pub fn node(data: &[u8]) {
 pub fn bloom(data: &[u8]) {
     let _ = crate::format::bloom::verify(data);
     let _ = crate::format::bloom::may_contain(data, 0x1234_5678_9abc_def0);
+}
+
+/// An SST description and image as a backup receives them (`[u16 description length |
+/// description | image]`): a description that passes [`SstInfo::check`] is read through as
+/// gets, scans, compaction input and a backup's pointer rewrite read it.
+pub fn sst(data: &[u8]) {
+    const SEG_BITS: u32 = 16;
+    const NODE: usize = 2048;
+    let Some((len, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let Some((desc, img)) = rest.split_at_checked(usize::from(u16::from_le_bytes(*len))) else {
+        return;
+    };
+    let Ok(mut info) = SstInfo::from_bytes(desc) else {
+        return;
+    };
+    info.seg = 1;
+    if info.check(1 << SEG_BITS, NODE).is_err() || img.len() > 1 << SEG_BITS {
+        return;
+    }
+    let dev = Arc::new(Device::new(Arc::new(MemStorage::new(SEG_BITS))));
+    let mut buf = AlignedBuf::new(1 << SEG_BITS);
+    buf[..img.len()].copy_from_slice(img);
+    if dev.write(dev.seg_base(1), &buf, IoKind::Replication).is_err() {
+        return;
+    }
+    let ctx = ReadCtx { dev, cache: Cache::new(1 << 20, 1024), node_bytes: NODE };
+    let sst = Sst::new(info.clone());
+    for key in [&b""[..], b"m", b"\xff\xff"] {
+        let _ = sst.get(&ctx, key, crate::format::bloom::hash(key));
+        if let Ok(leaf) = sst.leaf_for(&ctx, key) {
+            let _ = sst.leaf_entries_in(&ctx, leaf, Bound::Unbounded, Bound::Unbounded, false);
+        }
+    }
+    let _ = decode_all(&info, &buf, NODE);
+    let _ = rewrite_sst(&mut buf, &info, NODE, SEG_BITS, &|s, _| Some(s));
+    let _ = Sst::from_image(info, &buf, NODE);
 }

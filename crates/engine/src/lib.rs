@@ -16,6 +16,26 @@
 //! }
 //! # Ok::<(), halyard_engine::Error>(())
 //! ```
+//!
+//! # Layers
+//!
+//! Each subsystem imports only those before it (`scripts/module-cycles.py` checks it):
+//! `error` → `device` (the [`Storage`] seam, the segment allocator) → `format` (records, nodes,
+//! Bloom filters) → `options` → `catalog` ([`Edit`]s, the manifest) → `log` (tails, the log
+//! writer, the [`ShipListener`] hooks) → `tree` (L0 tables, SSTs, caches, views) → `region`
+//! (write and read paths, recovery, pacing, scans) → `placement` (compaction, GC) → `db`
+//! ([`Db`], [`Stats`]) → `replication` (shipping and backup regions).
+//!
+//! # Lock order
+//!
+//! Outermost first; a lock is only taken while holding those above it. Per region:
+//! `gc_lock` → `busy` (flags; released at once) → `synced` → `w` (the write state: LSNs, log
+//! tails) → `install_lock` → `done`, the manifest, the allocator, `dead`, the log writer's
+//! queues, the ship listener. Several regions' `w` are taken only in region-id order
+//! ([`Db::snapshot`] and scans). `reserved` (backups) and `row_gate` (row cache) are never
+//! held with `w`. The allocator, `dead`, `busy`, `cursor` and the caches' internals are
+//! leaves. A [`ShipListener`] runs under `w`, so it must only queue. `docs/architecture.md`
+//! lists each edge with the code that takes it.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]

@@ -44,6 +44,24 @@ proptest! {
     }
 
     #[test]
+    fn sst_descriptor_read_through(
+        leaves in 0u32..32, height in 0u8..3, root in 0u32..32, bloom in 0u32..64, bloom_len in 0u32..9000,
+        used in 0u32..33, entries in 0u64..5000, image in prop::collection::vec(any::<u8>(), 0..40_000),
+    ) {
+        // Fields in small ranges, so that many descriptions pass the check and are read through.
+        let info = halyard_engine::SstInfo {
+            seg: 0, used_bytes: used * 2048, leaf_count: leaves, root_off: root * 2048, height,
+            bloom_off: bloom * 1024, bloom_len, entries, stored_bytes: 0, full_bytes: 0,
+            medium_ptrs: 0, large_ptrs: 0, min_lsn: 0, max_lsn: 0, first_key: vec![], last_key: vec![0xff],
+        };
+        let desc = info.to_bytes();
+        let mut data = (desc.len() as u16).to_le_bytes().to_vec();
+        data.extend_from_slice(&desc);
+        data.extend_from_slice(&image);
+        fuzzing::sst(&data);
+    }
+
+    #[test]
     fn bloom_decoder(data in prop::collection::vec(any::<u8>(), 0..200)) {
         fuzzing::bloom(&data);
     }

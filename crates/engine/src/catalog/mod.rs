@@ -106,6 +106,9 @@ impl SstInfo {
         if u64::from(self.medium_ptrs) + u64::from(self.large_ptrs) > self.entries {
             return Err("SST with more log pointers than entries");
         }
+        if self.entries > used {
+            return Err("SST with more entries than bytes");
+        }
         if self.first_key > self.last_key {
             return Err("SST first key after its last key");
         }

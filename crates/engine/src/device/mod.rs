@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Where a store's segments live. Offsets are within segment `seg` (`0..1 << seg_bits`); an
-/// I/O never crosses a segment. Reads and writes of [`Device`] come aligned to 4 KiB, except
+/// I/O never crosses a segment. Reads and writes of the engine come aligned to 4 KiB, except
 /// reads aligned to [`Storage::read_align`].
 #[expect(clippy::len_without_is_empty, reason = "a storage's length is its extent, not a count")]
 pub trait Storage: Send + Sync {
