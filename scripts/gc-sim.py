@@ -8,9 +8,10 @@ Every record is one unit; keys are loaded once in random order, then updated `up
 (default 2x keys) with YCSB's Zipfian (0.99) over scrambled keys. With a large share below 1, a
 key's value is large (in the log) with that probability at the load and at each update, as the
 bench's mixes draw a new size per update (SD and MD: 0.2, LD: 0.6); an update to a small value
-makes the old record garbage and appends nothing. GC runs as the engine's does (src/gc.rs):
-when invalid records pass `threshold` of the log it takes the segments with the most invalid
-records (never an open tail) until `low` x threshold is left, re-appending their valid records.
+makes the old record garbage and appends nothing. GC runs as the engine's does
+(crates/engine/src/placement/gc.rs): when invalid records pass `threshold` of the log it takes
+the segments with the most invalid records (never an open tail) until `low` x threshold is left,
+re-appending their valid records.
 """
 import bisect
 import itertools
