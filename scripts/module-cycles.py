@@ -3,8 +3,8 @@
 
 Two levels are checked: the crate's top-level modules (each folder or file under src/ as one
 node), and, inside each folder, its files (mod.rs and each sibling). An edge A -> B means code
-in A names an item of B (`crate::b::...`, a `use crate::{...}` group, a re-export of lib.rs, or
-in a mod.rs a child module by its bare name). `#[cfg(test)]` modules are left out: tests may
+in A names an item of B (`crate::b::...`, `super::b::...`, a `use crate::{...}` group, a
+re-export of lib.rs, or in a mod.rs a child module by its bare name). `#[cfg(test)]` modules are left out: tests may
 reach anywhere. A module declaring a child (`mod x;`) is not an edge.
 
 Usage: module-cycles.py [CRATE_SRC ...]   (default: crates/engine/src)
@@ -151,7 +151,11 @@ def check(src):
     for mod, path in mods.items():
         text = strip_comments(strip_tests(open(path).read()))
         targets = set()
-        for ref in references(text):
+        refs = references(text)
+        # `super::x` names a sibling of this file's module (of a folder's own file: of the folder).
+        for m in re.finditer(r"(?<![\w:])super::((?:\w+::)*\w+)", text):
+            refs.append(mod[:-1] + tuple(m.group(1).split("::")))
+        for ref in refs:
             t = resolve(ref, mods)
             if t is None and len(ref) == 1 and ref[0] in roots:
                 t = roots[ref[0]]

@@ -41,8 +41,7 @@
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-// The subsystems, lowest first: each imports only those above it in this list (checked by
-// `scripts/module-cycles.py`).
+// The subsystems; their layers, lowest first, are in the crate documentation above.
 mod catalog;
 mod db;
 mod device;

@@ -114,7 +114,7 @@ fn read_at(file: &Path, off: u64, len: usize) -> Vec<u8> {
     b
 }
 
-/// A record of a log segment, as `record.rs` lays it out.
+/// A record of a log segment, as `src/format/record.rs` lays it out.
 struct LogRecord {
     off: u64,
     len: u64,

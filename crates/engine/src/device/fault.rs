@@ -4,7 +4,7 @@
 //! losing power; a death alone is the process killed. The plan comes from a seed, so a seed
 //! replays a failure.
 
-use super::Storage;
+use super::storage::Storage;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! system allows it and io_uring for batched reads (pread where io_uring is refused).
 
 use super::aligned::ALIGN;
-use super::Storage;
+use super::storage::Storage;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::io;

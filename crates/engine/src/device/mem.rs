@@ -2,7 +2,7 @@
 //! durable only at the next sync; [`MemStorage::power_loss`] drops every write since the last
 //! sync. Tests run whole stores on it, and the fault-injecting storage builds on it.
 
-use super::Storage;
+use super::storage::Storage;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::io;

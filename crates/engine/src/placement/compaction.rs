@@ -688,7 +688,7 @@ fn publish(
         }
     };
     // Known dead before the view that drops the superseding L0 entries is installed, so that
-    // GC, which checks L0 first and then these, never misses both (see `gc::DeadRecords`).
+    // GC, which checks L0 first and then these, never misses both (see `region::dead::DeadRecords`).
     r.dead.add(r.sh.dev.seg_bits(), &out.large_dead);
     let dest = out.dest as usize;
     let added: Vec<Arc<Sst>> = out.ssts.iter().cloned().chain(moved.iter().map(|m| m.1.clone())).collect();
