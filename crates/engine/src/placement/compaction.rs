@@ -603,7 +603,7 @@ fn compact_l0(r: &Region) -> Result<()> {
     }
     let merged = inputs.iter().map(|s| (1, s.clone())).collect();
     r.refresh_rows(&imm);
-    publish(r, edits, &mut out, merged, Vec::new(), true)
+    publish(r, edits, &mut out, merged, true)
 }
 
 fn compact_level(r: &Region, i: usize) -> Result<()> {
@@ -637,7 +637,7 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
         ];
         r.sh.counters.trivial_moves.fetch_add(1, Relaxed);
         let mut out = new_output(r, &view.version, i + 1, false);
-        return publish(r, edits, &mut out, Vec::new(), vec![(i, pick)], false);
+        return publish(r, edits, &mut out, Vec::new(), false);
     }
     let mut out = new_output(r, &view.version, i + 1, false);
     let result = (|| {
@@ -662,18 +662,17 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
         edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.info.seg });
     }
     let merged = std::iter::once((i, pick)).chain(overlap.into_iter().map(|s| (i + 1, s))).collect();
-    publish(r, edits, &mut out, merged, Vec::new(), false)
+    publish(r, edits, &mut out, merged, false)
 }
 
 /// Makes the output durable, commits the edits, installs the new view, ships the edits.
-/// `merged` are the input SSTs the output replaces, `moved` those that go down a level
-/// unchanged, each with the level it leaves.
+/// `merged` are the input SSTs the output replaces, each with the level it leaves (an SST
+/// moved down unchanged is only in the edits).
 fn publish(
     r: &Region,
     edits: Vec<Edit>,
     out: &mut Output<'_>,
     merged: Vec<(usize, Arc<Sst>)>,
-    moved: Vec<(usize, Arc<Sst>)>,
     drop_imm: bool,
 ) -> Result<()> {
     if let Err(e) = r.sh.dev.sync() {
@@ -690,26 +689,10 @@ fn publish(
     // Known dead before the view that drops the superseding L0 entries is installed, so that
     // GC, which checks L0 first and then these, never misses both (see `region::dead::DeadRecords`).
     r.dead.add(r.sh.dev.seg_bits(), &out.large_dead);
-    let dest = out.dest as usize;
-    let added: Vec<Arc<Sst>> = out.ssts.iter().cloned().chain(moved.iter().map(|m| m.1.clone())).collect();
     r.install(
         |v| {
-            let mut levels = v.version.levels.clone();
-            while levels.len() < dest {
-                levels.push(Vec::new());
-            }
-            for (l, gone) in merged.iter().chain(&moved) {
-                if let Some(lv) = levels.get_mut(l - 1) {
-                    lv.retain(|s| s.info.seg != gone.info.seg);
-                }
-            }
-            let lv = &mut levels[dest - 1];
-            for s in &added {
-                let at = lv.partition_point(|x| x.info.first_key < s.info.first_key);
-                lv.insert(at, s.clone());
-            }
             let imm = if drop_imm { None } else { v.imm.clone() };
-            View::new(v.mem.clone(), imm, Arc::new(Version { levels }), r.sh.alloc.clone())
+            View::new(v.mem.clone(), imm, Arc::new(v.version.apply(&edits, &out.ssts)), r.sh.alloc.clone())
         },
         freed,
     );

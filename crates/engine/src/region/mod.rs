@@ -151,8 +151,7 @@ impl Op<'_> {
 
 impl Region {
     pub(crate) fn new(id: u32, meta: &RegionMeta, sh: Arc<Shared>, mem: Memtable, next_lsn: u64) -> Region {
-        let levels = meta.levels.iter().map(|l| l.iter().map(|i| Arc::new(Sst::new(i.clone()))).collect()).collect();
-        let version = Arc::new(Version { levels });
+        let version = Arc::new(Version::default().rebuilt(meta));
         let view = View::new(Arc::new(mem), None, version, sh.alloc.clone());
         let seg = sh.dev.seg_bytes() as usize;
         let chunk = sh.opts.log_chunk_bytes;

@@ -13,8 +13,7 @@ use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::format::node::Node;
 use crate::region::Region;
-use crate::tree::sst::Sst;
-use crate::tree::view::{Version, View};
+use crate::tree::view::View;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -458,25 +457,7 @@ impl Db {
             return;
         };
         r.install(
-            |v| {
-                let old: std::collections::HashMap<u32, Arc<Sst>> =
-                    v.version.levels.iter().flatten().map(|s| (s.info.seg, s.clone())).collect();
-                let levels = meta
-                    .levels
-                    .iter()
-                    .map(|l| {
-                        l.iter()
-                            .map(|i| {
-                                old.get(&i.seg)
-                                    .filter(|s| s.info == *i)
-                                    .cloned()
-                                    .unwrap_or_else(|| Arc::new(Sst::new(i.clone())))
-                            })
-                            .collect()
-                    })
-                    .collect();
-                View::new(v.mem.clone(), v.imm.clone(), Arc::new(Version { levels }), r.sh.alloc.clone())
-            },
+            |v| View::new(v.mem.clone(), v.imm.clone(), Arc::new(v.version.rebuilt(&meta)), r.sh.alloc.clone()),
             freed,
         );
     }

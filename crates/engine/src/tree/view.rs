@@ -5,10 +5,12 @@
 //! every older view is: a segment is reused only once no reader, iterator or snapshot that
 //! could see it remains.
 
+use crate::catalog::{Edit, RegionMeta, MAX_LEVEL};
 use crate::device::alloc::Allocator;
 use crate::tree::memtable::Memtable;
 use crate::tree::sst::Sst;
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 /// The levels of a region: `levels[0]` is L1. Each level is sorted by key and non-overlapping.
@@ -22,6 +24,59 @@ impl Version {
         self.levels
             .get(i)
             .map_or((0, 0), |l| l.iter().fold((0, 0), |(s, f), t| (s + t.info.stored_bytes, f + t.info.full_bytes)))
+    }
+
+    /// The levels `meta` describes, reusing this version's SST objects (their cached index
+    /// nodes and filters) for the SSTs it still names unchanged.
+    pub(crate) fn rebuilt(&self, meta: &RegionMeta) -> Version {
+        let old: HashMap<u32, &Arc<Sst>> = self.levels.iter().flatten().map(|s| (s.info.seg, s)).collect();
+        let levels = meta
+            .levels
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .map(|i| match old.get(&i.seg) {
+                        Some(s) if s.info == *i => Arc::clone(s),
+                        _ => Arc::new(Sst::new(i.clone())),
+                    })
+                    .collect()
+            })
+            .collect();
+        Version { levels }
+    }
+
+    /// This version with the SST edits of a committed list applied, as the catalog applies
+    /// them (`RegionMeta::apply`): an SST added is taken from `made` (built with its image),
+    /// else from this version (a move between levels), else opened from its description.
+    pub(crate) fn apply(&self, edits: &[Edit], made: &[Arc<Sst>]) -> Version {
+        let mut levels = self.levels.clone();
+        let known: HashMap<u32, Arc<Sst>> =
+            self.levels.iter().flatten().chain(made).map(|s| (s.info.seg, Arc::clone(s))).collect();
+        for e in edits {
+            match e {
+                Edit::RemoveSst { level, seg } => {
+                    if let Some(lv) = usize::from(*level).checked_sub(1).and_then(|i| levels.get_mut(i)) {
+                        lv.retain(|s| s.info.seg != *seg);
+                    }
+                }
+                Edit::AddSst { level, sst } if (1..=MAX_LEVEL).contains(level) => {
+                    let l = usize::from(*level);
+                    while levels.len() < l {
+                        levels.push(Vec::new());
+                    }
+                    let s = match known.get(&sst.seg) {
+                        Some(s) if s.info == *sst => Arc::clone(s),
+                        _ => Arc::new(Sst::new(sst.clone())),
+                    };
+                    if let Some(lv) = levels.get_mut(l - 1) {
+                        let at = lv.partition_point(|x| x.info.first_key < s.info.first_key);
+                        lv.insert(at, s);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Version { levels }
     }
 
     /// 1-based number of the deepest level holding data (0 when there is none).
