@@ -118,10 +118,9 @@ impl Writer {
 
     /// A byte string: its length as a `u32`, then the bytes ([`Reader::bytes`] reads it).
     ///
-    /// The length must fit in a `u32`; callers bound their fields far below that (a longer
-    /// slice is a bug, caught by a debug assertion; release builds keep the low 32 bits).
+    /// Callers keep such fields far below 4 GiB (their formats and frame limits do): the length
+    /// of a longer slice would be written modulo 2^32.
     pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
-        debug_assert!(u32::try_from(v.len()).is_ok(), "a length-prefixed field of {} bytes", v.len());
         self.u32(v.len() as u32).raw(v)
     }
 
