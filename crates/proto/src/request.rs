@@ -2,7 +2,9 @@
 
 use std::ops::Bound;
 
-use crate::reader::{put_blob, Reader};
+use halyard_codec::Writer;
+
+use crate::reader::Reader;
 use crate::{begin_frame, finish_frame, ProtoError};
 
 /// Request opcodes (the frame's kind byte).
@@ -129,7 +131,7 @@ impl<'a> Request<'a> {
             },
             kind::PING => Request::Ping { payload: r.rest() },
             kind::GET => Request::Get { key: r.rest() },
-            kind::PUT => Request::Put { key: r.blob("put key")?, value: r.rest() },
+            kind::PUT => Request::Put { key: r.bytes("put key")?, value: r.rest() },
             kind::DELETE => Request::Delete { key: r.rest() },
             kind::BATCH => Request::Batch { ops: decode_batch(&mut r)? },
             kind::SCAN => {
@@ -150,41 +152,38 @@ impl<'a> Request<'a> {
 
     /// Appends the payload (no frame) to `out`.
     pub fn encode_payload(&self, out: &mut Vec<u8>) {
+        // Callers keep every blob below the frame limit, which `finish_frame` checks against
+        // `u32`, so no length prefix is truncated in a frame that is sent.
+        let mut w = Writer::from(std::mem::take(out));
         match self {
             Request::Hello { min_version, max_version, max_frame_bytes } => {
-                out.extend_from_slice(&min_version.to_le_bytes());
-                out.extend_from_slice(&max_version.to_le_bytes());
-                out.extend_from_slice(&max_frame_bytes.to_le_bytes());
+                w.u16(*min_version).u16(*max_version).u32(*max_frame_bytes);
             }
-            Request::Ping { payload } => out.extend_from_slice(payload),
-            Request::Get { key } | Request::Delete { key } => out.extend_from_slice(key),
+            Request::Ping { payload } => {
+                w.raw(payload);
+            }
+            Request::Get { key } | Request::Delete { key } => {
+                w.raw(key);
+            }
             Request::Put { key, value } => {
-                put_blob(out, key);
-                out.extend_from_slice(value);
+                w.bytes(key).raw(value);
             }
             Request::Batch { ops } => {
-                out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+                w.u32(ops.len() as u32);
                 for op in ops {
                     match op {
-                        BatchOp::Put { key, value } => {
-                            out.push(OP_PUT);
-                            put_blob(out, key);
-                            put_blob(out, value);
-                        }
-                        BatchOp::Delete { key } => {
-                            out.push(OP_DELETE);
-                            put_blob(out, key);
-                        }
-                    }
+                        BatchOp::Put { key, value } => w.u8(OP_PUT).bytes(key).bytes(value),
+                        BatchOp::Delete { key } => w.u8(OP_DELETE).bytes(key),
+                    };
                 }
             }
             Request::Scan(s) => {
-                out.push(if s.reverse { SCAN_REVERSE } else { 0 });
-                out.extend_from_slice(&s.limit.to_le_bytes());
-                encode_bound(out, s.start);
-                encode_bound(out, s.end);
+                w.u8(if s.reverse { SCAN_REVERSE } else { 0 }).u32(s.limit);
+                encode_bound(&mut w, s.start);
+                encode_bound(&mut w, s.end);
             }
         }
+        *out = w.into_inner();
     }
 }
 
@@ -207,8 +206,8 @@ fn decode_batch<'a>(r: &mut Reader<'a>) -> Result<Vec<BatchOp<'a>>, ProtoError> 
     let mut ops = Vec::with_capacity(count.min(r.remaining() / 5));
     for _ in 0..count {
         let op = match r.u8("batch op")? {
-            OP_PUT => BatchOp::Put { key: r.blob("batch key")?, value: r.blob("batch value")? },
-            OP_DELETE => BatchOp::Delete { key: r.blob("batch key")? },
+            OP_PUT => BatchOp::Put { key: r.bytes("batch key")?, value: r.bytes("batch value")? },
+            OP_DELETE => BatchOp::Delete { key: r.bytes("batch key")? },
             _ => return Err(ProtoError::Invalid("unknown batch op")),
         };
         ops.push(op);
@@ -219,24 +218,18 @@ fn decode_batch<'a>(r: &mut Reader<'a>) -> Result<Vec<BatchOp<'a>>, ProtoError> 
 fn decode_bound<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<Bound<&'a [u8]>, ProtoError> {
     match r.u8(what)? {
         BOUND_UNBOUNDED => Ok(Bound::Unbounded),
-        BOUND_INCLUDED => Ok(Bound::Included(r.blob(what)?)),
-        BOUND_EXCLUDED => Ok(Bound::Excluded(r.blob(what)?)),
+        BOUND_INCLUDED => Ok(Bound::Included(r.bytes(what)?)),
+        BOUND_EXCLUDED => Ok(Bound::Excluded(r.bytes(what)?)),
         _ => Err(ProtoError::Invalid("unknown bound kind")),
     }
 }
 
-fn encode_bound(out: &mut Vec<u8>, b: Bound<&[u8]>) {
+fn encode_bound(w: &mut Writer, b: Bound<&[u8]>) {
     match b {
-        Bound::Unbounded => out.push(BOUND_UNBOUNDED),
-        Bound::Included(k) => {
-            out.push(BOUND_INCLUDED);
-            put_blob(out, k);
-        }
-        Bound::Excluded(k) => {
-            out.push(BOUND_EXCLUDED);
-            put_blob(out, k);
-        }
-    }
+        Bound::Unbounded => w.u8(BOUND_UNBOUNDED),
+        Bound::Included(k) => w.u8(BOUND_INCLUDED).bytes(k),
+        Bound::Excluded(k) => w.u8(BOUND_EXCLUDED).bytes(k),
+    };
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Responses (server to client): kinds `0x80..=0xff`.
 
-use crate::reader::{put_blob, Reader};
+use halyard_codec::Writer;
+
+use crate::reader::Reader;
 use crate::{begin_frame, finish_frame, ErrorCode, ProtoError, FRAME_OVERHEAD};
 
 /// Reply kinds (the frame's kind byte).
@@ -19,6 +21,7 @@ pub mod kind {
     pub const ERROR: u8 = 0xff;
 }
 
+const VALUE_ABSENT: u8 = 0;
 const VALUE_FOUND: u8 = 1;
 const PAGE_HAS_RESUME: u8 = 1;
 
@@ -96,7 +99,7 @@ impl Response {
             kind::PONG => Response::Pong { payload: r.rest().to_vec() },
             kind::VALUE => match r.u8("value flag")? {
                 VALUE_FOUND => Response::Value(Some(r.rest().to_vec())),
-                0 => Response::Value(None),
+                VALUE_ABSENT => Response::Value(None),
                 _ => return Err(ProtoError::Invalid("value flag")),
             },
             kind::DONE => Response::Done,
@@ -115,34 +118,37 @@ impl Response {
 
     /// Appends the payload (no frame) to `out`.
     pub fn encode_payload(&self, out: &mut Vec<u8>) {
+        // Callers keep every blob below the frame limit, which `finish_frame` checks against
+        // `u32`, so no length prefix is truncated in a frame that is sent.
+        let mut w = Writer::from(std::mem::take(out));
         match self {
             Response::HelloOk { version, max_frame_bytes } => {
-                out.extend_from_slice(&version.to_le_bytes());
-                out.extend_from_slice(&max_frame_bytes.to_le_bytes());
+                w.u16(*version).u32(*max_frame_bytes);
             }
-            Response::Pong { payload } => out.extend_from_slice(payload),
-            Response::Value(None) => out.push(0),
+            Response::Pong { payload } => {
+                w.raw(payload);
+            }
+            Response::Value(None) => {
+                w.u8(VALUE_ABSENT);
+            }
             Response::Value(Some(v)) => {
-                out.push(VALUE_FOUND);
-                out.extend_from_slice(v);
+                w.u8(VALUE_FOUND).raw(v);
             }
             Response::Done => {}
             Response::ScanPage(page) => {
-                out.push(if page.resume.is_some() { PAGE_HAS_RESUME } else { 0 });
-                out.extend_from_slice(&(page.pairs.len() as u32).to_le_bytes());
+                w.u8(if page.resume.is_some() { PAGE_HAS_RESUME } else { 0 }).u32(page.pairs.len() as u32);
                 for (k, v) in &page.pairs {
-                    put_blob(out, k);
-                    put_blob(out, v);
+                    w.bytes(k).bytes(v);
                 }
                 if let Some(k) = &page.resume {
-                    put_blob(out, k);
+                    w.bytes(k);
                 }
             }
             Response::Error { code, message } => {
-                out.extend_from_slice(&code.to_u16().to_le_bytes());
-                out.extend_from_slice(message.as_bytes());
+                w.u16(code.to_u16()).raw(message.as_bytes());
             }
         }
+        *out = w.into_inner();
     }
 }
 
@@ -167,11 +173,11 @@ fn decode_page(r: &mut Reader<'_>) -> Result<ScanPage, ProtoError> {
     // A pair takes at least 8 bytes: never reserve more than the payload can hold.
     let mut pairs = Vec::with_capacity(count.min(r.remaining() / 8));
     for _ in 0..count {
-        let k = r.blob("scan key")?.to_vec();
-        let v = r.blob("scan value")?.to_vec();
+        let k = r.bytes("scan key")?.to_vec();
+        let v = r.bytes("scan value")?.to_vec();
         pairs.push((k, v));
     }
-    let resume = if flags & PAGE_HAS_RESUME != 0 { Some(r.blob("scan resume key")?.to_vec()) } else { None };
+    let resume = if flags & PAGE_HAS_RESUME != 0 { Some(r.bytes("scan resume key")?.to_vec()) } else { None };
     Ok(ScanPage { pairs, resume })
 }
 

@@ -3,6 +3,7 @@
 //! leads in; a backup rejects a lower epoch than it has seen.
 
 use crate::error::{Error, Result};
+use halyard_codec::{put_u32, Reader, Short, Writer};
 
 /// Frame magic, "HLYR".
 pub const MAGIC: u32 = 0x5259_4c48;
@@ -111,133 +112,162 @@ pub enum Msg {
     Done { region: u32 },
 }
 
-struct W(Vec<u8>);
+/// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`.
+mod tag {
+    pub(super) const HELLO: u8 = 1;
+    pub(super) const HELLO_OK: u8 = 2;
+    pub(super) const APPEND: u8 = 3;
+    pub(super) const SEAL: u8 = 4;
+    pub(super) const SST: u8 = 5;
+    pub(super) const MEDIUM: u8 = 6;
+    pub(super) const EDITS: u8 = 7;
+    pub(super) const ACK: u8 = 8;
+    pub(super) const REJECT: u8 = 9;
+    pub(super) const PROMOTE: u8 = 10;
+    pub(super) const PROMOTED: u8 = 11;
+    pub(super) const REMAP: u8 = 12;
+    pub(super) const DUMP: u8 = 13;
+    pub(super) const DUMP_PAGE: u8 = 14;
+    pub(super) const RESET: u8 = 15;
+    pub(super) const HOST: u8 = 16;
+    pub(super) const ADD_BACKUP: u8 = 17;
+    pub(super) const DONE: u8 = 18;
+}
 
-impl W {
-    fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
-        self
-    }
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.u32(b.len() as u32);
-        self.0.extend_from_slice(b);
-        self
-    }
-    /// A segment image: `u8 codec | u32 raw length | u32 n | n bytes`, LZ4 when that is smaller.
-    /// Index segments are bulk transfers sent long before anyone waits for them, so the
-    /// compression time is off every writer's path; log appends stay raw (latency).
-    fn packed(&mut self, b: &[u8]) -> &mut Self {
-        let packed = lz4_flex::block::compress(b);
-        match packed.len() < b.len() {
-            true => self.u8(LZ4).u32(b.len() as u32).bytes(&packed),
-            false => self.u8(RAW).u32(b.len() as u32).bytes(b),
-        }
+/// A body that ends before its last field.
+impl From<Short> for Error {
+    fn from(_: Short) -> Error {
+        Error::Malformed("message shorter than its fields")
     }
 }
 
-struct R<'a>(&'a [u8]);
+impl Mode {
+    fn from_u8(v: u8) -> Option<Mode> {
+        [Mode::SendIndex, Mode::BuildIndex].into_iter().find(|m| *m as u8 == v)
+    }
+}
 
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.0.len() < n {
-            return Err(Error::Malformed("message shorter than its fields"));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
+/// A segment image: `u8 codec | u32 raw length | u32 n | n bytes`, LZ4 when that is smaller.
+/// Index segments are bulk transfers sent long before anyone waits for them, so the
+/// compression time is off every writer's path; log appends stay raw (latency).
+fn put_packed(w: &mut Writer, b: &[u8]) {
+    let packed = lz4_flex::block::compress(b);
+    match packed.len() < b.len() {
+        true => w.u8(LZ4).u32(b.len() as u32).bytes(&packed),
+        false => w.u8(RAW).u32(b.len() as u32).bytes(b),
+    };
+}
+
+/// Reads what [`put_packed`] wrote.
+fn packed(r: &mut Reader<'_>) -> Result<Vec<u8>> {
+    let (codec, raw) = (r.u8()?, r.u32()? as usize);
+    let data = r.bytes()?;
+    if raw > MAX_BODY {
+        return Err(Error::Malformed("segment image larger than the limit"));
     }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn bytes(&mut self) -> Result<Vec<u8>> {
-        let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
-    }
-    fn count(&mut self, each: usize) -> Result<usize> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(each) > self.0.len() {
-            return Err(Error::Malformed("count larger than the message"));
-        }
-        Ok(n)
-    }
-    fn packed(&mut self) -> Result<Vec<u8>> {
-        let (codec, raw) = (self.u8()?, self.u32()? as usize);
-        let n = self.u32()? as usize;
-        let data = self.take(n)?;
-        if raw > MAX_BODY {
-            return Err(Error::Malformed("segment image larger than the limit"));
-        }
-        match codec {
-            RAW if n == raw => Ok(data.to_vec()),
-            RAW => Err(Error::Malformed("raw segment image length mismatch")),
-            LZ4 => {
-                let mut out = vec![0u8; raw];
-                match lz4_flex::block::decompress_into(data, &mut out) {
-                    Ok(got) if got == raw => Ok(out),
-                    _ => Err(Error::Malformed("LZ4 segment image does not decompress to its length")),
-                }
+    match codec {
+        RAW if data.len() == raw => Ok(data.to_vec()),
+        RAW => Err(Error::Malformed("raw segment image length mismatch")),
+        LZ4 => {
+            let mut out = vec![0u8; raw];
+            match lz4_flex::block::decompress_into(data, &mut out) {
+                Ok(got) if got == raw => Ok(out),
+                _ => Err(Error::Malformed("LZ4 segment image does not decompress to its length")),
             }
-            _ => Err(Error::Malformed("unknown segment image codec")),
         }
+        _ => Err(Error::Malformed("unknown segment image codec")),
     }
-    fn string(&mut self) -> Result<String> {
-        String::from_utf8(self.bytes()?).map_err(|_| Error::Malformed("text is not UTF-8"))
+}
+
+/// An optional byte string: a flag (0 or 1), then the bytes when it is 1.
+fn put_option(w: &mut Writer, v: Option<&[u8]>) {
+    w.u8(u8::from(v.is_some()));
+    if let Some(b) = v {
+        w.bytes(b);
     }
+}
+
+/// Reads what [`put_option`] wrote.
+fn option(r: &mut Reader<'_>) -> Result<Option<Vec<u8>>> {
+    Ok(if flag(r)? { Some(r.bytes()?.to_vec()) } else { None })
+}
+
+/// A boolean written as `u8::from(b)`: one meaning, one encoding.
+fn flag(r: &mut Reader<'_>) -> Result<bool> {
+    match r.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(Error::Malformed("flag other than 0 or 1")),
+    }
+}
+
+/// A `u32` count of items of at least `each` bytes, refused when the rest of the body cannot
+/// hold them (so a forged count reserves nothing).
+fn count(r: &mut Reader<'_>, each: usize) -> Result<usize> {
+    let n = r.u32()? as usize;
+    if n.saturating_mul(each) > r.remaining() {
+        return Err(Error::Malformed("count larger than the message"));
+    }
+    Ok(n)
+}
+
+/// UTF-8 text as length-prefixed bytes.
+fn string(r: &mut Reader<'_>) -> Result<String> {
+    String::from_utf8(r.bytes()?.to_vec()).map_err(|_| Error::Malformed("text is not UTF-8"))
 }
 
 impl Msg {
     /// The frame for this message.
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = W(Vec::with_capacity(64));
-        w.0.extend_from_slice(&[0; HEADER]);
+        let mut w = Writer::with_capacity(64);
+        w.raw(&[0; HEADER]);
         match self {
             Msg::Hello { version, epoch, region, mode } => {
-                w.u8(1).u32(u32::from(*version)).u64(*epoch).u32(*region).u8(*mode as u8)
+                w.u8(tag::HELLO).u32(u32::from(*version)).u64(*epoch).u32(*region).u8(*mode as u8);
             }
-            Msg::HelloOk { region, lsn } => w.u8(2).u32(*region).u64(*lsn),
-            Msg::Append { epoch, region, log, seg, salt, offset, last_lsn, commit, bytes } => w
-                .u8(3)
-                .u64(*epoch)
-                .u32(*region)
-                .u8(*log)
-                .u32(*seg)
-                .u32(*salt)
-                .u32(*offset)
-                .u64(*last_lsn)
-                .u64(*commit)
-                .bytes(bytes),
+            Msg::HelloOk { region, lsn } => {
+                w.u8(tag::HELLO_OK).u32(*region).u64(*lsn);
+            }
+            Msg::Append { epoch, region, log, seg, salt, offset, last_lsn, commit, bytes } => {
+                w.u8(tag::APPEND)
+                    .u64(*epoch)
+                    .u32(*region)
+                    .u8(*log)
+                    .u32(*seg)
+                    .u32(*salt)
+                    .u32(*offset)
+                    .u64(*last_lsn)
+                    .u64(*commit)
+                    .bytes(bytes);
+            }
             Msg::Seal { epoch, region, log, seg, salt } => {
-                w.u8(4).u64(*epoch).u32(*region).u8(*log).u32(*seg).u32(*salt)
+                w.u8(tag::SEAL).u64(*epoch).u32(*region).u8(*log).u32(*seg).u32(*salt);
             }
-            Msg::Sst { epoch, region, info, bytes } => w.u8(5).u64(*epoch).u32(*region).bytes(info).packed(bytes),
+            Msg::Sst { epoch, region, info, bytes } => {
+                w.u8(tag::SST).u64(*epoch).u32(*region).bytes(info);
+                put_packed(&mut w, bytes);
+            }
             Msg::Medium { epoch, region, seg, salt, bytes } => {
-                w.u8(6).u64(*epoch).u32(*region).u32(*seg).u32(*salt).packed(bytes)
+                w.u8(tag::MEDIUM).u64(*epoch).u32(*region).u32(*seg).u32(*salt);
+                put_packed(&mut w, bytes);
             }
-            Msg::Edits { epoch, region, edits } => w.u8(7).u64(*epoch).u32(*region).bytes(edits),
-            Msg::Ack { region, lsn } => w.u8(8).u32(*region).u64(*lsn),
-            Msg::Reject { region, reason } => w.u8(9).u32(*region).bytes(reason.as_bytes()),
-            Msg::Promote { epoch, region } => w.u8(10).u64(*epoch).u32(*region),
-            Msg::Promoted { region, last_lsn, dropped } => w.u8(11).u32(*region).u64(*last_lsn).u64(*dropped),
+            Msg::Edits { epoch, region, edits } => {
+                w.u8(tag::EDITS).u64(*epoch).u32(*region).bytes(edits);
+            }
+            Msg::Ack { region, lsn } => {
+                w.u8(tag::ACK).u32(*region).u64(*lsn);
+            }
+            Msg::Reject { region, reason } => {
+                w.u8(tag::REJECT).u32(*region).bytes(reason.as_bytes());
+            }
+            Msg::Promote { epoch, region } => {
+                w.u8(tag::PROMOTE).u64(*epoch).u32(*region);
+            }
+            Msg::Promoted { region, last_lsn, dropped } => {
+                w.u8(tag::PROMOTED).u32(*region).u64(*last_lsn).u64(*dropped);
+            }
             Msg::Remap { epoch, region, last_lsn, tails, log, index } => {
-                w.u8(12).u64(*epoch).u32(*region).u64(*last_lsn).u32(tails.len() as u32);
+                w.u8(tag::REMAP).u64(*epoch).u32(*region).u64(*last_lsn).u32(tails.len() as u32);
                 for (l, seg, salt, b) in tails {
                     w.u8(*l).u32(*seg).u32(*salt).bytes(b);
                 }
@@ -249,70 +279,59 @@ impl Msg {
                 for (p, n) in index {
                     w.u32(*p).u32(*n);
                 }
-                &mut w
             }
             Msg::Dump { region, after, limit } => {
-                w.u8(13).u32(*region);
-                match after {
-                    Some(k) => w.u8(1).bytes(k),
-                    None => w.u8(0),
-                };
-                w.u32(*limit)
+                w.u8(tag::DUMP).u32(*region);
+                put_option(&mut w, after.as_deref());
+                w.u32(*limit);
             }
             Msg::DumpPage { region, lsn, pairs, more } => {
-                w.u8(14).u32(*region).u64(*lsn).u32(pairs.len() as u32);
+                w.u8(tag::DUMP_PAGE).u32(*region).u64(*lsn).u32(pairs.len() as u32);
                 for (k, version, v) in pairs {
                     w.bytes(k).u64(*version).bytes(v);
                 }
-                w.u8(*more as u8)
+                w.u8(u8::from(*more));
             }
-            Msg::Reset { epoch, region } => w.u8(15).u64(*epoch).u32(*region),
+            Msg::Reset { epoch, region } => {
+                w.u8(tag::RESET).u64(*epoch).u32(*region);
+            }
             Msg::Host { epoch, region, start, end } => {
-                w.u8(16).u64(*epoch).u32(*region).bytes(start);
-                match end {
-                    Some(e) => w.u8(1).bytes(e),
-                    None => w.u8(0),
-                }
+                w.u8(tag::HOST).u64(*epoch).u32(*region).bytes(start);
+                put_option(&mut w, end.as_deref());
             }
-            Msg::AddBackup { epoch, region, node, native, replication } => w
-                .u8(17)
-                .u64(*epoch)
-                .u32(*region)
-                .bytes(node.as_bytes())
-                .bytes(native.as_bytes())
-                .bytes(replication.as_bytes()),
-            Msg::Done { region } => w.u8(18).u32(*region),
-        };
-        let mut out = w.0;
+            Msg::AddBackup { epoch, region, node, native, replication } => {
+                w.u8(tag::ADD_BACKUP)
+                    .u64(*epoch)
+                    .u32(*region)
+                    .bytes(node.as_bytes())
+                    .bytes(native.as_bytes())
+                    .bytes(replication.as_bytes());
+            }
+            Msg::Done { region } => {
+                w.u8(tag::DONE).u32(*region);
+            }
+        }
+        let mut out = w.into_inner();
         let body_len = (out.len() - HEADER) as u32;
         let crc = crc32c::crc32c(&out[HEADER..]);
-        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        out[4..8].copy_from_slice(&body_len.to_le_bytes());
-        out[8..12].copy_from_slice(&crc.to_le_bytes());
+        put_u32(&mut out, 0, MAGIC);
+        put_u32(&mut out, 4, body_len);
+        put_u32(&mut out, 8, crc);
         out
     }
 
     /// Decodes a body (the bytes after the header, checksum already verified).
     pub fn decode_body(body: &[u8]) -> Result<Msg> {
-        let mut r = R(body);
-        let flag = |v: u8| match v {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(Error::Malformed("flag other than 0 or 1")),
-        };
+        let mut r = Reader::new(body);
         let m = match r.u8()? {
-            1 => {
+            tag::HELLO => {
                 let version = u16::try_from(r.u32()?).map_err(|_| Error::Malformed("protocol version out of range"))?;
                 let (epoch, region) = (r.u64()?, r.u32()?);
-                let mode = match r.u8()? {
-                    0 => Mode::SendIndex,
-                    1 => Mode::BuildIndex,
-                    _ => return Err(Error::Malformed("unknown replication mode")),
-                };
+                let mode = Mode::from_u8(r.u8()?).ok_or(Error::Malformed("unknown replication mode"))?;
                 Msg::Hello { version, epoch, region, mode }
             }
-            2 => Msg::HelloOk { region: r.u32()?, lsn: r.u64()? },
-            3 => Msg::Append {
+            tag::HELLO_OK => Msg::HelloOk { region: r.u32()?, lsn: r.u64()? },
+            tag::APPEND => Msg::Append {
                 epoch: r.u64()?,
                 region: r.u32()?,
                 log: r.u8()?,
@@ -321,83 +340,79 @@ impl Msg {
                 offset: r.u32()?,
                 last_lsn: r.u64()?,
                 commit: r.u64()?,
-                bytes: r.bytes()?,
+                bytes: r.bytes()?.to_vec(),
             },
-            4 => Msg::Seal { epoch: r.u64()?, region: r.u32()?, log: r.u8()?, seg: r.u32()?, salt: r.u32()? },
-            5 => Msg::Sst { epoch: r.u64()?, region: r.u32()?, info: r.bytes()?, bytes: r.packed()? },
-            6 => Msg::Medium { epoch: r.u64()?, region: r.u32()?, seg: r.u32()?, salt: r.u32()?, bytes: r.packed()? },
-            7 => Msg::Edits { epoch: r.u64()?, region: r.u32()?, edits: r.bytes()? },
-            8 => Msg::Ack { region: r.u32()?, lsn: r.u64()? },
-            9 => Msg::Reject { region: r.u32()?, reason: r.string()? },
-            10 => Msg::Promote { epoch: r.u64()?, region: r.u32()? },
-            11 => Msg::Promoted { region: r.u32()?, last_lsn: r.u64()?, dropped: r.u64()? },
-            12 => {
+            tag::SEAL => Msg::Seal { epoch: r.u64()?, region: r.u32()?, log: r.u8()?, seg: r.u32()?, salt: r.u32()? },
+            tag::SST => {
+                Msg::Sst { epoch: r.u64()?, region: r.u32()?, info: r.bytes()?.to_vec(), bytes: packed(&mut r)? }
+            }
+            tag::MEDIUM => {
+                Msg::Medium { epoch: r.u64()?, region: r.u32()?, seg: r.u32()?, salt: r.u32()?, bytes: packed(&mut r)? }
+            }
+            tag::EDITS => Msg::Edits { epoch: r.u64()?, region: r.u32()?, edits: r.bytes()?.to_vec() },
+            tag::ACK => Msg::Ack { region: r.u32()?, lsn: r.u64()? },
+            tag::REJECT => Msg::Reject { region: r.u32()?, reason: string(&mut r)? },
+            tag::PROMOTE => Msg::Promote { epoch: r.u64()?, region: r.u32()? },
+            tag::PROMOTED => Msg::Promoted { region: r.u32()?, last_lsn: r.u64()?, dropped: r.u64()? },
+            tag::REMAP => {
                 let (epoch, region, last_lsn) = (r.u64()?, r.u32()?, r.u64()?);
-                let n = r.count(13)?;
+                let n = count(&mut r, 13)?;
                 let mut tails = Vec::with_capacity(n);
                 for _ in 0..n {
-                    tails.push((r.u8()?, r.u32()?, r.u32()?, r.bytes()?));
+                    tails.push((r.u8()?, r.u32()?, r.u32()?, r.bytes()?.to_vec()));
                 }
-                let n = r.count(12)?;
+                let n = count(&mut r, 12)?;
                 let mut log = Vec::with_capacity(n);
                 for _ in 0..n {
                     log.push((r.u32()?, r.u32()?, r.u32()?));
                 }
-                let n = r.count(8)?;
+                let n = count(&mut r, 8)?;
                 let mut index = Vec::with_capacity(n);
                 for _ in 0..n {
                     index.push((r.u32()?, r.u32()?));
                 }
                 Msg::Remap { epoch, region, last_lsn, tails, log, index }
             }
-            13 => {
-                let region = r.u32()?;
-                let after = if flag(r.u8()?)? { Some(r.bytes()?) } else { None };
-                Msg::Dump { region, after, limit: r.u32()? }
-            }
-            14 => {
+            tag::DUMP => Msg::Dump { region: r.u32()?, after: option(&mut r)?, limit: r.u32()? },
+            tag::DUMP_PAGE => {
                 let (region, lsn) = (r.u32()?, r.u64()?);
-                let n = r.count(16)?;
+                let n = count(&mut r, 16)?;
                 let mut pairs = Vec::with_capacity(n);
                 for _ in 0..n {
-                    pairs.push((r.bytes()?, r.u64()?, r.bytes()?));
+                    pairs.push((r.bytes()?.to_vec(), r.u64()?, r.bytes()?.to_vec()));
                 }
-                Msg::DumpPage { region, lsn, pairs, more: flag(r.u8()?)? }
+                Msg::DumpPage { region, lsn, pairs, more: flag(&mut r)? }
             }
-            15 => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
-            16 => {
-                let (epoch, region, start) = (r.u64()?, r.u32()?, r.bytes()?);
-                let end = if flag(r.u8()?)? { Some(r.bytes()?) } else { None };
-                Msg::Host { epoch, region, start, end }
+            tag::RESET => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
+            tag::HOST => {
+                Msg::Host { epoch: r.u64()?, region: r.u32()?, start: r.bytes()?.to_vec(), end: option(&mut r)? }
             }
-            17 => Msg::AddBackup {
+            tag::ADD_BACKUP => Msg::AddBackup {
                 epoch: r.u64()?,
                 region: r.u32()?,
-                node: r.string()?,
-                native: r.string()?,
-                replication: r.string()?,
+                node: string(&mut r)?,
+                native: string(&mut r)?,
+                replication: string(&mut r)?,
             },
-            18 => Msg::Done { region: r.u32()? },
+            tag::DONE => Msg::Done { region: r.u32()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
-        if !r.0.is_empty() {
-            return Err(Error::Malformed("trailing bytes after the message"));
-        }
+        r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
         Ok(m)
     }
 }
 
 /// Parses a frame header: the body length, after checking the magic and the limit.
 pub fn header(h: &[u8; HEADER]) -> Result<(usize, u32)> {
-    let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let mut r = Reader::new(h);
+    let (magic, len, crc) = (r.u32()?, r.u32()? as usize, r.u32()?);
     if magic != MAGIC {
         return Err(Error::Malformed("bad frame magic (not a replication stream?)"));
     }
-    let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
     if len > MAX_BODY {
         return Err(Error::Malformed("frame larger than the limit"));
     }
-    Ok((len, u32::from_le_bytes([h[8], h[9], h[10], h[11]])))
+    Ok((len, crc))
 }
 
 /// Decodes one whole frame from the start of `buf`: the message and the bytes used, or None

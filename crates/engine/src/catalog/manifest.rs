@@ -10,7 +10,7 @@ use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::alloc::{Allocator, Purpose};
 use crate::device::{Device, IoKind};
 use crate::error::{Error, Result};
-use crate::format::codec::{get_u32, get_u64, put_u32, put_u64};
+use halyard_codec::{get_u32, get_u64, put_u32, put_u64};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::Arc;

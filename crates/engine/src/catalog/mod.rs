@@ -5,7 +5,7 @@
 pub(crate) mod manifest;
 
 use crate::device::IoKind;
-use crate::format::codec::{Dec, Enc, Short};
+use halyard_codec::{Reader, Short, Writer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The three logs of a region.
@@ -115,13 +115,13 @@ impl SstInfo {
         Ok(())
     }
 
-    pub(crate) fn encode(&self, e: &mut Enc) {
+    pub(crate) fn encode(&self, e: &mut Writer) {
         e.u32(self.seg).u32(self.used_bytes).u32(self.leaf_count).u32(self.root_off).u8(self.height);
         e.u32(self.bloom_off).u32(self.bloom_len).u64(self.entries).u64(self.stored_bytes).u64(self.full_bytes);
         e.u32(self.medium_ptrs).u32(self.large_ptrs).u64(self.min_lsn).u64(self.max_lsn);
         e.bytes(&self.first_key).bytes(&self.last_key);
     }
-    pub(crate) fn decode(d: &mut Dec<'_>) -> Result<SstInfo, Short> {
+    pub(crate) fn decode(d: &mut Reader<'_>) -> Result<SstInfo, Short> {
         Ok(SstInfo {
             seg: d.u32()?,
             used_bytes: d.u32()?,
@@ -264,7 +264,7 @@ pub enum MapKind {
 }
 
 impl Edit {
-    pub(crate) fn encode(&self, e: &mut Enc) {
+    pub(crate) fn encode(&self, e: &mut Writer) {
         match self {
             Edit::CreateRegion { start, end, backup } => {
                 e.u8(1).bytes(start);
@@ -314,7 +314,7 @@ impl Edit {
         }
     }
 
-    pub(crate) fn decode(d: &mut Dec<'_>) -> Result<Edit, Short> {
+    pub(crate) fn decode(d: &mut Reader<'_>) -> Result<Edit, Short> {
         let log = |v: u8| LogKind::from_u8(v).ok_or(Short);
         // Level 0 is the L0 log, never a level of SSTs.
         let level = |v: u8| if (1..=MAX_LEVEL).contains(&v) { Ok(v) } else { Err(Short) };
@@ -580,23 +580,23 @@ impl Catalog {
 }
 
 pub(crate) fn encode_edits(region: u32, edits: &[Edit]) -> Vec<u8> {
-    let mut e = Enc::default();
+    let mut e = Writer::new();
     e.u32(region).u32(edits.len() as u32);
     for ed in edits {
         ed.encode(&mut e);
     }
-    e.0
+    e.into_inner()
 }
 
 pub(crate) fn decode_edits(buf: &[u8]) -> Result<(u32, Vec<Edit>), Short> {
-    let mut d = Dec::new(buf);
+    let mut d = Reader::new(buf);
     let region = d.u32()?;
     let n = d.u32()? as usize;
     let mut v = Vec::with_capacity(n.min(buf.len()));
     for _ in 0..n {
         v.push(Edit::decode(&mut d)?);
     }
-    if !d.done() {
+    if !d.is_empty() {
         return Err(Short);
     }
     Ok((region, v))

@@ -54,8 +54,7 @@ fn checksum(filter: &[u8]) -> u32 {
 
 /// Whether a filter's header is sane and its bits match their checksum.
 pub(crate) fn verify(filter: &[u8]) -> bool {
-    let (Some(nb), Some(crc)) = (crate::format::codec::get_u32(filter, 0), crate::format::codec::get_u32(filter, 8))
-    else {
+    let (Some(nb), Some(crc)) = (halyard_codec::get_u32(filter, 0), halyard_codec::get_u32(filter, 8)) else {
         return false;
     };
     let nb = nb as usize;

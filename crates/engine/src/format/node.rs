@@ -10,8 +10,8 @@
 //! ```
 //! The checksum covers the whole node with the crc field taken as zero.
 
-use crate::format::codec::{get_u16, get_u32, get_u64, put_u16, put_u32};
 use crate::format::entry::{Entry, Value};
+use halyard_codec::{get_u16, get_u32, get_u64, put_u16, put_u32};
 
 /// Bytes a leaf or index cell needs besides key and value.
 pub(crate) const CELL_OVERHEAD: usize = 40;

@@ -14,7 +14,7 @@
 //! .. u32 end marker 0x21444E45
 //! ```
 
-use crate::format::codec::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
+use halyard_codec::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 
 pub(crate) const START: u16 = 0x4B56;
 pub(crate) const END: u32 = 0x2144_4E45;

@@ -532,18 +532,16 @@ pub fn decode_shipped_edits(bytes: &[u8]) -> Result<(u32, Vec<Edit>)> {
 impl SstInfo {
     /// The SST description as bytes (the footer body of `docs/format.md` §5).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut e = crate::format::codec::Enc::default();
+        let mut e = halyard_codec::Writer::new();
         self.encode(&mut e);
-        e.0
+        e.into_inner()
     }
 
     /// Decodes [`SstInfo::to_bytes`]; every byte must be used.
     pub fn from_bytes(bytes: &[u8]) -> Result<SstInfo> {
-        let mut d = crate::format::codec::Dec::new(bytes);
+        let mut d = halyard_codec::Reader::new(bytes);
         let info = SstInfo::decode(&mut d).map_err(|_| Error::corrupt(0, 0, "malformed SST description"))?;
-        if !d.done() {
-            return Err(Error::corrupt(0, 0, "trailing bytes after an SST description"));
-        }
+        d.finish().map_err(|_| Error::corrupt(0, 0, "trailing bytes after an SST description"))?;
         Ok(info)
     }
 }
