@@ -51,6 +51,11 @@ pub const COMMANDS: &[(&str, i32)] = &[
     ("halyard.range", -3),
 ];
 
+/// Every command's name, for the per-command metrics.
+pub fn names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|(n, _)| *n).collect()
+}
+
 fn wrong_args(name: &str) -> Reply {
     Reply::err(format!("ERR wrong number of arguments for '{name}' command"))
 }
