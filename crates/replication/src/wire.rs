@@ -45,6 +45,12 @@ impl Mode {
     }
 }
 
+/// A log tail a Remap carries: (log, primary segment, salt, bytes).
+pub type LogTail = (u8, u32, u32, Vec<u8>);
+
+/// An entry of a DumpPage: (key, version LSN, value).
+pub type DumpPair = (Vec<u8>, u64, Vec<u8>);
+
 /// One message. Every field's width and meaning is in `docs/replication.md`; `epoch` is the
 /// sender's epoch for `region`, `region` the engine region id on both ends.
 #[allow(missing_docs)]
@@ -91,14 +97,14 @@ pub enum Msg {
         epoch: u64,
         region: u32,
         last_lsn: u64,
-        tails: Vec<(u8, u32, u32, Vec<u8>)>,
+        tails: Vec<LogTail>,
         log: Vec<(u32, u32, u32)>,
         index: Vec<(u32, u32)>,
     },
     /// Admin -> node: a page of the region's contents after `after` (None: from the start).
     Dump { region: u32, after: Option<Vec<u8>>, limit: u32 },
     /// Node -> admin: the page of (key, version LSN, value); `more` when it was cut at `limit`.
-    DumpPage { region: u32, lsn: u64, pairs: Vec<(Vec<u8>, u64, Vec<u8>)>, more: bool },
+    DumpPage { region: u32, lsn: u64, pairs: Vec<DumpPair>, more: bool },
     /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
     Reset { epoch: u64, region: u32 },
     /// Admin -> node: become a backup of `region` (key range `start..end`) at `epoch`; the
@@ -140,6 +146,37 @@ impl W {
             true => self.u8(LZ4).u32(b.len() as u32).bytes(&packed),
             false => self.u8(RAW).u32(b.len() as u32).bytes(b),
         }
+    }
+    /// `u8 0`, or `u8 1` and the bytes.
+    fn optional(&mut self, b: Option<&[u8]>) -> &mut Self {
+        match b {
+            Some(b) => self.u8(1).bytes(b),
+            None => self.u8(0),
+        }
+    }
+    /// A Remap's tails and maps, each a count and its entries.
+    fn remap(&mut self, tails: &[LogTail], log: &[(u32, u32, u32)], index: &[(u32, u32)]) -> &mut Self {
+        self.u32(tails.len() as u32);
+        for (l, seg, salt, b) in tails {
+            self.u8(*l).u32(*seg).u32(*salt).bytes(b);
+        }
+        self.u32(log.len() as u32);
+        for (p, s, n) in log {
+            self.u32(*p).u32(*s).u32(*n);
+        }
+        self.u32(index.len() as u32);
+        for (p, n) in index {
+            self.u32(*p).u32(*n);
+        }
+        self
+    }
+    /// A DumpPage's count and (key, version, value) pairs.
+    fn pairs(&mut self, pairs: &[DumpPair]) -> &mut Self {
+        self.u32(pairs.len() as u32);
+        for (k, version, v) in pairs {
+            self.bytes(k).u64(*version).bytes(v);
+        }
+        self
     }
 }
 
@@ -198,6 +235,58 @@ impl<'a> R<'a> {
             _ => Err(Error::Malformed("unknown segment image codec")),
         }
     }
+    fn flag(&mut self) -> Result<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Error::Malformed("flag other than 0 or 1")),
+        }
+    }
+    fn optional(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(if self.flag()? { Some(self.bytes()?) } else { None })
+    }
+    fn version(&mut self) -> Result<u16> {
+        u16::try_from(self.u32()?).map_err(|_| Error::Malformed("protocol version out of range"))
+    }
+    fn mode(&mut self) -> Result<Mode> {
+        match self.u8()? {
+            0 => Ok(Mode::SendIndex),
+            1 => Ok(Mode::BuildIndex),
+            _ => Err(Error::Malformed("unknown replication mode")),
+        }
+    }
+    fn tails(&mut self) -> Result<Vec<LogTail>> {
+        let n = self.count(13)?;
+        let mut tails = Vec::with_capacity(n);
+        for _ in 0..n {
+            tails.push((self.u8()?, self.u32()?, self.u32()?, self.bytes()?));
+        }
+        Ok(tails)
+    }
+    fn log_map(&mut self) -> Result<Vec<(u32, u32, u32)>> {
+        let n = self.count(12)?;
+        let mut log = Vec::with_capacity(n);
+        for _ in 0..n {
+            log.push((self.u32()?, self.u32()?, self.u32()?));
+        }
+        Ok(log)
+    }
+    fn index_map(&mut self) -> Result<Vec<(u32, u32)>> {
+        let n = self.count(8)?;
+        let mut index = Vec::with_capacity(n);
+        for _ in 0..n {
+            index.push((self.u32()?, self.u32()?));
+        }
+        Ok(index)
+    }
+    fn pairs(&mut self) -> Result<Vec<DumpPair>> {
+        let n = self.count(16)?;
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            pairs.push((self.bytes()?, self.u64()?, self.bytes()?));
+        }
+        Ok(pairs)
+    }
     fn string(&mut self) -> Result<String> {
         String::from_utf8(self.bytes()?).map_err(|_| Error::Malformed("text is not UTF-8"))
     }
@@ -237,42 +326,13 @@ impl Msg {
             Msg::Promote { epoch, region } => w.u8(10).u64(*epoch).u32(*region),
             Msg::Promoted { region, last_lsn, dropped } => w.u8(11).u32(*region).u64(*last_lsn).u64(*dropped),
             Msg::Remap { epoch, region, last_lsn, tails, log, index } => {
-                w.u8(12).u64(*epoch).u32(*region).u64(*last_lsn).u32(tails.len() as u32);
-                for (l, seg, salt, b) in tails {
-                    w.u8(*l).u32(*seg).u32(*salt).bytes(b);
-                }
-                w.u32(log.len() as u32);
-                for (p, s, n) in log {
-                    w.u32(*p).u32(*s).u32(*n);
-                }
-                w.u32(index.len() as u32);
-                for (p, n) in index {
-                    w.u32(*p).u32(*n);
-                }
-                &mut w
+                w.u8(12).u64(*epoch).u32(*region).u64(*last_lsn).remap(tails, log, index)
             }
-            Msg::Dump { region, after, limit } => {
-                w.u8(13).u32(*region);
-                match after {
-                    Some(k) => w.u8(1).bytes(k),
-                    None => w.u8(0),
-                };
-                w.u32(*limit)
-            }
-            Msg::DumpPage { region, lsn, pairs, more } => {
-                w.u8(14).u32(*region).u64(*lsn).u32(pairs.len() as u32);
-                for (k, version, v) in pairs {
-                    w.bytes(k).u64(*version).bytes(v);
-                }
-                w.u8(*more as u8)
-            }
+            Msg::Dump { region, after, limit } => w.u8(13).u32(*region).optional(after.as_deref()).u32(*limit),
+            Msg::DumpPage { region, lsn, pairs, more } => w.u8(14).u32(*region).u64(*lsn).pairs(pairs).u8(*more as u8),
             Msg::Reset { epoch, region } => w.u8(15).u64(*epoch).u32(*region),
             Msg::Host { epoch, region, start, end } => {
-                w.u8(16).u64(*epoch).u32(*region).bytes(start);
-                match end {
-                    Some(e) => w.u8(1).bytes(e),
-                    None => w.u8(0),
-                }
+                w.u8(16).u64(*epoch).u32(*region).bytes(start).optional(end.as_deref())
             }
             Msg::AddBackup { epoch, region, node, native, replication } => w
                 .u8(17)
@@ -295,22 +355,10 @@ impl Msg {
     /// Decodes a body (the bytes after the header, checksum already verified).
     pub fn decode_body(body: &[u8]) -> Result<Msg> {
         let mut r = R(body);
-        let flag = |v: u8| match v {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(Error::Malformed("flag other than 0 or 1")),
-        };
+        // Fields are read in the order they are written: a struct expression evaluates its
+        // fields in source order.
         let m = match r.u8()? {
-            1 => {
-                let version = u16::try_from(r.u32()?).map_err(|_| Error::Malformed("protocol version out of range"))?;
-                let (epoch, region) = (r.u64()?, r.u32()?);
-                let mode = match r.u8()? {
-                    0 => Mode::SendIndex,
-                    1 => Mode::BuildIndex,
-                    _ => return Err(Error::Malformed("unknown replication mode")),
-                };
-                Msg::Hello { version, epoch, region, mode }
-            }
+            1 => Msg::Hello { version: r.version()?, epoch: r.u64()?, region: r.u32()?, mode: r.mode()? },
             2 => Msg::HelloOk { region: r.u32()?, lsn: r.u64()? },
             3 => Msg::Append {
                 epoch: r.u64()?,
@@ -331,45 +379,18 @@ impl Msg {
             9 => Msg::Reject { region: r.u32()?, reason: r.string()? },
             10 => Msg::Promote { epoch: r.u64()?, region: r.u32()? },
             11 => Msg::Promoted { region: r.u32()?, last_lsn: r.u64()?, dropped: r.u64()? },
-            12 => {
-                let (epoch, region, last_lsn) = (r.u64()?, r.u32()?, r.u64()?);
-                let n = r.count(13)?;
-                let mut tails = Vec::with_capacity(n);
-                for _ in 0..n {
-                    tails.push((r.u8()?, r.u32()?, r.u32()?, r.bytes()?));
-                }
-                let n = r.count(12)?;
-                let mut log = Vec::with_capacity(n);
-                for _ in 0..n {
-                    log.push((r.u32()?, r.u32()?, r.u32()?));
-                }
-                let n = r.count(8)?;
-                let mut index = Vec::with_capacity(n);
-                for _ in 0..n {
-                    index.push((r.u32()?, r.u32()?));
-                }
-                Msg::Remap { epoch, region, last_lsn, tails, log, index }
-            }
-            13 => {
-                let region = r.u32()?;
-                let after = if flag(r.u8()?)? { Some(r.bytes()?) } else { None };
-                Msg::Dump { region, after, limit: r.u32()? }
-            }
-            14 => {
-                let (region, lsn) = (r.u32()?, r.u64()?);
-                let n = r.count(16)?;
-                let mut pairs = Vec::with_capacity(n);
-                for _ in 0..n {
-                    pairs.push((r.bytes()?, r.u64()?, r.bytes()?));
-                }
-                Msg::DumpPage { region, lsn, pairs, more: flag(r.u8()?)? }
-            }
+            12 => Msg::Remap {
+                epoch: r.u64()?,
+                region: r.u32()?,
+                last_lsn: r.u64()?,
+                tails: r.tails()?,
+                log: r.log_map()?,
+                index: r.index_map()?,
+            },
+            13 => Msg::Dump { region: r.u32()?, after: r.optional()?, limit: r.u32()? },
+            14 => Msg::DumpPage { region: r.u32()?, lsn: r.u64()?, pairs: r.pairs()?, more: r.flag()? },
             15 => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
-            16 => {
-                let (epoch, region, start) = (r.u64()?, r.u32()?, r.bytes()?);
-                let end = if flag(r.u8()?)? { Some(r.bytes()?) } else { None };
-                Msg::Host { epoch, region, start, end }
-            }
+            16 => Msg::Host { epoch: r.u64()?, region: r.u32()?, start: r.bytes()?, end: r.optional()? },
             17 => Msg::AddBackup {
                 epoch: r.u64()?,
                 region: r.u32()?,
