@@ -5,7 +5,7 @@
 //! (Send-Index) or replays records into its own L0 (Build-Index), and rejects streams of an
 //! older epoch.
 
-use crate::wire::{self, Mode, Msg};
+use crate::wire::{self, LogTail, Mode, Msg};
 use crate::{Error, Result};
 use halyard_engine::{
     decode_log_records, decode_shipped_edits, replay_batches, Db, LogKind, LogRecord, ReplicaMaps, SstInfo, TailImage,
@@ -160,7 +160,7 @@ pub struct Promoted {
     /// Records received but not replayed (beyond a torn record or a gap).
     pub dropped: u64,
     /// The log tails (log, primary segment, salt, bytes) the region was rebuilt with.
-    pub tails: Vec<(u8, u32, u32, Vec<u8>)>,
+    pub tails: Vec<LogTail>,
 }
 
 /// What the node does for admin requests that change its roles; called on a blocking thread.
@@ -346,8 +346,7 @@ impl Replica {
                 "region {region} is still taking its full copy here and cannot lead yet; promote another backup"
             )));
         }
-        let tails: Vec<(u8, u32, u32, Vec<u8>)> =
-            r.bufs.lock().iter().map(|(log, b)| (*log, b.seg, b.salt, b.bytes.clone())).collect();
+        let tails: Vec<LogTail> = r.bufs.lock().iter().map(|(log, b)| (*log, b.seg, b.salt, b.bytes.clone())).collect();
         if r.mode == Mode::BuildIndex {
             for log in [0, 2] {
                 build_index(&self.db, &r, log, u64::MAX)?;
@@ -356,13 +355,7 @@ impl Replica {
             let dropped = r.build.lock().0.len() as u64;
             return Ok(Promoted { last_lsn: last, dropped, tails });
         }
-        let images: Vec<TailImage<'_>> = tails
-            .iter()
-            .filter_map(|(log, seg, salt, b)| {
-                Some(TailImage { log: log_kind(*log).ok()?, primary: *seg, salt: *salt, bytes: b })
-            })
-            .collect();
-        let p = self.db.promote(region, &images)?;
+        let p = self.db.promote(region, &tail_images(&tails))?;
         Ok(Promoted { last_lsn: p.last_lsn, dropped: p.dropped_records, tails })
     }
 
@@ -441,19 +434,9 @@ impl Replica {
                     return Err(Error::Protocol(format!("{m:?} inside a replication stream")));
                 };
                 if cur.as_ref().is_none_or(|c| c.region != region) {
-                    cur = None;
-                    let Some((r, gen, jobs)) = subs.lock().get(&region).map(|s| (s.r.clone(), s.gen, s.jobs.clone()))
-                    else {
-                        continue; // Not open here (refused, or closed with a Reject already sent).
-                    };
-                    let gate = r.gate.clone().read_owned().await;
-                    if r.stream_gen.load(Relaxed) != gen {
-                        drop(gate);
-                        let why = format!("a newer stream of region {region} took over from this connection");
-                        self.close_sub(&subs, region, why, &mut out);
-                        continue;
-                    }
-                    cur = Some(Current { region, r, jobs, _gate: gate });
+                    // The previous region's gate goes first: one gate held at a time.
+                    drop(cur.take());
+                    cur = self.enter(&subs, region, &mut out).await;
                 }
                 let Some(c) = cur.as_ref() else { continue };
                 let current = c.r.epoch.load(Relaxed);
@@ -481,19 +464,47 @@ impl Replica {
             }
             drop(cur);
             buf.drain(..used);
-            for (r, lsn) in acks {
-                let failed = r.deferred.failed.lock().clone();
-                match failed {
-                    Some(e) => self.close_sub(&subs, r.id, e, &mut out),
-                    None => out.extend_from_slice(&Msg::Ack { region: r.id, lsn }.encode()),
-                }
-            }
-            if !out.is_empty() {
-                wr.lock().await.write_all(&out).await?;
-                self.stats.sent.fetch_add(out.len() as u64, Relaxed);
-                out.clear();
+            self.send_acks(&subs, acks, &mut out, &wr).await?;
+        }
+    }
+
+    /// The region's stream on this connection, with its gate held (shared); None when the
+    /// stream is not open here (refused, or closed with a Reject already sent) or a newer
+    /// stream of the region took over (closed now).
+    async fn enter(&self, subs: &Subs, region: u32, out: &mut Vec<u8>) -> Option<Current> {
+        let (r, gen, jobs) = subs.lock().get(&region).map(|s| (s.r.clone(), s.gen, s.jobs.clone()))?;
+        let gate = r.gate.clone().read_owned().await;
+        if r.stream_gen.load(Relaxed) != gen {
+            drop(gate);
+            let why = format!("a newer stream of region {region} took over from this connection");
+            self.close_sub(subs, region, why, out);
+            return None;
+        }
+        Some(Current { region, r, jobs, _gate: gate })
+    }
+
+    /// Writes the acknowledgements of a batch of frames, with the Rejects already in `out`:
+    /// a region whose queued job failed gets a Reject instead of its acknowledgement.
+    async fn send_acks(
+        &self,
+        subs: &Subs,
+        acks: Vec<(Arc<ReplicaRegion>, u64)>,
+        out: &mut Vec<u8>,
+        wr: &Writer,
+    ) -> Result<()> {
+        for (r, lsn) in acks {
+            let failed = r.deferred.failed.lock().clone();
+            match failed {
+                Some(e) => self.close_sub(subs, r.id, e, out),
+                None => out.extend_from_slice(&Msg::Ack { region: r.id, lsn }.encode()),
             }
         }
+        if !out.is_empty() {
+            wr.lock().await.write_all(out).await?;
+            self.stats.sent.fetch_add(out.len() as u64, Relaxed);
+            out.clear();
+        }
+        Ok(())
     }
 
     /// Answers one Hello on a connection: the region's stream opens there, or a Reject says why
@@ -531,182 +542,240 @@ impl Replica {
     /// run before the next message is read; messages that replace the region's state wait
     /// for the queue first.
     async fn apply(&self, r: &Arc<ReplicaRegion>, m: Msg, jobs: Option<&mpsc::Sender<Job>>) -> Result<Option<u64>> {
-        let region = r.id;
         let db = self.db.clone();
-        let run_now =
-            |f: Job| async move { tokio::task::spawn_blocking(f).await.map_err(|e| Error::Protocol(e.to_string()))? };
         // A Build-Index copy taking its full copy applies in line: its last Edits rebuilds L0
         // from the buffers as they are, which no queued job may change behind it.
-        let jobs = jobs.filter(|_| r.mode == Mode::SendIndex || !r.copying.load(Relaxed));
-        let blocking = |f: Job| async move {
-            match jobs {
-                Some(tx) => {
-                    r.deferred.queued.fetch_add(1, Relaxed);
-                    if tx.send(f).await.is_err() {
-                        // The runner is gone only with the runtime.
-                        r.deferred.done.send_modify(|d| *d += 1);
-                        return Err(Error::Protocol("index job runner stopped".into()));
-                    }
-                    Ok(())
-                }
-                None => run_now(f).await,
-            }
-        };
-        if matches!(m, Msg::Remap { .. } | Msg::Reset { .. }) {
-            r.settle().await?;
-        }
+        let work = Work { r, jobs: jobs.filter(|_| r.mode == Mode::SendIndex || !r.copying.load(Relaxed)) };
         match m {
             Msg::Append { log, seg, salt, offset, last_lsn, commit, bytes, .. } => {
-                log_kind(log)?;
-                let end = offset as usize + bytes.len();
-                if end > wire::MAX_BODY {
-                    return Err(Error::Malformed("append past any segment"));
-                }
-                {
-                    let mut bufs = r.bufs.lock();
-                    let b = bufs.entry(log).or_default();
-                    if (b.seg, b.salt) != (seg, salt) {
-                        // A stream can join a segment midway (a promoted Build-Index node
-                        // continues its own log): records start at the first offset received.
-                        *b = Buf { seg, salt, bytes: Vec::new(), decoded: offset as usize };
-                    }
-                    if b.bytes.len() < end {
-                        b.bytes.resize(end, 0);
-                    }
-                    b.bytes[offset as usize..end].copy_from_slice(&bytes);
-                }
+                r.append(log, seg, salt, offset, &bytes)?;
                 r.received.fetch_max(last_lsn, Relaxed);
                 r.commit.fetch_max(commit, Relaxed);
                 if !r.takes_segments() {
-                    let r2 = r.clone();
-                    blocking(Box::new(move || build_index(&db, &r2, log, r2.commit.load(Relaxed)))).await?;
+                    work.queue(replay_job(db, r, log)).await?;
                 }
-                Ok(Some(last_lsn))
+                return Ok(Some(last_lsn));
             }
-            Msg::Seal { log, seg, salt, .. } => {
-                let kind = log_kind(log)?;
-                let b = r.bufs.lock().remove(&log);
-                if r.takes_segments() {
-                    let bytes = match b {
-                        Some(b) if (b.seg, b.salt) == (seg, salt) => b.bytes,
-                        _ => Vec::new(),
-                    };
-                    blocking(Box::new(move || {
-                        db.backup_log_segment(region, kind, seg, salt, &bytes)?;
-                        Ok(())
-                    }))
-                    .await?;
-                } else if let Some(b) = b {
-                    // Build-Index: the replay job of its last appends may not have decoded
-                    // them yet; the buffer waits for it beside the next segment's.
-                    r.sealed.lock().push(b);
-                    let r2 = r.clone();
-                    blocking(Box::new(move || build_index(&db, &r2, log, r2.commit.load(Relaxed)))).await?;
-                }
-                Ok(None)
-            }
+            Msg::Seal { log, seg, salt, .. } => apply_seal(&work, db, log, seg, salt).await?,
             Msg::Sst { info, bytes, .. } => {
-                let info = SstInfo::from_bytes(&info)?;
-                blocking(Box::new(move || {
+                let (region, info) = (r.id, SstInfo::from_bytes(&info)?);
+                work.queue(Box::new(move || {
                     db.backup_sst(region, &info, &bytes)?;
                     Ok(())
                 }))
-                .await?;
-                Ok(None)
+                .await?
             }
             Msg::Medium { seg, salt, bytes, .. } => {
-                blocking(Box::new(move || {
+                let region = r.id;
+                work.queue(Box::new(move || {
                     db.backup_medium_run(region, seg, salt, &bytes)?;
                     Ok(())
                 }))
-                .await?;
-                Ok(None)
+                .await?
             }
-            Msg::Edits { edits, .. } => {
-                let (_, edits) = decode_shipped_edits(&edits)?;
-                let r2 = r.clone();
-                blocking(Box::new(move || {
-                    db.backup_edits(region, &edits)?;
-                    if r2.mode == Mode::BuildIndex && r2.copying.load(Relaxed) {
-                        // The full copy is complete (Build-Index streams carry no other Edits):
-                        // rebuild L0 from the copied logs and tails, and replay from there on.
-                        let tails: Vec<(u8, u32, u32, Vec<u8>)> =
-                            r2.bufs.lock().iter().map(|(l, b)| (*l, b.seg, b.salt, b.bytes.clone())).collect();
-                        let images: Vec<TailImage<'_>> = tails
-                            .iter()
-                            .filter_map(|(log, seg, salt, b)| {
-                                Some(TailImage { log: log_kind(*log).ok()?, primary: *seg, salt: *salt, bytes: b })
-                            })
-                            .collect();
-                        let p = db.promote(region, &images)?;
-                        for b in r2.bufs.lock().values_mut() {
-                            b.decoded = b.bytes.len();
-                        }
-                        *r2.build.lock() = (BTreeMap::new(), p.last_lsn + 1);
-                        r2.copying.store(false, Relaxed);
-                        tracing::info!(region, lsn = p.last_lsn, "Build-Index copy caught up");
-                    }
-                    Ok(())
-                }))
-                .await?;
-                Ok(None)
-            }
+            Msg::Edits { edits, .. } => apply_edits(&work, db, &edits).await?,
             Msg::Remap { last_lsn, tails, log, index, .. } => {
-                // The new primary's history wins: our own buffers may hold records it never
-                // received (sent by the old primary as it died); its tails replace them.
-                {
-                    let mut bufs = r.bufs.lock();
-                    bufs.clear();
-                    for (log, seg, salt, bytes) in &tails {
-                        bufs.insert(*log, Buf { seg: *seg, salt: *salt, bytes: bytes.clone(), decoded: 0 });
-                    }
-                }
+                r.settle().await?;
                 let maps =
                     ReplicaMaps { log: log.iter().map(|&(p, s, n)| ((p, s), n)).collect(), index: index.to_vec() };
-                let r2 = r.clone();
-                let seg_bytes = db.options().segment_bytes as usize;
-                run_now(Box::new(move || {
-                    if r2.mode == Mode::BuildIndex {
-                        r2.commit.fetch_max(last_lsn, Relaxed);
-                        for log in [0, 2] {
-                            build_index(&db, &r2, log, last_lsn)?;
-                        }
-                        return Ok(());
-                    }
-                    let bufs: Vec<(u8, Buf)> = r2.bufs.lock().drain().collect();
-                    for (log, b) in bufs {
-                        // Whole segments: bytes of our own longer copy must not survive.
-                        let mut img = b.bytes;
-                        img.resize(seg_bytes.max(img.len()), 0);
-                        db.backup_log_segment(region, log_kind(log)?, b.seg, b.salt, &img)?;
-                    }
-                    db.remap(region, &maps)?;
-                    Ok(())
-                }))
-                .await?;
-                Ok(None)
+                apply_remap(db, r, last_lsn, &tails, maps).await?
             }
             Msg::Reset { .. } => {
-                r.bufs.lock().clear();
-                r.sealed.lock().clear();
-                let r2 = r.clone();
-                run_now(Box::new(move || {
-                    match r2.mode {
-                        Mode::SendIndex => db.reset_backup(region)?,
-                        Mode::BuildIndex => {
-                            db.demote_to_backup(region)?;
-                            *r2.build.lock() = (BTreeMap::new(), 1);
-                            r2.copying.store(true, Relaxed);
-                        }
-                    }
-                    Ok(())
-                }))
-                .await?;
-                Ok(None)
+                r.settle().await?;
+                apply_reset(db, r).await?
             }
-            m => Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
+            m => return Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
+        }
+        Ok(None)
+    }
+}
+
+/// Where a message's index work runs: behind the stream's earlier jobs when it has a queue
+/// (see [`Deferred`]), else on a blocking thread before the next message is read.
+struct Work<'a> {
+    r: &'a Arc<ReplicaRegion>,
+    jobs: Option<&'a mpsc::Sender<Job>>,
+}
+
+impl Work<'_> {
+    async fn queue(&self, f: Job) -> Result<()> {
+        let Some(tx) = self.jobs else { return run_now(f).await };
+        self.r.deferred.queued.fetch_add(1, Relaxed);
+        if tx.send(f).await.is_err() {
+            // The runner is gone only with the runtime.
+            self.r.deferred.done.send_modify(|d| *d += 1);
+            return Err(Error::Protocol("index job runner stopped".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` on a blocking thread and waits for it.
+async fn run_now(f: Job) -> Result<()> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Protocol(e.to_string()))?
+}
+
+/// Build-Index: the job that replays what `log`'s buffer gained, up to the commit point.
+fn replay_job(db: Arc<Db>, r: &Arc<ReplicaRegion>, log: u8) -> Job {
+    let r = r.clone();
+    Box::new(move || build_index(&db, &r, log, r.commit.load(Relaxed)))
+}
+
+impl ReplicaRegion {
+    /// Copies an Append's bytes into its log's buffer at the primary's offset.
+    fn append(&self, log: u8, seg: u32, salt: u32, offset: u32, bytes: &[u8]) -> Result<()> {
+        log_kind(log)?;
+        let end = offset as usize + bytes.len();
+        if end > wire::MAX_BODY {
+            return Err(Error::Malformed("append past any segment"));
+        }
+        let mut bufs = self.bufs.lock();
+        let b = bufs.entry(log).or_default();
+        if (b.seg, b.salt) != (seg, salt) {
+            // A stream can join a segment midway (a promoted Build-Index node continues its
+            // own log): records start at the first offset received.
+            *b = Buf { seg, salt, bytes: Vec::new(), decoded: offset as usize };
+        }
+        if b.bytes.len() < end {
+            b.bytes.resize(end, 0);
+        }
+        b.bytes[offset as usize..end].copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// A Seal: a copy that takes segments stores the buffer as the segment; Build-Index replays.
+async fn apply_seal(work: &Work<'_>, db: Arc<Db>, log: u8, seg: u32, salt: u32) -> Result<()> {
+    let r = work.r;
+    let kind = log_kind(log)?;
+    let b = r.bufs.lock().remove(&log);
+    if r.takes_segments() {
+        let bytes = match b {
+            Some(b) if (b.seg, b.salt) == (seg, salt) => b.bytes,
+            _ => Vec::new(),
+        };
+        let region = r.id;
+        return work
+            .queue(Box::new(move || {
+                db.backup_log_segment(region, kind, seg, salt, &bytes)?;
+                Ok(())
+            }))
+            .await;
+    }
+    if let Some(b) = b {
+        // Build-Index: the replay job of its last appends may not have decoded them yet; the
+        // buffer waits for it beside the next segment's.
+        r.sealed.lock().push(b);
+        work.queue(replay_job(db, r, log)).await?;
+    }
+    Ok(())
+}
+
+/// Shipped edits (Send-Index; on a Build-Index copy, the end of a full copy).
+async fn apply_edits(work: &Work<'_>, db: Arc<Db>, edits: &[u8]) -> Result<()> {
+    let (_, edits) = decode_shipped_edits(edits)?;
+    let r = work.r.clone();
+    work.queue(Box::new(move || {
+        db.backup_edits(r.id, &edits)?;
+        if r.mode == Mode::BuildIndex && r.copying.load(Relaxed) {
+            // Build-Index streams carry no other Edits than a full copy's last.
+            finish_full_copy(&db, &r)?;
+        }
+        Ok(())
+    }))
+    .await
+}
+
+/// Build-Index: a full copy is complete; rebuilds L0 from the copied logs and tails, and the
+/// region replays from there on.
+fn finish_full_copy(db: &Db, r: &ReplicaRegion) -> Result<()> {
+    let tails: Vec<LogTail> = r.bufs.lock().iter().map(|(l, b)| (*l, b.seg, b.salt, b.bytes.clone())).collect();
+    let p = db.promote(r.id, &tail_images(&tails))?;
+    for b in r.bufs.lock().values_mut() {
+        b.decoded = b.bytes.len();
+    }
+    *r.build.lock() = (BTreeMap::new(), p.last_lsn + 1);
+    r.copying.store(false, Relaxed);
+    tracing::info!(region = r.id, lsn = p.last_lsn, "Build-Index copy caught up");
+    Ok(())
+}
+
+/// The engine's view of log tails (log, primary segment, salt, bytes); logs other than L0 and
+/// large are left out.
+fn tail_images(tails: &[LogTail]) -> Vec<TailImage<'_>> {
+    tails
+        .iter()
+        .filter_map(|(log, seg, salt, b)| {
+            Some(TailImage { log: log_kind(*log).ok()?, primary: *seg, salt: *salt, bytes: b })
+        })
+        .collect()
+}
+
+/// A Remap from a newly promoted primary: its history wins. Our own buffers may hold records
+/// it never received (sent by the old primary as it died); its tails replace them.
+async fn apply_remap(
+    db: Arc<Db>,
+    r: &Arc<ReplicaRegion>,
+    last_lsn: u64,
+    tails: &[LogTail],
+    maps: ReplicaMaps,
+) -> Result<()> {
+    {
+        let mut bufs = r.bufs.lock();
+        bufs.clear();
+        for (log, seg, salt, bytes) in tails {
+            bufs.insert(*log, Buf { seg: *seg, salt: *salt, bytes: bytes.clone(), decoded: 0 });
         }
     }
+    let r = r.clone();
+    match r.mode {
+        Mode::BuildIndex => run_now(Box::new(move || remap_build_index(&db, &r, last_lsn))).await,
+        Mode::SendIndex => run_now(Box::new(move || remap_send_index(&db, &r, &maps))).await,
+    }
+}
+
+/// Build-Index: replays the new primary's tails up to its last LSN.
+fn remap_build_index(db: &Db, r: &ReplicaRegion, last_lsn: u64) -> Result<()> {
+    r.commit.fetch_max(last_lsn, Relaxed);
+    for log in [0, 2] {
+        build_index(db, r, log, last_lsn)?;
+    }
+    Ok(())
+}
+
+/// Send-Index: stores the new primary's tails as whole segments and renumbers the region's
+/// segments and SSTs to the new primary's.
+fn remap_send_index(db: &Db, r: &ReplicaRegion, maps: &ReplicaMaps) -> Result<()> {
+    let seg_bytes = db.options().segment_bytes as usize;
+    let bufs: Vec<(u8, Buf)> = r.bufs.lock().drain().collect();
+    for (log, b) in bufs {
+        // Whole segments: bytes of our own longer copy must not survive.
+        let mut img = b.bytes;
+        img.resize(seg_bytes.max(img.len()), 0);
+        db.backup_log_segment(r.id, log_kind(log)?, b.seg, b.salt, &img)?;
+    }
+    db.remap(r.id, maps)?;
+    Ok(())
+}
+
+/// A Reset: the primary starts the region's copy over (Send-Index: empty backup; Build-Index:
+/// a full copy taken the Send-Index way).
+async fn apply_reset(db: Arc<Db>, r: &Arc<ReplicaRegion>) -> Result<()> {
+    r.bufs.lock().clear();
+    r.sealed.lock().clear();
+    let r = r.clone();
+    run_now(Box::new(move || {
+        match r.mode {
+            Mode::SendIndex => db.reset_backup(r.id)?,
+            Mode::BuildIndex => {
+                db.demote_to_backup(r.id)?;
+                *r.build.lock() = (BTreeMap::new(), 1);
+                r.copying.store(true, Relaxed);
+            }
+        }
+        Ok(())
+    }))
+    .await
 }
 
 async fn reply_done(

@@ -46,6 +46,12 @@ impl Mode {
     }
 }
 
+/// A log tail a Remap carries: (log, primary segment, salt, bytes).
+pub type LogTail = (u8, u32, u32, Vec<u8>);
+
+/// An entry of a DumpPage: (key, version LSN, value).
+pub type DumpPair = (Vec<u8>, u64, Vec<u8>);
+
 /// One message. Every field's width and meaning is in `docs/replication.md`; `epoch` is the
 /// sender's epoch for `region`, `region` the engine region id on both ends.
 #[allow(missing_docs)]
@@ -92,14 +98,14 @@ pub enum Msg {
         epoch: u64,
         region: u32,
         last_lsn: u64,
-        tails: Vec<(u8, u32, u32, Vec<u8>)>,
+        tails: Vec<LogTail>,
         log: Vec<(u32, u32, u32)>,
         index: Vec<(u32, u32)>,
     },
     /// Admin -> node: a page of the region's contents after `after` (None: from the start).
     Dump { region: u32, after: Option<Vec<u8>>, limit: u32 },
     /// Node -> admin: the page of (key, version LSN, value); `more` when it was cut at `limit`.
-    DumpPage { region: u32, lsn: u64, pairs: Vec<(Vec<u8>, u64, Vec<u8>)>, more: bool },
+    DumpPage { region: u32, lsn: u64, pairs: Vec<DumpPair>, more: bool },
     /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
     Reset { epoch: u64, region: u32 },
     /// Admin -> node: become a backup of `region` (key range `start..end`) at `epoch`; the
@@ -216,6 +222,30 @@ fn string(r: &mut Reader<'_>) -> Result<String> {
     String::from_utf8(r.bytes()?.to_vec()).map_err(|_| Error::Malformed("text is not UTF-8"))
 }
 
+/// A Remap's tails and maps, each a count and its entries.
+fn put_remap(w: &mut Writer, tails: &[LogTail], log: &[(u32, u32, u32)], index: &[(u32, u32)]) {
+    w.u32(tails.len() as u32);
+    for (l, seg, salt, b) in tails {
+        w.u8(*l).u32(*seg).u32(*salt).bytes(b);
+    }
+    w.u32(log.len() as u32);
+    for (p, s, n) in log {
+        w.u32(*p).u32(*s).u32(*n);
+    }
+    w.u32(index.len() as u32);
+    for (p, n) in index {
+        w.u32(*p).u32(*n);
+    }
+}
+
+/// A DumpPage's count and (key, version, value) entries.
+fn put_pairs(w: &mut Writer, pairs: &[DumpPair]) {
+    w.u32(pairs.len() as u32);
+    for (k, version, v) in pairs {
+        w.bytes(k).u64(*version).bytes(v);
+    }
+}
+
 impl Msg {
     /// The frame for this message.
     pub fn encode(&self) -> Vec<u8> {
@@ -267,18 +297,8 @@ impl Msg {
                 w.u8(tag::PROMOTED).u32(*region).u64(*last_lsn).u64(*dropped);
             }
             Msg::Remap { epoch, region, last_lsn, tails, log, index } => {
-                w.u8(tag::REMAP).u64(*epoch).u32(*region).u64(*last_lsn).u32(tails.len() as u32);
-                for (l, seg, salt, b) in tails {
-                    w.u8(*l).u32(*seg).u32(*salt).bytes(b);
-                }
-                w.u32(log.len() as u32);
-                for (p, s, n) in log {
-                    w.u32(*p).u32(*s).u32(*n);
-                }
-                w.u32(index.len() as u32);
-                for (p, n) in index {
-                    w.u32(*p).u32(*n);
-                }
+                w.u8(tag::REMAP).u64(*epoch).u32(*region).u64(*last_lsn);
+                put_remap(&mut w, tails, log, index);
             }
             Msg::Dump { region, after, limit } => {
                 w.u8(tag::DUMP).u32(*region);
@@ -286,10 +306,8 @@ impl Msg {
                 w.u32(*limit);
             }
             Msg::DumpPage { region, lsn, pairs, more } => {
-                w.u8(tag::DUMP_PAGE).u32(*region).u64(*lsn).u32(pairs.len() as u32);
-                for (k, version, v) in pairs {
-                    w.bytes(k).u64(*version).bytes(v);
-                }
+                w.u8(tag::DUMP_PAGE).u32(*region).u64(*lsn);
+                put_pairs(&mut w, pairs);
                 w.u8(u8::from(*more));
             }
             Msg::Reset { epoch, region } => {

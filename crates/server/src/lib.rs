@@ -79,8 +79,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
         None => None,
     };
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
-    let names: Vec<&'static str> = commands::COMMANDS.iter().map(|(n, _)| *n).collect();
-    let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&names)));
+    let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
     if let Some(c) = &cluster {
         let _ = sh.cluster.set(c.clone());
     }

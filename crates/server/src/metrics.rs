@@ -121,48 +121,63 @@ pub fn render(
     let native =
         native.map(|n| [&n.requests, &n.errors, &n.bad_frames, &n.bytes_in, &n.bytes_out].map(|c| c.load(Relaxed)));
     let mut o = String::new();
-    let counter = |o: &mut String, name: &str, help: &str, v: f64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-    };
+    render_connections(&mut o, m, connected, native);
+    render_commands(&mut o, m);
+    if let Some([requests, errors, bad, ..]) = native {
+        counter(&mut o, "halyard_native_requests_total", "Native protocol requests.", requests as f64);
+        counter(&mut o, "halyard_native_errors_total", "Native protocol error replies.", errors as f64);
+        counter(&mut o, "halyard_native_bad_frames_total", "Malformed native frames (connection closed).", bad as f64);
+    }
+    render_cpu(&mut o, m.total_calls() + native.map_or(0, |n| n[0]));
+    render_engine_io(&mut o, engine);
+    render_engine_work(&mut o, engine);
+    o
+}
+
+fn counter(o: &mut String, name: &str, help: &str, v: f64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+}
+
+fn gauge(o: &mut String, name: &str, help: &str, v: f64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// Connection and byte counters; `native` as in [`render`], loaded.
+fn render_connections(o: &mut String, m: &Metrics, connected: usize, native: Option<[u64; 5]>) {
+    let load = |c: &AtomicU64| c.load(Relaxed) as f64;
+    counter(o, "halyard_connections_total", "Client connections accepted.", load(&m.connections_total));
     counter(
-        &mut o,
-        "halyard_connections_total",
-        "Client connections accepted.",
-        m.connections_total.load(Relaxed) as f64,
-    );
-    counter(
-        &mut o,
+        o,
         "halyard_connections_rejected_total",
         "Connections refused over --max-clients.",
-        m.connections_rejected.load(Relaxed) as f64,
+        load(&m.connections_rejected),
     );
     counter(
-        &mut o,
+        o,
         "halyard_protocol_errors_total",
         "Malformed or oversized requests (connection closed).",
-        m.protocol_errors.load(Relaxed) as f64,
+        load(&m.protocol_errors),
     );
+    counter(o, "halyard_idle_timeouts_total", "Connections closed for idling.", load(&m.idle_timeouts));
+    counter(o, "halyard_auth_failures_total", "Failed AUTH attempts.", load(&m.auth_failures));
+    counter(o, "halyard_unknown_commands_total", "Unknown commands.", load(&m.unknown_commands));
     counter(
-        &mut o,
-        "halyard_idle_timeouts_total",
-        "Connections closed for idling.",
-        m.idle_timeouts.load(Relaxed) as f64,
-    );
-    counter(&mut o, "halyard_auth_failures_total", "Failed AUTH attempts.", m.auth_failures.load(Relaxed) as f64);
-    counter(&mut o, "halyard_unknown_commands_total", "Unknown commands.", m.unknown_commands.load(Relaxed) as f64);
-    counter(
-        &mut o,
+        o,
         "halyard_network_received_bytes_total",
         "Bytes received from clients (RESP and native).",
         (m.bytes_in.load(Relaxed) + native.map_or(0, |n| n[3])) as f64,
     );
     counter(
-        &mut o,
+        o,
         "halyard_network_sent_bytes_total",
         "Bytes sent to clients (RESP and native).",
         (m.bytes_out.load(Relaxed) + native.map_or(0, |n| n[4])) as f64,
     );
     let _ = writeln!(o, "# HELP halyard_connected_clients Clients connected now.\n# TYPE halyard_connected_clients gauge\nhalyard_connected_clients {connected}");
+}
+
+/// Per-command calls, errors and the latency histogram (commands called at least once).
+fn render_commands(o: &mut String, m: &Metrics) {
     let _ = writeln!(
         o,
         "# HELP halyard_commands_total Commands executed, by command.\n# TYPE halyard_commands_total counter"
@@ -190,33 +205,24 @@ pub fn render(
         let _ = writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec() as f64 / 1e6);
         let _ = writeln!(o, "halyard_command_duration_seconds_count{{cmd=\"{n}\"}} {calls}");
     }
-    if let Some([requests, errors, bad, ..]) = native {
-        counter(&mut o, "halyard_native_requests_total", "Native protocol requests.", requests as f64);
-        counter(&mut o, "halyard_native_errors_total", "Native protocol error replies.", errors as f64);
-        counter(&mut o, "halyard_native_bad_frames_total", "Malformed native frames (connection closed).", bad as f64);
-    }
+}
+
+/// CPU time, in total and per request (RESP and native) served.
+fn render_cpu(o: &mut String, requests: u64) {
     let (user, sys) = cpu_seconds();
-    counter(&mut o, "halyard_cpu_user_seconds_total", "User CPU time of the server process.", user);
-    counter(&mut o, "halyard_cpu_system_seconds_total", "System CPU time of the server process.", sys);
-    let requests = m.total_calls() + native.map_or(0, |n| n[0]);
+    counter(o, "halyard_cpu_user_seconds_total", "User CPU time of the server process.", user);
+    counter(o, "halyard_cpu_system_seconds_total", "System CPU time of the server process.", sys);
     let _ = writeln!(
         o,
         "# HELP halyard_cpu_us_per_request CPU time (user+system) per request served.\n# TYPE halyard_cpu_us_per_request gauge\nhalyard_cpu_us_per_request {}",
         if requests == 0 { 0.0 } else { (user + sys) * 1e6 / requests as f64 }
     );
-    let e = engine;
-    counter(
-        &mut o,
-        "halyard_engine_device_read_bytes_total",
-        "Bytes read from the device.",
-        e.device_read_bytes as f64,
-    );
-    counter(
-        &mut o,
-        "halyard_engine_device_write_bytes_total",
-        "Bytes written to the device.",
-        e.device_write_bytes as f64,
-    );
+}
+
+/// The engine's device traffic, L0 and levels.
+fn render_engine_io(o: &mut String, e: &halyard_engine::Stats) {
+    counter(o, "halyard_engine_device_read_bytes_total", "Bytes read from the device.", e.device_read_bytes as f64);
+    counter(o, "halyard_engine_device_write_bytes_total", "Bytes written to the device.", e.device_write_bytes as f64);
     for (k, v) in &e.write_bytes_by {
         let _ = writeln!(o, "halyard_engine_device_write_bytes_by_purpose{{purpose=\"{k}\"}} {v}");
     }
@@ -224,21 +230,18 @@ pub fn render(
         let _ = writeln!(o, "halyard_engine_device_read_bytes_by_purpose{{purpose=\"{k}\"}} {v}");
     }
     counter(
-        &mut o,
+        o,
         "halyard_engine_user_bytes_total",
         "Bytes of keys and values written by clients.",
         e.user_bytes_written as f64,
     );
-    let gauge = |o: &mut String, name: &str, help: &str, v: f64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
     gauge(
-        &mut o,
+        o,
         "halyard_engine_io_amplification",
         "Device bytes read and written per user byte written.",
         e.io_amplification(),
     );
-    gauge(&mut o, "halyard_engine_l0_bytes", "Bytes in the in-memory L0.", e.l0_bytes as f64);
+    gauge(o, "halyard_engine_l0_bytes", "Bytes in the in-memory L0.", e.l0_bytes as f64);
     let _ = writeln!(
         o,
         "# HELP halyard_engine_level_bytes Bytes per level (stored).\n# TYPE halyard_engine_level_bytes gauge"
@@ -247,54 +250,52 @@ pub fn render(
         let _ = writeln!(o, "halyard_engine_level_bytes{{level=\"{}\"}} {}", i + 1, l.stored_bytes);
         let _ = writeln!(o, "halyard_engine_level_ssts{{level=\"{}\"}} {}", i + 1, l.ssts);
     }
-    counter(&mut o, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", e.stall_seconds);
-    counter(&mut o, "halyard_engine_compactions_total", "Compactions completed.", e.compactions as f64);
+}
+
+/// The engine's background work (compaction, GC), cache, space and open cost.
+fn render_engine_work(o: &mut String, e: &halyard_engine::Stats) {
+    counter(o, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", e.stall_seconds);
+    counter(o, "halyard_engine_compactions_total", "Compactions completed.", e.compactions as f64);
     counter(
-        &mut o,
+        o,
         "halyard_engine_warmed_leaves_total",
         "Leaves compactions cached in place of the cached leaves they rewrote.",
         e.warmed_leaves as f64,
     );
     counter(
-        &mut o,
+        o,
         "halyard_engine_compaction_cached_bytes_total",
         "Bytes of input leaves compactions took from the cache instead of the device.",
         e.compaction_cached_bytes as f64,
     );
     counter(
-        &mut o,
+        o,
         "halyard_engine_l0_versions_dropped_total",
         "Superseded versions L0 dropped before compaction (no reader could see them).",
         e.l0_versions_dropped as f64,
     );
-    counter(&mut o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
+    counter(o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
     counter(
-        &mut o,
+        o,
         "halyard_engine_gc_known_segments_total",
         "Large-log segments GC reclaimed without an index lookup per record.",
         e.gc_known_segments as f64,
     );
-    counter(&mut o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
-    gauge(&mut o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
-    gauge(&mut o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);
-    gauge(&mut o, "halyard_engine_open_seconds", "How long the store's last open took.", e.open_seconds);
+    counter(o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
+    gauge(o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
+    gauge(o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);
+    gauge(o, "halyard_engine_open_seconds", "How long the store's last open took.", e.open_seconds);
+    gauge(o, "halyard_engine_open_read_bytes", "Device bytes the store's last open read.", e.open_read_bytes as f64);
     gauge(
-        &mut o,
-        "halyard_engine_open_read_bytes",
-        "Device bytes the store's last open read.",
-        e.open_read_bytes as f64,
-    );
-    gauge(
-        &mut o,
+        o,
         "halyard_engine_partly_filled_log_segments",
         "Large-log segments left holding records in less than half of their bytes.",
         e.partly_filled_log_segments as f64,
     );
     gauge(
-        &mut o,
+        o,
         "halyard_engine_pinned_bytes",
         "Bloom filters and SST index nodes held in memory outside the cache.",
         e.levels.iter().map(|l| l.pinned_bytes).sum::<u64>() as f64,
     );
-    o
 }

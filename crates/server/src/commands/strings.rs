@@ -1,0 +1,207 @@
+//! String commands: GET, SET and its variants, MGET, MSET, STRLEN, APPEND, GETRANGE, and the
+//! INCR family.
+
+use super::{int_arg, ks, lower, not_int, pairs, syntax, wrong_args};
+use crate::keyspace::{KsError, Value};
+use crate::resp::Reply;
+use crate::state::{Session, Shared};
+
+pub(super) fn cmd_get(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key] = a else { return wrong_args("get") };
+    ks(sh.ks.get_str(key).map(Reply::opt))
+}
+
+/// SET key value [NX | XX] [GET]; the expiry options are refused.
+pub(super) fn cmd_set(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, value, opts @ ..] = a else { return wrong_args("set") };
+    let (mut nx, mut xx, mut get) = (false, false, false);
+    for opt in opts {
+        match lower(opt).as_str() {
+            "nx" => nx = true,
+            "xx" => xx = true,
+            "get" => get = true,
+            "ex" | "px" | "exat" | "pxat" | "keepttl" => {
+                return Reply::err("ERR key expiry (EX/PX/EXAT/PXAT/KEEPTTL) is not supported by Halyard yet")
+            }
+            _ => return syntax(),
+        }
+    }
+    if nx && xx {
+        return syntax();
+    }
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock(key);
+        if !nx && !xx && !get {
+            k.set(key, value)?;
+            return Ok(Reply::ok());
+        }
+        let old = k.get(key)?;
+        if get && matches!(old, Some(Value::Hash(_))) {
+            return Err(KsError::WrongType);
+        }
+        let exists = old.is_some();
+        let old = match old {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        };
+        if (nx && exists) || (xx && !exists) {
+            return Ok(if get { Reply::opt(old) } else { Reply::Nil });
+        }
+        k.set_locked(key, value)?;
+        Ok(if get { Reply::opt(old) } else { Reply::ok() })
+    })())
+}
+
+pub(super) fn cmd_setnx(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, value] = a else { return wrong_args("setnx") };
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock(key);
+        if k.get(key)?.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        k.set_locked(key, value)?;
+        Ok(Reply::Int(1))
+    })())
+}
+
+pub(super) fn cmd_getset(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, value] = a else { return wrong_args("getset") };
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock(key);
+        let old = k.get_str(key)?;
+        k.set_locked(key, value)?;
+        Ok(Reply::opt(old))
+    })())
+}
+
+pub(super) fn cmd_getdel(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key] = a else { return wrong_args("getdel") };
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock(key);
+        let old = k.get_str(key)?;
+        if old.is_some() {
+            k.delete_locked(key)?;
+        }
+        Ok(Reply::opt(old))
+    })())
+}
+
+pub(super) fn cmd_mget(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, keys @ ..] = a else { return wrong_args("mget") };
+    // A key that fails to read (or holds a hash) is nil, as Redis answers for other types.
+    Reply::Array(keys.iter().map(|key| sh.ks.get_str(key).ok().flatten().map_or(Reply::Nil, Reply::Bulk)).collect())
+}
+
+pub(super) fn cmd_mset(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    set_many(sh, a, "mset", false)
+}
+
+pub(super) fn cmd_msetnx(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    set_many(sh, a, "msetnx", true)
+}
+
+/// MSET and MSETNX (`nx`: only when none of the keys exists), under all the keys' locks.
+fn set_many(sh: &Shared, a: &[&[u8]], name: &str, nx: bool) -> Reply {
+    let Some(pairs) = a.get(1..).and_then(pairs) else { return wrong_args(name) };
+    let keys: Vec<&[u8]> = pairs.iter().map(|(key, _)| *key).collect();
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock_many(&keys);
+        if nx {
+            for key in &keys {
+                if k.get(key)?.is_some() {
+                    return Ok(Reply::Int(0));
+                }
+            }
+        }
+        for (key, value) in &pairs {
+            k.set_locked(key, value)?;
+        }
+        Ok(if nx { Reply::Int(1) } else { Reply::ok() })
+    })())
+}
+
+pub(super) fn cmd_strlen(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key] = a else { return wrong_args("strlen") };
+    ks(sh.ks.get_str(key).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64))))
+}
+
+pub(super) fn cmd_append(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, tail] = a else { return wrong_args("append") };
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock(key);
+        let mut v = k.get_str(key)?.unwrap_or_default();
+        v.extend_from_slice(tail);
+        k.set_locked(key, &v)?;
+        Ok(Reply::Int(v.len() as i64))
+    })())
+}
+
+/// GETRANGE key start end: inclusive offsets, negative ones from the end.
+pub(super) fn cmd_getrange(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, start, end] = a else { return wrong_args("getrange") };
+    let (Some(s), Some(e)) = (int_arg(start), int_arg(end)) else { return not_int() };
+    ks(sh.ks.get_str(key).map(|v| {
+        let v = v.unwrap_or_default();
+        let n = v.len() as i64;
+        let s = if s < 0 { (n + s).max(0) } else { s };
+        let e = if e < 0 { n + e } else { e.min(n - 1) };
+        if n == 0 || s > e || s >= n {
+            Reply::bulk(Vec::new())
+        } else {
+            Reply::bulk(v.get(s as usize..=e as usize).unwrap_or_default().to_vec())
+        }
+    }))
+}
+
+pub(super) fn cmd_incr(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key] = a else { return wrong_args("incr") };
+    add(sh, key, 1)
+}
+
+pub(super) fn cmd_decr(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key] = a else { return wrong_args("decr") };
+    add(sh, key, -1)
+}
+
+pub(super) fn cmd_incrby(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, by] = a else { return wrong_args("incrby") };
+    match int_arg(by) {
+        Some(by) => add(sh, key, by),
+        None => not_int(),
+    }
+}
+
+pub(super) fn cmd_decrby(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, by] = a else { return wrong_args("decrby") };
+    match int_arg(by).map(i64::checked_neg) {
+        Some(Some(by)) => add(sh, key, by),
+        Some(None) => Reply::err("ERR decrement would overflow"),
+        None => not_int(),
+    }
+}
+
+/// Adds `by` to the integer `key` holds (0 when it is missing), under the key's lock.
+fn add(sh: &Shared, key: &[u8], by: i64) -> Reply {
+    let k = &sh.ks;
+    ks((|| {
+        let _g = k.lock(key);
+        let cur = match k.get_str(key)? {
+            None => 0,
+            Some(v) => match int_arg(&v) {
+                Some(n) => n,
+                None => return Ok(not_int()),
+            },
+        };
+        let Some(n) = cur.checked_add(by) else {
+            return Ok(Reply::err("ERR increment or decrement would overflow"));
+        };
+        k.set_locked(key, n.to_string().as_bytes())?;
+        Ok(Reply::Int(n))
+    })())
+}

@@ -1,0 +1,345 @@
+//! Every Redis command's reply, byte for byte, against a recorded transcript
+//! (`command_replies.golden`): a script of commands (argument errors, options, RESP2 and
+//! RESP3, a password-protected server) run through `commands::execute` and encoded the way a
+//! connection encodes them, followed by the per-command counters it left in the metrics.
+//! Replies that change from run to run (TIME, INFO, CLIENT INFO) are left out.
+//!
+//! After an intended change of replies, rewrite the transcript with
+//! `HALYARD_BLESS=1 cargo test -p halyard-server --test command_replies` and review its diff.
+
+use halyard_engine::{Db, Options};
+use halyard_server::commands;
+use halyard_server::keyspace::Keyspace;
+use halyard_server::metrics::{self, Metrics};
+use halyard_server::state::{Session, Shared};
+use std::fmt::Write;
+use std::sync::Arc;
+
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/command_replies.golden");
+
+fn shared(dir: &std::path::Path, requirepass: Option<&str>) -> (Shared, Arc<Db>) {
+    let opts = Options { direct_io: false, cache_bytes: 8 << 20, ..Options::default() };
+    let db = Arc::new(Db::open(dir, opts).expect("open store"));
+    let ks = Keyspace::new(db.clone()).expect("keyspace");
+    (Shared::new(ks, requirepass.map(str::to_string), Metrics::new(&commands::names())), db)
+}
+
+/// Printable form of bytes: CR and LF as `\r` `\n`, other non-printing bytes as `\xNN`.
+fn esc(b: &[u8]) -> String {
+    let mut s = String::new();
+    for &c in b {
+        match c {
+            b'\r' => s.push_str("\\r"),
+            b'\n' => s.push_str("\\n"),
+            b'\\' => s.push_str("\\\\"),
+            0x20..=0x7e => s.push(c as char),
+            _ => {
+                let _ = write!(s, "\\x{c:02x}");
+            }
+        }
+    }
+    s
+}
+
+/// Runs `script` on one session as a connection does (a protocol switch applies to the reply
+/// that asked for it) and appends `command -> reply` lines to `out`.
+fn run(sh: &Shared, sess: &mut Session, script: &[&[&str]], out: &mut String) {
+    for cmd in script {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+        let reply = commands::execute(sh, sess, &args);
+        if let Some(p) = sess.proto_next.take() {
+            sess.proto = p;
+        }
+        let mut wire = Vec::new();
+        reply.encode(sess.proto, &mut wire);
+        let shown: Vec<String> = cmd.iter().map(|a| format!("{a:?}")).collect();
+        let _ = writeln!(out, "{} -> {}{}", shown.join(" "), esc(&wire), if sess.quit { "  [quit]" } else { "" });
+        sess.quit = false;
+    }
+}
+
+/// The per-command counters and the unknown-command and AUTH failure counts.
+fn counters(sh: &Shared, db: &Db, out: &mut String) {
+    let text = metrics::render(&sh.metrics, &db.stats(), 0, None);
+    for l in text.lines() {
+        let wanted = ["halyard_commands_total{", "halyard_command_errors_total{", "halyard_unknown_", "halyard_auth_"];
+        if wanted.iter().any(|w| l.starts_with(w)) {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+}
+
+const STRINGS: &[&[&str]] = &[
+    &[],
+    &["PING"],
+    &["ping", "hello"],
+    &["PiNg", "a", "b"],
+    &["ECHO", "x y"],
+    &["ECHO"],
+    &["ECHO", "a", "b"],
+    &["SELECT", "0"],
+    &["SELECT", "1"],
+    &["SELECT", "x"],
+    &["SELECT"],
+    &["DBSIZE"],
+    &["DBSIZE", "x"],
+    &["SET", "s", "1"],
+    &["set", "s", "2", "nx"],
+    &["SET", "s", "3", "XX", "GET"],
+    &["SET", "s2", "3", "XX"],
+    &["SET", "s2", "3", "XX", "GET"],
+    &["SET", "s2", "3", "NX", "GET"],
+    &["SET", "s", "4", "NX", "XX"],
+    &["SET", "s", "v", "BOGUS"],
+    &["SET", "s", "v", "EX", "10"],
+    &["SET", "s", "v", "keepttl"],
+    &["SET", "s"],
+    &["GET", "s"],
+    &["GET"],
+    &["GET", "a", "b"],
+    &["SETNX", "s", "x"],
+    &["SETNX", "t", "x"],
+    &["SETNX", "t"],
+    &["GETSET", "t", "y"],
+    &["GETSET", "new", "y"],
+    &["GETDEL", "t"],
+    &["GETDEL", "t"],
+    &["MSET", "a", "1", "b", "2", "c"],
+    &["MSET", "a", "1", "b", "2"],
+    &["MSET", "a"],
+    &["MSETNX", "b", "3", "d", "4"],
+    &["MSETNX", "d", "4", "e"],
+    &["MSETNX", "d", "4", "e", "5"],
+    &["MGET", "a", "b", "d", "s", "zz"],
+    &["MGET"],
+    &["EXISTS", "a", "a", "zz"],
+    &["EXISTS"],
+    &["STRLEN", "a"],
+    &["STRLEN", "zz"],
+    &["APPEND", "a", "234"],
+    &["APPEND", "fresh", "xy"],
+    &["GETRANGE", "a", "0", "1"],
+    &["GETRANGE", "a", "-2", "-1"],
+    &["GETRANGE", "a", "5", "9"],
+    &["GETRANGE", "a", "2", "1"],
+    &["GETRANGE", "a", "-100", "100"],
+    &["GETRANGE", "zz", "0", "-1"],
+    &["GETRANGE", "a", "x", "1"],
+    &["GETRANGE", "a", "0"],
+    &["INCR", "n"],
+    &["INCRBY", "n", "10"],
+    &["DECR", "n"],
+    &["DECRBY", "n", "-5"],
+    &["DECRBY", "n", "-9223372036854775808"],
+    &["INCRBY", "n", "x"],
+    &["DECRBY", "n", "x"],
+    &["INCRBY", "n", "1", "2"],
+    &["INCR", "s"],
+    &["SET", "big", "9223372036854775807"],
+    &["INCR", "big"],
+    &["SET", "small", "-9223372036854775808"],
+    &["DECR", "small"],
+    &["TYPE", "a"],
+    &["TYPE", "none"],
+    &["DEL", "a", "zz"],
+    &["UNLINK", "b", "b"],
+    &["DEL"],
+    &["DBSIZE"],
+];
+
+const HASHES_AND_KEYS: &[&[&str]] = &[
+    &["HSET", "h", "a", "1", "b", "2"],
+    &["HSET", "h", "a", "3"],
+    &["HSET", "h", "a"],
+    &["HSET", "h", "a", "1", "b"],
+    &["HMSET", "h", "c", "4"],
+    &["HMSET", "h", "c", "4", "d"],
+    &["HGET", "h", "a"],
+    &["HGET", "h", "zz"],
+    &["HGET", "h"],
+    &["HMGET", "h", "a", "zz", "b"],
+    &["HMGET", "h"],
+    &["HLEN", "h"],
+    &["HLEN", "zz"],
+    &["HEXISTS", "h", "b"],
+    &["HEXISTS", "h", "zz"],
+    &["HDEL", "h", "a", "zz"],
+    &["HDEL", "h"],
+    &["HGETALL", "h"],
+    &["HGETALL", "zz"],
+    &["GET", "h"],
+    &["HGET", "s", "x"],
+    &["HSET", "s", "x", "y"],
+    &["INCR", "h"],
+    &["APPEND", "h", "x"],
+    &["SET", "h", "v", "GET"],
+    &["TYPE", "h"],
+    &["TYPE", "s"],
+    &["KEYS", "*"],
+    &["KEYS", "[bs]*"],
+    &["KEYS", "a", "b"],
+    &["SCAN", "0"],
+    &["SCAN", "0", "COUNT", "3"],
+    &["SCAN", "1", "COUNT", "3"],
+    &["SCAN", "2", "MATCH", "*m*", "COUNT", "100"],
+    &["SCAN", "0", "match", "s*", "type", "string"],
+    &["SCAN", "0", "COUNT", "0"],
+    &["SCAN", "0", "COUNT", "x"],
+    &["SCAN", "0", "MATCH"],
+    &["SCAN", "0", "BOGUS", "1"],
+    &["SCAN", "x"],
+    &["SCAN", "-1"],
+    &["SCAN", "999"],
+    &["SCAN"],
+    &["HALYARD.RANGE", "a", "t"],
+    &["halyard.range", "", "", "LIMIT", "2", "REV"],
+    &["HALYARD.RANGE", "", "", "limit", "0"],
+    &["HALYARD.RANGE", "", "", "LIMIT", "-1"],
+    &["HALYARD.RANGE", "", "", "LIMIT", "x"],
+    &["HALYARD.RANGE", "", "", "LIMIT"],
+    &["HALYARD.RANGE", "", "", "BOGUS"],
+    &["HALYARD.RANGE", "a"],
+    &["DEL", "h", "s", "zz"],
+    &["EXISTS", "h", "s"],
+];
+
+const CONNECTION: &[&[&str]] = &[
+    &["COMMAND"],
+    &["COMMAND", "COUNT"],
+    &["command", "count"],
+    &["COMMAND", "DOCS"],
+    &["COMMAND", "INFO", "get"],
+    &["COMMAND", "BOGUS"],
+    &["CONFIG", "GET", "appendonly"],
+    &["CONFIG", "GET", "SAVE"],
+    &["CONFIG", "get", "databases"],
+    &["CONFIG", "GET", "maxmemory"],
+    &["CONFIG", "GET"],
+    &["CONFIG", "SET", "save", ""],
+    &["CONFIG"],
+    &["CLIENT"],
+    &["CLIENT", "SETNAME", "bad name"],
+    &["CLIENT", "SETNAME", "bad\nname"],
+    &["CLIENT", "SETNAME", "good"],
+    &["CLIENT", "SETNAME"],
+    &["CLIENT", "GETNAME"],
+    &["CLIENT", "ID"],
+    &["CLIENT", "SETINFO", "lib-name", "x"],
+    &["CLIENT", "KILL", "x"],
+    &["AUTH", "x"],
+    &["AUTH", "u", "p"],
+    &["AUTH", "a", "b", "c"],
+    &["AUTH"],
+    &["NOSUCHCMD", "a"],
+    &["NOSUCHCMD", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"],
+    &["nosuch"],
+    &["TIME", "x"],
+    &["QUIT"],
+    &["QUIT", "now"],
+    &["HELLO", "4"],
+    &["HELLO", "x"],
+    &["HELLO", "3", "BOGUS"],
+    &["HELLO", "3", "AUTH", "default"],
+    &["HELLO", "3", "AUTH", "default", "x"],
+    &["HELLO", "2", "SETNAME", "n2"],
+    &["CLIENT", "GETNAME"],
+    &["HELLO"],
+    &["HELLO", "3"],
+];
+
+/// Replies whose RESP3 form differs (null, maps), after HELLO 3.
+const RESP3: &[&[&str]] = &[
+    &["GET", "zz"],
+    &["SET", "s", "1", "XX"],
+    &["MGET", "s", "zz"],
+    &["HSET", "h", "f", "v", "g", "w"],
+    &["HGETALL", "h"],
+    &["HGET", "h", "zz"],
+    &["HMGET", "h", "f", "zz"],
+    &["CLIENT", "GETNAME"],
+    &["CONFIG", "GET", "databases"],
+    &["HELLO", "2"],
+    &["HGETALL", "h"],
+    &["GET", "zz"],
+];
+
+const PASSWORD: &[&[&str]] = &[
+    &["GET", "k"],
+    &["PING"],
+    &["GET"],
+    &["NOSUCH"],
+    &["HELLO", "3"],
+    &["HELLO", "3", "AUTH", "default", "wrong"],
+    &["AUTH", "wrong"],
+    &["AUTH", "bob", "pw"],
+    &["QUIT"],
+    &["AUTH", "pw"],
+    &["GET", "k"],
+];
+
+const PASSWORD_HELLO: &[&[&str]] = &[
+    &["HELLO", "3", "AUTH", "default", "pw", "SETNAME", "x"],
+    &["PING"],
+    &["CLIENT", "GETNAME"],
+    &["AUTH", "default", "pw"],
+];
+
+#[test]
+fn replies_match_the_transcript() {
+    let mut out = String::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sh, db) = shared(dir.path(), None);
+    let mut sess = sh.session("127.0.0.1:1".into());
+    for (title, script) in [("strings", STRINGS), ("hashes and keys", HASHES_AND_KEYS), ("connection", CONNECTION)] {
+        let _ = writeln!(out, "## {title}");
+        run(&sh, &mut sess, script, &mut out);
+    }
+    let _ = writeln!(out, "## RESP3");
+    run(&sh, &mut sess, RESP3, &mut out);
+    let _ = writeln!(out, "## counters");
+    counters(&sh, &db, &mut out);
+    drop(sh);
+    drop(db);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sh, db) = shared(dir.path(), Some("pw"));
+    let _ = writeln!(out, "## requirepass");
+    run(&sh, &mut sh.session("127.0.0.1:2".into()), PASSWORD, &mut out);
+    let _ = writeln!(out, "## requirepass, HELLO AUTH");
+    run(&sh, &mut sh.session("127.0.0.1:3".into()), PASSWORD_HELLO, &mut out);
+    let _ = writeln!(out, "## requirepass counters");
+    counters(&sh, &db, &mut out);
+
+    if std::env::var_os("HALYARD_BLESS").is_some() {
+        std::fs::write(GOLDEN, &out).expect("write the transcript");
+        return;
+    }
+    let want = std::fs::read_to_string(GOLDEN).expect("read the transcript");
+    for (i, (w, g)) in want.lines().zip(out.lines()).enumerate() {
+        assert_eq!(g, w, "line {} of command_replies.golden", i + 1);
+    }
+    assert_eq!(out.lines().count(), want.lines().count(), "transcript length");
+}
+
+/// TIME, INFO and CLIENT INFO, which the transcript leaves out: their form.
+#[test]
+fn varying_replies_keep_their_form() {
+    use halyard_server::resp::Reply;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sh, _db) = shared(dir.path(), None);
+    let mut sess = sh.session("127.0.0.1:1".into());
+    let Reply::Array(t) = commands::execute(&sh, &mut sess, &[b"TIME"]) else { panic!("TIME: not an array") };
+    assert!(matches!(t.as_slice(), [Reply::Bulk(_), Reply::Bulk(_)]), "TIME: {t:?}");
+    for (args, starts) in [
+        (&[&b"INFO"[..]][..], "# Server\r\nredis_version:7.0.0\r\n"),
+        (&[b"info", b"keyspace"], "# Keyspace\r\n\r\n"),
+        (&[b"INFO", b"nosuch"], ""),
+        (&[b"CLIENT", b"INFO"], "id=1 addr=127.0.0.1:1 name= age="),
+    ] {
+        let r = commands::execute(&sh, &mut sess, args);
+        let Reply::Bulk(b) = r else { panic!("{args:?}: {r:?}") };
+        let text = String::from_utf8_lossy(&b);
+        assert!(text.starts_with(starts), "{args:?}: {text:?}");
+        assert!(!starts.is_empty() || text.is_empty(), "{args:?}: {text:?}");
+    }
+}
