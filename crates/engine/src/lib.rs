@@ -72,3 +72,4 @@ pub use replication::backup::{
     ReplicaMaps, TailImage,
 };
 pub use replication::ship::RegionSnapshot;
+pub use replication::Replication;

@@ -282,9 +282,9 @@ struct Layout {
 fn layout(dir: &Path) -> Layout {
     let db = Db::open(dir, quiet()).unwrap();
     Layout {
-        ssts: db.level_ssts(0).unwrap().into_iter().flatten().collect(),
-        large: db.log_segments(0, LogKind::Large).unwrap(),
-        medium: db.log_segments(0, LogKind::Medium).unwrap(),
+        ssts: db.replication().level_ssts(0).unwrap().into_iter().flatten().collect(),
+        large: db.replication().log_segments(0, LogKind::Large).unwrap(),
+        medium: db.replication().log_segments(0, LogKind::Medium).unwrap(),
     }
 }
 
@@ -1191,7 +1191,7 @@ fn l0_log_damage_is_reported_not_silently_truncated() {
         }
     }
     let db = Db::open(&dir, quiet()).unwrap();
-    let segs = db.log_segments(0, LogKind::L0).unwrap();
+    let segs = db.replication().log_segments(0, LogKind::L0).unwrap();
     drop(db);
     let (seg, salt) = segs[0];
     let recs = log_records(&dir, seg, salt);

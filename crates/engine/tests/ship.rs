@@ -69,15 +69,15 @@ impl Buffers {
                     Some((s, t, b)) if (s, t) == (*seg, *salt) => b,
                     _ => Vec::new(),
                 };
-                db.backup_log_segment(0, *log, *seg, *salt, &bytes).expect("flush");
+                db.replication().backup_log_segment(0, *log, *seg, *salt, &bytes).expect("flush");
             }
             Event::Sst(info, bytes) => {
-                db.backup_sst(0, info, bytes).expect("sst");
+                db.replication().backup_sst(0, info, bytes).expect("sst");
             }
             Event::Medium(seg, salt, bytes) => {
-                db.backup_medium_run(0, *seg, *salt, bytes).expect("medium run");
+                db.replication().backup_medium_run(0, *seg, *salt, bytes).expect("medium run");
             }
-            Event::Edits(e) => db.backup_edits(0, e).expect("edits"),
+            Event::Edits(e) => db.replication().backup_edits(0, e).expect("edits"),
         }
     }
 
@@ -88,7 +88,7 @@ impl Buffers {
     /// Stores every buffer as a segment (a backup whose primary changed).
     fn flush_all(&mut self, db: &Db) {
         for (log, (s, t, b)) in self.0.drain() {
-            db.backup_log_segment(0, log, s, t, &b).expect("flush");
+            db.replication().backup_log_segment(0, log, s, t, &b).expect("flush");
         }
     }
 }
@@ -173,7 +173,7 @@ fn settle(db: &Db) -> halyard_engine::Stats {
 fn open_backup(dir: &Path, create: bool) -> Db {
     let db = Db::open(dir, backup_opts()).expect("backup");
     if create {
-        db.create_backup_region(0, b"", None).expect("backup region");
+        db.replication().create_backup_region(0, b"", None).expect("backup region");
     }
     db
 }
@@ -184,7 +184,7 @@ fn backups_follow_restart_promote_and_remap() {
     let (pdir, b1dir, b2dir) = (root.path().join("p"), root.path().join("b1"), root.path().join("b2"));
     let primary = Db::open(&pdir, opts()).expect("primary");
     let rec = Arc::new(Recorder::default());
-    primary.set_ship_listener(Some(rec.clone()));
+    primary.replication().set_ship_listener(Some(rec.clone()));
     let mut b1 = open_backup(&b1dir, true);
     let b2 = open_backup(&b2dir, true);
     assert!(matches!(b1.put(b"x", b"y"), Err(Error::BackupRegion(0))));
@@ -203,10 +203,10 @@ fn backups_follow_restart_promote_and_remap() {
             // A new backup joins mid-run (compactions and GC running): a full copy taken
             // atomically with the stream position, then the live stream.
             let db3 = open_backup(&b3dir, true);
-            db3.backup_log_segment(0, LogKind::L0, 999, 1, b"stale").expect("stale state");
-            db3.reset_backup(0).expect("reset");
+            db3.replication().backup_log_segment(0, LogKind::L0, 999, 1, b"stale").expect("stale state");
+            db3.replication().reset_backup(0).expect("reset");
             let (before, snap) =
-                primary.with_snapshot(0, |snap| (rec.take(), snapshot_events(snap))).expect("snapshot");
+                primary.replication().with_snapshot(0, |snap| (rec.take(), snapshot_events(snap))).expect("snapshot");
             for ev in before {
                 buf1.apply(&b1, &ev);
                 buf2.apply(&b2, &ev);
@@ -239,11 +239,11 @@ fn backups_follow_restart_promote_and_remap() {
                 buf1.apply(&b1, &ev);
                 buf2.apply(&b2, &ev);
             }
-            let before = b1.replica_maps(0).expect("maps");
+            let before = b1.replication().replica_maps(0).expect("maps");
             assert!(!before.log.is_empty() && !before.index.is_empty(), "maps {before:?}");
             drop(b1);
             b1 = open_backup(&b1dir, false);
-            assert_eq!(b1.replica_maps(0).expect("maps"), before, "maps survive a restart");
+            assert_eq!(b1.replication().replica_maps(0).expect("maps"), before, "maps survive a restart");
         }
     }
     assert!(ssts > 10 && runs > 0 && edits > 10 && seals > 10, "ssts {ssts} runs {runs} edits {edits} seals {seals}");
@@ -265,7 +265,7 @@ fn backups_follow_restart_promote_and_remap() {
     std::fs::create_dir_all(&b3dir_copy).expect("mkdir");
     copy_store(&b3dir, &b3dir_copy);
     let b3 = open_backup(&b3dir_copy, false);
-    b3.promote(0, &buf3.tails()).expect("promote the late backup");
+    b3.replication().promote(0, &buf3.tails()).expect("promote the late backup");
     assert_same(&b3, &model, "late backup promoted");
     drop(b3);
     assert!(pstats.gc_segments > 0, "GC reclaimed large-log segments on the primary: {pstats:?}");
@@ -279,14 +279,14 @@ fn backups_follow_restart_promote_and_remap() {
     assert!(bstats.read_bytes_by.iter().all(|(k, b)| *k == "catalog" || *b < 64 << 10), "{:?}", bstats.read_bytes_by);
     // The primary is lost; backup 1 takes over with what it holds, unflushed buffers included.
     drop(primary);
-    let p = b1.promote(0, &buf1.tails()).expect("promote");
+    let p = b1.replication().promote(0, &buf1.tails()).expect("promote");
     assert_eq!(p.dropped_records, 0);
     assert_same(&b1, &model, "promoted backup");
     // Backup 2 stores its buffers and re-keys its maps to the new primary's segments.
     buf2.flush_all(&b2);
-    b2.remap(0, &b1.replica_maps(0).expect("maps")).expect("remap");
+    b2.replication().remap(0, &b1.replication().replica_maps(0).expect("maps")).expect("remap");
     let rec2 = Arc::new(Recorder::default());
-    b1.set_ship_listener(Some(rec2.clone()));
+    b1.replication().set_ship_listener(Some(rec2.clone()));
     let mut buf2 = Buffers::default();
     for round in 6..9 {
         write_round(&b1, round, &mut model);
@@ -304,10 +304,10 @@ fn backups_follow_restart_promote_and_remap() {
         drop(b2);
         open_backup(&b2dir, false)
     };
-    b2.promote(0, &buf2.tails()).expect("promote backup 2");
+    b2.replication().promote(0, &buf2.tails()).expect("promote backup 2");
     assert_same(&b2, &model, "second promotion");
     // L0 logs were trimmed as the primaries compacted: only recent segments remain.
-    assert!(b2.log_segments(0, LogKind::L0).expect("l0 log").len() < 20);
+    assert!(b2.replication().log_segments(0, LogKind::L0).expect("l0 log").len() < 20);
 }
 
 #[test]
@@ -316,7 +316,7 @@ fn torn_buffer_at_every_offset_of_a_record() {
     let (pdir, bdir) = (root.path().join("p"), root.path().join("b"));
     let primary = Db::open(&pdir, Options { l0_bytes: 1 << 20, ..opts() }).expect("primary");
     let rec = Arc::new(Recorder::default());
-    primary.set_ship_listener(Some(rec.clone()));
+    primary.replication().set_ship_listener(Some(rec.clone()));
     let backup = open_backup(&bdir, true);
     let mut buf = Buffers::default();
     for i in 0..40u32 {
@@ -343,7 +343,7 @@ fn torn_buffer_at_every_offset_of_a_record() {
         copy_store(&bdir, &copy);
         let db = open_backup(&copy, false);
         let tail = TailImage { log: LogKind::L0, primary: seg, salt, bytes: &bytes[..cut] };
-        db.promote(0, &[tail]).expect("promote");
+        db.replication().promote(0, &[tail]).expect("promote");
         let has = |k: &[u8]| db.get(k).expect("get").is_some();
         assert!(has(b"k039"), "cut {cut}: records before the torn one survive");
         let batch_whole = cut >= last_start;
@@ -384,15 +384,15 @@ fn region_with_its_own_history_is_demoted_and_takes_a_full_copy() {
     settle(&copy);
     assert!(copy.region(0).expect("r").lsn() > primary.region(0).expect("r").lsn());
     let allocated = copy.stats().space_allocated_bytes;
-    copy.demote_to_backup(0).expect("demote");
+    copy.replication().demote_to_backup(0).expect("demote");
     assert!(matches!(copy.put(b"x", b"y"), Err(Error::BackupRegion(0))));
     assert!(copy.scan(..).next().is_none(), "a demoted region is empty");
-    let snap = primary.with_snapshot(0, snapshot_events).expect("snapshot");
+    let snap = primary.replication().with_snapshot(0, snapshot_events).expect("snapshot");
     let mut bufs = Buffers::default();
     for ev in &snap {
         bufs.apply(&copy, ev);
     }
-    let p = copy.promote(0, &bufs.tails()).expect("promote");
+    let p = copy.replication().promote(0, &bufs.tails()).expect("promote");
     assert_eq!(p.last_lsn, primary.region(0).expect("r").lsn());
     assert_same(&copy, &model, "after the copy");
     // Its own segments were given back (kept, it would hold both histories).

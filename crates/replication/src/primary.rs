@@ -275,7 +275,7 @@ impl Shipper {
         let db = self.db.get().and_then(Weak::upgrade).ok_or_else(|| crate::Error::Protocol("store closed".into()))?;
         let handle = db.region(s.region)?;
         let (region, epoch) = (s.region, s.epoch);
-        let r = db.with_snapshot(region, |snap: RegionSnapshot| {
+        let r = db.replication().with_snapshot(region, |snap: RegionSnapshot| {
             let lsn = handle.lsn();
             let _ = l.tx.send(Item::Restart);
             if lsn == 0 && snap.ssts.is_empty() {

@@ -355,7 +355,7 @@ impl Replica {
             let dropped = r.build.lock().0.len() as u64;
             return Ok(Promoted { last_lsn: last, dropped, tails });
         }
-        let p = self.db.promote(region, &tail_images(&tails))?;
+        let p = self.db.replication().promote(region, &tail_images(&tails))?;
         Ok(Promoted { last_lsn: p.last_lsn, dropped: p.dropped_records, tails })
     }
 
@@ -560,7 +560,7 @@ impl Replica {
             Msg::Sst { info, bytes, .. } => {
                 let (region, info) = (r.id, SstInfo::from_bytes(&info)?);
                 work.queue(Box::new(move || {
-                    db.backup_sst(region, &info, &bytes)?;
+                    db.replication().backup_sst(region, &info, &bytes)?;
                     Ok(())
                 }))
                 .await?
@@ -568,7 +568,7 @@ impl Replica {
             Msg::Medium { seg, salt, bytes, .. } => {
                 let region = r.id;
                 work.queue(Box::new(move || {
-                    db.backup_medium_run(region, seg, salt, &bytes)?;
+                    db.replication().backup_medium_run(region, seg, salt, &bytes)?;
                     Ok(())
                 }))
                 .await?
@@ -657,7 +657,7 @@ async fn apply_seal(work: &Work<'_>, db: Arc<Db>, log: u8, seg: u32, salt: u32) 
         let region = r.id;
         return work
             .queue(Box::new(move || {
-                db.backup_log_segment(region, kind, seg, salt, &bytes)?;
+                db.replication().backup_log_segment(region, kind, seg, salt, &bytes)?;
                 Ok(())
             }))
             .await;
@@ -676,7 +676,7 @@ async fn apply_edits(work: &Work<'_>, db: Arc<Db>, edits: &[u8]) -> Result<()> {
     let (_, edits) = decode_shipped_edits(edits)?;
     let r = work.r.clone();
     work.queue(Box::new(move || {
-        db.backup_edits(r.id, &edits)?;
+        db.replication().backup_edits(r.id, &edits)?;
         if r.mode == Mode::BuildIndex && r.copying.load(Relaxed) {
             // Build-Index streams carry no other Edits than a full copy's last.
             finish_full_copy(&db, &r)?;
@@ -690,7 +690,7 @@ async fn apply_edits(work: &Work<'_>, db: Arc<Db>, edits: &[u8]) -> Result<()> {
 /// region replays from there on.
 fn finish_full_copy(db: &Db, r: &ReplicaRegion) -> Result<()> {
     let tails: Vec<LogTail> = r.bufs.lock().iter().map(|(l, b)| (*l, b.seg, b.salt, b.bytes.clone())).collect();
-    let p = db.promote(r.id, &tail_images(&tails))?;
+    let p = db.replication().promote(r.id, &tail_images(&tails))?;
     for b in r.bufs.lock().values_mut() {
         b.decoded = b.bytes.len();
     }
@@ -752,9 +752,9 @@ fn remap_send_index(db: &Db, r: &ReplicaRegion, maps: &ReplicaMaps) -> Result<()
         // Whole segments: bytes of our own longer copy must not survive.
         let mut img = b.bytes;
         img.resize(seg_bytes.max(img.len()), 0);
-        db.backup_log_segment(r.id, log_kind(log)?, b.seg, b.salt, &img)?;
+        db.replication().backup_log_segment(r.id, log_kind(log)?, b.seg, b.salt, &img)?;
     }
-    db.remap(r.id, maps)?;
+    db.replication().remap(r.id, maps)?;
     Ok(())
 }
 
@@ -766,9 +766,9 @@ async fn apply_reset(db: Arc<Db>, r: &Arc<ReplicaRegion>) -> Result<()> {
     let r = r.clone();
     run_now(Box::new(move || {
         match r.mode {
-            Mode::SendIndex => db.reset_backup(r.id)?,
+            Mode::SendIndex => db.replication().reset_backup(r.id)?,
             Mode::BuildIndex => {
-                db.demote_to_backup(r.id)?;
+                db.replication().demote_to_backup(r.id)?;
                 *r.build.lock() = (BTreeMap::new(), 1);
                 r.copying.store(true, Relaxed);
             }
@@ -890,7 +890,7 @@ impl Replica {
             Some(r) if r.takes_segments() => {
                 let bufs = r.bufs.lock();
                 for b in bufs.values() {
-                    db.backup_stage_tail(region, b.seg, b.salt, &b.bytes)?;
+                    db.replication().backup_stage_tail(region, b.seg, b.salt, &b.bytes)?;
                 }
                 let tails: Vec<TailImage<'_>> = bufs
                     .iter()
@@ -898,7 +898,7 @@ impl Replica {
                         Some(TailImage { log: log_kind(*log).ok()?, primary: b.seg, salt: b.salt, bytes: &b.bytes })
                     })
                     .collect();
-                db.backup_overlay(region, &tails)?
+                db.replication().backup_overlay(region, &tails)?
             }
             Some(r) => build_overlay(&r),
             None => BTreeMap::new(),

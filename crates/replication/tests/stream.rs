@@ -38,11 +38,11 @@ async fn start_backup(dir: &std::path::Path, opts: Options, two: bool) -> (Arc<D
     let replica = Replica::new(backup.clone(), dir.join("epochs"));
     match two {
         false => {
-            backup.create_backup_region(1, b"", None).expect("backup region");
+            backup.replication().create_backup_region(1, b"", None).expect("backup region");
         }
         true => {
-            backup.create_backup_region(1, b"", Some(b"m")).expect("backup region");
-            backup.create_backup_region(2, b"m", None).expect("backup region");
+            backup.replication().create_backup_region(1, b"", Some(b"m")).expect("backup region");
+            backup.replication().create_backup_region(2, b"m", None).expect("backup region");
             replica.add_region(2, Mode::SendIndex, 1).expect("replica region");
         }
     }
@@ -71,7 +71,7 @@ async fn the_backup_holds_every_acknowledged_write_when_the_ack_arrives() {
 
     let shipper = Shipper::new(Duration::from_secs(20));
     shipper.set_db(&primary);
-    primary.set_ship_listener(Some(shipper.clone()));
+    primary.replication().set_ship_listener(Some(shipper.clone()));
     let stream = shipper.add_region(1, 1, Mode::SendIndex, &[("backup".to_string(), addr.clone())], false);
     shipper.start(&stream, None);
 

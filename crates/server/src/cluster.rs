@@ -70,7 +70,7 @@ impl ClusterNode {
             let want_backup_region = !primary && mode == Mode::SendIndex;
             match existing.get(&r.id) {
                 None if want_backup_region => {
-                    db.create_backup_region(r.id, &start, end.as_deref())?;
+                    db.replication().create_backup_region(r.id, &start, end.as_deref())?;
                 }
                 None => {
                     db.create_region(r.id, &start, end.as_deref())?;
@@ -93,7 +93,7 @@ impl ClusterNode {
         let node =
             Arc::new(ClusterNode { name, file: RwLock::new(file), db: db.clone(), shipper, replica, mode, last_write });
         node.shipper.set_db(&db);
-        db.set_ship_listener(Some(node.shipper.clone()));
+        db.replication().set_ship_listener(Some(node.shipper.clone()));
         let led: Vec<RegionSpec> =
             node.file.read().regions.iter().filter(|r| r.primary == node.name).cloned().collect();
         for r in led {
@@ -105,7 +105,7 @@ impl ClusterNode {
             }
             // A region never written to starts aligned with its (equally empty) backups: the
             // stream queues from the first write. Otherwise each backup gets a full copy.
-            let fresh = db.region(r.id)?.lsn() == 0 && db.level_ssts(r.id)?.iter().all(Vec::is_empty);
+            let fresh = db.region(r.id)?.lsn() == 0 && db.replication().level_ssts(r.id)?.iter().all(Vec::is_empty);
             let s = node.shipper.add_region(r.id, r.epoch, mode, &node.addrs(&r.backups), fresh);
             node.shipper.start(&s, None);
         }
@@ -161,7 +161,7 @@ impl ClusterNode {
         let p = self.replica.promote_region(region)?;
         let (last, dropped) = (p.last_lsn, p.dropped);
         let maps = match self.mode {
-            Mode::SendIndex => self.db.replica_maps(region)?,
+            Mode::SendIndex => self.db.replication().replica_maps(region)?,
             Mode::BuildIndex => Default::default(),
         };
         let first = Some(Msg::Remap {
@@ -204,7 +204,7 @@ impl halyard_replication::NodeHooks for ClusterNode {
             let exists = self.db.regions().iter().any(|i| i.id == region);
             if !exists {
                 match self.mode {
-                    Mode::SendIndex => self.db.create_backup_region(region, start, end)?,
+                    Mode::SendIndex => self.db.replication().create_backup_region(region, start, end)?,
                     Mode::BuildIndex => self.db.create_region(region, start, end)?,
                 };
             }

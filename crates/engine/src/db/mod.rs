@@ -7,7 +7,6 @@ use crate::catalog::{Catalog, Edit};
 use crate::device::alloc::Allocator;
 use crate::device::{Device, Storage};
 use crate::error::{Error, Result};
-use crate::log::listener::ShipListener;
 use crate::options::{Options, SyncMode};
 use crate::placement::compaction;
 use crate::placement::gc;
@@ -488,13 +487,13 @@ impl Db {
         self.create_region_with(id, start, end, false)
     }
 
-    /// Creates a region that is a replication backup: it takes shipped segments and edits
-    /// only, keeps no L0 and never compacts.
-    pub fn create_backup_region(&self, id: u32, start: &[u8], end: Option<&[u8]>) -> Result<RegionHandle> {
-        self.create_region_with(id, start, end, true)
-    }
-
-    fn create_region_with(&self, id: u32, start: &[u8], end: Option<&[u8]>, backup: bool) -> Result<RegionHandle> {
+    pub(crate) fn create_region_with(
+        &self,
+        id: u32,
+        start: &[u8],
+        end: Option<&[u8]>,
+        backup: bool,
+    ) -> Result<RegionHandle> {
         if end.is_some_and(|e| e <= start) {
             return Err(Error::InvalidOptions("region end must be greater than its start".into()));
         }
@@ -547,11 +546,6 @@ impl Db {
                 lsn: r.visible.load(Relaxed),
             })
             .collect()
-    }
-
-    /// Registers the receiver of compaction output for replication (None to remove it).
-    pub fn set_ship_listener(&self, l: Option<Arc<dyn ShipListener>>) {
-        *self.inner.sh.listener.write() = l;
     }
 }
 

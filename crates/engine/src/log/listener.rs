@@ -22,7 +22,7 @@ pub trait ShipListener: Send + Sync {
 /// A compaction output segment.
 #[derive(Clone, Copy, Debug)]
 pub enum ShippedSegment<'a> {
-    /// An SST: its leaves hold log pointers that a backup rewrites (`Db::backup_sst`).
+    /// An SST: its leaves hold log pointers that a backup rewrites (`Replication::backup_sst`).
     Sst {
         /// Its description (`info.seg` is the primary's segment).
         info: &'a SstInfo,

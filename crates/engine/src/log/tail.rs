@@ -140,7 +140,7 @@ impl LogTail {
         self.buf = image;
         self.pos = pos;
         self.written = pos;
-        // A backup that catches up is sent the segment from its start (`Db::with_snapshot`).
+        // A backup that catches up is sent the segment from its start (`Replication::with_snapshot`).
         self.shipped = pos;
         self.seg = Some((seg, salt));
         self.last_lsn = last_lsn;

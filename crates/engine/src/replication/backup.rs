@@ -6,13 +6,14 @@
 
 use crate::catalog::LogKind;
 use crate::catalog::{Edit, MapKind, RegionMeta, SstInfo};
-use crate::db::{Db, RegionHandle};
+use crate::db::RegionHandle;
 use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::alloc::Purpose;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::format::node::Node;
 use crate::region::Region;
+use crate::replication::Replication;
 use crate::tree::view::View;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -49,9 +50,9 @@ pub struct Promotion {
     pub dropped_records: u64,
 }
 
-impl Db {
+impl Replication<'_> {
     fn backup_region(&self, region: u32) -> Result<RegionHandle> {
-        let h = self.region(region)?;
+        let h = self.db.region(region)?;
         if !h.region.backup {
             return Err(Error::InvalidOptions(format!("region {region} is not a backup")));
         }
@@ -64,7 +65,7 @@ impl Db {
 
     /// Writes `bytes` at the start of `seg` and zeros after them up to `len`.
     fn write_padded(&self, seg: u32, bytes: &[u8], len: usize) -> Result<()> {
-        let dev = &self.inner.sh.dev;
+        let dev = &self.db.inner.sh.dev;
         if bytes.len() as u64 > dev.seg_bytes() {
             return Err(Error::InvalidOptions("segment image larger than a segment".into()));
         }
@@ -82,7 +83,7 @@ impl Db {
         if let Some(&l) = res.log.get(&(primary, salt)) {
             return Ok((l, false));
         }
-        let l = self.inner.sh.alloc.alloc(Purpose::Background)?;
+        let l = self.db.inner.sh.alloc.alloc(Purpose::Background)?;
         res.log.insert((primary, salt), l);
         Ok((l, false))
     }
@@ -284,7 +285,7 @@ impl Db {
     /// in LSN order up to the first gap (None: deleted). Its levels plus this are what the
     /// region would hold if promoted now.
     pub fn backup_overlay(&self, region: u32, tails: &[TailImage<'_>]) -> Result<Overlay> {
-        let sh = &self.inner.sh;
+        let sh = &self.db.inner.sh;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mut recs: BTreeMap<u64, LogRecord> = BTreeMap::new();
         let mut img = AlignedBuf::new(sh.dev.seg_bytes() as usize);
@@ -308,10 +309,10 @@ impl Db {
 
     /// Empties a region that took writes of its own (a Build-Index backup, which replays and
     /// compacts) and makes it a backup region, ready for a full copy through the Send-Index
-    /// path ([`Db::promote`] turns it back when the copy is complete). Waits for the region's
+    /// path ([`Replication::promote`] turns it back when the copy is complete). Waits for the region's
     /// running compaction and GC; its writes must have stopped.
     pub fn demote_to_backup(&self, region: u32) -> Result<()> {
-        let h = self.region(region)?;
+        let h = self.db.region(region)?;
         if h.region.backup {
             return self.reset_backup(region);
         }
@@ -335,7 +336,7 @@ impl Db {
         self.reload_levels(&h, freed);
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let fresh = Arc::new(Region::new(region, &meta, sh.clone(), crate::tree::memtable::Memtable::new(), 1));
-        self.replace_region(fresh);
+        self.db.replace_region(fresh);
         drop(w);
         Ok(())
     }
@@ -382,7 +383,7 @@ impl Db {
 
     /// A backup region's maps, for the other backups to remap after this one is promoted.
     pub fn replica_maps(&self, region: u32) -> Result<ReplicaMaps> {
-        let meta = self.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         Ok(ReplicaMaps {
             log: meta.log_map.iter().map(|(k, v)| (*k, *v)).collect(),
             index: meta.index_map.iter().map(|(k, v)| (*k, *v)).collect(),
@@ -444,13 +445,13 @@ impl Db {
         }
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let fresh = Arc::new(Region::new(region, &meta, sh.clone(), mem, last + 1));
-        self.replace_region(fresh);
+        self.db.replace_region(fresh);
         sh.wake();
         Ok(Promotion { last_lsn: last, dropped_records: dropped })
     }
 }
 
-impl Db {
+impl Replication<'_> {
     pub(crate) fn reload_levels(&self, h: &RegionHandle, freed: Vec<u32>) {
         let r = &h.region;
         let Some(meta) = r.sh.manifest.region(r.id) else {

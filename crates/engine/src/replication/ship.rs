@@ -3,29 +3,29 @@
 
 use crate::catalog::LogKind;
 use crate::catalog::SstInfo;
-use crate::db::Db;
 use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::format::record;
+use crate::replication::Replication;
 
-impl Db {
+impl Replication<'_> {
     /// The segments of a region's log with their salts, oldest first (for shipping a whole
     /// log to a new backup).
     pub fn log_segments(&self, region: u32, log: LogKind) -> Result<Vec<(u32, u32)>> {
-        let meta = self.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         Ok(meta.logs[log as usize].iter().map(|s| (s.seg, s.salt)).collect())
     }
 
     /// Reads a whole segment image (after writing out the region's log tails, so that a
     /// live log segment is read as far as it was appended).
     pub fn read_segment(&self, region: u32, seg: u32) -> Result<Vec<u8>> {
-        let h = self.region(region)?;
+        let h = self.db.region(region)?;
         {
             let mut w = h.region.w.lock();
             h.region.write_out(&mut w)?;
         }
-        let dev = &self.inner.sh.dev;
+        let dev = &self.db.inner.sh.dev;
         let mut buf = AlignedBuf::new(dev.seg_bytes() as usize);
         dev.read_into(dev.seg_base(seg), &mut buf, IoKind::Read)?;
         Ok(buf.to_vec())
@@ -33,7 +33,7 @@ impl Db {
 
     /// The SSTs of a region per level (L1 first), as a primary would ship them to a new backup.
     pub fn level_ssts(&self, region: u32) -> Result<Vec<Vec<SstInfo>>> {
-        let meta = self.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         Ok(meta.levels)
     }
 }
@@ -63,13 +63,13 @@ fn valid_len(kind: LogKind, img: &[u8], s: &crate::catalog::LogSeg) -> usize {
     record::end_through(records.iter().map(|(o, r)| (*o, r.len, r.lsn)), s.sealed)
 }
 
-impl Db {
+impl Replication<'_> {
     /// Takes a snapshot of a primary region for a new or returning backup and calls `f` with
     /// it while no write, compaction or GC of the region can run: whatever the region ships
     /// after `f` returns follows the snapshot exactly. The region's writers wait meanwhile.
     pub fn with_snapshot<T>(&self, region: u32, f: impl FnOnce(RegionSnapshot) -> T) -> Result<T> {
         use crate::catalog::Edit;
-        let h = self.region(region)?;
+        let h = self.db.region(region)?;
         let r = &h.region;
         if r.backup {
             return Err(Error::BackupRegion(region));
