@@ -4,6 +4,8 @@
 //! rather than by clap so that every bad value gets one message naming the accepted ones,
 //! and so that the checks can be unit-tested without a process.
 
+#![expect(clippy::indexing_slicing, reason = "indexes within argument lists whose lengths are checked")]
+
 use crate::workload::{Dist, Mix, Workload};
 use clap::Args;
 use serde::Serialize;

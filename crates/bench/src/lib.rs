@@ -6,8 +6,6 @@
 //! I/O, space, CPU, stability, stalls, memory) and Halyard's figures are divided by each
 //! baseline's. See README.md in this crate.
 
-#![warn(missing_docs, rust_2018_idioms)]
-
 mod args;
 mod engines;
 mod measure;

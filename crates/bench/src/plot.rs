@@ -5,6 +5,8 @@
 //! built-in font, and bundling one would add ~700 KB to the repository. A system sans font
 //! is looked up (Debian: fonts-dejavu-core).
 
+#![expect(clippy::indexing_slicing, reason = "series and colours are indexed within the lists the plot built")]
+
 use crate::runner::{EngineRun, PhaseResult};
 use plotters::coord::Shift;
 use plotters::prelude::*;

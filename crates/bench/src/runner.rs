@@ -1,5 +1,7 @@
 //! Runs the workload sequence on one engine and measures every phase.
 
+#![expect(clippy::indexing_slicing, reason = "per-thread and per-phase arrays are sized by the run they describe")]
+
 use crate::args::{Config, EngineKind};
 use crate::engines::{self, disk_bytes, Engine, EngineConfig, EngineStats};
 use crate::measure::{self, ProcIo};

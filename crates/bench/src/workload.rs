@@ -6,6 +6,8 @@
 //! sorted, order), Zipfian is YCSB's `ScrambledZipfianGenerator` and `latest` its
 //! `SkewedLatestGenerator`.
 
+#![expect(clippy::indexing_slicing, reason = "key and value pools are indexed modulo their sizes")]
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

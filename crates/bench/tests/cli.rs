@@ -1,5 +1,14 @@
 //! Runs the `halyard-bench` binary on tiny workloads and checks the JSON report.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use serde_json::Value;
 use std::process::Command;
 

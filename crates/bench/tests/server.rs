@@ -4,6 +4,15 @@
 //! Needs the `halyard` binary (HALYARD_BIN, else next to `halyard-bench`, else built with
 //! `cargo build -p halyard`) and `redis-server` on PATH.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

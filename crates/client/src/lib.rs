@@ -20,8 +20,7 @@
 //!
 //! [`blocking::Client`] offers the same calls to synchronous code.
 
-#![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![warn(unreachable_pub)]
 
 pub mod blocking;
 mod client;

@@ -1,5 +1,14 @@
 //! End to end: the client against the server's native handler over a real engine.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 mod common;
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};

@@ -17,8 +17,6 @@
 //! epoch = 1                         # raised by every promotion
 //! ```
 
-#![warn(missing_docs, rust_2018_idioms)]
-
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -143,13 +141,13 @@ impl ClusterFile {
     pub fn validate(&self) -> Result<(), ClusterError> {
         let bad = |m: String| Err(ClusterError::Invalid(m));
         for (i, n) in self.nodes.iter().enumerate() {
-            if self.nodes[..i].iter().any(|m| m.name == n.name) {
+            if self.nodes.iter().take(i).any(|m| m.name == n.name) {
                 return bad(format!("node {} is listed twice", n.name));
             }
         }
         let mut ranges: Vec<(Vec<u8>, Option<Vec<u8>>, u32)> = Vec::new();
         for (i, r) in self.regions.iter().enumerate() {
-            if self.regions[..i].iter().any(|o| o.id == r.id) {
+            if self.regions.iter().take(i).any(|o| o.id == r.id) {
                 return bad(format!("region {} is listed twice", r.id));
             }
             for n in std::iter::once(&r.primary).chain(&r.backups) {
@@ -157,7 +155,8 @@ impl ClusterFile {
                     return bad(format!("region {} names node {n}, which is not in [[nodes]]", r.id));
                 }
             }
-            if r.backups.contains(&r.primary) || (1..r.backups.len()).any(|j| r.backups[..j].contains(&r.backups[j])) {
+            let twice = r.backups.iter().enumerate().any(|(j, b)| r.backups.iter().take(j).any(|o| o == b));
+            if r.backups.contains(&r.primary) || twice {
                 return bad(format!("region {}: a node appears twice among its primary and backups", r.id));
             }
             let (s, e) = (r.start_bytes(), r.end_bytes());
@@ -168,8 +167,10 @@ impl ClusterFile {
         }
         ranges.sort();
         for w in ranges.windows(2) {
-            if w[0].1.as_ref().is_none_or(|e| e > &w[1].0) {
-                return bad(format!("regions {} and {} overlap", w[0].2, w[1].2));
+            if let [a, b] = w {
+                if a.1.as_ref().is_none_or(|e| e > &b.0) {
+                    return bad(format!("regions {} and {} overlap", a.2, b.2));
+                }
             }
         }
         Ok(())
@@ -242,13 +243,14 @@ impl ClusterFile {
             })
             .collect();
         let n = nodes.len();
+        let name = |k: usize| nodes.get(k % n.max(1)).map(|x| x.name.clone()).unwrap_or_default();
         let regions = (0..regions)
             .map(|i| RegionSpec {
                 id: i + 1,
                 start: if i == 0 { String::new() } else { split(i) },
                 end: if i + 1 == regions { None } else { Some(split(i + 1)) },
-                primary: nodes[i as usize % n].name.clone(),
-                backups: (1..replicas.min(n)).map(|j| nodes[(i as usize + j) % n].name.clone()).collect(),
+                primary: name(i as usize),
+                backups: (1..replicas.min(n)).map(|j| name(i as usize + j)).collect(),
                 epoch: 1,
             })
             .collect();

@@ -1,5 +1,14 @@
 //! A tour of the engine's API: `cargo run --release -p halyard-engine --example quickstart [DIR]`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options, ScanOptions, SyncMode, WriteBatch};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

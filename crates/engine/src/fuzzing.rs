@@ -1,6 +1,8 @@
 //! Entry points for fuzzing the decoders of bytes read from the device (which a damaged or
 //! hostile data file controls). Not part of the API: used by `fuzz/` and by tests.
 
+#![expect(clippy::indexing_slicing, reason = "fuzz entry points assert on buffers they built")]
+
 use crate::catalog::{decode_edits, encode_edits, Catalog, SstInfo};
 use crate::device::aligned::AlignedBuf;
 use crate::device::mem::MemStorage;

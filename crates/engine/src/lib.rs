@@ -37,9 +37,7 @@
 //! leaves. A [`ShipListener`] runs under `w`, so it must only queue. `docs/architecture.md`
 //! lists each edge with the code that takes it.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![warn(unreachable_pub)]
 
 // The subsystems; their layers, lowest first, are in the crate documentation above.
 mod catalog;

@@ -1,3 +1,11 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
 use halyard_engine::{Db, Error, Options, ScanOptions, SyncMode, WriteBatch};
 
 fn key(i: u32) -> Vec<u8> {

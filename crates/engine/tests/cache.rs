@@ -1,6 +1,15 @@
 //! What the cache keeps across the background work that rewrites data: compactions carry hot
 //! leaves over to the leaves that replace them, GC carries hot values over to their new place.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options, ScanOptions};
 
 fn key(i: u32) -> Vec<u8> {

@@ -6,6 +6,15 @@
 //!
 //! `HALYARD_CRASH_CYCLES` (default 30) sets the number of kills, `HALYARD_CRASH_SEED` the seed.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options, SyncMode, WriteBatch};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

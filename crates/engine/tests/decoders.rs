@@ -1,6 +1,15 @@
 //! Every decoder of device bytes against random and mutated input: no panic, and what
 //! decodes re-encodes identically. (Deeper runs: the cargo-fuzz targets in `fuzz/`.)
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::fuzzing;
 use proptest::prelude::*;
 

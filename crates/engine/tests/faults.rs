@@ -4,6 +4,15 @@
 //! The tmpfs tests need root (they mount a tmpfs on their temporary directory) and skip
 //! themselves with a message where mounting is not possible.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Error, LogKind, Options, ScanOptions, SstInfo, SyncMode, DATA_FILE};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};

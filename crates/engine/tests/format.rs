@@ -3,6 +3,15 @@
 //! back exactly what its workload wrote; a store of format 1, which left a partly filled
 //! large-log segment per restart, gets those segments back from GC.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 #[path = "common/fixture.rs"]
 #[allow(dead_code, reason = "the make_fixture example uses the rest of the workload")]
 mod fixture;

@@ -3,6 +3,15 @@
 //! table. Snapshots still see what they saw, and dropped large values are still garbage GC
 //! finds.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options, ScanOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -2,6 +2,15 @@
 //! sets that move the placement thresholds, the in-place level, the growth factor and the
 //! sync mode (one operation log, many configurations, same answers).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, MediumPlacement, Options, ScanOptions, Snapshot, SyncMode, WriteBatch};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

@@ -12,6 +12,15 @@
 //! `HALYARD_POWER_LOSS_RUNS` sets the runs per mode (default 700); a failure prints the seed,
 //! and `HALYARD_POWER_LOSS_SEED` replays one seed alone.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, FaultPlan, FaultStorage, MemStorage, Options, Storage, SyncMode};
 use std::sync::Arc;
 

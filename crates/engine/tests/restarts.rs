@@ -4,6 +4,15 @@
 //!
 //! `HALYARD_RESTARTS` (default 1000) sets the number of restarts of each test.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options, Stats, SyncMode, WriteBatch};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

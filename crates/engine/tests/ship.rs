@@ -4,6 +4,15 @@
 //! unflushed buffers, the other remaps to it and follows; and the copies read back like the
 //! primary. Torn buffers are cut at every byte offset of a record.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Edit, Error, LogKind, Options, ShipListener, ShippedSegment, SstInfo, TailImage};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -5,6 +5,15 @@
 //! write must be readable from the new primaries, `halyard admin verify` must find the
 //! remaining backup equal, and a stream from the old epoch must be refused.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 mod common;
 
 use common::free_port;

@@ -1,4 +1,13 @@
 //! Starting a real `halyard serve` process (and a real `redis-server`) for tests.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,5 +1,14 @@
 //! `halyard serve` through the native protocol: the Rust client and the `halyard` CLI tools.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 mod common;
 use common::*;
 use halyard_client::blocking::Client;

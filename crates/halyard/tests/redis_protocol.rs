@@ -2,6 +2,15 @@
 //! `redis-cli` and `redis-benchmark`, by the `redis` Python package, and side by side with a
 //! real `redis-server` on the same command script.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 mod common;
 use common::*;
 use std::process::Command;

@@ -1,5 +1,7 @@
 //! Framing: magic, length, request id, kind, payload, CRC32C trailer.
 
+use halyard_codec::{get_u32, get_u64, put_u32};
+
 use crate::ProtoError;
 
 /// First four bytes of every frame: `HLYD` in ASCII (`48 4C 59 44`), read as a little-endian `u32`.
@@ -33,11 +35,13 @@ pub fn decode_frame(buf: &[u8], max_frame_bytes: usize) -> Result<Option<(Frame<
     let seen = buf.len().min(4);
     if buf.get(..seen) != magic.get(..seen) {
         let mut found = [0u8; 4];
-        found[..seen].copy_from_slice(&buf[..seen]);
+        for (f, b) in found.iter_mut().zip(buf) {
+            *f = *b;
+        }
         return Err(ProtoError::BadMagic { found: u32::from_le_bytes(found) });
     }
-    let Some(len) = buf.get(4..8) else { return Ok(None) };
-    let payload_len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as u64;
+    let Some(payload_len) = get_u32(buf, 4) else { return Ok(None) };
+    let payload_len = u64::from(payload_len);
     let size = payload_len + FRAME_OVERHEAD as u64;
     if size > max_frame_bytes as u64 {
         return Err(ProtoError::FrameTooLarge { size, max: max_frame_bytes });
@@ -45,15 +49,17 @@ pub fn decode_frame(buf: &[u8], max_frame_bytes: usize) -> Result<Option<(Frame<
     // `size` fits in usize: it is at most `max_frame_bytes`.
     let size = size as usize;
     let Some(frame) = buf.get(..size) else { return Ok(None) };
+    // A frame is at least FRAME_OVERHEAD bytes (`size` counts it), so these all exist.
     let (body, trailer) = frame.split_at(size - TRAILER_LEN);
-    let stored = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    let stored = get_u32(trailer, 0).unwrap_or_default();
     let computed = crc32c::crc32c(body);
     if stored != computed {
         return Err(ProtoError::Checksum { stored, computed });
     }
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&body[8..16]);
-    Ok(Some((Frame { id: u64::from_le_bytes(id), kind: body[16], payload: &body[HEADER_LEN..] }, size)))
+    let (Some(id), Some(&kind), Some(payload)) = (get_u64(body, 8), body.get(16), body.get(HEADER_LEN..)) else {
+        return Err(ProtoError::Checksum { stored, computed });
+    };
+    Ok(Some((Frame { id, kind, payload }, size)))
 }
 
 /// Starts a frame at the end of `out`; write the payload after it, then call [`finish_frame`].
@@ -80,8 +86,8 @@ pub fn finish_frame(out: &mut Vec<u8>, start: usize, max_frame_bytes: usize) -> 
             return Err(ProtoError::FrameTooLarge { size: size as u64, max: max_frame_bytes });
         }
     };
-    out[start + 4..start + 8].copy_from_slice(&payload_len.to_le_bytes());
-    let crc = crc32c::crc32c(&out[start..]);
+    put_u32(out, start + 4, payload_len);
+    let crc = crc32c::crc32c(out.get(start..).unwrap_or_default());
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(size)
 }

@@ -1,5 +1,14 @@
 //! Property tests: every message survives framing and decoding; arbitrary bytes never panic.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use std::ops::Bound;
 
 use halyard_proto::*;

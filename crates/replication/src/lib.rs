@@ -4,8 +4,6 @@
 //! without compacting. Build-Index (backups replay records into their own L0 and compact) is
 //! the papers' baseline, kept as a mode. Wire format: `docs/replication.md`.
 
-#![warn(missing_docs, rust_2018_idioms)]
-
 pub mod admin;
 mod error;
 mod peer;

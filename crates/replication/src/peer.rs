@@ -175,7 +175,7 @@ impl Conn {
             if batch.len() >= MAX_BATCH {
                 break;
             }
-            let a = &mut attached[(round + i) % n];
+            let Some(a) = attached.get_mut((round + i) % n) else { continue };
             if !a.link.is_live() {
                 continue; // It stopped taking frames; its session is ending.
             }
@@ -240,7 +240,7 @@ impl Conn {
             };
             let mut used = 0;
             let r = loop {
-                match wire::decode_frame(&buf[used..]) {
+                match wire::decode_frame(buf.get(used..).unwrap_or_default()) {
                     Ok(Some((m, len))) => {
                         used += len;
                         if let Err(e) = self.dispatch(m) {

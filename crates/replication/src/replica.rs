@@ -424,7 +424,7 @@ impl Replica {
             // The region whose frames are being applied, under its gate (shared): one region's
             // gate at a time, so two connections can never wait on each other's.
             let mut cur: Option<Current> = None;
-            while let Some((m, len)) = wire::decode_frame(&buf[used..])? {
+            while let Some((m, len)) = wire::decode_frame(buf.get(used..).unwrap_or_default())? {
                 used += len;
                 if let Msg::Hello { .. } = m {
                     tokio::spawn(self.clone().open(m, subs.clone(), wr.clone()));
@@ -639,7 +639,9 @@ impl ReplicaRegion {
         if b.bytes.len() < end {
             b.bytes.resize(end, 0);
         }
-        b.bytes[offset as usize..end].copy_from_slice(bytes);
+        if let Some(dst) = b.bytes.get_mut(offset as usize..end) {
+            dst.copy_from_slice(bytes);
+        }
         Ok(())
     }
 }

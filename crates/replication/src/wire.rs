@@ -331,7 +331,7 @@ impl Msg {
         }
         let mut out = w.into_inner();
         let body_len = (out.len() - HEADER) as u32;
-        let crc = crc32c::crc32c(&out[HEADER..]);
+        let crc = crc32c::crc32c(out.get(HEADER..).unwrap_or_default());
         put_u32(&mut out, 0, MAGIC);
         put_u32(&mut out, 4, body_len);
         put_u32(&mut out, 8, crc);

@@ -3,6 +3,15 @@
 //! behind the receive path; what it reports (the `verify` dump) must still be everything it
 //! acknowledged, with the primary's versions, the moment the last write is acknowledged.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options};
 use halyard_replication::{admin, Error, Hooks, Mode, Msg, NodeHooks, Replica, Shipper};
 use std::sync::Arc;

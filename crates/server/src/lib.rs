@@ -5,15 +5,21 @@
 //! request in it in order, and answers them all with one write: pipelined requests cost one
 //! wake-up and one syscall per batch, not per request.
 
-#![warn(rust_2018_idioms)]
-
+// The API is `run` and `config`; the rest is public for the command transcript test only.
+#[doc(hidden)]
 pub mod cluster;
+#[doc(hidden)]
 pub mod commands;
 pub mod config;
+#[doc(hidden)]
 pub mod keyspace;
+#[doc(hidden)]
 pub mod metrics;
+#[doc(hidden)]
 pub mod native;
+#[doc(hidden)]
 pub mod resp;
+#[doc(hidden)]
 pub mod state;
 
 use crate::resp::{Limits, Reply};
@@ -265,7 +271,7 @@ async fn resp_connection(
         let mut pos = 0;
         let mut close = false;
         loop {
-            match resp::parse(&buf[pos..], limits) {
+            match resp::parse(buf.get(pos..).unwrap_or_default(), limits) {
                 Ok(Some((args, used))) => {
                     pos += used;
                     if args.is_empty() {
@@ -385,9 +391,10 @@ async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()>
         if n == 0 || req.len() > 16 << 10 {
             return Ok(());
         }
-        req.extend_from_slice(&chunk[..n]);
+        req.extend_from_slice(chunk.get(..n).unwrap_or_default());
     }
-    let line = String::from_utf8_lossy(&req[..req.iter().position(|&b| b == b'\r').unwrap_or(0)]).to_string();
+    let end = req.iter().position(|&b| b == b'\r').unwrap_or(0);
+    let line = String::from_utf8_lossy(req.get(..end).unwrap_or_default()).to_string();
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {

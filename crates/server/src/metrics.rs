@@ -1,5 +1,7 @@
 //! Counters and latency histograms, rendered in the Prometheus text format.
 
+#![expect(clippy::indexing_slicing, reason = "shard and bucket indexes are reduced within the fixed array sizes")]
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -15,7 +15,7 @@ pub struct Limits {
 
 fn line(buf: &[u8], from: usize) -> Option<(usize, usize)> {
     // (end of line content, start of next line)
-    let pos = buf[from..].windows(2).position(|w| w == b"\r\n")?;
+    let pos = buf.get(from..)?.windows(2).position(|w| w == b"\r\n")?;
     Some((from + pos, from + pos + 2))
 }
 
@@ -35,32 +35,30 @@ pub type Parsed<'a> = Option<(Args<'a>, usize)>;
 
 /// Parses one request from the start of `buf`.
 pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError> {
-    if buf.is_empty() {
-        return Ok(None);
-    }
-    if buf[0] != b'*' {
-        return parse_inline(buf, limits);
+    match buf.first() {
+        None => return Ok(None),
+        Some(b'*') => {}
+        Some(_) => return parse_inline(buf, limits),
     }
     let Some((end, mut pos)) = line(buf, 0) else {
         return if buf.len() > 64 { Err(ProtocolError("invalid multibulk length".into())) } else { Ok(None) };
     };
-    let n = number(&buf[1..end], "multibulk length")?;
+    let n = number(buf.get(1..end).unwrap_or_default(), "multibulk length")?;
     if n > limits.max_args as i64 {
         return Err(ProtocolError("invalid multibulk length".into()));
     }
     let mut args = Args::new();
     let mut total = 0usize;
     for _ in 0..n.max(0) {
-        if pos >= buf.len() {
-            return Ok(None);
-        }
-        if buf[pos] != b'$' {
-            return Err(ProtocolError(format!("expected '$', got '{}'", buf[pos] as char)));
+        match buf.get(pos) {
+            None => return Ok(None),
+            Some(b'$') => {}
+            Some(&c) => return Err(ProtocolError(format!("expected '$', got '{}'", c as char))),
         }
         let Some((end, next)) = line(buf, pos) else {
             return if buf.len() - pos > 64 { Err(ProtocolError("invalid bulk length".into())) } else { Ok(None) };
         };
-        let len = number(&buf[pos + 1..end], "bulk length")?;
+        let len = number(buf.get(pos + 1..end).unwrap_or_default(), "bulk length")?;
         if len < 0 || len as usize > limits.max_request_bytes || total + len as usize > limits.max_request_bytes {
             return Err(ProtocolError(format!(
                 "request larger than {} bytes (--max-request-bytes)",
@@ -69,13 +67,13 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError> {
         }
         let len = len as usize;
         total += len;
-        if buf.len() < next + len + 2 {
+        let (Some(arg), Some(crlf)) = (buf.get(next..next + len), buf.get(next + len..next + len + 2)) else {
             return Ok(None);
-        }
-        if &buf[next + len..next + len + 2] != b"\r\n" {
+        };
+        if crlf != b"\r\n" {
             return Err(ProtocolError("bulk string not terminated by CRLF".into()));
         }
-        args.push(std::borrow::Cow::Borrowed(&buf[next..next + len]));
+        args.push(std::borrow::Cow::Borrowed(arg));
         pos = next + len + 2;
     }
     Ok(Some((args, pos)))
@@ -88,23 +86,21 @@ fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError>
         }
         return Ok(None);
     };
-    let text = &buf[..nl];
+    let text = buf.get(..nl).unwrap_or_default();
     let text = text.strip_suffix(b"\r").unwrap_or(text);
     let mut args: Vec<Vec<u8>> = Vec::new();
     let mut cur: Option<Vec<u8>> = None;
     let mut quote: Option<u8> = None;
-    let mut i = 0;
-    while i < text.len() {
-        let c = text[i];
+    let mut bytes = text.iter().copied().peekable();
+    while let Some(c) = bytes.next() {
         match (quote, c) {
             (Some(q), _) if c == q => quote = None,
-            (Some(b'"'), b'\\') if i + 1 < text.len() => {
-                i += 1;
-                let e = match text[i] {
-                    b'n' => b'\n',
-                    b'r' => b'\r',
-                    b't' => b'\t',
-                    x => x,
+            (Some(b'"'), b'\\') if bytes.peek().is_some() => {
+                let e = match bytes.next() {
+                    Some(b'n') => b'\n',
+                    Some(b'r') => b'\r',
+                    Some(b't') => b'\t',
+                    x => x.unwrap_or_default(),
                 };
                 cur.get_or_insert_with(Vec::new).push(e);
             }
@@ -116,7 +112,6 @@ fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError>
             (None, b' ' | b'\t') => args.extend(cur.take()),
             (None, _) => cur.get_or_insert_with(Vec::new).push(c),
         }
-        i += 1;
     }
     if quote.is_some() {
         return Err(ProtocolError("unbalanced quotes in request".into()));

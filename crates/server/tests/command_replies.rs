@@ -7,6 +7,15 @@
 //! After an intended change of replies, rewrite the transcript with
 //! `HALYARD_BLESS=1 cargo test -p halyard-server --test command_replies` and review its diff.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options};
 use halyard_server::commands;
 use halyard_server::keyspace::Keyspace;

@@ -6,6 +6,8 @@
 //! work and the others all the backup work: the papers' primary/backup split, measured per
 //! process through /proc. Regions split the bench's key space ("user" + 20 digits) evenly.
 
+#![expect(clippy::indexing_slicing, reason = "node and port lists are built with one entry per node")]
+
 use super::server::{metric_of, Probe, ServerSample};
 use super::{bench_thread, Engine, EngineConfig, EngineStats};
 use crate::args::{ClusterSpec, Replication};

@@ -1,5 +1,7 @@
 //! A Halyard server spoken to in its native protocol, through `halyard-client`.
 
+#![expect(clippy::indexing_slicing, reason = "replies are indexed per request of the batch that produced them")]
+
 use super::server::{remote_probe, Probe};
 use super::{bench_thread, Engine, EngineConfig, EngineStats};
 use crate::args::Target;

@@ -5,6 +5,8 @@
 //! request written and one reply read on a blocking socket, with nothing pooled or pipelined
 //! behind the bench's back: each bench thread owns one connection, like a YCSB client.
 
+#![expect(clippy::indexing_slicing, reason = "replies are indexed per request of the batch that produced them")]
+
 use super::server::{remote_probe, Probe, RedisChild};
 use super::{bench_thread, Engine, EngineConfig, EngineStats};
 use crate::args::Target;

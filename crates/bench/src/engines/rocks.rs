@@ -119,7 +119,10 @@ fn parse_stall(stats: &str) -> Option<f64> {
     let line = stats.lines().find(|l| l.trim_start().starts_with("Cumulative stall:"))?;
     let hms = line.split_whitespace().nth(2)?;
     let p: Vec<f64> = hms.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    (p.len() == 3).then(|| p[0] * 3600.0 + p[1] * 60.0 + p[2])
+    match p.as_slice() {
+        [h, m, s] => Some(h * 3600.0 + m * 60.0 + s),
+        _ => None,
+    }
 }
 
 impl Engine for Rocks {

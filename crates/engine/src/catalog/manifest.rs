@@ -5,6 +5,11 @@
 //! edits) followed by one record per committed change. Opening replays the chain, then
 //! writes a fresh checkpoint into a new chain and points a superblock at it.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "superblock and redo records are read at fixed offsets of buffers whose length and crc32c are checked first"
+)]
+
 use crate::catalog::{decode_edits, encode_edits, Catalog, Edit};
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::alloc::{Allocator, Purpose};

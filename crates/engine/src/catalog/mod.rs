@@ -409,8 +409,26 @@ pub(crate) struct RegionMeta {
 }
 
 impl RegionMeta {
+    /// The segments of one log, oldest first.
+    pub(crate) fn log(&self, kind: LogKind) -> &Vec<LogSeg> {
+        let [l0, medium, large] = &self.logs;
+        match kind {
+            LogKind::L0 => l0,
+            LogKind::Medium => medium,
+            LogKind::Large => large,
+        }
+    }
+
+    pub(crate) fn log_mut(&mut self, kind: LogKind) -> &mut Vec<LogSeg> {
+        let [l0, medium, large] = &mut self.logs;
+        match kind {
+            LogKind::L0 => l0,
+            LogKind::Medium => medium,
+            LogKind::Large => large,
+        }
+    }
     fn log_salt(&self, log: LogKind, seg: u32) -> Option<u32> {
-        self.logs[log as usize].iter().find(|s| s.seg == seg).map(|s| s.salt)
+        self.log(log).iter().find(|s| s.seg == seg).map(|s| s.salt)
     }
 
     /// Applies one edit; returns the segments it freed.
@@ -444,10 +462,10 @@ impl RegionMeta {
                 }
             }
             Edit::LogAdd { log, seg, salt } => {
-                self.logs[*log as usize].push(LogSeg { seg: *seg, salt: *salt, sealed: u64::MAX, fill: None });
+                self.log_mut(*log).push(LogSeg { seg: *seg, salt: *salt, sealed: u64::MAX, fill: None });
             }
             Edit::LogRemove { log, seg } => {
-                let v = &mut self.logs[*log as usize];
+                let v = self.log_mut(*log);
                 if let Some(i) = v.iter().position(|s| s.seg == *seg) {
                     v.remove(i);
                     freed.push(*seg);
@@ -456,12 +474,12 @@ impl RegionMeta {
                 }
             }
             Edit::LogSeal { log, seg, max_lsn } => {
-                if let Some(s) = self.logs[*log as usize].iter_mut().find(|s| s.seg == *seg) {
+                if let Some(s) = self.log_mut(*log).iter_mut().find(|s| s.seg == *seg) {
                     s.sealed = s.sealed.min(*max_lsn);
                 }
             }
             Edit::LogFill { log, seg, bytes } => {
-                if let Some(s) = self.logs[*log as usize].iter_mut().find(|s| s.seg == *seg) {
+                if let Some(s) = self.log_mut(*log).iter_mut().find(|s| s.seg == *seg) {
                     s.fill = Some(*bytes);
                 }
             }
@@ -515,12 +533,12 @@ impl RegionMeta {
                 }
             }
         }
-        for s in &self.logs[LogKind::Medium as usize] {
+        for s in self.log(LogKind::Medium) {
             if let Some(&c) = self.medium_ptrs.get(&s.seg) {
                 v.push(Edit::MediumPtrs { seg: s.seg, salt: s.salt, delta: c as i64 });
             }
         }
-        for s in &self.logs[LogKind::Large as usize] {
+        for s in self.log(LogKind::Large) {
             if let Some(&g) = self.large_garbage.get(&s.seg) {
                 v.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
             }

@@ -663,6 +663,7 @@ fn flush_region(r: &Region) -> Result<()> {
     r.sync_to(u64::MAX)
 }
 
+#[expect(clippy::panic, reason = "as std::thread::spawn: a store without its background threads cannot work")]
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
     match std::thread::Builder::new().name(name).spawn(f) {
         Ok(h) => h,

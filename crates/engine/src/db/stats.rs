@@ -1,5 +1,10 @@
 //! What the store reports about itself.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "per-category and per-level arrays have the sizes of the enums and options that index them"
+)]
+
 use crate::catalog::LogKind;
 use crate::db::Db;
 use crate::device::IoKind;
@@ -193,10 +198,10 @@ impl Db {
         sh.manifest.with(|cat| {
             for m in cat.regions.values() {
                 for k in [LogKind::L0, LogKind::Medium, LogKind::Large] {
-                    s.log_segments[k as usize] += m.logs[k as usize].len() as u64;
+                    s.log_segments[k as usize] += m.log(k).len() as u64;
                 }
                 s.large_garbage_bytes += m.large_garbage.values().sum::<u64>();
-                let large = &m.logs[LogKind::Large as usize];
+                let large = m.log(LogKind::Large);
                 large_bytes += large.iter().map(|l| l.written(seg)).sum::<u64>();
                 s.partly_filled_log_segments += large.iter().filter(|l| l.partly_filled(seg)).count() as u64;
             }

@@ -112,7 +112,7 @@ impl Storage for FaultStorage {
         }
         if self.dies_now() {
             if let Some(t) = self.plan.tear.filter(|&t| t > 0) {
-                let _ = self.inner.write(seg, off, &buf[..t.min(buf.len())]);
+                let _ = self.inner.write(seg, off, buf.get(..t).unwrap_or(buf));
             }
             return Err(injected("death during a write"));
         }

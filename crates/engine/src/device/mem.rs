@@ -2,6 +2,11 @@
 //! durable only at the next sync; [`MemStorage::power_loss`] drops every write since the last
 //! sync. Tests run whole stores on it, and the fault-injecting storage builds on it.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "blocks are whole BLOCK-sized buffers and offsets are reduced within them"
+)]
+
 use super::storage::Storage;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};

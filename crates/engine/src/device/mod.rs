@@ -3,6 +3,11 @@
 //! ([`file`]), memory ([`mem`]), or memory that fails, tears writes and loses power on a plan
 //! ([`fault`]). Storage is segment-oriented so that a remote segment store can be one too.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "windows into scratch buffers this module sized; pieces never cross a segment"
+)]
+
 pub(crate) mod alloc;
 
 pub(crate) mod aligned;

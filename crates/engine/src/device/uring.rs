@@ -60,7 +60,9 @@ pub(crate) fn read_batch(reqs: &mut [(RawFd, u64, &mut [u8])]) -> Option<Vec<io:
                 if unsafe { ring.submission().push(&e) }.is_ok() {
                     queued += 1;
                 } else {
-                    out[base + i] = Err(io::Error::other("io_uring submission queue full"));
+                    if let Some(o) = out.get_mut(base + i) {
+                        *o = Err(io::Error::other("io_uring submission queue full"));
+                    }
                 }
             }
             if let Err(e) = submit_all(ring) {

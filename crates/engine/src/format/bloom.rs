@@ -4,6 +4,11 @@
 //! Layout: `u32 bit count (a multiple of 512) | u8 probes | 3 bytes 0 | u32 crc32c (of bytes
 //! 0..8 and the bits) | bits`.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "probe positions are reduced modulo the filter length checked first (fuzzed: bloom_filter)"
+)]
+
 use xxhash_rust::xxh3::xxh3_64;
 
 pub(crate) fn hash(key: &[u8]) -> u64 {

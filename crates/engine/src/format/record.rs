@@ -14,6 +14,11 @@
 //! .. u32 end marker 0x21444E45
 //! ```
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "record fields are read within the length checked before decoding (fuzzed: log_record)"
+)]
+
 use halyard_codec::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 
 pub(crate) const START: u16 = 0x4B56;

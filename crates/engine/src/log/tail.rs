@@ -2,6 +2,8 @@
 //! write lock and written to the device chunk by chunk with direct I/O (through the region's
 //! [`LogWriter`], after the lock is released, for the tails of user writes).
 
+#![expect(clippy::indexing_slicing, reason = "the tail image is a whole segment; appends check the room first")]
+
 use crate::catalog::LogKind;
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::Device;
@@ -81,6 +83,7 @@ impl LogTail {
         value: &[u8],
         batch_remaining: u32,
     ) -> Result<(u64, u32)> {
+        #[expect(clippy::expect_used, reason = "every caller opens a segment before appending")]
         let (seg, salt) = self.seg.expect("append without a segment");
         let len = record::encoded_len(key.len(), value.len());
         let at = self.pos;

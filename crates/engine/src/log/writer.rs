@@ -12,6 +12,8 @@
 //! device drains the queue first: the tail before it leaves a segment (nothing may reach a
 //! segment once it can be freed or read back as a whole), and every sync.
 
+#![expect(clippy::indexing_slicing, reason = "job buffers are allocated at least as long as what they carry")]
+
 use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};
 use crate::error::Result;

@@ -2,6 +2,11 @@
 //! write medium runs, merge medium pairs in place at the last level(s), and account for
 //! the log space they make invalid.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "levels and output buffers are indexed within the sizes this module gave them"
+)]
+
 use crate::catalog::Edit;
 use crate::catalog::LogKind;
 use crate::device::aligned::{align_down, AlignedBuf};

@@ -32,7 +32,8 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     r.sh.counters.gc_runs.fetch_add(1, Relaxed);
     let seg_bytes = r.sh.dev.seg_bytes();
     let tail = r.w.lock().large.seg.map(|s| s.0);
-    let mut candidates: Vec<(u64, crate::catalog::LogSeg)> = meta.logs[LogKind::Large as usize]
+    let mut candidates: Vec<(u64, crate::catalog::LogSeg)> = meta
+        .log(LogKind::Large)
         .iter()
         // A segment holding records L1 does not cover yet stays (see `reclaim`); one the tail
         // has left is sealed at its last record, so it is known without reading it.

@@ -1,5 +1,10 @@
 //! A region: one key range with its own L0, logs, levels and LSN counter.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "log tails and per-level vectors are indexed within the sizes the region gave them"
+)]
+
 pub(crate) mod dead;
 pub(crate) mod iter;
 pub(crate) mod pace;
@@ -168,7 +173,7 @@ impl Region {
                 next_lsn,
                 l0: LogTail::deferred(LogKind::L0, seg, chunk, writer.clone()),
                 large: LogTail::deferred(LogKind::Large, seg, chunk, writer.clone()),
-                mem_l0_segs: meta.logs[LogKind::L0 as usize].iter().map(|s| s.seg).collect(),
+                mem_l0_segs: meta.log(LogKind::L0).iter().map(|s| s.seg).collect(),
                 imm_l0_segs: Vec::new(),
                 mem_large_bytes: 0,
             }),
@@ -210,8 +215,8 @@ impl Region {
         let Some(meta) = self.sh.manifest.region(self.id) else {
             return 0;
         };
-        let l0 = meta.logs[LogKind::L0 as usize].len();
-        let large = meta.logs[LogKind::Large as usize].iter().filter(|s| s.sealed > meta.l1_lsn).count();
+        let l0 = meta.log(LogKind::L0).len();
+        let large = meta.log(LogKind::Large).iter().filter(|s| s.sealed > meta.l1_lsn).count();
         (l0 + large) as u64 * self.sh.dev.seg_bytes()
     }
 

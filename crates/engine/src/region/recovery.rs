@@ -8,6 +8,8 @@
 //! newer). Each log then continues in its last segment ([`Resume`]) instead of a new one, so
 //! that restarts add no segments.
 
+#![expect(clippy::indexing_slicing, reason = "positions within a segment image found by scanning that image")]
+
 use crate::catalog::LogKind;
 use crate::catalog::{Edit, LogSeg, RegionMeta};
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
@@ -71,7 +73,7 @@ fn read_log(
     how: How,
     recs: &mut Vec<Rec>,
 ) -> Result<(Option<Last>, Vec<Unfilled>)> {
-    let segs = &meta.logs[kind as usize];
+    let segs = meta.log(kind);
     let mut last = None;
     let mut fills = Vec::new();
     for (i, s) in segs.iter().enumerate().rev() {
@@ -239,7 +241,7 @@ pub(crate) fn replay(dev: &Device, meta: &RegionMeta, how: How) -> Result<Recove
     // Every segment that may hold records beyond `last` is sealed at it, also one the tail
     // left with a higher seal before the crash: new writes reuse those LSNs.
     for kind in [LogKind::L0, LogKind::Large] {
-        for s in &meta.logs[kind as usize] {
+        for s in meta.log(kind) {
             if s.sealed > last && !resume.iter().any(|r| r.seg == s.seg) {
                 edits.push(Edit::LogSeal { log: kind, seg: s.seg, max_lsn: last });
             }

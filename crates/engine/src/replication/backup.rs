@@ -4,6 +4,8 @@
 //! catalog (so they survive a restart). It keeps no L0 and never compacts. Promotion turns
 //! it into a primary: L0 is rebuilt from the replicated logs.
 
+#![expect(clippy::indexing_slicing, reason = "images are checked against the segment size before they are copied")]
+
 use crate::catalog::LogKind;
 use crate::catalog::{Edit, MapKind, RegionMeta, SstInfo};
 use crate::db::RegionHandle;
@@ -108,7 +110,7 @@ impl Replication<'_> {
             return sh.fail(e);
         }
         let mut edits = Vec::new();
-        if !meta.logs[log as usize].iter().any(|s| s.seg == local) {
+        if !meta.log(log).iter().any(|s| s.seg == local) {
             edits.push(Edit::LogAdd { log, seg: local, salt });
         }
         if !mapped {
@@ -235,7 +237,7 @@ impl Replication<'_> {
                         .iter()
                         .filter(|((p, _), _)| p == seg)
                         .map(|(_, l)| *l)
-                        .find(|l| meta.logs[*log as usize].iter().any(|s| s.seg == *l));
+                        .find(|l| meta.log(*log).iter().any(|s| s.seg == *l));
                     // An L0 segment a backup never received whole (it joined later) is no loss.
                     if let Some(l) = l {
                         local.push(Edit::LogRemove { log: *log, seg: l });
@@ -290,7 +292,7 @@ impl Replication<'_> {
         let mut recs: BTreeMap<u64, LogRecord> = BTreeMap::new();
         let mut img = AlignedBuf::new(sh.dev.seg_bytes() as usize);
         for kind in [LogKind::L0, LogKind::Large] {
-            for s in &meta.logs[kind as usize] {
+            for s in meta.log(kind) {
                 sh.dev.read_into(sh.dev.seg_base(s.seg), &mut img, kind.io())?;
                 let (found, _) = decode_log_records(&img, s.salt, 0);
                 recs.extend(found.into_iter().filter(|r| r.lsn > meta.l1_lsn && r.lsn <= s.sealed).map(|r| (r.lsn, r)));

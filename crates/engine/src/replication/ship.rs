@@ -1,6 +1,8 @@
 //! What a replication primary offers beyond the live stream ([`crate::ShipListener`]): its
 //! logs and levels as they are now, for a backup that catches up.
 
+#![expect(clippy::indexing_slicing, reason = "lengths come from records found within the same image")]
+
 use crate::catalog::LogKind;
 use crate::catalog::SstInfo;
 use crate::device::aligned::AlignedBuf;
@@ -14,7 +16,7 @@ impl Replication<'_> {
     /// log to a new backup).
     pub fn log_segments(&self, region: u32, log: LogKind) -> Result<Vec<(u32, u32)>> {
         let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        Ok(meta.logs[log as usize].iter().map(|s| (s.seg, s.salt)).collect())
+        Ok(meta.log(log).iter().map(|s| (s.seg, s.salt)).collect())
     }
 
     /// Reads a whole segment image (after writing out the region's log tails, so that a
@@ -92,7 +94,7 @@ impl Replication<'_> {
         let tails = [w.l0.seg.map(|s| (s.0, w.l0.image().len())), w.large.seg.map(|s| (s.0, w.large.image().len()))];
         let mut logs = Vec::new();
         for kind in [LogKind::L0, LogKind::Large, LogKind::Medium] {
-            for s in &meta.logs[kind as usize] {
+            for s in meta.log(kind) {
                 let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
                 dev.read_into(dev.seg_base(s.seg), &mut img, IoKind::Read)?;
                 let tail = tails.iter().flatten().find(|t| t.0 == s.seg).map(|t| t.1);
@@ -110,13 +112,13 @@ impl Replication<'_> {
                 edits.push(Edit::AddSst { level: (i + 1) as u8, sst: info.clone() });
             }
         }
-        for s in &meta.logs[LogKind::Medium as usize] {
+        for s in meta.log(LogKind::Medium) {
             edits.push(Edit::LogAdd { log: LogKind::Medium, seg: s.seg, salt: s.salt });
             if let Some(&n) = meta.medium_ptrs.get(&s.seg) {
                 edits.push(Edit::MediumPtrs { seg: s.seg, salt: s.salt, delta: n as i64 });
             }
         }
-        for s in &meta.logs[LogKind::Large as usize] {
+        for s in meta.log(LogKind::Large) {
             if let Some(&g) = meta.large_garbage.get(&s.seg) {
                 edits.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
             }

@@ -32,7 +32,7 @@ pub(crate) fn encode(key: &[u8], value: &[u8]) -> Vec<u8> {
 /// The value of a cached row, if it is `key`'s.
 pub(crate) fn value_of<'a>(row: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     let n = u16::from_le_bytes([*row.first()?, *row.get(1)?]) as usize;
-    (row.get(2..2 + n)? == key).then(|| &row[2 + n..])
+    (row.get(2..2 + n)? == key).then(|| row.get(2 + n..)).flatten()
 }
 
 #[cfg(test)]

@@ -8,6 +8,11 @@
 //! ```
 //! Child offsets are relative to the segment, so an SST can move to another segment unchanged.
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "builder buffers and node images are indexed within the node size this module allocated"
+)]
+
 use crate::catalog::SstInfo;
 use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::{Device, IoKind};

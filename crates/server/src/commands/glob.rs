@@ -1,5 +1,10 @@
 //! Redis glob patterns (KEYS, SCAN MATCH).
 
+#![expect(
+    clippy::indexing_slicing,
+    reason = "pattern and string positions are compared with their lengths before each access"
+)]
+
 /// Redis glob matching: `*`, `?`, `[abc]`, `[^a-z]`, `\x`.
 pub fn glob(p: &[u8], s: &[u8]) -> bool {
     let (mut pi, mut si) = (0, 0);
