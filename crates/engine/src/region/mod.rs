@@ -316,11 +316,26 @@ impl Region {
     /// [`Region::finish`] (with or without the lock) to insert them into L0 and publish them.
     pub(crate) fn append_locked(&self, w: &mut WriteState, ops: &[Op<'_>], user: bool) -> Result<Pending> {
         self.sh.check()?;
-        let o = &self.sh.opts;
-        let seg_bytes = self.sh.dev.seg_bytes() as usize;
+        let (cats, lens) = self.classify(ops);
         // Reserve every segment the batch needs first, so that it either fits whole or
         // fails before any of it is written: the log never holds a partial batch, and
         // every LSN handed out has its record.
+        let mut reserved = self.reserve_segments(w, ops, &lens)?;
+        w.mem_large_bytes += lens[1].iter().map(|l| l.1 as u64).sum::<u64>();
+        let queued_before = self.writer.queued();
+        let (lsn, values) = self.append_records(w, ops, &cats, &mut reserved, user)?;
+        if let Some(l) = &self.sh.listener() {
+            w.l0.ship(&**l, self.id, false);
+            w.large.ship(&**l, self.id, false);
+        }
+        let mem = self.view.load().mem.clone();
+        mem.writer_enter();
+        Ok(Pending { mem, first: lsn + 1 - ops.len() as u64, values, queued: self.writer.queued() != queued_before })
+    }
+
+    /// Each op's size class, and per log (L0, large) the (op index, record length) it appends.
+    fn classify(&self, ops: &[Op<'_>]) -> (Vec<Category>, [Vec<(u64, usize)>; 2]) {
+        let o = &self.sh.opts;
         let mut lens: [Vec<(u64, usize)>; 2] = [Vec::new(), Vec::new()];
         let mut cats = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
@@ -334,31 +349,67 @@ impl Region {
                 category(o.small_threshold, o.large_threshold, k.len() + v.len())
             };
             cats.push(c);
-            lens[(c == Category::Large) as usize].push((i as u64, record::encoded_len(k.len(), v.len())));
+            let log = if c == Category::Large { &mut lens[1] } else { &mut lens[0] };
+            log.push((i as u64, record::encoded_len(k.len(), v.len())));
         }
+        (cats, lens)
+    }
+
+    /// Allocates and commits (unsynced) the segments the batch's records need beyond the
+    /// tails' room, per log in the order they will be used.
+    fn reserve_segments(
+        &self,
+        w: &mut WriteState,
+        ops: &[Op<'_>],
+        lens: &[Vec<(u64, usize)>; 2],
+    ) -> Result<[VecDeque<(u32, u32)>; 2]> {
+        let mut reserved: [VecDeque<(u32, u32)>; 2] = [VecDeque::new(), VecDeque::new()];
+        let mut edits = Vec::new();
+        if let Err(e) = self.plan_segments(w, ops, lens, &mut reserved, &mut edits) {
+            for (s, _) in reserved.iter().flatten() {
+                self.sh.alloc.release(*s);
+            }
+            return Err(e);
+        }
+        if !edits.is_empty() {
+            // Not synced here: a record in the new segment counts as durable only after an
+            // fdatasync (the writer's under `SyncMode::Always`, else the group commit's), and
+            // that sync makes this catalog record durable too.
+            if let Err(e) = self.sh.manifest.commit_unsynced(self.id, &edits) {
+                return self.sh.fail(e);
+            }
+            let [l0, large] = &reserved;
+            w.mem_l0_segs.extend(l0.iter().map(|s| s.0));
+            for &(seg, salt) in large {
+                self.dead.opened(seg, salt);
+            }
+        }
+        Ok(reserved)
+    }
+
+    /// [`Region::reserve_segments`]' allocation: the segments and the edits that add them.
+    fn plan_segments(
+        &self,
+        w: &WriteState,
+        ops: &[Op<'_>],
+        lens: &[Vec<(u64, usize)>; 2],
+        reserved: &mut [VecDeque<(u32, u32)>; 2],
+        edits: &mut Vec<Edit>,
+    ) -> Result<()> {
+        let seg_bytes = self.sh.dev.seg_bytes() as usize;
         // Deletes may use the space kept for compaction: on a full device they are how a user
         // makes room, and the compactions they allow free more than they take.
         let purpose =
             if ops.iter().all(|o| matches!(o, Op::Delete(_))) { Purpose::Background } else { Purpose::Writes };
-        let mut reserved: [VecDeque<(u32, u32)>; 2] = [VecDeque::new(), VecDeque::new()];
-        let mut edits = Vec::new();
-        for (i, tail) in [&w.l0, &w.large].into_iter().enumerate() {
+        for ((tail, lens), reserved) in [&w.l0, &w.large].into_iter().zip(lens).zip(reserved.iter_mut()) {
             let mut rem = tail.remaining();
             // The segment being filled and the LSN of its last record.
             let (mut cur, mut cur_last) = (tail.seg.map(|s| s.0), tail.last_lsn);
-            for &(op, l) in &lens[i] {
+            for &(op, l) in lens {
                 if l > rem {
-                    let seg = match self.sh.alloc.alloc(purpose) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            for (s, _) in reserved.iter().flatten() {
-                                self.sh.alloc.release(*s);
-                            }
-                            return Err(e);
-                        }
-                    };
+                    let seg = self.sh.alloc.alloc(purpose)?;
                     let salt = rand::random::<u32>();
-                    reserved[i].push_back((seg, salt));
+                    reserved.push_back((seg, salt));
                     if let (LogKind::Large, Some(old)) = (tail.kind, cur) {
                         // The tail leaves `old` for good: what it holds is known now, so that
                         // recovery need not read it once L1 covers it and GC knows its fill.
@@ -372,35 +423,35 @@ impl Region {
                 cur_last = w.next_lsn + op;
             }
         }
-        w.mem_large_bytes += lens[1].iter().map(|l| l.1 as u64).sum::<u64>();
-        if !edits.is_empty() {
-            // Not synced here: a record in the new segment counts as durable only after an
-            // fdatasync (the writer's under `SyncMode::Always`, else the group commit's), and
-            // that sync makes this catalog record durable too.
-            if let Err(e) = self.sh.manifest.commit_unsynced(self.id, &edits) {
-                return self.sh.fail(e);
-            }
-            w.mem_l0_segs.extend(reserved[0].iter().map(|s| s.0));
-            for &(seg, salt) in &reserved[1] {
-                self.dead.opened(seg, salt);
-            }
-        }
+        Ok(())
+    }
+
+    /// Appends each op's record to its log, switching to the reserved segments as tails fill;
+    /// returns the last LSN and the L0 value of each op.
+    fn append_records(
+        &self,
+        w: &mut WriteState,
+        ops: &[Op<'_>],
+        cats: &[Category],
+        reserved: &mut [VecDeque<(u32, u32)>; 2],
+        user: bool,
+    ) -> Result<(u64, Vec<Value>)> {
         let dev = &self.sh.dev;
         let listener = self.sh.listener();
-        let queued_before = self.writer.queued();
         let n = ops.len() as u32;
         let mut lsn = 0;
         let mut values = Vec::with_capacity(ops.len());
-        for (i, (op, cat)) in ops.iter().zip(cats).enumerate() {
+        let [res_l0, res_large] = reserved;
+        for (i, (op, &cat)) in ops.iter().zip(cats).enumerate() {
             lsn = w.next_lsn;
             let (k, v, kind) = match op {
                 Op::Put(k, v) => (*k, *v, KIND_PUT),
                 Op::Delete(k) => (*k, &[][..], KIND_DELETE),
             };
-            let li = (cat == Category::Large) as usize;
-            let tail = if li == 1 { &mut w.large } else { &mut w.l0 };
+            let (tail, res) =
+                if cat == Category::Large { (&mut w.large, &mut *res_large) } else { (&mut w.l0, &mut *res_l0) };
             if tail.remaining() < record::encoded_len(k.len(), v.len()) {
-                let Some((seg, salt)) = reserved[li].pop_front() else {
+                let Some((seg, salt)) = res.pop_front() else {
                     // LSNs were handed out without records: no later write could be published.
                     let why = "log reservation miscounted".to_string();
                     self.sh.poison(why.clone());
@@ -419,31 +470,27 @@ impl Region {
             };
             let salt = tail.seg.map_or(0, |s| s.1);
             w.next_lsn += 1;
-            let value = match (kind, cat) {
+            values.push(match (kind, cat) {
                 (KIND_DELETE, _) => Value::Tombstone,
                 (_, Category::Large) => Value::Large { ptr, len, salt },
                 _ => Value::Inline(v.to_vec()),
-            };
-            values.push(value);
-            let c = &self.sh.counters;
-            if !user {
-                continue;
-            }
-            c.user_bytes.fetch_add((k.len() + v.len()) as u64, Relaxed);
-            if kind == KIND_DELETE {
-                c.deletes.fetch_add(1, Relaxed);
-            } else {
-                c.puts[cat as usize].fetch_add(1, Relaxed);
-                c.put_bytes[cat as usize].fetch_add((k.len() + v.len()) as u64, Relaxed);
+            });
+            if user {
+                self.count_user_write(kind, cat, k.len() + v.len());
             }
         }
-        if let Some(l) = &listener {
-            w.l0.ship(&**l, self.id, false);
-            w.large.ship(&**l, self.id, false);
+        Ok((lsn, values))
+    }
+
+    fn count_user_write(&self, kind: u8, cat: Category, bytes: usize) {
+        let c = &self.sh.counters;
+        c.user_bytes.fetch_add(bytes as u64, Relaxed);
+        if kind == KIND_DELETE {
+            c.deletes.fetch_add(1, Relaxed);
+        } else {
+            c.puts[cat as usize].fetch_add(1, Relaxed);
+            c.put_bytes[cat as usize].fetch_add(bytes as u64, Relaxed);
         }
-        let mem = self.view.load().mem.clone();
-        mem.writer_enter();
-        Ok(Pending { mem, first: lsn + 1 - ops.len() as u64, values, queued: self.writer.queued() != queued_before })
     }
 
     /// Waits until every write appended so far is in L0 and visible. With the write lock held,
