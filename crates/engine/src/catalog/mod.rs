@@ -74,6 +74,24 @@ pub struct SstInfo {
     pub last_key: Vec<u8>,
 }
 
+/// The first byte of an encoded [`Edit`]: which edit follows (`docs/format.md` §3.3). Each is
+/// used by `Edit::encode` and `Edit::decode`.
+mod tag {
+    pub(super) const CREATE_REGION: u8 = 1;
+    pub(super) const ADD_SST: u8 = 2;
+    pub(super) const REMOVE_SST: u8 = 3;
+    pub(super) const LOG_ADD: u8 = 4;
+    pub(super) const LOG_REMOVE: u8 = 5;
+    pub(super) const LOG_SEAL: u8 = 6;
+    pub(super) const MEDIUM_PTRS: u8 = 7;
+    pub(super) const LARGE_GARBAGE: u8 = 8;
+    pub(super) const L1_LSN: u8 = 9;
+    pub(super) const MAP: u8 = 10;
+    pub(super) const UNMAP: u8 = 11;
+    pub(super) const CLEAR_L1_LSN: u8 = 12;
+    pub(super) const LOG_FILL: u8 = 13;
+}
+
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
 pub(crate) const MAX_LEVEL: u8 = 32;
 
@@ -267,7 +285,7 @@ impl Edit {
     pub(crate) fn encode(&self, e: &mut Writer) {
         match self {
             Edit::CreateRegion { start, end, backup } => {
-                e.u8(1).bytes(start);
+                e.u8(tag::CREATE_REGION).bytes(start);
                 match end {
                     Some(k) => e.u8(1).bytes(k),
                     None => e.u8(0),
@@ -275,41 +293,41 @@ impl Edit {
                 e.u8(*backup as u8);
             }
             Edit::AddSst { level, sst } => {
-                e.u8(2).u8(*level);
+                e.u8(tag::ADD_SST).u8(*level);
                 sst.encode(e);
             }
             Edit::RemoveSst { level, seg } => {
-                e.u8(3).u8(*level).u32(*seg);
+                e.u8(tag::REMOVE_SST).u8(*level).u32(*seg);
             }
             Edit::LogAdd { log, seg, salt } => {
-                e.u8(4).u8(*log as u8).u32(*seg).u32(*salt);
+                e.u8(tag::LOG_ADD).u8(*log as u8).u32(*seg).u32(*salt);
             }
             Edit::LogRemove { log, seg } => {
-                e.u8(5).u8(*log as u8).u32(*seg);
+                e.u8(tag::LOG_REMOVE).u8(*log as u8).u32(*seg);
             }
             Edit::LogSeal { log, seg, max_lsn } => {
-                e.u8(6).u8(*log as u8).u32(*seg).u64(*max_lsn);
+                e.u8(tag::LOG_SEAL).u8(*log as u8).u32(*seg).u64(*max_lsn);
             }
             Edit::MediumPtrs { seg, salt, delta } => {
-                e.u8(7).u32(*seg).u32(*salt).u64(*delta as u64);
+                e.u8(tag::MEDIUM_PTRS).u32(*seg).u32(*salt).u64(*delta as u64);
             }
             Edit::LargeGarbage { seg, salt, bytes } => {
-                e.u8(8).u32(*seg).u32(*salt).u64(*bytes);
+                e.u8(tag::LARGE_GARBAGE).u32(*seg).u32(*salt).u64(*bytes);
             }
             Edit::L1Lsn(l) => {
-                e.u8(9).u64(*l);
+                e.u8(tag::L1_LSN).u64(*l);
             }
             Edit::Map { kind, primary, salt, local } => {
-                e.u8(10).u8(*kind as u8).u32(*primary).u32(*salt).u32(*local);
+                e.u8(tag::MAP).u8(*kind as u8).u32(*primary).u32(*salt).u32(*local);
             }
             Edit::Unmap { kind, primary, salt } => {
-                e.u8(11).u8(*kind as u8).u32(*primary).u32(*salt);
+                e.u8(tag::UNMAP).u8(*kind as u8).u32(*primary).u32(*salt);
             }
             Edit::ClearL1Lsn => {
-                e.u8(12);
+                e.u8(tag::CLEAR_L1_LSN);
             }
             Edit::LogFill { log, seg, bytes } => {
-                e.u8(13).u8(*log as u8).u32(*seg).u32(*bytes);
+                e.u8(tag::LOG_FILL).u8(*log as u8).u32(*seg).u32(*bytes);
             }
         }
     }
@@ -324,7 +342,7 @@ impl Edit {
             _ => Err(Short),
         };
         Ok(match d.u8()? {
-            1 => {
+            tag::CREATE_REGION => {
                 // Flags are 0 or 1 exactly: one meaning has one encoding.
                 let start = d.bytes()?.to_vec();
                 let end = match d.u8()? {
@@ -339,18 +357,18 @@ impl Edit {
                 };
                 Edit::CreateRegion { start, end, backup }
             }
-            2 => Edit::AddSst { level: level(d.u8()?)?, sst: SstInfo::decode(d)? },
-            3 => Edit::RemoveSst { level: level(d.u8()?)?, seg: d.u32()? },
-            4 => Edit::LogAdd { log: log(d.u8()?)?, seg: d.u32()?, salt: d.u32()? },
-            5 => Edit::LogRemove { log: log(d.u8()?)?, seg: d.u32()? },
-            6 => Edit::LogSeal { log: log(d.u8()?)?, seg: d.u32()?, max_lsn: d.u64()? },
-            7 => Edit::MediumPtrs { seg: d.u32()?, salt: d.u32()?, delta: d.u64()? as i64 },
-            8 => Edit::LargeGarbage { seg: d.u32()?, salt: d.u32()?, bytes: d.u64()? },
-            9 => Edit::L1Lsn(d.u64()?),
-            10 => Edit::Map { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()?, local: d.u32()? },
-            11 => Edit::Unmap { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()? },
-            12 => Edit::ClearL1Lsn,
-            13 => Edit::LogFill { log: log(d.u8()?)?, seg: d.u32()?, bytes: d.u32()? },
+            tag::ADD_SST => Edit::AddSst { level: level(d.u8()?)?, sst: SstInfo::decode(d)? },
+            tag::REMOVE_SST => Edit::RemoveSst { level: level(d.u8()?)?, seg: d.u32()? },
+            tag::LOG_ADD => Edit::LogAdd { log: log(d.u8()?)?, seg: d.u32()?, salt: d.u32()? },
+            tag::LOG_REMOVE => Edit::LogRemove { log: log(d.u8()?)?, seg: d.u32()? },
+            tag::LOG_SEAL => Edit::LogSeal { log: log(d.u8()?)?, seg: d.u32()?, max_lsn: d.u64()? },
+            tag::MEDIUM_PTRS => Edit::MediumPtrs { seg: d.u32()?, salt: d.u32()?, delta: d.u64()? as i64 },
+            tag::LARGE_GARBAGE => Edit::LargeGarbage { seg: d.u32()?, salt: d.u32()?, bytes: d.u64()? },
+            tag::L1_LSN => Edit::L1Lsn(d.u64()?),
+            tag::MAP => Edit::Map { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()?, local: d.u32()? },
+            tag::UNMAP => Edit::Unmap { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()? },
+            tag::CLEAR_L1_LSN => Edit::ClearL1Lsn,
+            tag::LOG_FILL => Edit::LogFill { log: log(d.u8()?)?, seg: d.u32()?, bytes: d.u32()? },
             _ => return Err(Short),
         })
     }
