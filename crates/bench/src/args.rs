@@ -412,43 +412,14 @@ impl Config {
                 return Err(format!("--plot {}: the file name must end in .svg or .png", p.display()));
             }
         }
-        let cluster = match a.cluster {
-            None => None,
-            Some(n) if !(1..=16).contains(&n) => return Err(format!("--cluster {n} must be in 1..=16")),
-            Some(n) => {
-                if !(1..=n).contains(&a.replicas) {
-                    return Err(format!("--replicas {} must be in 1..={n} (the nodes of --cluster)", a.replicas));
-                }
-                if !(1..=1024).contains(&a.regions) {
-                    return Err(format!("--regions {} must be in 1..=1024", a.regions));
-                }
-                if a.node_workers > 64 {
-                    return Err(format!("--node-workers {} must be at most 64", a.node_workers));
-                }
-                Some(ClusterSpec { nodes: n, replicas: a.replicas, regions: a.regions, workers: a.node_workers })
-            }
-        };
+        let cluster = cluster_spec(a)?;
         let mut engines = if cluster.is_some() && a.engines.is_none() && a.target.is_empty() {
             Vec::new()
         } else {
             parse_engine_list(a.engines.as_deref(), &a.target)?
         };
         if cluster.is_some() {
-            for m in list(&a.replication) {
-                let mode = match m {
-                    "send-index" => Replication::SendIndex,
-                    "build-index" => Replication::BuildIndex,
-                    "none" => Replication::None,
-                    _ => return Err(format!("--replication `{m}`: expected send-index, build-index or none")),
-                };
-                if engines.contains(&EngineKind::Cluster(mode)) {
-                    return Err(format!("--replication `{m}` is listed twice"));
-                }
-                engines.push(EngineKind::Cluster(mode));
-            }
-            if !engines.iter().any(|e| matches!(e, EngineKind::Cluster(_))) {
-                return Err("--replication is empty".into());
-            }
+            add_cluster_runs(&a.replication, &mut engines)?;
         }
         Ok(Config {
             dir: a.dir.clone(),
@@ -472,6 +443,44 @@ impl Config {
             metrics: a.metrics.clone(),
         })
     }
+}
+
+/// `--cluster N` with its `--replicas`, `--regions` and `--node-workers`, checked.
+fn cluster_spec(a: &BenchArgs) -> Result<Option<ClusterSpec>, String> {
+    let Some(n) = a.cluster else { return Ok(None) };
+    if !(1..=16).contains(&n) {
+        return Err(format!("--cluster {n} must be in 1..=16"));
+    }
+    if !(1..=n).contains(&a.replicas) {
+        return Err(format!("--replicas {} must be in 1..={n} (the nodes of --cluster)", a.replicas));
+    }
+    if !(1..=1024).contains(&a.regions) {
+        return Err(format!("--regions {} must be in 1..=1024", a.regions));
+    }
+    if a.node_workers > 64 {
+        return Err(format!("--node-workers {} must be at most 64", a.node_workers));
+    }
+    Ok(Some(ClusterSpec { nodes: n, replicas: a.replicas, regions: a.regions, workers: a.node_workers }))
+}
+
+/// One cluster run per mode of `--replication` (a comma-separated list).
+fn add_cluster_runs(replication: &str, engines: &mut Vec<EngineKind>) -> Result<(), String> {
+    for m in list(replication) {
+        let mode = match m {
+            "send-index" => Replication::SendIndex,
+            "build-index" => Replication::BuildIndex,
+            "none" => Replication::None,
+            _ => return Err(format!("--replication `{m}`: expected send-index, build-index or none")),
+        };
+        if engines.contains(&EngineKind::Cluster(mode)) {
+            return Err(format!("--replication `{m}` is listed twice"));
+        }
+        engines.push(EngineKind::Cluster(mode));
+    }
+    if !engines.iter().any(|e| matches!(e, EngineKind::Cluster(_))) {
+        return Err("--replication is empty".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -98,6 +98,27 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
         cfg.sync,
         cfg.seed
     );
+    settings_table(&mut s, runs);
+    // Target URLs are longer than the engine names.
+    let ew = runs.iter().map(|r| r.engine.name().len()).max().unwrap_or(0).max(8);
+    results_table(&mut s, runs, ew);
+    if !ratios.is_empty() {
+        ratios_table(&mut s, ratios, ew);
+    }
+    let _ = writeln!(
+        s,
+        "\nDevice bytes from /proc/self/io (writes net of cancelled); io amp = device bytes / user bytes; \
+         space = allocated bytes / live bytes.\nServer engines (redis, resp://, halyard://): device bytes, \
+         space, CPU, stalls and RSS are the server's (redis: /proc/<pid>; a Halyard target: --metrics);\n\
+         NaN where the server cannot be measured, and cpu us is then the client's (see the notes).\n\
+         Remote targets are not emptied before load-a.\nThroughput varies by up to ~15% between identical runs on \
+         this machine: compare medians of at least 3 runs."
+    );
+    s
+}
+
+/// Each engine's settings, once per engine.
+fn settings_table(s: &mut String, runs: &[EngineRun]) {
     let mut seen = Vec::new();
     for r in runs.iter().filter(|r| !r.settings.is_empty()) {
         if seen.contains(&&r.engine) {
@@ -113,8 +134,10 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
             }
         }
     }
-    // Target URLs are longer than the engine names.
-    let ew = runs.iter().map(|r| r.engine.name().len()).max().unwrap_or(0).max(8);
+}
+
+/// One row per engine, mix and phase, with its notes; `ew` is the engine column's width.
+fn results_table(s: &mut String, runs: &[EngineRun], ew: usize) {
     let _ = writeln!(
         s,
         "\n{:<ew$} {:<8} {:<7} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>7} {:>7}",
@@ -138,51 +161,7 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
     );
     for run in runs {
         for r in &run.results {
-            let _ = writeln!(
-                s,
-                "{:<ew$} {:<8} {:<7} {:>9} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>6.1} {:>7.2} {:>7.2} {:>7.0}",
-                r.engine,
-                r.mix,
-                r.workload,
-                r.ops,
-                r.ops_per_sec,
-                r.latency_us.p50,
-                r.latency_us.p99,
-                r.latency_us.p999,
-                r.latency_us.max,
-                mbo(r.device_read_bytes),
-                mbo(r.device_write_bytes),
-                r.io_amplification,
-                r.space_amplification,
-                r.cpu_us_per_op,
-                r.throughput_cv,
-                r.stall_seconds,
-                mbo(r.peak_rss_bytes)
-            );
-            if let Some(note) = cross_check(r) {
-                let _ = writeln!(s, "  note: {note}");
-            }
-            if let Some(x) = &r.roles {
-                let f = |v: Option<f64>| v.map_or("NaN".to_string(), |v| format!("{v:.2}"));
-                let m = |v: Option<u64>| v.map_or("NaN".to_string(), |v| format!("{:.1}", mb(v)));
-                let _ = writeln!(
-                    s,
-                    "  {} roles: primary = columns above; backups: cpu us/op {}, dev rd/wr MB {}/{}, io amp {}; \
-                     network MB {} (amp {}; replication MB {}, index images MB {} before packing); \
-                     L0 MB primary {} backups {}",
-                    r.workload,
-                    f(x.backup_cpu_us_per_op),
-                    m(x.backup_device_read_bytes),
-                    m(x.backup_device_write_bytes),
-                    f(x.backup_io_amplification),
-                    m(x.network_bytes),
-                    f(x.network_amplification),
-                    m(x.replication_bytes),
-                    m(x.index_image_bytes),
-                    m(x.primary_l0_bytes),
-                    m(x.backup_l0_bytes)
-                );
-            }
+            result_row(s, r, ew);
         }
         if let Some(m) = run.results.first().and_then(|r| r.server_measures.as_ref()) {
             let cpu = run.results.first().map_or("", |r| r.cpu_source.as_str());
@@ -195,51 +174,90 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
             let _ = writeln!(s, "{:<ew$} {:<8} {:<7} FAILED: {e}", run.engine.name(), run.mix, phase);
         }
     }
-    if !ratios.is_empty() {
-        let _ = writeln!(s, "\nHalyard / baseline (ops/s: higher is better for Halyard; the others: lower is):");
-        let _ = writeln!(
-            s,
-            "{:<ew$} {:<ew$} {:<8} {:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "halyard", "baseline", "mix", "phase", "ops/s", "io amp", "space", "cpu/op", "p99", "dev B/op"
-        );
-        let mut keys: Vec<(&str, &str, &str, &str)> = Vec::new();
-        for r in ratios {
-            let k = (r.engine.as_str(), r.baseline.as_str(), r.mix.as_str(), r.workload.as_str());
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        for (h, b, m, w) in keys {
-            let cell = |metric: &str| {
-                ratios
-                    .iter()
-                    .find(|r| r.engine == h && r.baseline == b && r.mix == m && r.workload == w && r.metric == metric)
-                    .map_or_else(|| "-".to_string(), |r| format!("{:.2}", r.value))
-            };
-            let _ = writeln!(
-                s,
-                "{h:<ew$} {b:<ew$} {m:<8} {w:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                cell("ops_per_sec"),
-                cell("io_amplification"),
-                cell("space_amplification"),
-                cell("cpu_us_per_op"),
-                cell("latency_p99_us"),
-                cell("device_bytes_per_op")
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "\nDevice bytes from /proc/self/io (writes net of cancelled); io amp = device bytes / user bytes; \
-         space = allocated bytes / live bytes.\nServer engines (redis, resp://, halyard://): device bytes, \
-         space, CPU, stalls and RSS are the server's (redis: /proc/<pid>; a Halyard target: --metrics);\n\
-         NaN where the server cannot be measured, and cpu us is then the client's (see the notes).\n\
-         Remote targets are not emptied before load-a.\nThroughput varies by up to ~15% between identical runs on \
-         this machine: compare medians of at least 3 runs."
-    );
-    s
 }
 
+fn result_row(s: &mut String, r: &PhaseResult, ew: usize) {
+    let _ = writeln!(
+        s,
+        "{:<ew$} {:<8} {:<7} {:>9} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>6.1} {:>7.2} {:>7.2} {:>7.0}",
+        r.engine,
+        r.mix,
+        r.workload,
+        r.ops,
+        r.ops_per_sec,
+        r.latency_us.p50,
+        r.latency_us.p99,
+        r.latency_us.p999,
+        r.latency_us.max,
+        mbo(r.device_read_bytes),
+        mbo(r.device_write_bytes),
+        r.io_amplification,
+        r.space_amplification,
+        r.cpu_us_per_op,
+        r.throughput_cv,
+        r.stall_seconds,
+        mbo(r.peak_rss_bytes)
+    );
+    if let Some(note) = cross_check(r) {
+        let _ = writeln!(s, "  note: {note}");
+    }
+    if let Some(x) = &r.roles {
+        let f = |v: Option<f64>| v.map_or("NaN".to_string(), |v| format!("{v:.2}"));
+        let m = |v: Option<u64>| v.map_or("NaN".to_string(), |v| format!("{:.1}", mb(v)));
+        let _ = writeln!(
+            s,
+            "  {} roles: primary = columns above; backups: cpu us/op {}, dev rd/wr MB {}/{}, io amp {}; \
+             network MB {} (amp {}; replication MB {}, index images MB {} before packing); \
+             L0 MB primary {} backups {}",
+            r.workload,
+            f(x.backup_cpu_us_per_op),
+            m(x.backup_device_read_bytes),
+            m(x.backup_device_write_bytes),
+            f(x.backup_io_amplification),
+            m(x.network_bytes),
+            f(x.network_amplification),
+            m(x.replication_bytes),
+            m(x.index_image_bytes),
+            m(x.primary_l0_bytes),
+            m(x.backup_l0_bytes)
+        );
+    }
+}
+
+/// Halyard's metrics over each baseline's, one row per (Halyard engine, baseline, mix, phase).
+fn ratios_table(s: &mut String, ratios: &[Ratio], ew: usize) {
+    let _ = writeln!(s, "\nHalyard / baseline (ops/s: higher is better for Halyard; the others: lower is):");
+    let _ = writeln!(
+        s,
+        "{:<ew$} {:<ew$} {:<8} {:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "halyard", "baseline", "mix", "phase", "ops/s", "io amp", "space", "cpu/op", "p99", "dev B/op"
+    );
+    let mut keys: Vec<(&str, &str, &str, &str)> = Vec::new();
+    for r in ratios {
+        let k = (r.engine.as_str(), r.baseline.as_str(), r.mix.as_str(), r.workload.as_str());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (h, b, m, w) in keys {
+        let cell = |metric: &str| {
+            ratios
+                .iter()
+                .find(|r| r.engine == h && r.baseline == b && r.mix == m && r.workload == w && r.metric == metric)
+                .map_or_else(|| "-".to_string(), |r| format!("{:.2}", r.value))
+        };
+        let _ = writeln!(
+            s,
+            "{h:<ew$} {b:<ew$} {m:<8} {w:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            cell("ops_per_sec"),
+            cell("io_amplification"),
+            cell("space_amplification"),
+            cell("cpu_us_per_op"),
+            cell("latency_p99_us"),
+            cell("device_bytes_per_op")
+        );
+    }
+}
 /// Where /proc/self/io and Halyard's own device counters disagree by more than 10% (and
 /// 1 MiB): page-cache reads, other files or counting bugs.
 pub fn cross_check(r: &PhaseResult) -> Option<String> {

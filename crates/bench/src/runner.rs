@@ -208,14 +208,7 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
         halyard: *kind == EngineKind::Halyard,
     };
     let dir = engine_dir(cfg, kind, mix);
-    let fresh = std::fs::remove_dir_all(&dir)
-        .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
-        .and_then(|()| std::fs::create_dir_all(&dir));
-    if let Err(e) = fresh {
-        run.failure = Some(("open".into(), format!("cannot make a fresh {}: {e}", dir.display())));
-        return run;
-    }
-    let engine = match engines::open(kind, &dir, &EngineConfig::from_config(cfg)) {
+    let engine = match open_fresh(cfg, kind, &dir) {
         Ok(e) => e,
         Err(e) => {
             run.failure = Some(("open".into(), e));
@@ -224,12 +217,7 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
     };
     run.settings = engine.settings();
     run.halyard |= engine.halyard_server();
-    // Room for every record number a phase can create: load-a's, plus per inserting run
-    // phase at most ceil(ops / threads) per thread.
-    let per_thread = cfg.ops.div_ceil(cfg.threads as u64);
-    let inserting = cfg.workloads.iter().filter(|w| w.inserts() && **w != Workload::LoadA).count() as u64;
-    let cap = cfg.records + inserting * per_thread * cfg.threads as u64;
-    let sizes: Vec<AtomicU8> = (0..cap).map(|_| AtomicU8::new(0)).collect();
+    let sizes: Vec<AtomicU8> = (0..record_capacity(cfg)).map(|_| AtomicU8::new(0)).collect();
     let mut base = 0;
     for (i, &w) in cfg.workloads.iter().enumerate() {
         // Skipped rather than failed: the engine is fine, the workload has no equivalent on
@@ -276,6 +264,23 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
     run
 }
 
+/// Opens `kind` on an empty `dir`.
+fn open_fresh(cfg: &Config, kind: &EngineKind, dir: &std::path::Path) -> Result<Box<dyn Engine>, String> {
+    std::fs::remove_dir_all(dir)
+        .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+        .and_then(|()| std::fs::create_dir_all(dir))
+        .map_err(|e| format!("cannot make a fresh {}: {e}", dir.display()))?;
+    engines::open(kind, dir, &EngineConfig::from_config(cfg))
+}
+
+/// Room for every record number a phase can create: load-a's, plus per inserting run phase
+/// at most ceil(ops / threads) per thread.
+fn record_capacity(cfg: &Config) -> u64 {
+    let per_thread = cfg.ops.div_ceil(cfg.threads as u64);
+    let inserting = cfg.workloads.iter().filter(|w| w.inserts() && **w != Workload::LoadA).count() as u64;
+    cfg.records + inserting * per_thread * cfg.threads as u64
+}
+
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
 }
@@ -309,24 +314,64 @@ fn run_phase(
     let dist = if w == Workload::RunD { Dist::Latest } else { cfg.dist };
     // Load A never draws from it; its expected inserts only size a count nothing uses.
     let chooser = Chooser::new(dist, base.max(1), total * w.insert_percent() / 100);
-    let counters: Vec<Padded> = (0..cfg.threads).map(|_| Padded::default()).collect();
-    let stop = AtomicBool::new(false);
-    // Each worker holds a sender; the channel disconnects the moment the last one ends, so
-    // the phase's end is not rounded up to the sampler's tick.
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let error: Mutex<Option<String>> = Mutex::new(None);
+    let gen = |t| OpGen::new(cfg.seed, phase, w, mix, chooser.clone(), t, cfg.threads, base, total);
     let pb = progress(cfg, total, format!("{} {} {}", kind.name(), mix.name, w));
 
     let (est0, io0, cpu0) = (engine.stats(), ProcIo::now(), measure::cpu_time());
     measure::reset_peak_rss();
     engine.begin_phase();
+    let Ran { workers, samples, seconds, error } = run_workers(cfg.threads, engine, sizes, &pb, gen);
+    pb.finish_and_clear();
+    let (cpu, io, est) = (measure::cpu_time() - cpu0, ProcIo::now().since(&io0), engine.stats());
+    let peak_rss_bytes = measure::peak_rss();
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let totals = Totals::merge(workers)?;
+    let live_bytes: u64 =
+        sizes.iter().map(|c| c.load(Relaxed)).filter(|&c| c > 0).map(|c| PAIR_BYTES[c as usize - 1] as u64).sum();
+    let m = Measured::new(&est0, &est, io, cpu, peak_rss_bytes, dir);
+    let new_base = match w {
+        Workload::LoadA => cfg.records,
+        Workload::RunD | Workload::RunE => base + totals.max_inserts * cfg.threads as u64,
+        _ => base,
+    };
+    let raw = Raw { seconds, samples, cpu, est0, est, totals, live_bytes };
+    Ok((phase_result(kind, mix, w, raw, m), new_base))
+}
+
+/// What [`run_workers`] saw.
+struct Ran {
+    workers: Vec<Result<Worker, String>>,
+    /// Ops done so far, once per TICK; the last, partial tick is left out.
+    samples: Vec<u64>,
+    seconds: f64,
+    /// The first error a worker hit.
+    error: Option<String>,
+}
+
+/// Runs `threads` workers (`gen(t)` makes thread t's operations) and samples their op
+/// counters until they are done (throughput series and progress).
+fn run_workers(
+    threads: usize,
+    engine: &dyn Engine,
+    sizes: &[AtomicU8],
+    pb: &ProgressBar,
+    gen: impl Fn(usize) -> OpGen,
+) -> Ran {
+    let counters: Vec<Padded> = (0..threads).map(|_| Padded::default()).collect();
+    let stop = AtomicBool::new(false);
+    // Each worker holds a sender; the channel disconnects the moment the last one ends, so
+    // the phase's end is not rounded up to the sampler's tick.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let error: Mutex<Option<String>> = Mutex::new(None);
     let t0 = Instant::now();
     let mut samples = Vec::new();
     let mut end = t0;
     let workers: Vec<Result<Worker, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..cfg.threads)
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let gen = OpGen::new(cfg.seed, phase, w, mix, chooser.clone(), t, cfg.threads, base, total);
+                let gen = gen(t);
                 let (counter, stop, error, done) = (&counters[t].0, &stop, &error, done_tx.clone());
                 s.spawn(move || {
                     engines::set_bench_thread(t);
@@ -341,8 +386,6 @@ fn run_phase(
             })
             .collect();
         drop(done_tx);
-        // Sample the counters until the workers are done: throughput series and progress.
-        // The last, partial tick is left out of the series.
         let mut next = t0 + TICK;
         loop {
             match done_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
@@ -362,27 +405,50 @@ fn run_phase(
             .map(|h| h.join().unwrap_or_else(|p| Err(format!("worker panicked: {}", panic_text(&*p)))))
             .collect()
     });
-    let seconds = (end - t0).as_secs_f64();
-    pb.finish_and_clear();
-    let (cpu, io, est) = (measure::cpu_time() - cpu0, ProcIo::now().since(&io0), engine.stats());
-    let peak_rss_bytes = measure::peak_rss();
-    if let Some(e) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
+    let error = error.into_inner().unwrap_or_else(|p| p.into_inner());
+    Ran { workers, samples, seconds: (end - t0).as_secs_f64(), error }
+}
+
+/// The workers of a phase, merged.
+struct Totals {
+    hist: Histogram<u64>,
+    user_bytes: u64,
+    misses: u64,
+    max_inserts: u64,
+}
+
+impl Totals {
+    fn merge(workers: Vec<Result<Worker, String>>) -> Result<Totals, String> {
+        let hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        let mut t = Totals { hist, user_bytes: 0, misses: 0, max_inserts: 0 };
+        for wk in workers {
+            let wk = wk?;
+            t.hist.add(&wk.hist).map_err(|e| e.to_string())?;
+            t.user_bytes += wk.user_bytes;
+            t.misses += wk.misses;
+            t.max_inserts = t.max_inserts.max(wk.inserts);
+        }
+        Ok(t)
     }
-    let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-    let (mut user_bytes, mut misses, mut max_inserts) = (0, 0, 0);
-    for wk in workers {
-        let wk = wk?;
-        hist.add(&wk.hist).map_err(|e| e.to_string())?;
-        user_bytes += wk.user_bytes;
-        misses += wk.misses;
-        max_inserts = max_inserts.max(wk.inserts);
-    }
+}
+
+/// What a phase measured as its workers finished, before it becomes a [`PhaseResult`].
+struct Raw {
+    seconds: f64,
+    samples: Vec<u64>,
+    /// This process's CPU time over the phase.
+    cpu: Duration,
+    est0: EngineStats,
+    est: EngineStats,
+    totals: Totals,
+    live_bytes: u64,
+}
+
+fn phase_result(kind: &EngineKind, mix: &Mix, w: Workload, raw: Raw, m: Measured) -> PhaseResult {
+    let Raw { seconds, samples, cpu, est0, est, totals, live_bytes } = raw;
+    let Totals { hist, user_bytes, misses, .. } = totals;
     let ops = hist.len();
-    let live_bytes: u64 =
-        sizes.iter().map(|c| c.load(Relaxed)).filter(|&c| c > 0).map(|c| PAIR_BYTES[c as usize - 1] as u64).sum();
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    let m = Measured::new(&est0, &est, io, cpu, peak_rss_bytes, dir);
     let device = match (m.read, m.write) {
         (Some(r), Some(w)) => (r + w) as f64,
         _ => f64::NAN,
@@ -391,7 +457,7 @@ fn run_phase(
     let series = measure::per_second(&samples, TICK);
     let interval = if series.len() < samples.len() { 1.0 } else { TICK.as_secs_f64() };
     let delta = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
-    let res = PhaseResult {
+    PhaseResult {
         engine: kind.name().into(),
         mix: mix.name.clone(),
         workload: w.name().into(),
@@ -427,13 +493,7 @@ fn run_phase(
         client_cpu_us_per_op: client_cpu,
         server_measures: m.server,
         roles: if matches!(kind, EngineKind::Cluster(_)) { Roles::new(&est0, &est, ops, user_bytes) } else { None },
-    };
-    let new_base = match w {
-        Workload::LoadA => cfg.records,
-        Workload::RunD | Workload::RunE => base + max_inserts * cfg.threads as u64,
-        _ => base,
-    };
-    Ok((res, new_base))
+    }
 }
 
 /// The resource figures of a phase, from this process or from the server behind the engine.

@@ -268,35 +268,7 @@ async fn resp_connection(
             return Ok(());
         }
         sh.metrics.bytes_in.fetch_add(n as u64, Relaxed);
-        let mut pos = 0;
-        let mut close = false;
-        loop {
-            match resp::parse(buf.get(pos..).unwrap_or_default(), limits) {
-                Ok(Some((args, used))) => {
-                    pos += used;
-                    if args.is_empty() {
-                        continue;
-                    }
-                    let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
-                    let reply = commands::execute(sh, &mut sess, &refs);
-                    if let Some(p) = sess.proto_next.take() {
-                        sess.proto = p;
-                    }
-                    reply.encode(sess.proto, &mut out);
-                    if sess.quit {
-                        close = true;
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    sh.metrics.protocol_errors.fetch_add(1, Relaxed);
-                    Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, &mut out);
-                    close = true;
-                    break;
-                }
-            }
-        }
+        let (pos, close) = run_requests(sh, &mut sess, &buf, limits, &mut out);
         buf.drain(..pos);
         if !out.is_empty() {
             stream.write_all(&out).await?;
@@ -308,6 +280,43 @@ async fn resp_connection(
         }
         if buf.capacity() > 1 << 20 && buf.len() < 16 << 10 {
             buf.shrink_to(16 << 10);
+        }
+    }
+}
+
+/// Executes every complete request at the start of `buf`, encoding the replies into `out`;
+/// returns the bytes used and whether the connection is to close (QUIT, a protocol error).
+fn run_requests(
+    sh: &Shared,
+    sess: &mut state::Session,
+    buf: &[u8],
+    limits: Limits,
+    out: &mut Vec<u8>,
+) -> (usize, bool) {
+    let mut pos = 0;
+    loop {
+        match resp::parse(buf.get(pos..).unwrap_or_default(), limits) {
+            Ok(Some((args, used))) => {
+                pos += used;
+                if args.is_empty() {
+                    continue;
+                }
+                let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
+                let reply = commands::execute(sh, sess, &refs);
+                if let Some(p) = sess.proto_next.take() {
+                    sess.proto = p;
+                }
+                reply.encode(sess.proto, out);
+                if sess.quit {
+                    return (pos, true);
+                }
+            }
+            Ok(None) => return (pos, false),
+            Err(e) => {
+                sh.metrics.protocol_errors.fetch_add(1, Relaxed);
+                Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, out);
+                return (pos, true);
+            }
         }
     }
 }

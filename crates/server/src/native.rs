@@ -104,22 +104,7 @@ pub async fn serve_connection(
     loop {
         let (consumed, next) = session.execute_available(&inbuf, &mut out);
         inbuf.drain(..consumed);
-        if !session.writes.is_empty() {
-            // last-write: the replies go out once the backups hold these writes.
-            if let Some(r) = &session.router {
-                r.wait_acked(&session.writes).await;
-            }
-            session.writes.clear();
-        }
-        if !out.is_empty() {
-            let written = tokio::time::timeout(limits.idle_timeout, stream.write_all(&out)).await;
-            match written {
-                Ok(Ok(())) => session.counters.bytes_out.fetch_add(out.len() as u64, Relaxed),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "client did not read its replies")),
-            };
-            out.clear();
-        }
+        send_replies(&mut session, stream, &mut out).await?;
         match next {
             Next::Close => {
                 let _ = stream.shutdown().await;
@@ -154,6 +139,27 @@ pub async fn serve_connection(
             Ok(Err(e)) => return Err(e),
         };
     }
+}
+
+/// Writes a batch's replies (within the idle timeout), once the backups hold its writes
+/// (last-write) in cluster mode.
+async fn send_replies(session: &mut Session, stream: &mut TcpStream, out: &mut Vec<u8>) -> io::Result<()> {
+    if !session.writes.is_empty() {
+        if let Some(r) = &session.router {
+            r.wait_acked(&session.writes).await;
+        }
+        session.writes.clear();
+    }
+    if !out.is_empty() {
+        let written = tokio::time::timeout(session.limits.idle_timeout, stream.write_all(out)).await;
+        match written {
+            Ok(Ok(())) => session.counters.bytes_out.fetch_add(out.len() as u64, Relaxed),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "client did not read its replies")),
+        };
+        out.clear();
+    }
+    Ok(())
 }
 
 /// What the connection loop does after executing the buffered frames.

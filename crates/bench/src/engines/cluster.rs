@@ -67,6 +67,88 @@ fn split(i: u32, n: u32) -> String {
     format!("user{:020}", (u64::MAX / n as u64) * i as u64)
 }
 
+/// The cluster of `n` nodes on ports `p` (four per node): n1 the primary of every region,
+/// `replicas - 1` backups per region spread round-robin over the others.
+fn cluster_file(spec: &ClusterSpec, n: usize, replicas: usize, p: &[u16]) -> ClusterFile {
+    let nodes = (1..=n)
+        .map(|i| NodeSpec {
+            name: format!("n{i}"),
+            native: format!("127.0.0.1:{}", p[4 * (i - 1)]),
+            replication: format!("127.0.0.1:{}", p[4 * (i - 1) + 1]),
+        })
+        .collect();
+    let regions = (0..spec.regions)
+        .map(|i| RegionSpec {
+            id: i + 1,
+            start: if i == 0 { String::new() } else { split(i, spec.regions) },
+            end: (i + 1 < spec.regions).then(|| split(i + 1, spec.regions)),
+            primary: "n1".into(),
+            backups: (0..replicas - 1).map(|j| format!("n{}", 2 + (i as usize + j) % (n - 1).max(1))).collect(),
+            epoch: 1,
+        })
+        .collect();
+    ClusterFile { nodes, regions }
+}
+
+/// What every node's `halyard serve` is given.
+struct ServeArgs<'a> {
+    bin: &'a Path,
+    dir: &'a Path,
+    conf: &'a Path,
+    file: &'a Path,
+    repl: &'a str,
+}
+
+/// Starts one node; its stderr goes to `<dir>/<node>.log`.
+fn start_node(a: &ServeArgs<'_>, node: &NodeSpec, http: &str, resp: u16) -> Result<NodeProc, String> {
+    let data = a.dir.join(&node.name);
+    let log = std::fs::File::create(a.dir.join(format!("{}.log", node.name))).map_err(|e| e.to_string())?;
+    let child = Command::new(a.bin)
+        .arg("serve")
+        .arg("--config")
+        .arg(a.conf)
+        .arg("--dir")
+        .arg(&data)
+        .args(["--listen", &node.native, "--http", http])
+        .args(["--resp", &format!("127.0.0.1:{resp}")])
+        .arg("--cluster-file")
+        .arg(a.file)
+        .args(["--node", &node.name, "--replication", a.repl])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", a.bin.display()))?;
+    Ok(NodeProc { child, data, http: format!("http://{http}/metrics") })
+}
+
+/// Waits up to 30 s for a node's native port to accept connections.
+fn wait_up(dir: &Path, node: &NodeSpec) -> Result<(), String> {
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(&node.native).is_err() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err(format!("node {} did not come up (see {}/{}.log)", node.name, dir.display(), node.name));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Per bench thread, one client per node.
+fn connect_all(file: &ClusterFile, threads: usize) -> Result<Vec<Vec<Client>>, String> {
+    let opts = ClientOptions { timeout: Duration::from_secs(60), ..Default::default() };
+    (0..threads)
+        .map(|_| {
+            file.nodes
+                .iter()
+                .map(|n| {
+                    Client::connect(n.native.as_str(), opts.clone()).map_err(|e| format!("connect {}: {e}", n.native))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect()
+}
+
 impl Cluster {
     pub(super) fn spawn(
         dir: &Path,
@@ -78,27 +160,9 @@ impl Cluster {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let n = spec.nodes.max(1);
         let replicas = if mode == Replication::None { 1 } else { spec.replicas.clamp(1, n) };
-        let mut nodes = Vec::new();
+        // Four per node: native, replication, HTTP, RESP.
         let p = ports(4 * n)?;
-        for i in 1..=n {
-            let (native, repl) = (p[4 * (i - 1)], p[4 * (i - 1) + 1]);
-            nodes.push(NodeSpec {
-                name: format!("n{i}"),
-                native: format!("127.0.0.1:{native}"),
-                replication: format!("127.0.0.1:{repl}"),
-            });
-        }
-        let regions = (0..spec.regions)
-            .map(|i| RegionSpec {
-                id: i + 1,
-                start: if i == 0 { String::new() } else { split(i, spec.regions) },
-                end: (i + 1 < spec.regions).then(|| split(i + 1, spec.regions)),
-                primary: "n1".into(),
-                backups: (0..replicas - 1).map(|j| format!("n{}", 2 + (i as usize + j) % (n - 1).max(1))).collect(),
-                epoch: 1,
-            })
-            .collect();
-        let file = ClusterFile { nodes, regions };
+        let file = cluster_file(spec, n, replicas, &p);
         let path = dir.join("cluster.toml");
         file.save(&path).map_err(|e| e.to_string())?;
         let sync = match cfg.sync {
@@ -107,11 +171,6 @@ impl Cluster {
             crate::args::Sync::Always => "always",
         };
         let conf = dir.join("server.toml");
-        // The cache is per process; L0 is per region (each region has its own in-memory L0).
-        let workers = match spec.workers {
-            0 => "0 (one per core)".to_string(),
-            w => w.to_string(),
-        };
         let text = format!(
             "workers = {}\n[engine]\nl0_mb = {}\ngrowth_factor = {}\ncache_mb = {}\nsync = \"{sync}\"\n",
             spec.workers,
@@ -123,53 +182,19 @@ impl Cluster {
         let repl = if mode == Replication::BuildIndex { "build-index" } else { "send-index" };
         let mut procs = Vec::new();
         for (i, node) in file.nodes.iter().enumerate() {
-            let data = dir.join(&node.name);
             let (http, resp) = (format!("127.0.0.1:{}", p[4 * i + 2]), p[4 * i + 3]);
-            let log = std::fs::File::create(dir.join(format!("{}.log", node.name))).map_err(|e| e.to_string())?;
-            let child = Command::new(&bin)
-                .arg("serve")
-                .arg("--config")
-                .arg(&conf)
-                .arg("--dir")
-                .arg(&data)
-                .args(["--listen", &node.native, "--http", &http])
-                .args(["--resp", &format!("127.0.0.1:{resp}")])
-                .arg("--cluster-file")
-                .arg(&path)
-                .args(["--node", &node.name, "--replication", repl])
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log))
-                .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-            procs.push(NodeProc { child, data, http: format!("http://{http}/metrics") });
+            let args = ServeArgs { bin: &bin, dir, conf: &conf, file: &path, repl };
+            procs.push(start_node(&args, node, &http, resp)?);
         }
         for node in &file.nodes {
-            let t0 = Instant::now();
-            while std::net::TcpStream::connect(&node.native).is_err() {
-                if t0.elapsed() > Duration::from_secs(30) {
-                    return Err(format!(
-                        "node {} did not come up (see {}/{}.log)",
-                        node.name,
-                        dir.display(),
-                        node.name
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_up(dir, node)?;
         }
-        let opts = ClientOptions { timeout: Duration::from_secs(60), ..Default::default() };
-        let clients = (0..cfg.threads.max(1))
-            .map(|_| {
-                file.nodes
-                    .iter()
-                    .map(|n| {
-                        Client::connect(n.native.as_str(), opts.clone())
-                            .map_err(|e| format!("connect {}: {e}", n.native))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let clients = connect_all(&file, cfg.threads.max(1))?;
+        // The cache is per process; L0 is per region (each region has its own in-memory L0).
+        let workers = match spec.workers {
+            0 => "0 (one per core)".to_string(),
+            w => w.to_string(),
+        };
         let settings = vec![
             ("cluster".into(), format!("{n} local `halyard serve` processes, {} regions, {replicas} copies each", spec.regions)),
             ("replication".into(), mode.name().into()),
