@@ -25,9 +25,9 @@ use halyard_engine::{Db, FaultPlan, FaultStorage, MemStorage, Options, Storage, 
 use std::sync::Arc;
 
 /// Keys a run tries to write.
-const KEYS_PER_RUN: u64 = 120;
+const KEYS_PER_RUN: u64 = 60;
 /// Runs on one store before a fresh one (verification reads every key).
-const RUNS_PER_STORE: u64 = 40;
+const RUNS_PER_STORE: u64 = 30;
 
 fn options(sync: SyncMode) -> Options {
     Options { sync, group_commit_ms: 1, gc_interval_ms: 5, ..Options::tiny() }
@@ -45,14 +45,14 @@ fn key(k: u64) -> Vec<u8> {
 }
 
 /// Writes keys `from..` until the store fails or `KEYS_PER_RUN` are written, flushing every
-/// 20; returns how many were acknowledged, and how many of them a flush made durable.
+/// 15; returns how many were acknowledged, and how many of them a flush made durable.
 fn write_run(db: &Db, from: u64) -> (u64, u64) {
     let mut durable = 0;
     for k in from..from + KEYS_PER_RUN {
         if db.put(&key(k), &value(k)).is_err() {
             return (k - from, durable);
         }
-        if (k - from) % 20 == 19 {
+        if (k - from) % 15 == 14 {
             if db.flush().is_err() {
                 return (k - from + 1, durable);
             }
