@@ -644,24 +644,7 @@ mod tests {
 
     #[test]
     fn edits_roundtrip() {
-        let sst = SstInfo {
-            seg: 9,
-            used_bytes: 8192,
-            leaf_count: 1,
-            root_off: 0,
-            height: 0,
-            bloom_off: 4096,
-            bloom_len: 100,
-            entries: 3,
-            stored_bytes: 30,
-            full_bytes: 300,
-            medium_ptrs: 1,
-            large_ptrs: 1,
-            min_lsn: 1,
-            max_lsn: 3,
-            first_key: b"a".to_vec(),
-            last_key: b"c".to_vec(),
-        };
+        let sst = sample_sst();
         let edits = vec![
             Edit::CreateRegion { start: vec![], end: Some(b"z".to_vec()), backup: true },
             Edit::AddSst { level: 2, sst },
