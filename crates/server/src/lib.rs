@@ -1,5 +1,5 @@
 //! Halyard's server: the Redis protocol (RESP2 and RESP3) and the native protocol over the
-//! engine, with Prometheus metrics over HTTP.
+//! engine, with metrics (prometheus-client, OpenMetrics text) and a health check over HTTP.
 //!
 //! Each connection runs as a task that reads what the client sent, executes every complete
 //! request in it in order, and answers them all with one write: pipelined requests cost one
@@ -10,6 +10,7 @@
 pub mod cluster;
 pub mod commands;
 pub mod config;
+pub mod http;
 pub mod keyspace;
 pub mod metrics;
 pub mod native;
@@ -20,6 +21,7 @@ use crate::resp::{Limits, Reply};
 use crate::state::Shared;
 use config::ServerConfig;
 use halyard_engine::Db;
+use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -80,9 +82,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     };
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
-    if let Some(c) = &cluster {
-        let _ = sh.cluster.set(c.clone());
-    }
+    let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
@@ -105,7 +105,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
         conns.clone(),
         router,
     ));
-    let http_task = tokio::spawn(accept_http(http_l, sh.clone(), stop_rx.clone()));
+    let http_task = tokio::spawn(accept_http(http_l, sh.clone(), registry, stop_rx.clone()));
     shutdown.await;
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
@@ -363,21 +363,21 @@ async fn accept_native(
     }
 }
 
-async fn accept_http(l: TcpListener, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn accept_http(l: TcpListener, sh: Arc<Shared>, registry: Arc<Registry>, mut stop: watch::Receiver<bool>) {
     loop {
         let accepted = tokio::select! {
             a = l.accept() => a,
             _ = stop.changed() => return,
         };
         let Ok((stream, _)) = accepted else { continue };
-        let sh = sh.clone();
+        let (sh, registry) = (sh.clone(), registry.clone());
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), http_request(&sh, stream)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), http_request(&sh, &registry, stream)).await;
         });
     }
 }
 
-async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
+async fn http_request(sh: &Shared, registry: &Arc<Registry>, mut stream: TcpStream) -> std::io::Result<()> {
     let mut req = Vec::new();
     let mut chunk = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -392,14 +392,11 @@ async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()>
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
         ("GET", "/metrics") => {
-            let db = sh.ks.db.clone();
-            let stats = tokio::task::spawn_blocking(move || db.stats()).await.unwrap_or_default();
-            (
-                "200 OK",
-                "text/plain; version=0.0.4",
-                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), Some(&sh.native))
-                    + &sh.cluster.get().map(|c| c.metrics()).unwrap_or_default(),
-            )
+            let r = registry.clone();
+            match tokio::task::spawn_blocking(move || metrics::encode(&r)).await {
+                Ok(Ok(text)) => ("200 OK", metrics::CONTENT_TYPE, text),
+                _ => ("500 Internal Server Error", "text/plain", "cannot encode the metrics\n".to_string()),
+            }
         }
         ("GET", "/health") => {
             if sh.ks.db.stats().poisoned {
