@@ -21,7 +21,6 @@ use crate::resp::{Limits, Reply};
 use crate::state::Shared;
 use config::ServerConfig;
 use halyard_engine::Db;
-use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -105,7 +104,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
         conns.clone(),
         router,
     ));
-    let http_task = tokio::spawn(accept_http(http_l, sh.clone(), registry, stop_rx.clone()));
+    let http_task = tokio::spawn(http::serve(http_l, registry, db.clone(), stop_rx.clone(), conns.clone()));
     shutdown.await;
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
@@ -361,57 +360,4 @@ async fn accept_native(
             drop(guard);
         });
     }
-}
-
-async fn accept_http(l: TcpListener, sh: Arc<Shared>, registry: Arc<Registry>, mut stop: watch::Receiver<bool>) {
-    loop {
-        let accepted = tokio::select! {
-            a = l.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let Ok((stream, _)) = accepted else { continue };
-        let (sh, registry) = (sh.clone(), registry.clone());
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), http_request(&sh, &registry, stream)).await;
-        });
-    }
-}
-
-async fn http_request(sh: &Shared, registry: &Arc<Registry>, mut stream: TcpStream) -> std::io::Result<()> {
-    let mut req = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 || req.len() > 16 << 10 {
-            return Ok(());
-        }
-        req.extend_from_slice(&chunk[..n]);
-    }
-    let line = String::from_utf8_lossy(&req[..req.iter().position(|&b| b == b'\r').unwrap_or(0)]).to_string();
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => {
-            let r = registry.clone();
-            match tokio::task::spawn_blocking(move || metrics::encode(&r)).await {
-                Ok(Ok(text)) => ("200 OK", metrics::CONTENT_TYPE, text),
-                _ => ("500 Internal Server Error", "text/plain", "cannot encode the metrics\n".to_string()),
-            }
-        }
-        ("GET", "/health") => {
-            if sh.ks.db.stats().poisoned {
-                ("503 Service Unavailable", "text/plain", "poisoned: the store refuses writes\n".to_string())
-            } else {
-                ("200 OK", "text/plain", "ok\n".to_string())
-            }
-        }
-        _ => ("404 Not Found", "text/plain", "try /metrics or /health\n".to_string()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
 }
