@@ -6,11 +6,16 @@
 //! region into a primary region here.
 
 use crate::config::ServerConfig;
+use crate::metrics::{counter, labeled_values};
 use crate::ServerError;
 use halyard_cluster::{ClusterFile, RegionSpec};
 use halyard_engine::Db;
 use halyard_replication::{Mode, Msg, Replica, Shipper};
 use parking_lot::RwLock;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -278,76 +283,114 @@ impl halyard_replication::NodeHooks for ClusterNode {
     }
 }
 
+/// Replication's metrics for the registry: what this node shipped as a primary and received
+/// as a backup, and each backup's acknowledged LSN.
+pub struct ReplicationCollector(pub Arc<ClusterNode>);
+
+impl std::fmt::Debug for ReplicationCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplicationCollector")
+    }
+}
+
+impl Collector for ReplicationCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.0.encode_shipped(&mut e)?;
+        self.0.encode_received(&mut e)?;
+        self.0.encode_acked(&mut e)
+    }
+}
+
 impl ClusterNode {
-    /// Prometheus text for replication: what this node shipped as a primary and received as
-    /// a backup.
-    pub fn metrics(&self) -> String {
-        use std::fmt::Write;
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut o = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        };
-        let st = &self.shipper.stats;
+    /// What this node queued and wrote to backups, and the bytes both directions moved.
+    fn encode_shipped(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let (st, rs) = (&self.shipper.stats, &self.replica.stats);
         counter(
+            e,
             "halyard_replication_shipped_bytes_total",
             "Bytes of frames queued to backups (per backup).",
             st.bytes.load(Relaxed),
-        );
-        counter("halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed));
+        )?;
+        counter(e, "halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed))?;
         counter(
+            e,
             "halyard_replication_shipped_image_bytes_total",
             "Segment image bytes (SSTs, medium runs) queued to backups before LZ4 packing (per backup).",
             st.image_bytes.load(Relaxed),
-        );
-        let rs = &self.replica.stats;
+        )?;
         counter(
+            e,
             "halyard_replication_sent_bytes_total",
             "Replication bytes this node wrote to sockets: frames to backups and acknowledgements to primaries.",
             st.sent.load(Relaxed) + rs.sent.load(Relaxed),
-        );
+        )?;
         counter(
+            e,
             "halyard_replication_socket_received_bytes_total",
             "Replication bytes this node read from sockets: frames from primaries and acknowledgements from backups.",
             rs.bytes.load(Relaxed) + st.received.load(Relaxed),
-        );
-        counter("halyard_replication_link_failures_total", "Backup links that failed.", st.broken_links.load(Relaxed));
+        )?;
         counter(
+            e,
+            "halyard_replication_link_failures_total",
+            "Backup links that failed.",
+            st.broken_links.load(Relaxed),
+        )?;
+        counter(
+            e,
             "halyard_replication_connections_total",
             "Connections opened to backup nodes (one per backup node, carrying all its regions' streams).",
             st.connections.load(Relaxed),
-        );
+        )?;
         counter(
+            e,
             "halyard_replication_socket_writes_total",
             "Writes to backup sockets; shipped frames over this is how many frames one write carries.",
             st.writes.load(Relaxed),
-        );
+        )?;
         counter(
+            e,
             "halyard_replication_catch_ups_total",
             "Full copies sent to returning backups.",
             st.catch_ups.load(Relaxed),
-        );
-        counter("halyard_replication_received_bytes_total", "Bytes received from primaries.", rs.bytes.load(Relaxed));
+        )
+    }
+
+    /// What this node took from primaries as a backup.
+    fn encode_received(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let rs = &self.replica.stats;
         counter(
+            e,
+            "halyard_replication_received_bytes_total",
+            "Bytes received from primaries.",
+            rs.bytes.load(Relaxed),
+        )?;
+        counter(
+            e,
             "halyard_replication_rejected_total",
             "Streams or messages refused (stale epoch, unknown region).",
             rs.rejected.load(Relaxed),
-        );
+        )
+    }
+
+    /// The last LSN each backup of each region this node leads acknowledged.
+    fn encode_acked(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let f = self.file.read();
-        let _ = writeln!(o, "# HELP halyard_replication_acked_lsn Last LSN each backup acknowledged.\n# TYPE halyard_replication_acked_lsn gauge");
+        let mut samples = Vec::new();
         for r in f.regions.iter().filter(|r| r.primary == self.name) {
             for l in self.shipper.links(r.id) {
-                let _ = writeln!(
-                    o,
-                    "halyard_replication_acked_lsn{{region=\"{}\",backup=\"{}\",live=\"{}\"}} {}",
-                    r.id,
-                    l.node,
-                    l.is_live(),
-                    l.acked()
-                );
+                let labels =
+                    [("region", r.id.to_string()), ("backup", l.node.clone()), ("live", l.is_live().to_string())];
+                samples.push((labels, l.acked()));
             }
         }
-        o
+        labeled_values(
+            e,
+            "halyard_replication_acked_lsn",
+            "Last LSN each backup acknowledged.",
+            MetricType::Gauge,
+            samples,
+        )
     }
 }
 

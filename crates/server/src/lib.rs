@@ -1,5 +1,5 @@
 //! Halyard's server: the Redis protocol (RESP2 and RESP3) and the native protocol over the
-//! engine, with Prometheus metrics over HTTP.
+//! engine, with metrics (prometheus-client, OpenMetrics text) and a health check over HTTP.
 //!
 //! Each connection runs as a task that reads what the client sent, executes every complete
 //! request in it in order, and answers them all with one write: pipelined requests cost one
@@ -11,6 +11,8 @@ pub mod cluster;
 #[doc(hidden)]
 pub mod commands;
 pub mod config;
+#[doc(hidden)]
+pub mod http;
 #[doc(hidden)]
 pub mod keyspace;
 #[doc(hidden)]
@@ -86,9 +88,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     };
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
-    if let Some(c) = &cluster {
-        let _ = sh.cluster.set(c.clone());
-    }
+    let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
@@ -111,7 +111,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
         conns.clone(),
         router,
     ));
-    let http_task = tokio::spawn(accept_http(http_l, sh.clone(), stop_rx.clone()));
+    let http_task = tokio::spawn(http::serve(http_l, registry, db.clone(), stop_rx.clone(), conns.clone()));
     shutdown.await;
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
@@ -376,61 +376,4 @@ async fn accept_native(
             drop(guard);
         });
     }
-}
-
-async fn accept_http(l: TcpListener, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    loop {
-        let accepted = tokio::select! {
-            a = l.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let Ok((stream, _)) = accepted else { continue };
-        let sh = sh.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), http_request(&sh, stream)).await;
-        });
-    }
-}
-
-async fn http_request(sh: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
-    let mut req = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 || req.len() > 16 << 10 {
-            return Ok(());
-        }
-        req.extend_from_slice(chunk.get(..n).unwrap_or_default());
-    }
-    let end = req.iter().position(|&b| b == b'\r').unwrap_or(0);
-    let line = String::from_utf8_lossy(req.get(..end).unwrap_or_default()).to_string();
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => {
-            let db = sh.ks.db.clone();
-            let stats = tokio::task::spawn_blocking(move || db.stats()).await.unwrap_or_default();
-            (
-                "200 OK",
-                "text/plain; version=0.0.4",
-                metrics::render(&sh.metrics, &stats, sh.connected.load(Relaxed), Some(&sh.native))
-                    + &sh.cluster.get().map(|c| c.metrics()).unwrap_or_default(),
-            )
-        }
-        ("GET", "/health") => {
-            if sh.ks.db.stats().poisoned {
-                ("503 Service Unavailable", "text/plain", "poisoned: the store refuses writes\n".to_string())
-            } else {
-                ("200 OK", "text/plain", "ok\n".to_string())
-            }
-        }
-        _ => ("404 Not Found", "text/plain", "try /metrics or /health\n".to_string()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
 }

@@ -1,9 +1,19 @@
-//! Counters and latency histograms, rendered in the Prometheus text format.
+//! Counters and latency histograms, and their encoding for prometheus-client: the node's
+//! metrics are written per scrape by collectors (`http::NodeCollector`,
+//! `cluster::ReplicationCollector`) with the helpers here, into one registry encoded as
+//! OpenMetrics text.
 
 #![expect(clippy::indexing_slicing, reason = "shard and bucket indexes are reduced within the fixed array sizes")]
 
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric, NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Latency bucket upper bounds in microseconds.
@@ -112,192 +122,248 @@ pub fn cpu_seconds() -> (f64, f64) {
     (t(ru.ru_utime), t(ru.ru_stime))
 }
 
-/// Everything /metrics shows.
-/// `native` = (requests, error replies, bad frames) of the native protocol.
-pub fn render(
-    m: &Metrics,
-    engine: &halyard_engine::Stats,
-    connected: usize,
-    native: Option<&crate::native::NativeCounters>,
-) -> String {
-    let native =
-        native.map(|n| [&n.requests, &n.errors, &n.bad_frames, &n.bytes_in, &n.bytes_out].map(|c| c.load(Relaxed)));
-    let mut o = String::new();
-    render_connections(&mut o, m, connected, native);
-    render_commands(&mut o, m);
-    if let Some([requests, errors, bad, ..]) = native {
-        counter(&mut o, "halyard_native_requests_total", "Native protocol requests.", requests as f64);
-        counter(&mut o, "halyard_native_errors_total", "Native protocol error replies.", errors as f64);
-        counter(&mut o, "halyard_native_bad_frames_total", "Malformed native frames (connection closed).", bad as f64);
+/// The `Content-Type` of [`encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The registry's metrics in the OpenMetrics text format, ending in `# EOF`. Collectors read
+/// what they report (the engine's statistics among it) now: call from a blocking thread.
+pub fn encode(registry: &Registry) -> Result<String, fmt::Error> {
+    let mut o = String::with_capacity(32 << 10);
+    prometheus_client::encoding::text::encode(&mut o, registry)?;
+    Ok(o)
+}
+
+/// The family name of a counter whose samples are `name`: the encoder appends `_total` itself.
+fn counter_family(name: &str) -> &str {
+    debug_assert!(name.ends_with("_total"), "counter {name} must end in _total");
+    name.strip_suffix("_total").unwrap_or(name)
+}
+
+/// A counter with one sample, `name` (ending in `_total`).
+pub(crate) fn counter(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: impl EncodeCounterValue,
+) -> fmt::Result {
+    ConstCounter::new(v).encode(e.encode_descriptor(counter_family(name), help, None, MetricType::Counter)?)
+}
+
+/// A gauge with one sample.
+pub(crate) fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: impl EncodeGaugeValue) -> fmt::Result {
+    ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A counter with a sample per label set; `name` ends in `_total`.
+pub(crate) fn labeled_counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(counter_family(name), help, None, MetricType::Counter)?;
+    for (labels, v) in samples {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
     }
-    render_cpu(&mut o, m.total_calls() + native.map_or(0, |n| n[0]));
-    render_engine_io(&mut o, engine);
-    render_engine_work(&mut o, engine);
-    o
+    Ok(())
 }
 
-fn counter(o: &mut String, name: &str, help: &str, v: f64) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+/// A gauge, or an untyped metric (`MetricType::Unknown`), with a sample per label set.
+pub(crate) fn labeled_values<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, kind)?;
+    for (labels, v) in samples {
+        m.encode_family(&labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
 }
 
-fn gauge(o: &mut String, name: &str, help: &str, v: f64) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-}
-
-/// Connection and byte counters; `native` as in [`render`], loaded.
-fn render_connections(o: &mut String, m: &Metrics, connected: usize, native: Option<[u64; 5]>) {
-    let load = |c: &AtomicU64| c.load(Relaxed) as f64;
-    counter(o, "halyard_connections_total", "Client connections accepted.", load(&m.connections_total));
+/// The connection and byte counters (bytes of both protocols: `native` holds the native
+/// protocol's); `connected` is the clients connected now.
+pub(crate) fn encode_connections(
+    e: &mut DescriptorEncoder<'_>,
+    m: &Metrics,
+    connected: usize,
+    native: &crate::native::NativeCounters,
+) -> fmt::Result {
+    let load = |c: &AtomicU64| c.load(Relaxed);
+    counter(e, "halyard_connections_total", "Client connections accepted.", load(&m.connections_total))?;
     counter(
-        o,
+        e,
         "halyard_connections_rejected_total",
         "Connections refused over --max-clients.",
         load(&m.connections_rejected),
-    );
+    )?;
     counter(
-        o,
+        e,
         "halyard_protocol_errors_total",
         "Malformed or oversized requests (connection closed).",
         load(&m.protocol_errors),
-    );
-    counter(o, "halyard_idle_timeouts_total", "Connections closed for idling.", load(&m.idle_timeouts));
-    counter(o, "halyard_auth_failures_total", "Failed AUTH attempts.", load(&m.auth_failures));
-    counter(o, "halyard_unknown_commands_total", "Unknown commands.", load(&m.unknown_commands));
+    )?;
+    counter(e, "halyard_idle_timeouts_total", "Connections closed for idling.", load(&m.idle_timeouts))?;
+    counter(e, "halyard_auth_failures_total", "Failed AUTH attempts.", load(&m.auth_failures))?;
+    counter(e, "halyard_unknown_commands_total", "Unknown commands.", load(&m.unknown_commands))?;
     counter(
-        o,
+        e,
         "halyard_network_received_bytes_total",
         "Bytes received from clients (RESP and native).",
-        (m.bytes_in.load(Relaxed) + native.map_or(0, |n| n[3])) as f64,
-    );
+        load(&m.bytes_in) + load(&native.bytes_in),
+    )?;
     counter(
-        o,
+        e,
         "halyard_network_sent_bytes_total",
         "Bytes sent to clients (RESP and native).",
-        (m.bytes_out.load(Relaxed) + native.map_or(0, |n| n[4])) as f64,
-    );
-    let _ = writeln!(o, "# HELP halyard_connected_clients Clients connected now.\n# TYPE halyard_connected_clients gauge\nhalyard_connected_clients {connected}");
+        load(&m.bytes_out) + load(&native.bytes_out),
+    )?;
+    gauge(e, "halyard_connected_clients", "Clients connected now.", connected as u64)
 }
 
-/// Per-command calls, errors and the latency histogram (commands called at least once).
-fn render_commands(o: &mut String, m: &Metrics) {
-    let _ = writeln!(
-        o,
-        "# HELP halyard_commands_total Commands executed, by command.\n# TYPE halyard_commands_total counter"
-    );
-    for (n, c) in &m.commands {
-        let _ = writeln!(o, "halyard_commands_total{{cmd=\"{n}\"}} {}", c.calls());
-    }
-    let _ = writeln!(o, "# HELP halyard_command_errors_total Commands that replied with an error.\n# TYPE halyard_command_errors_total counter");
-    for (n, c) in &m.commands {
-        let _ = writeln!(o, "halyard_command_errors_total{{cmd=\"{n}\"}} {}", c.errors());
-    }
-    let _ = writeln!(
-        o,
-        "# HELP halyard_command_duration_seconds Command latency.\n# TYPE halyard_command_duration_seconds histogram"
-    );
+/// Per-command calls and errors (every command), and the latency histograms of the commands
+/// called at least once.
+pub(crate) fn encode_commands(e: &mut DescriptorEncoder<'_>, m: &Metrics) -> fmt::Result {
+    let by_cmd = |f: fn(&CmdStats) -> u64| m.commands.iter().map(move |(n, c)| ([("cmd", *n)], f(c)));
+    labeled_counters(e, "halyard_commands_total", "Commands executed, by command.", by_cmd(CmdStats::calls))?;
+    labeled_counters(
+        e,
+        "halyard_command_errors_total",
+        "Commands that replied with an error.",
+        by_cmd(CmdStats::errors),
+    )?;
+    let mut h =
+        e.encode_descriptor("halyard_command_duration_seconds", "Command latency.", None, MetricType::Histogram)?;
     for (n, c) in m.commands.iter().filter(|(_, c)| c.calls() > 0) {
-        let mut cum = 0;
-        for (i, b) in BUCKETS_US.iter().enumerate() {
-            cum += c.bucket(i);
-            let _ =
-                writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"{}\"}} {cum}", *b as f64 / 1e6);
-        }
-        let calls = c.timed();
-        let _ = writeln!(o, "halyard_command_duration_seconds_bucket{{cmd=\"{n}\",le=\"+Inf\"}} {calls}");
-        let _ = writeln!(o, "halyard_command_duration_seconds_sum{{cmd=\"{n}\"}} {}", c.usec() as f64 / 1e6);
-        let _ = writeln!(o, "halyard_command_duration_seconds_count{{cmd=\"{n}\"}} {calls}");
+        let mut buckets: Vec<(f64, u64)> =
+            BUCKETS_US.iter().enumerate().map(|(i, &b)| (b as f64 / 1e6, c.bucket(i))).collect();
+        let bucketed: u64 = buckets.iter().map(|b| b.1).sum();
+        // Calls slower than the last bound count only here; the counters are read one by one,
+        // so the count is held to the buckets' total at least.
+        let count = c.timed().max(bucketed);
+        buckets.push((f64::INFINITY, count - bucketed));
+        let labels = [("cmd", *n)];
+        h.encode_family(&labels)?.encode_histogram::<NoLabelSet>(c.usec() as f64 / 1e6, count, &buckets, None)?;
     }
+    Ok(())
+}
+
+/// The native protocol's request, error and bad-frame counters.
+pub(crate) fn encode_native(e: &mut DescriptorEncoder<'_>, n: &crate::native::NativeCounters) -> fmt::Result {
+    counter(e, "halyard_native_requests_total", "Native protocol requests.", n.requests.load(Relaxed))?;
+    counter(e, "halyard_native_errors_total", "Native protocol error replies.", n.errors.load(Relaxed))?;
+    counter(
+        e,
+        "halyard_native_bad_frames_total",
+        "Malformed native frames (connection closed).",
+        n.bad_frames.load(Relaxed),
+    )
 }
 
 /// CPU time, in total and per request (RESP and native) served.
-fn render_cpu(o: &mut String, requests: u64) {
+pub(crate) fn encode_cpu(e: &mut DescriptorEncoder<'_>, requests: u64) -> fmt::Result {
     let (user, sys) = cpu_seconds();
-    counter(o, "halyard_cpu_user_seconds_total", "User CPU time of the server process.", user);
-    counter(o, "halyard_cpu_system_seconds_total", "System CPU time of the server process.", sys);
-    let _ = writeln!(
-        o,
-        "# HELP halyard_cpu_us_per_request CPU time (user+system) per request served.\n# TYPE halyard_cpu_us_per_request gauge\nhalyard_cpu_us_per_request {}",
-        if requests == 0 { 0.0 } else { (user + sys) * 1e6 / requests as f64 }
-    );
+    counter(e, "halyard_cpu_user_seconds_total", "User CPU time of the server process.", user)?;
+    counter(e, "halyard_cpu_system_seconds_total", "System CPU time of the server process.", sys)?;
+    gauge(
+        e,
+        "halyard_cpu_us_per_request",
+        "CPU time (user+system) per request served.",
+        if requests == 0 { 0.0 } else { (user + sys) * 1e6 / requests as f64 },
+    )
 }
 
 /// The engine's device traffic, L0 and levels.
-fn render_engine_io(o: &mut String, e: &halyard_engine::Stats) {
-    counter(o, "halyard_engine_device_read_bytes_total", "Bytes read from the device.", e.device_read_bytes as f64);
-    counter(o, "halyard_engine_device_write_bytes_total", "Bytes written to the device.", e.device_write_bytes as f64);
-    for (k, v) in &e.write_bytes_by {
-        let _ = writeln!(o, "halyard_engine_device_write_bytes_by_purpose{{purpose=\"{k}\"}} {v}");
-    }
-    for (k, v) in &e.read_bytes_by {
-        let _ = writeln!(o, "halyard_engine_device_read_bytes_by_purpose{{purpose=\"{k}\"}} {v}");
-    }
+pub(crate) fn encode_engine_io(e: &mut DescriptorEncoder<'_>, s: &halyard_engine::Stats) -> fmt::Result {
+    counter(e, "halyard_engine_device_read_bytes_total", "Bytes read from the device.", s.device_read_bytes)?;
+    counter(e, "halyard_engine_device_write_bytes_total", "Bytes written to the device.", s.device_write_bytes)?;
+    let by_purpose = |v: &[(&'static str, u64)]| v.iter().map(|&(k, v)| ([("purpose", k)], v)).collect::<Vec<_>>();
+    labeled_values(
+        e,
+        "halyard_engine_device_write_bytes_by_purpose",
+        "Bytes written to the device, by purpose.",
+        MetricType::Unknown,
+        by_purpose(&s.write_bytes_by),
+    )?;
+    labeled_values(
+        e,
+        "halyard_engine_device_read_bytes_by_purpose",
+        "Bytes read from the device, by purpose.",
+        MetricType::Unknown,
+        by_purpose(&s.read_bytes_by),
+    )?;
     counter(
-        o,
+        e,
         "halyard_engine_user_bytes_total",
         "Bytes of keys and values written by clients.",
-        e.user_bytes_written as f64,
-    );
+        s.user_bytes_written,
+    )?;
     gauge(
-        o,
+        e,
         "halyard_engine_io_amplification",
         "Device bytes read and written per user byte written.",
-        e.io_amplification(),
-    );
-    gauge(o, "halyard_engine_l0_bytes", "Bytes in the in-memory L0.", e.l0_bytes as f64);
-    let _ = writeln!(
-        o,
-        "# HELP halyard_engine_level_bytes Bytes per level (stored).\n# TYPE halyard_engine_level_bytes gauge"
-    );
-    for (i, l) in e.levels.iter().enumerate() {
-        let _ = writeln!(o, "halyard_engine_level_bytes{{level=\"{}\"}} {}", i + 1, l.stored_bytes);
-        let _ = writeln!(o, "halyard_engine_level_ssts{{level=\"{}\"}} {}", i + 1, l.ssts);
-    }
+        s.io_amplification(),
+    )?;
+    gauge(e, "halyard_engine_l0_bytes", "Bytes in the in-memory L0.", s.l0_bytes)?;
+    let by_level = |f: fn(&halyard_engine::LevelStats) -> u64| {
+        s.levels.iter().enumerate().map(move |(i, l)| ([("level", i + 1)], f(l)))
+    };
+    labeled_values(
+        e,
+        "halyard_engine_level_bytes",
+        "Bytes per level (stored).",
+        MetricType::Gauge,
+        by_level(|l| l.stored_bytes),
+    )?;
+    labeled_values(e, "halyard_engine_level_ssts", "SSTs per level.", MetricType::Unknown, by_level(|l| l.ssts as u64))
 }
 
 /// The engine's background work (compaction, GC), cache, space and open cost.
-fn render_engine_work(o: &mut String, e: &halyard_engine::Stats) {
-    counter(o, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", e.stall_seconds);
-    counter(o, "halyard_engine_compactions_total", "Compactions completed.", e.compactions as f64);
+pub(crate) fn encode_engine_work(e: &mut DescriptorEncoder<'_>, s: &halyard_engine::Stats) -> fmt::Result {
+    counter(e, "halyard_engine_stall_seconds_total", "Time writers waited for L0 space.", s.stall_seconds)?;
+    counter(e, "halyard_engine_compactions_total", "Compactions completed.", s.compactions)?;
     counter(
-        o,
+        e,
         "halyard_engine_warmed_leaves_total",
         "Leaves compactions cached in place of the cached leaves they rewrote.",
-        e.warmed_leaves as f64,
-    );
+        s.warmed_leaves,
+    )?;
     counter(
-        o,
+        e,
         "halyard_engine_compaction_cached_bytes_total",
         "Bytes of input leaves compactions took from the cache instead of the device.",
-        e.compaction_cached_bytes as f64,
-    );
+        s.compaction_cached_bytes,
+    )?;
     counter(
-        o,
+        e,
         "halyard_engine_l0_versions_dropped_total",
         "Superseded versions L0 dropped before compaction (no reader could see them).",
-        e.l0_versions_dropped as f64,
-    );
-    counter(o, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", e.gc_segments as f64);
+        s.l0_versions_dropped,
+    )?;
+    counter(e, "halyard_engine_gc_segments_total", "Large-log segments reclaimed by GC.", s.gc_segments)?;
     counter(
-        o,
+        e,
         "halyard_engine_gc_known_segments_total",
         "Large-log segments GC reclaimed without an index lookup per record.",
-        e.gc_known_segments as f64,
-    );
-    counter(o, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", e.gc_bytes_moved as f64);
-    gauge(o, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", e.cache_hit_rate());
-    gauge(o, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", e.space_allocated_bytes as f64);
-    gauge(o, "halyard_engine_open_seconds", "How long the store's last open took.", e.open_seconds);
-    gauge(o, "halyard_engine_open_read_bytes", "Device bytes the store's last open read.", e.open_read_bytes as f64);
+        s.gc_known_segments,
+    )?;
+    counter(e, "halyard_engine_gc_bytes_moved_total", "Bytes GC re-appended.", s.gc_bytes_moved)?;
+    gauge(e, "halyard_engine_cache_hit_ratio", "Node and value cache hit rate.", s.cache_hit_rate())?;
+    gauge(e, "halyard_engine_space_allocated_bytes", "Bytes of segments in use.", s.space_allocated_bytes)?;
+    gauge(e, "halyard_engine_open_seconds", "How long the store's last open took.", s.open_seconds)?;
+    gauge(e, "halyard_engine_open_read_bytes", "Device bytes the store's last open read.", s.open_read_bytes)?;
     gauge(
-        o,
+        e,
         "halyard_engine_partly_filled_log_segments",
         "Large-log segments left holding records in less than half of their bytes.",
-        e.partly_filled_log_segments as f64,
-    );
+        s.partly_filled_log_segments,
+    )?;
     gauge(
-        o,
+        e,
         "halyard_engine_pinned_bytes",
         "Bloom filters and SST index nodes held in memory outside the cache.",
-        e.levels.iter().map(|l| l.pinned_bytes).sum::<u64>() as f64,
-    );
+        s.levels.iter().map(|l| l.pinned_bytes).sum::<u64>(),
+    )
 }

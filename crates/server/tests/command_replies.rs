@@ -18,6 +18,7 @@
 
 use halyard_engine::{Db, Options};
 use halyard_server::commands;
+use halyard_server::http;
 use halyard_server::keyspace::Keyspace;
 use halyard_server::metrics::{self, Metrics};
 use halyard_server::state::{Session, Shared};
@@ -26,11 +27,11 @@ use std::sync::Arc;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/command_replies.golden");
 
-fn shared(dir: &std::path::Path, requirepass: Option<&str>) -> (Shared, Arc<Db>) {
+fn shared(dir: &std::path::Path, requirepass: Option<&str>) -> Arc<Shared> {
     let opts = Options { direct_io: false, cache_bytes: 8 << 20, ..Options::default() };
     let db = Arc::new(Db::open(dir, opts).expect("open store"));
     let ks = Keyspace::new(db.clone()).expect("keyspace");
-    (Shared::new(ks, requirepass.map(str::to_string), Metrics::new(&commands::names())), db)
+    Arc::new(Shared::new(ks, requirepass.map(str::to_string), Metrics::new(&commands::names())))
 }
 
 /// Printable form of bytes: CR and LF as `\r` `\n`, other non-printing bytes as `\xNN`.
@@ -68,8 +69,8 @@ fn run(sh: &Shared, sess: &mut Session, script: &[&[&str]], out: &mut String) {
 }
 
 /// The per-command counters and the unknown-command and AUTH failure counts.
-fn counters(sh: &Shared, db: &Db, out: &mut String) {
-    let text = metrics::render(&sh.metrics, &db.stats(), 0, None);
+fn counters(sh: &Arc<Shared>, out: &mut String) {
+    let text = metrics::encode(&http::registry(sh.clone(), None)).expect("encode the metrics");
     for l in text.lines() {
         let wanted = ["halyard_commands_total{", "halyard_command_errors_total{", "halyard_unknown_", "halyard_auth_"];
         if wanted.iter().any(|w| l.starts_with(w)) {
@@ -297,7 +298,7 @@ const PASSWORD_HELLO: &[&[&str]] = &[
 fn replies_match_the_transcript() {
     let mut out = String::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (sh, db) = shared(dir.path(), None);
+    let sh = shared(dir.path(), None);
     let mut sess = sh.session("127.0.0.1:1".into());
     for (title, script) in [("strings", STRINGS), ("hashes and keys", HASHES_AND_KEYS), ("connection", CONNECTION)] {
         let _ = writeln!(out, "## {title}");
@@ -306,18 +307,17 @@ fn replies_match_the_transcript() {
     let _ = writeln!(out, "## RESP3");
     run(&sh, &mut sess, RESP3, &mut out);
     let _ = writeln!(out, "## counters");
-    counters(&sh, &db, &mut out);
+    counters(&sh, &mut out);
     drop(sh);
-    drop(db);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let (sh, db) = shared(dir.path(), Some("pw"));
+    let sh = shared(dir.path(), Some("pw"));
     let _ = writeln!(out, "## requirepass");
     run(&sh, &mut sh.session("127.0.0.1:2".into()), PASSWORD, &mut out);
     let _ = writeln!(out, "## requirepass, HELLO AUTH");
     run(&sh, &mut sh.session("127.0.0.1:3".into()), PASSWORD_HELLO, &mut out);
     let _ = writeln!(out, "## requirepass counters");
-    counters(&sh, &db, &mut out);
+    counters(&sh, &mut out);
 
     if std::env::var_os("HALYARD_BLESS").is_some() {
         std::fs::write(GOLDEN, &out).expect("write the transcript");
@@ -335,7 +335,7 @@ fn replies_match_the_transcript() {
 fn varying_replies_keep_their_form() {
     use halyard_server::resp::Reply;
     let dir = tempfile::tempdir().expect("tempdir");
-    let (sh, _db) = shared(dir.path(), None);
+    let sh = shared(dir.path(), None);
     let mut sess = sh.session("127.0.0.1:1".into());
     let Reply::Array(t) = commands::execute(&sh, &mut sess, &[b"TIME"]) else { panic!("TIME: not an array") };
     assert!(matches!(t.as_slice(), [Reply::Bulk(_), Reply::Bulk(_)]), "TIME: {t:?}");

@@ -1,0 +1,138 @@
+//! The HTTP endpoint (`--http`): `GET /metrics` (the registry [`registry`] builds, as
+//! OpenMetrics text) and `GET /health`, routed by axum and served by hyper, one request per
+//! connection.
+
+use crate::cluster::{ClusterNode, ReplicationCollector};
+use crate::metrics;
+use crate::state::Shared;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use halyard_engine::Db;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// How long one connection may take, from accept to the end of its response.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The one registry /metrics encodes: this node's counters and engine statistics and, in
+/// cluster mode, its replication counters.
+pub fn registry(sh: Arc<Shared>, cluster: Option<Arc<ClusterNode>>) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(NodeCollector(sh)));
+    if let Some(c) = cluster {
+        r.register_collector(Box::new(ReplicationCollector(c)));
+    }
+    r
+}
+
+/// The node's metrics, read at each scrape: connections, commands, the native protocol, CPU
+/// time and a snapshot of the engine's statistics.
+struct NodeCollector(Arc<Shared>);
+
+impl std::fmt::Debug for NodeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeCollector")
+    }
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let sh = &self.0;
+        metrics::encode_connections(&mut e, &sh.metrics, sh.connected.load(Relaxed), &sh.native)?;
+        metrics::encode_commands(&mut e, &sh.metrics)?;
+        metrics::encode_native(&mut e, &sh.native)?;
+        metrics::encode_cpu(&mut e, sh.metrics.total_calls() + sh.native.requests.load(Relaxed))?;
+        let stats = sh.ks.db.stats();
+        metrics::encode_engine_io(&mut e, &stats)?;
+        metrics::encode_engine_work(&mut e, &stats)
+    }
+}
+
+/// What the handlers read.
+#[derive(Clone)]
+struct Endpoint {
+    registry: Arc<Registry>,
+    db: Arc<Db>,
+}
+
+fn router(registry: Arc<Registry>, db: Arc<Db>) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .route("/health", get(health))
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_found)
+        .with_state(Endpoint { registry, db })
+}
+
+async fn scrape(State(ep): State<Endpoint>) -> Response {
+    // The collectors read the engine's statistics, which may wait on its locks.
+    match tokio::task::spawn_blocking(move || metrics::encode(&ep.registry)).await {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics\n").into_response(),
+    }
+}
+
+async fn health(State(ep): State<Endpoint>) -> Response {
+    match tokio::task::spawn_blocking(move || ep.db.stats().poisoned).await {
+        Ok(false) => "ok\n".into_response(),
+        Ok(true) => (StatusCode::SERVICE_UNAVAILABLE, "poisoned: the store refuses writes\n").into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot read the store's state\n").into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "try /metrics or /health\n").into_response()
+}
+
+/// Serves `l` until `stop` changes. Each connection gets one request and at most
+/// [`CONNECTION_TIMEOUT`]; those in flight at the stop finish their request, holding
+/// `conns` meanwhile.
+pub(crate) async fn serve(
+    l: TcpListener,
+    registry: Arc<Registry>,
+    db: Arc<Db>,
+    mut stop: watch::Receiver<bool>,
+    conns: crate::tokio_util_tracker::Tracker,
+) {
+    let app = router(registry, db);
+    loop {
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, addr)) = accepted else { continue };
+        let (app, stop, guard) = (app.clone(), stop.clone(), conns.enter());
+        tokio::spawn(async move {
+            match tokio::time::timeout(CONNECTION_TIMEOUT, connection(stream, app, stop)).await {
+                Ok(Err(e)) => tracing::debug!("http connection {addr}: {e}"),
+                Err(_) => tracing::debug!("http connection {addr}: timed out"),
+                Ok(Ok(())) => {}
+            }
+            drop(guard);
+        });
+    }
+}
+
+/// One request on `stream`; a stop lets it finish and closes a connection still waiting for one.
+async fn connection(stream: TcpStream, app: Router, mut stop: watch::Receiver<bool>) -> hyper::Result<()> {
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => return r,
+        _ = stop.changed() => conn.as_mut().graceful_shutdown(),
+    }
+    conn.await
+}
