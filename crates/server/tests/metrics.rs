@@ -2,6 +2,15 @@
 //! scrapers and `halyard bench` read), in the OpenMetrics text form prometheus-client
 //! writes (a counter's family is named without `_total`, its samples with it; `# EOF` last).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
 use halyard_engine::{Db, Options};
 use halyard_server::cluster::ClusterNode;
 use halyard_server::config::ServerConfig;
