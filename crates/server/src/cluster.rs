@@ -57,7 +57,10 @@ impl ClusterNode {
             "last-flush" => false,
             other => return Err(cerr(format!("--ack must be last-write or last-flush, not {other:?}"))),
         };
-        let shipper = Shipper::new(Duration::from_millis(cfg.ack_timeout_ms.max(1)));
+        let shipper = Shipper::with_queue_limit(
+            Duration::from_millis(cfg.ack_timeout_ms.max(1)),
+            cfg.replication_queue_mb.max(1) << 20,
+        );
         let replica = Replica::new(db.clone(), cfg.dir.join("replica-epochs"));
         let existing: std::collections::HashMap<u32, bool> =
             db.regions().into_iter().map(|r| (r.id, r.backup)).collect();
@@ -364,5 +367,19 @@ impl crate::native::Router for ClusterNode {
         writes: &'a [(u32, u64)],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(ClusterNode::wait_acked(self, writes))
+    }
+
+    fn must_wait(&self, key: &[u8]) -> Option<u32> {
+        if !self.shipper.is_full(None) {
+            return None;
+        }
+        match ClusterNode::route(self, key) {
+            Route::Here(r) => self.shipper.is_full(Some(r)).then_some(r),
+            Route::Elsewhere(_) => None,
+        }
+    }
+
+    fn wait_room<'a>(&'a self, region: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.shipper.wait_room(Some(region)))
     }
 }

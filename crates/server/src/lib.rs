@@ -3,7 +3,9 @@
 //!
 //! Each connection runs as a task that reads what the client sent, executes every complete
 //! request in it in order, and answers them all with one write: pipelined requests cost one
-//! wake-up and one syscall per batch, not per request.
+//! wake-up and one syscall per batch, not per request. The engine is synchronous (a write may
+//! wait for an fdatasync or a full L0, a read for the device), so a batch's execution leaves
+//! the runtime's worker first ([`off_worker`]): a stalled connection holds up no other.
 
 #![warn(rust_2018_idioms)]
 
@@ -59,6 +61,17 @@ async fn bind(flag: &'static str, addr: &str) -> Result<TcpListener, ServerError
 /// Runs a server until `shutdown` completes, then stops accepting, lets connections finish
 /// the requests they are executing, flushes the engine and closes it.
 pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let dir = cfg.dir.clone();
+    run_with(cfg, move |opts| Db::open(&dir, opts), shutdown).await
+}
+
+/// [`run`] on the store `open` opens with the configuration's engine options (tests give it
+/// stores on a [`halyard_engine::Storage`] of their own).
+pub async fn run_with(
+    cfg: ServerConfig,
+    open: impl FnOnce(halyard_engine::Options) -> halyard_engine::Result<Db>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     let opts = cfg.engine_options().map_err(ServerError::Config)?;
     let resp_l = bind("--resp", &cfg.resp).await?;
     let native_l = bind("--listen", &cfg.listen).await?;
@@ -69,7 +82,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     // same segment incarnation continued would put new records beside them there.
     let opts =
         halyard_engine::Options { default_region: opts.default_region && !clustered, resume_logs: !clustered, ..opts };
-    let db = Arc::new(Db::open(&cfg.dir, opts)?);
+    let db = Arc::new(open(opts)?);
     let cluster = if clustered { Some(cluster::ClusterNode::start(&cfg, db.clone())?) } else { None };
     let repl_task = match &cluster {
         Some(c) => {
@@ -229,6 +242,84 @@ async fn accept_resp(
     }
 }
 
+/// Whether the current tokio runtime is multi-threaded (where [`off_worker`] can move off
+/// the worker).
+pub(crate) fn multi_threaded() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
+/// Runs `f`, which calls the engine and may block, without holding up the other tasks of the
+/// worker thread it is called on: with `multi` (see [`multi_threaded`]), the worker's queue
+/// and I/O driver move to another thread meanwhile (`block_in_place`), and come back after `f`
+/// if nobody took them; on a current-thread runtime `f` runs inline.
+pub(crate) fn off_worker<R>(multi: bool, f: impl FnOnce() -> R) -> R {
+    if multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+/// What a connection does after executing what its buffer held.
+enum Flow {
+    /// Read more.
+    Read,
+    /// Write the replies and close.
+    Close,
+    /// A write waits for room in backups' queues (cluster mode): write the replies, wait, and
+    /// execute the rest of the buffer.
+    WaitRoom,
+}
+
+/// Executes the complete requests at the start of `buf`, appending replies to `out`; returns
+/// the bytes consumed.
+fn execute_resp(
+    sh: &Shared,
+    sess: &mut state::Session,
+    buf: &[u8],
+    out: &mut Vec<u8>,
+    limits: Limits,
+) -> (usize, Flow) {
+    let mut pos = 0;
+    loop {
+        match resp::parse(&buf[pos..], limits) {
+            Ok(Some((args, used))) => {
+                if args.is_empty() {
+                    pos += used;
+                    continue;
+                }
+                if must_wait(sh, &args[0]) {
+                    return (pos, Flow::WaitRoom);
+                }
+                pos += used;
+                let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
+                let reply = commands::execute(sh, sess, &refs);
+                if let Some(p) = sess.proto_next.take() {
+                    sess.proto = p;
+                }
+                reply.encode(sess.proto, out);
+                if sess.quit {
+                    return (pos, Flow::Close);
+                }
+            }
+            Ok(None) => return (pos, Flow::Read),
+            Err(e) => {
+                sh.metrics.protocol_errors.fetch_add(1, Relaxed);
+                Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, out);
+                return (pos, Flow::Close);
+            }
+        }
+    }
+}
+
+/// Cluster mode: whether the command `name` writes while some backup's queue is full. RESP
+/// requests are not routed by region, so a RESP write waits while any led region's is.
+fn must_wait(sh: &Shared, name: &[u8]) -> bool {
+    sh.cluster.get().is_some_and(|c| c.shipper.is_full(None))
+        && commands::lookup(name).is_some_and(|c| c.flags & commands::WRITE != 0)
+}
+
 async fn resp_connection(
     sh: &Shared,
     stream: &mut TcpStream,
@@ -240,6 +331,7 @@ async fn resp_connection(
     let mut sess = sh.session(addr);
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+    let multi = multi_threaded();
     loop {
         let read = async {
             match idle {
@@ -262,43 +354,23 @@ async fn resp_connection(
             return Ok(());
         }
         sh.metrics.bytes_in.fetch_add(n as u64, Relaxed);
-        let mut pos = 0;
-        let mut close = false;
         loop {
-            match resp::parse(&buf[pos..], limits) {
-                Ok(Some((args, used))) => {
-                    pos += used;
-                    if args.is_empty() {
-                        continue;
+            let (pos, flow) = off_worker(multi, || execute_resp(sh, &mut sess, &buf, &mut out, limits));
+            buf.drain(..pos);
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                sh.metrics.bytes_out.fetch_add(out.len() as u64, Relaxed);
+                out.clear();
+            }
+            match flow {
+                Flow::Read => break,
+                Flow::Close => return Ok(()),
+                Flow::WaitRoom => {
+                    if let Some(c) = sh.cluster.get() {
+                        c.shipper.wait_room(None).await;
                     }
-                    let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
-                    let reply = commands::execute(sh, &mut sess, &refs);
-                    if let Some(p) = sess.proto_next.take() {
-                        sess.proto = p;
-                    }
-                    reply.encode(sess.proto, &mut out);
-                    if sess.quit {
-                        close = true;
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    sh.metrics.protocol_errors.fetch_add(1, Relaxed);
-                    Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, &mut out);
-                    close = true;
-                    break;
                 }
             }
-        }
-        buf.drain(..pos);
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
-            sh.metrics.bytes_out.fetch_add(out.len() as u64, Relaxed);
-            out.clear();
-        }
-        if close {
-            return Ok(());
         }
         if buf.capacity() > 1 << 20 && buf.len() < 16 << 10 {
             buf.shrink_to(16 << 10);
