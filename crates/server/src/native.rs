@@ -3,9 +3,9 @@
 //! A connection reads whatever bytes are available, executes every complete frame in them in
 //! order, and writes all the replies with one `write_all`: pipelined clients then cost one read
 //! and one write syscall per batch rather than per request. A batch's engine calls run on the
-//! connection's task but off the runtime's worker ([`crate::off_worker`]): they are usually
-//! short, but a write may wait for an fdatasync or a full L0 and a read for the device, and
-//! other connections must not wait behind them.
+//! connection's task, off the runtime's worker when they may block for long
+//! ([`crate::Offload`]): they are usually short, but a write may wait for an fdatasync or a
+//! full L0 and a read for the device, and other connections must not wait behind them.
 //!
 //! In cluster mode a write to a region whose backup queue is full ([`Router::must_wait`]) is
 //! not executed until the queue has room: the connection answers what it executed so far and
@@ -110,9 +110,9 @@ pub async fn serve_connection(
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::new();
-    let multi = crate::multi_threaded();
+    let mut offload = crate::Offload::new(&session.db);
     loop {
-        let (consumed, next) = crate::off_worker(multi, || session.execute_available(&inbuf, &mut out));
+        let (consumed, next) = offload.run(|| session.execute_available(&inbuf, &mut out));
         inbuf.drain(..consumed);
         if !session.writes.is_empty() {
             // last-write: the replies go out once the backups hold these writes.
