@@ -5,7 +5,7 @@
 //! request in it in order, and answers them all with one write: pipelined requests cost one
 //! wake-up and one syscall per batch, not per request. The engine is synchronous (a write may
 //! wait for an fdatasync or a full L0, a read for the device), so a batch's execution leaves
-//! the runtime's worker when it may block for long ([`Offload`]): a stalled connection holds
+//! the runtime's worker when it may block for long ([`native::Offload`]): a stalled connection holds
 //! up no other.
 
 #![warn(rust_2018_idioms)]
@@ -243,55 +243,6 @@ async fn accept_resp(
     }
 }
 
-/// Whether the current tokio runtime is multi-threaded (where [`Offload`] can move off the
-/// worker).
-fn multi_threaded() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-}
-
-/// A batch that took this long blocked in the engine (an fdatasync, a full L0, the device):
-/// the connection's next batches leave the worker.
-const SLOW_BATCH: Duration = Duration::from_millis(20);
-/// How many batches a connection keeps leaving the worker after a slow one.
-const SLOW_STAY: u32 = 64;
-
-/// Runs a connection's batches of engine calls, which may block, without holding up the other
-/// tasks of the worker thread: off the worker (`block_in_place`: the worker's queue and I/O
-/// driver move to another thread meanwhile) when the engine syncs every write, and for a while
-/// after a batch that was slow; inline otherwise, because leaving the worker costs a thread
-/// hand-off per batch (a third of pipelined SET/GET throughput when measured). On a
-/// current-thread runtime batches always run inline.
-pub(crate) struct Offload {
-    multi: bool,
-    always: bool,
-    /// Batches left to run off the worker.
-    slow: u32,
-}
-
-impl Offload {
-    /// For a connection to `db`, on the current runtime.
-    pub(crate) fn new(db: &Db) -> Offload {
-        let always = db.options().sync == halyard_engine::SyncMode::Always;
-        Offload { multi: multi_threaded(), always, slow: 0 }
-    }
-
-    /// Runs `f`, which calls the engine.
-    pub(crate) fn run<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        if !self.multi {
-            return f();
-        }
-        let off = self.always || self.slow > 0;
-        self.slow = self.slow.saturating_sub(1);
-        let t0 = std::time::Instant::now();
-        let r = if off { tokio::task::block_in_place(f) } else { f() };
-        if t0.elapsed() >= SLOW_BATCH {
-            self.slow = SLOW_STAY;
-        }
-        r
-    }
-}
-
 /// What a connection does after executing what its buffer held.
 enum Flow {
     /// Read more.
@@ -362,7 +313,7 @@ async fn resp_connection(
     let mut sess = sh.session(addr);
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
-    let mut offload = Offload::new(&sh.ks.db);
+    let mut offload = native::Offload::new(&sh.ks.db);
     loop {
         let read = async {
             match idle {
