@@ -12,6 +12,6 @@ pub mod replica;
 pub mod wire;
 
 pub use error::{Error, Result};
-pub use primary::{ShipStats, Shipper};
+pub use primary::{ShipStats, Shipper, DEFAULT_QUEUE_BYTES};
 pub use replica::{Hooks, NodeHooks, Promoted, Replica};
 pub use wire::{Mode, Msg};

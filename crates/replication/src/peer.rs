@@ -181,6 +181,7 @@ impl Conn {
             }
             let start = batch.len();
             let mut q = a.queue.lock();
+            let mut taken = 0;
             while batch.len() < MAX_BATCH {
                 let Ok(item) = q.try_recv() else { break };
                 match item {
@@ -188,8 +189,12 @@ impl Conn {
                         a.skip = false;
                         batch.truncate(start);
                     }
-                    Item::Frame(f) if !a.skip => batch.extend_from_slice(&f),
-                    Item::Frame(_) => {}
+                    Item::Frame(f) => {
+                        taken += f.len() as u64;
+                        if !a.skip {
+                            batch.extend_from_slice(&f);
+                        }
+                    }
                     Item::Copy(msgs) => {
                         for m in msgs {
                             let at = batch.len();
@@ -200,6 +205,8 @@ impl Conn {
                     }
                 }
             }
+            drop(q);
+            a.link.dequeued(taken);
         }
     }
 

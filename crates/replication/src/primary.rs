@@ -8,6 +8,15 @@
 //! only live links make writers wait. A link that fails goes back to connecting, and catches up
 //! again when it reconnects; the region keeps serving meanwhile with fewer copies (logged and
 //! counted).
+//!
+//! Each link's queue is bounded in bytes ([`DEFAULT_QUEUE_BYTES`], or the bound given to
+//! [`Shipper::with_queue_limit`]). The engine queues frames under the region's write lock, so
+//! queueing never waits; instead writers ask [`Shipper::wait_room`] before they write, and wait
+//! while a live link of the region holds its bound's worth of frames: a slow backup slows the
+//! primary's writers down rather than growing the primary's memory. A link whose queue stays
+//! full without draining for the ack timeout is failed (it catches up later, as any link that
+//! failed), so that a backup that stopped reading cannot hold writers forever. The full copy a
+//! catch-up queues is not counted: it never makes writers wait.
 
 use crate::peer::{Peers, Queue};
 use crate::wire::{Mode, Msg};
@@ -40,7 +49,20 @@ pub struct ShipStats {
     pub connections: AtomicU64,
     /// Socket writes to backups (each carries whatever the node's regions had queued).
     pub writes: AtomicU64,
+    /// Links whose queue holds at least the bound now (a gauge).
+    pub full_links: AtomicU64,
+    /// Times a writer waited for room in a backup's queue.
+    pub throttled_waits: AtomicU64,
+    /// Microseconds writers spent waiting for room in backups' queues (all waits summed).
+    pub throttled_micros: AtomicU64,
+    /// Links failed because their queue stayed full, without draining, for the ack timeout.
+    pub stuck_links: AtomicU64,
 }
+
+/// Default bound of one link's queue: frame bytes queued for one backup of one region and not
+/// yet handed to the connection's writer. Writers of the region wait while a live link holds
+/// this much (see [`Shipper::wait_room`]).
+pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
 pub(crate) enum Item {
     Frame(Arc<Vec<u8>>),
@@ -66,6 +88,15 @@ pub struct Link {
     stopped: AtomicBool,
     /// When the link last stopped being live (None while live).
     down_since: parking_lot::Mutex<Option<Instant>>,
+    /// Bytes of the frames in the queue (a full copy's are not counted).
+    queued: AtomicU64,
+    /// Bytes of frames taken off the queue so far: whether the queue drains at all.
+    drained: AtomicU64,
+    /// The queue's bound in bytes.
+    limit: u64,
+    /// Woken when the queue drops below its bound and when the link fails.
+    room: Notify,
+    stats: Arc<ShipStats>,
 }
 
 impl Link {
@@ -77,6 +108,40 @@ impl Link {
         }
         // Wake writers waiting on this link: it no longer counts.
         self.acked.send_modify(|_| {});
+        self.room.notify_waiters();
+    }
+
+    /// Counts a frame of `n` bytes into the queue (before it is sent, so that the writer cannot
+    /// count it out first).
+    fn enqueue(&self, n: u64) {
+        let before = self.queued.fetch_add(n, Relaxed);
+        if before < self.limit && before + n >= self.limit {
+            self.stats.full_links.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Counts `n` bytes of frames out of the queue; wakes the writers waiting for room once it
+    /// drops below its bound.
+    pub(crate) fn dequeued(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.drained.fetch_add(n, Relaxed);
+        let before = self.queued.fetch_sub(n, Relaxed);
+        if before >= self.limit && before - n < self.limit {
+            self.stats.full_links.fetch_sub(1, Relaxed);
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Bytes of frames queued for the backup and not yet handed to the connection's writer.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued.load(Relaxed)
+    }
+
+    /// Whether the link's writers must wait: it is live and its queue is at its bound.
+    pub fn is_full(&self) -> bool {
+        self.is_live() && self.queued.load(Relaxed) >= self.limit
     }
 
     /// Whether the link takes frames and counts for acknowledgements.
@@ -109,18 +174,27 @@ pub struct Shipper {
     /// Counters.
     pub stats: Arc<ShipStats>,
     ack_timeout: Duration,
+    queue_limit: u64,
     db: OnceLock<Weak<Db>>,
     peers: Peers,
 }
 
 impl Shipper {
     /// A shipper with no regions yet; writers stop waiting for a backup silent for
-    /// `ack_timeout` (the link is then restarted).
+    /// `ack_timeout` (the link is then restarted). Each link queues up to
+    /// [`DEFAULT_QUEUE_BYTES`].
     pub fn new(ack_timeout: Duration) -> Arc<Shipper> {
+        Shipper::with_queue_limit(ack_timeout, DEFAULT_QUEUE_BYTES)
+    }
+
+    /// As [`Shipper::new`], with links that queue up to `queue_bytes` (at least 1) before
+    /// writers wait.
+    pub fn with_queue_limit(ack_timeout: Duration, queue_bytes: u64) -> Arc<Shipper> {
         Arc::new(Shipper {
             regions: RwLock::new(HashMap::new()),
             stats: Arc::default(),
             ack_timeout,
+            queue_limit: queue_bytes.max(1),
             db: OnceLock::new(),
             peers: Peers::default(),
         })
@@ -170,6 +244,11 @@ impl Shipper {
             live: AtomicBool::new(live),
             stopped: AtomicBool::new(false),
             down_since: parking_lot::Mutex::new(down_since),
+            queued: AtomicU64::new(0),
+            drained: AtomicU64::new(0),
+            limit: self.queue_limit,
+            room: Notify::new(),
+            stats: self.stats.clone(),
         })
     }
 
@@ -245,6 +324,56 @@ impl Shipper {
         }
     }
 
+    /// Whether a write to `region` (every region with `None`) must wait for room: a live link
+    /// of it holds its queue's bound. One atomic load while no link is full.
+    pub fn is_full(&self, region: Option<u32>) -> bool {
+        if self.stats.full_links.load(Relaxed) == 0 {
+            return false;
+        }
+        let map = self.regions.read();
+        match region {
+            Some(r) => map.get(&r).is_some_and(|s| s.links.iter().any(|l| l.is_full())),
+            None => map.values().any(|s| s.links.iter().any(|l| l.is_full())),
+        }
+    }
+
+    /// Waits until no live link of `region` (of any region with `None`) holds its queue's bound
+    /// (writers call this before writing: the engine's queueing itself never waits). A link
+    /// whose queue stays full without draining for the ack timeout is failed and no longer
+    /// counts: it catches up once it reconnects. Waits are counted in
+    /// [`ShipStats::throttled_waits`] and [`ShipStats::throttled_micros`].
+    pub async fn wait_room(&self, region: Option<u32>) {
+        if !self.is_full(region) {
+            return;
+        }
+        let t0 = Instant::now();
+        let links: Vec<Arc<Link>> = match region {
+            Some(r) => self.links(r),
+            None => self.regions.read().values().flat_map(|s| s.links.iter().cloned()).collect(),
+        };
+        for l in links {
+            loop {
+                let room = l.room.notified();
+                tokio::pin!(room);
+                room.as_mut().enable();
+                if !l.is_full() {
+                    break;
+                }
+                let drained = l.drained.load(Relaxed);
+                if tokio::time::timeout(self.ack_timeout, room).await.is_err()
+                    && l.drained.load(Relaxed) == drained
+                    && l.is_full()
+                {
+                    self.stats.stuck_links.fetch_add(1, Relaxed);
+                    let why = format!("its queue stayed full ({} bytes) for {:?}", l.queued_bytes(), self.ack_timeout);
+                    l.fail(&why, &self.stats);
+                }
+            }
+        }
+        self.stats.throttled_waits.fetch_add(1, Relaxed);
+        self.stats.throttled_micros.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
+    }
+
     fn send(&self, region: u32, sst_stream: bool, msg: impl FnOnce(u64, u64) -> Msg) {
         let Some(s) = self.regions.read().get(&region).cloned() else {
             return;
@@ -258,10 +387,14 @@ impl Shipper {
         let image = image_len(&m);
         let frame = Arc::new(m.encode());
         for l in s.links.iter().filter(|l| l.is_live()) {
+            let n = frame.len() as u64;
+            l.enqueue(n);
             if l.tx.send(Item::Frame(frame.clone())).is_ok() {
-                self.stats.bytes.fetch_add(frame.len() as u64, Relaxed);
+                self.stats.bytes.fetch_add(n, Relaxed);
                 self.stats.image_bytes.fetch_add(image, Relaxed);
                 self.stats.frames.fetch_add(1, Relaxed);
+            } else {
+                l.dequeued(n);
             }
             if let Some(w) = l.waker.lock().as_ref() {
                 w.notify_one();

@@ -235,3 +235,151 @@ async fn one_connection_carries_many_regions_and_a_refusal_ends_one() {
         panic!("unexpected bytes after the last ack: {:?}", decode_frame(&rest[..n]));
     }
 }
+
+/// A backup node that answers its first Hello and then reads nothing until `go` turns true (a
+/// backup that stopped keeping up); from then on it reads and discards what arrives. Its
+/// receive buffer is small, so the kernel holds little of the stream for it.
+async fn stalled_backup(go: tokio::sync::watch::Receiver<bool>) -> String {
+    use halyard_replication::wire::read_msg;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.set_recv_buffer_size(4096).expect("receive buffer");
+    sock.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let listener = sock.listen(8).expect("listen");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        match read_msg(&mut s).await.expect("hello") {
+            Msg::Hello { region, .. } => {
+                s.write_all(&Msg::HelloOk { region, lsn: 0 }.encode()).await.expect("hello ok");
+            }
+            m => panic!("{m:?} instead of a Hello"),
+        }
+        let mut go = go;
+        let _ = go.wait_for(|g| *g).await;
+        let mut buf = vec![0u8; 1 << 20];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+    addr
+}
+
+/// A primary whose region 1 (fresh, Build-Index so that only log frames are shipped) streams
+/// to `addr` with link queues of `limit` bytes, and a writer thread that waits for room before
+/// each of `n` puts of 900-byte values; returns the shipper, the region handle and the count
+/// of puts done so far.
+fn throttled_writer(
+    dir: &std::path::Path,
+    addr: &str,
+    limit: u64,
+    ack_timeout: Duration,
+    n: u64,
+) -> (Arc<Shipper>, std::thread::JoinHandle<()>, Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let opts = Options { default_region: false, ..Options::tiny() };
+    let primary = Arc::new(Db::open(dir.join("primary"), opts).expect("primary"));
+    primary.create_region(1, b"", None).expect("region");
+    let shipper = Shipper::with_queue_limit(ack_timeout, limit);
+    shipper.set_db(&primary);
+    primary.replication().set_ship_listener(Some(shipper.clone()));
+    let stream = shipper.add_region(1, 1, Mode::BuildIndex, &[("backup".to_string(), addr.to_string())], true);
+    shipper.start(&stream, None);
+    let done = Arc::new(AtomicU64::new(0));
+    let (s, d, rt) = (shipper.clone(), done.clone(), tokio::runtime::Handle::current());
+    let writer = std::thread::spawn(move || {
+        let region = primary.region(1).expect("region handle");
+        for i in 0..n {
+            rt.block_on(s.wait_room(Some(1)));
+            let k = format!("user{:08}", i % 5000).into_bytes();
+            region.put(&k, &[b'v'; 900]).expect("put");
+            d.fetch_add(1, Relaxed);
+        }
+    });
+    (shipper, writer, done)
+}
+
+/// A backup that stops reading: the primary's queue for it stops at the bound (memory stays
+/// bounded), writers wait for room (counted in the stats) instead of queueing more, and they
+/// resume once the backup reads again; the link, draining, is never failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_backup_stops_the_queue_at_its_bound_and_writers_wait() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const LIMIT: u64 = 256 << 10;
+    // The put that found room ships about a kilobyte, and the store's own log appends (GC
+    // moving live values) do not wait for room.
+    const SLACK: u64 = 64 << 10;
+    let dir = tempfile::tempdir().expect("dir");
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let addr = stalled_backup(go_rx).await;
+    // 20,000 puts: about 20 MB of frames, far more than the sockets' buffers and the queue hold.
+    let n = 20_000;
+    let (shipper, writer, done) = throttled_writer(dir.path(), &addr, LIMIT, Duration::from_secs(60), n);
+    let link = shipper.links(1).remove(0);
+
+    // The writer stalls: the queue is at its bound and no put completes for a while.
+    let t0 = std::time::Instant::now();
+    let mut max_queued = 0;
+    let stalled_at = loop {
+        max_queued = max_queued.max(link.queued_bytes());
+        let before = done.load(Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        max_queued = max_queued.max(link.queued_bytes());
+        let after = done.load(Relaxed);
+        if after == before && after < n {
+            break after;
+        }
+        assert!(after < n, "all {n} puts went through although the backup read nothing");
+        assert!(t0.elapsed() < Duration::from_secs(60), "the writer never stalled ({after} puts)");
+    };
+    assert!(link.is_full(), "the writer stalled with {} bytes queued", link.queued_bytes());
+    assert!(max_queued <= LIMIT + SLACK, "the queue grew to {max_queued} bytes, past its bound of {LIMIT}");
+    // Still stalled a while later, and the link still counts: writers wait, nothing is dropped.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(done.load(Relaxed), stalled_at, "puts went on while the queue was full");
+    assert!(link.is_live());
+    assert!(link.queued_bytes() <= LIMIT + SLACK);
+
+    // The backup reads again: the writer finishes.
+    go_tx.send(true).expect("go");
+    let t1 = std::time::Instant::now();
+    while !writer.is_finished() {
+        assert!(t1.elapsed() < Duration::from_secs(120), "the writer did not resume ({} puts)", done.load(Relaxed));
+        max_queued = max_queued.max(link.queued_bytes());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    writer.join().expect("writer");
+    assert_eq!(done.load(Relaxed), n);
+    assert!(max_queued <= LIMIT + SLACK, "the queue grew to {max_queued} bytes, past its bound of {LIMIT}");
+    let st = &shipper.stats;
+    assert!(st.throttled_waits.load(Relaxed) > 0, "no wait was counted");
+    assert!(st.throttled_micros.load(Relaxed) >= 500_000, "the stall's time was not counted");
+    assert_eq!(st.broken_links.load(Relaxed), 0, "the draining link was failed");
+    assert_eq!(st.stuck_links.load(Relaxed), 0);
+    assert!(link.is_live());
+}
+
+/// A backup that never reads again does not hold writers forever: once its queue has been
+/// full, without draining, for the ack timeout, the link fails (to catch up later) and the
+/// writers go on without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_that_stopped_reading_is_dropped_after_the_ack_timeout() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().expect("dir");
+    let (_go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let addr = stalled_backup(go_rx).await;
+    let n = 20_000;
+    let (shipper, writer, done) = throttled_writer(dir.path(), &addr, 256 << 10, Duration::from_millis(500), n);
+    let t0 = std::time::Instant::now();
+    while !writer.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "writers are still held ({} puts)", done.load(Relaxed));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    writer.join().expect("writer");
+    assert_eq!(done.load(Relaxed), n);
+    let st = &shipper.stats;
+    assert!(st.stuck_links.load(Relaxed) >= 1, "the stuck link was not failed");
+    assert!(st.throttled_waits.load(Relaxed) > 0);
+}

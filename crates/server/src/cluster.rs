@@ -6,7 +6,7 @@
 //! region into a primary region here.
 
 use crate::config::ServerConfig;
-use crate::metrics::{counter, labeled_values};
+use crate::metrics::{counter, gauge, labeled_values};
 use crate::ServerError;
 use halyard_cluster::{ClusterFile, RegionSpec};
 use halyard_engine::Db;
@@ -62,7 +62,10 @@ impl ClusterNode {
             "last-flush" => false,
             other => return Err(cerr(format!("--ack must be last-write or last-flush, not {other:?}"))),
         };
-        let shipper = Shipper::new(Duration::from_millis(cfg.ack_timeout_ms.max(1)));
+        let shipper = Shipper::with_queue_limit(
+            Duration::from_millis(cfg.ack_timeout_ms.max(1)),
+            cfg.replication_queue_mb.max(1) << 20,
+        );
         let replica = Replica::new(db.clone(), cfg.dir.join("replica-epochs"));
         let existing: std::collections::HashMap<u32, bool> =
             db.regions().into_iter().map(|r| (r.id, r.backup)).collect();
@@ -296,6 +299,7 @@ impl std::fmt::Debug for ReplicationCollector {
 impl Collector for ReplicationCollector {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
         self.0.encode_shipped(&mut e)?;
+        self.0.encode_backpressure(&mut e)?;
         self.0.encode_received(&mut e)?;
         self.0.encode_acked(&mut e)
     }
@@ -356,6 +360,49 @@ impl ClusterNode {
         )
     }
 
+    /// Writers held back by backups' full replication queues.
+    fn encode_backpressure(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let st = &self.shipper.stats;
+        counter(
+            e,
+            "halyard_replication_throttled_waits_total",
+            "Times a writer waited for room in a backup's replication queue.",
+            st.throttled_waits.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_throttled_seconds_total",
+            "Seconds writers spent waiting for room in backups' replication queues.",
+            st.throttled_micros.load(Relaxed) as f64 / 1e6,
+        )?;
+        counter(
+            e,
+            "halyard_replication_stuck_links_total",
+            "Backup links failed because their queue stayed full without draining for the ack timeout.",
+            st.stuck_links.load(Relaxed),
+        )?;
+        gauge(
+            e,
+            "halyard_replication_full_links",
+            "Backup links whose queue is at its bound now.",
+            st.full_links.load(Relaxed) as i64,
+        )?;
+        let f = self.file.read();
+        let mut samples = Vec::new();
+        for r in f.regions.iter().filter(|r| r.primary == self.name) {
+            for l in self.shipper.links(r.id) {
+                samples.push(([("region", r.id.to_string()), ("backup", l.node.clone())], l.queued_bytes() as i64));
+            }
+        }
+        labeled_values(
+            e,
+            "halyard_replication_queued_bytes",
+            "Frame bytes queued for a backup and not yet sent.",
+            MetricType::Gauge,
+            samples,
+        )
+    }
+
     /// What this node took from primaries as a backup.
     fn encode_received(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let rs = &self.replica.stats;
@@ -407,5 +454,19 @@ impl crate::native::Router for ClusterNode {
         writes: &'a [(u32, u64)],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(ClusterNode::wait_acked(self, writes))
+    }
+
+    fn must_wait(&self, key: &[u8]) -> Option<u32> {
+        if !self.shipper.is_full(None) {
+            return None;
+        }
+        match ClusterNode::route(self, key) {
+            Route::Here(r) => self.shipper.is_full(Some(r)).then_some(r),
+            Route::Elsewhere(_) => None,
+        }
+    }
+
+    fn wait_room<'a>(&'a self, region: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.shipper.wait_room(Some(region)))
     }
 }

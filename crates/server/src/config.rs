@@ -36,8 +36,12 @@ pub struct ServerConfig {
     /// "last-write" (answer a write once every backup holds it in memory) or "last-flush"
     /// (answer once it is sent).
     pub ack: String,
-    /// Milliseconds a write waits for a backup's acknowledgement before the backup is given up.
+    /// Milliseconds a write waits for a backup's acknowledgement before the backup is given up
+    /// (also how long writers wait for a backup whose queue is full and does not drain).
     pub ack_timeout_ms: u64,
+    /// MiB of frames a primary queues per backup and region before writes to the region wait
+    /// for the backup to catch up.
+    pub replication_queue_mb: u64,
     /// Engine settings.
     pub engine: EngineConfig,
 }
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             replication: "send-index".into(),
             ack: "last-write".into(),
             ack_timeout_ms: 5_000,
+            replication_queue_mb: halyard_replication::DEFAULT_QUEUE_BYTES >> 20,
             engine: EngineConfig::default(),
         }
     }

@@ -3,7 +3,10 @@
 //!
 //! Each connection runs as a task that reads what the client sent, executes every complete
 //! request in it in order, and answers them all with one write: pipelined requests cost one
-//! wake-up and one syscall per batch, not per request.
+//! wake-up and one syscall per batch, not per request. The engine is synchronous (a write may
+//! wait for an fdatasync or a full L0, a read for the device), so a batch's execution leaves
+//! the runtime's worker when it may block for long ([`native::Offload`]): a stalled connection holds
+//! up no other.
 
 // The API is `run` and `config`; the rest is public for the command transcript test only.
 #[doc(hidden)]
@@ -67,6 +70,17 @@ async fn bind(flag: &'static str, addr: &str) -> Result<TcpListener, ServerError
 /// Runs a server until `shutdown` completes, then stops accepting, lets connections finish
 /// the requests they are executing, flushes the engine and closes it.
 pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let dir = cfg.dir.clone();
+    run_with(cfg, move |opts| Db::open(&dir, opts), shutdown).await
+}
+
+/// [`run`] on the store `open` opens with the configuration's engine options (tests give it
+/// stores on a [`halyard_engine::Storage`] of their own).
+pub async fn run_with(
+    cfg: ServerConfig,
+    open: impl FnOnce(halyard_engine::Options) -> halyard_engine::Result<Db>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     let opts = cfg.engine_options().map_err(ServerError::Config)?;
     let resp_l = bind("--resp", &cfg.resp).await?;
     let native_l = bind("--listen", &cfg.listen).await?;
@@ -77,7 +91,7 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     // same segment incarnation continued would put new records beside them there.
     let opts =
         halyard_engine::Options { default_region: opts.default_region && !clustered, resume_logs: !clustered, ..opts };
-    let db = Arc::new(Db::open(&cfg.dir, opts)?);
+    let db = Arc::new(open(opts)?);
     let cluster = if clustered { Some(cluster::ClusterNode::start(&cfg, db.clone())?) } else { None };
     let repl_task = match &cluster {
         Some(c) => {
@@ -88,6 +102,9 @@ pub async fn run(cfg: ServerConfig, shutdown: impl Future<Output = ()>) -> Resul
     };
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
+    if let Some(c) = &cluster {
+        let _ = sh.cluster.set(c.clone());
+    }
     let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
@@ -235,6 +252,65 @@ async fn accept_resp(
     }
 }
 
+/// What a connection does after executing what its buffer held.
+enum Flow {
+    /// Read more.
+    Read,
+    /// Write the replies and close.
+    Close,
+    /// A write waits for room in backups' queues (cluster mode): write the replies, wait, and
+    /// execute the rest of the buffer.
+    WaitRoom,
+}
+
+/// Executes the complete requests at the start of `buf`, appending replies to `out`; returns
+/// the bytes consumed.
+fn execute_resp(
+    sh: &Shared,
+    sess: &mut state::Session,
+    buf: &[u8],
+    out: &mut Vec<u8>,
+    limits: Limits,
+) -> (usize, Flow) {
+    let mut pos = 0;
+    loop {
+        match resp::parse(buf.get(pos..).unwrap_or_default(), limits) {
+            Ok(Some((args, used))) => {
+                let Some(name) = args.first() else {
+                    pos += used;
+                    continue;
+                };
+                if must_wait(sh, name) {
+                    return (pos, Flow::WaitRoom);
+                }
+                pos += used;
+                let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
+                let reply = commands::execute(sh, sess, &refs);
+                if let Some(p) = sess.proto_next.take() {
+                    sess.proto = p;
+                }
+                reply.encode(sess.proto, out);
+                if sess.quit {
+                    return (pos, Flow::Close);
+                }
+            }
+            Ok(None) => return (pos, Flow::Read),
+            Err(e) => {
+                sh.metrics.protocol_errors.fetch_add(1, Relaxed);
+                Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, out);
+                return (pos, Flow::Close);
+            }
+        }
+    }
+}
+
+/// Cluster mode: whether the command `name` writes while some backup's queue is full. RESP
+/// requests are not routed by region, so a RESP write waits while any led region's is.
+fn must_wait(sh: &Shared, name: &[u8]) -> bool {
+    sh.cluster.get().is_some_and(|c| c.shipper.is_full(None))
+        && commands::lookup(name).is_some_and(|c| c.flags & commands::WRITE != 0)
+}
+
 async fn resp_connection(
     sh: &Shared,
     stream: &mut TcpStream,
@@ -246,6 +322,7 @@ async fn resp_connection(
     let mut sess = sh.session(addr);
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut offload = native::Offload::new(&sh.ks.db);
     loop {
         let read = async {
             match idle {
@@ -268,55 +345,26 @@ async fn resp_connection(
             return Ok(());
         }
         sh.metrics.bytes_in.fetch_add(n as u64, Relaxed);
-        let (pos, close) = run_requests(sh, &mut sess, &buf, limits, &mut out);
-        buf.drain(..pos);
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
-            sh.metrics.bytes_out.fetch_add(out.len() as u64, Relaxed);
-            out.clear();
-        }
-        if close {
-            return Ok(());
+        loop {
+            let (pos, flow) = offload.run(|| execute_resp(sh, &mut sess, &buf, &mut out, limits));
+            buf.drain(..pos);
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                sh.metrics.bytes_out.fetch_add(out.len() as u64, Relaxed);
+                out.clear();
+            }
+            match flow {
+                Flow::Read => break,
+                Flow::Close => return Ok(()),
+                Flow::WaitRoom => {
+                    if let Some(c) = sh.cluster.get() {
+                        c.shipper.wait_room(None).await;
+                    }
+                }
+            }
         }
         if buf.capacity() > 1 << 20 && buf.len() < 16 << 10 {
             buf.shrink_to(16 << 10);
-        }
-    }
-}
-
-/// Executes every complete request at the start of `buf`, encoding the replies into `out`;
-/// returns the bytes used and whether the connection is to close (QUIT, a protocol error).
-fn run_requests(
-    sh: &Shared,
-    sess: &mut state::Session,
-    buf: &[u8],
-    limits: Limits,
-    out: &mut Vec<u8>,
-) -> (usize, bool) {
-    let mut pos = 0;
-    loop {
-        match resp::parse(buf.get(pos..).unwrap_or_default(), limits) {
-            Ok(Some((args, used))) => {
-                pos += used;
-                if args.is_empty() {
-                    continue;
-                }
-                let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
-                let reply = commands::execute(sh, sess, &refs);
-                if let Some(p) = sess.proto_next.take() {
-                    sess.proto = p;
-                }
-                reply.encode(sess.proto, out);
-                if sess.quit {
-                    return (pos, true);
-                }
-            }
-            Ok(None) => return (pos, false),
-            Err(e) => {
-                sh.metrics.protocol_errors.fetch_add(1, Relaxed);
-                Reply::err(format!("ERR Protocol error: {}", e.0)).encode(sess.proto, out);
-                return (pos, true);
-            }
         }
     }
 }

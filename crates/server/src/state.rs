@@ -60,6 +60,9 @@ pub struct Shared {
     pub connected: AtomicUsize,
     pub started: Instant,
     pub native: std::sync::Arc<crate::native::NativeCounters>,
+    /// Cluster mode: this node's share of the cluster (writes wait for room in its backups'
+    /// queues).
+    pub cluster: std::sync::OnceLock<std::sync::Arc<crate::cluster::ClusterNode>>,
     next_id: AtomicU64,
 }
 
@@ -73,6 +76,7 @@ impl Shared {
             connected: AtomicUsize::new(0),
             started: Instant::now(),
             native: Default::default(),
+            cluster: std::sync::OnceLock::new(),
             next_id: AtomicU64::new(1),
         }
     }
