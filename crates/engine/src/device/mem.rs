@@ -52,12 +52,6 @@ impl MemStorage {
         st.len = st.durable_len;
     }
 
-    /// Bytes held in memory (both images).
-    pub fn resident_bytes(&self) -> u64 {
-        let s = self.state.lock();
-        (s.current.len() + s.durable.len()) as u64 * BLOCK
-    }
-
     fn at(&self, seg: u32, off: u64) -> u64 {
         (u64::from(seg) << self.seg_bits) + off
     }

@@ -17,6 +17,7 @@ use crate::device::alloc::Purpose;
 use crate::error::{Error, Result};
 use crate::format::bloom;
 use crate::format::record::{self, KIND_DELETE, KIND_PUT};
+use crate::log::listener::ShipListener;
 use crate::log::tail::LogTail;
 use crate::log::writer::LogWriter;
 use crate::region::shared::Shared;
@@ -323,10 +324,12 @@ impl Region {
         let mut reserved = self.reserve_segments(w, ops, &lens)?;
         w.mem_large_bytes += lens[1].iter().map(|l| l.1 as u64).sum::<u64>();
         let queued_before = self.writer.queued();
-        let (lsn, values) = self.append_records(w, ops, &cats, &mut reserved, user)?;
-        if let Some(l) = &self.sh.listener() {
-            w.l0.ship(&**l, self.id, false);
-            w.large.ship(&**l, self.id, false);
+        // Taken once per batch: the records' segment switches and the final hand-off use it.
+        let listener = self.sh.listener();
+        let (lsn, values) = self.append_records(w, ops, &cats, &mut reserved, user, listener.as_deref())?;
+        if let Some(l) = listener.as_deref() {
+            w.l0.ship(l, self.id, false);
+            w.large.ship(l, self.id, false);
         }
         let mem = self.view.load().mem.clone();
         mem.writer_enter();
@@ -435,9 +438,9 @@ impl Region {
         cats: &[Category],
         reserved: &mut [VecDeque<(u32, u32)>; 2],
         user: bool,
+        listener: Option<&dyn ShipListener>,
     ) -> Result<(u64, Vec<Value>)> {
         let dev = &self.sh.dev;
-        let listener = self.sh.listener();
         let n = ops.len() as u32;
         let mut lsn = 0;
         let mut values = Vec::with_capacity(ops.len());
@@ -457,8 +460,8 @@ impl Region {
                     self.sh.poison(why.clone());
                     return Err(Error::Poisoned(why));
                 };
-                if let Some(l) = &listener {
-                    tail.ship(&**l, self.id, true);
+                if let Some(l) = listener {
+                    tail.ship(l, self.id, true);
                 }
                 if let Err(e) = tail.switch(dev, seg, salt) {
                     return self.sh.fail(e);
