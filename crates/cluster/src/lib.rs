@@ -72,9 +72,15 @@ pub struct RegionSpec {
     /// Nodes holding copies.
     #[serde(default)]
     pub backups: Vec<String>,
-    /// Raised at each promotion; backups reject messages of a lower epoch.
+    /// Raised at each promotion (and, under etcd, at every change of the group: its
+    /// `conf_ver`); backups reject messages of a lower epoch.
     #[serde(default = "one")]
     pub epoch: u64,
+    /// Under etcd: the lease each member (primary and backups) held when the master put it in
+    /// the group. A member whose lease is no longer its node's live lease has lost its place
+    /// (it died, or restarted and caught nothing of what happened meanwhile). Empty in files.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub leases: std::collections::BTreeMap<String, i64>,
 }
 
 fn one() -> u64 {
@@ -252,6 +258,7 @@ impl ClusterFile {
                 primary: name(i as usize),
                 backups: (1..replicas.min(n)).map(|j| name(i as usize + j)).collect(),
                 epoch: 1,
+                leases: Default::default(),
             })
             .collect();
         ClusterFile { nodes, regions }

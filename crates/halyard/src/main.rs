@@ -1,5 +1,7 @@
 //! The `halyard` command.
 
+mod cluster_cmd;
+
 use clap::{Args, Parser, Subcommand};
 use halyard_server::config::ServerConfig;
 use std::path::PathBuf;
@@ -23,9 +25,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run a server (single node with all keys local, or a node of a static cluster with
-    /// --cluster-file and --node).
+    /// Run a server: a single node with all keys local (the default), a node of a cluster
+    /// that etcd coordinates (--etcd, --node), or a node of a static cluster (--cluster-file,
+    /// --node).
     Serve(ServeArgs),
+    /// Create a cluster in etcd, show its nodes and regions.
+    #[command(subcommand)]
+    Cluster(cluster_cmd::ClusterCmd),
     /// Cluster administration: promote a backup, compare copies.
     #[command(subcommand)]
     Admin(AdminCmd),
@@ -119,9 +125,15 @@ enum AdminCmd {
         /// Region id.
         #[arg(long)]
         region: u32,
-        /// The cluster file.
-        #[arg(long)]
-        cluster_file: PathBuf,
+        /// The cluster file (or --etcd).
+        #[arg(long, required_unless_present = "etcd")]
+        cluster_file: Option<PathBuf>,
+        /// etcd endpoints of a cluster that etcd coordinates (instead of --cluster-file).
+        #[arg(long, value_delimiter = ',')]
+        etcd: Vec<String>,
+        /// The cluster's name in etcd.
+        #[arg(long, default_value = "halyard")]
+        cluster_name: String,
     },
 }
 
@@ -165,8 +177,14 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
                 println!("region {region}: {node} is a backup of {} and holds a full copy", r.primary);
                 Ok(())
             }
-            AdminCmd::Verify { region, cluster_file } => {
-                let file = halyard_cluster::ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+            AdminCmd::Verify { region, cluster_file, etcd, cluster_name } => {
+                let file = match cluster_file {
+                    Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,
+                    None => {
+                        let a = cluster_cmd::EtcdArgs { etcd: etcd.clone(), cluster_name: cluster_name.clone() };
+                        cluster_cmd::map(&a).await?
+                    }
+                };
                 let r = file.region(*region).ok_or_else(|| format!("no region {region} in the cluster file"))?;
                 let addr = |n: &str| file.node(n).map(|n| n.replication.clone()).unwrap_or_default();
                 let want = halyard_replication::admin::dump(&addr(&r.primary), *region)
@@ -348,6 +366,24 @@ struct ServeArgs {
     /// (sent) [default: last-write].
     #[arg(long)]
     ack: Option<String>,
+    /// Join the cluster these etcd endpoints coordinate (comma-separated URLs, e.g.
+    /// http://127.0.0.1:2379); needs --node. Create the cluster first with `halyard cluster init`.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The cluster's name in etcd [default: halyard].
+    #[arg(long)]
+    cluster_name: Option<String>,
+    /// Node-to-node address (replication streams, admin requests) in etcd mode
+    /// [default: 127.0.0.1:8379].
+    #[arg(long)]
+    replication_listen: Option<String>,
+    /// Host to advertise to other nodes and clients when the listen addresses are not
+    /// reachable as given (e.g. 0.0.0.0).
+    #[arg(long)]
+    advertise_host: Option<String>,
+    /// Seconds of the node's etcd lease: a primary silent this long is replaced [default: 2].
+    #[arg(long)]
+    lease_ttl: Option<u64>,
 }
 
 fn serve(a: &ServeArgs) -> Result<(), String> {
@@ -362,7 +398,14 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
          max_clients => cfg.max_clients, idle_timeout => cfg.idle_timeout_secs,
          max_request_bytes => cfg.max_request_bytes, sync => cfg.engine.sync,
          cache_mb => cfg.engine.cache_mb, workers => cfg.workers, replication => cfg.replication,
-         ack => cfg.ack);
+         ack => cfg.ack, cluster_name => cfg.cluster_name, replication_listen => cfg.replication_listen,
+         lease_ttl => cfg.lease_ttl_secs);
+    if !a.etcd.is_empty() {
+        cfg.etcd.clone_from(&a.etcd);
+    }
+    if a.advertise_host.is_some() {
+        cfg.advertise_host.clone_from(&a.advertise_host);
+    }
     if a.cluster_file.is_some() {
         cfg.cluster_file.clone_from(&a.cluster_file);
     }
@@ -411,6 +454,7 @@ fn main() {
         Cmd::Serve(a) => serve(a),
         Cmd::Bench(a) => halyard_bench::run(a),
         Cmd::Admin(a) => admin(a),
+        Cmd::Cluster(c) => cluster_cmd::run(c),
         other => tool(other),
     };
     if let Err(e) = r {

@@ -163,7 +163,8 @@ impl Link {
 /// The streams of one region.
 pub struct RegionStream {
     region: u32,
-    epoch: u64,
+    /// Shared by the region's streams as links come and go: raised when the group changes.
+    epoch: Arc<AtomicU64>,
     mode: Mode,
     links: Vec<Arc<Link>>,
 }
@@ -218,7 +219,7 @@ impl Shipper {
         aligned: bool,
     ) -> Arc<RegionStream> {
         let links = backups.iter().map(|(node, addr)| self.new_link(node, addr, aligned, true)).collect();
-        let s = Arc::new(RegionStream { region, epoch, mode, links });
+        let s = Arc::new(RegionStream { region, epoch: Arc::new(AtomicU64::new(epoch)), mode, links });
         self.regions.write().insert(region, s.clone());
         s
     }
@@ -264,7 +265,7 @@ impl Shipper {
             }
             let mut links = s.links.clone();
             links.push(self.new_link(node, addr, false, false));
-            let ns = Arc::new(RegionStream { region, epoch: s.epoch, mode: s.mode, links });
+            let ns = Arc::new(RegionStream { region, epoch: s.epoch.clone(), mode: s.mode, links });
             map.insert(region, ns.clone());
             ns
         };
@@ -295,6 +296,39 @@ impl Shipper {
         }
     }
 
+    /// Stops shipping `region` to `node` (it left the group); writers no longer wait for it.
+    pub fn remove_link(&self, region: u32, node: &str) {
+        let mut map = self.regions.write();
+        let Some(s) = map.get(&region).cloned() else { return };
+        let (gone, kept): (Vec<_>, Vec<_>) = s.links.iter().cloned().partition(|l| l.node == node);
+        if gone.is_empty() {
+            return;
+        }
+        map.insert(region, Arc::new(RegionStream { region, epoch: s.epoch.clone(), mode: s.mode, links: kept }));
+        drop(map);
+        for l in gone {
+            l.stopped.store(true, Relaxed);
+            l.fail("the backup left the region's group", &self.stats);
+        }
+    }
+
+    /// Raises the epoch the region's frames carry (the group changed).
+    pub fn set_epoch(&self, region: u32, epoch: u64) {
+        if let Some(s) = self.regions.read().get(&region) {
+            s.epoch.fetch_max(epoch, Relaxed);
+        }
+    }
+
+    /// Whether this node ships `region` (leads it).
+    pub fn leads(&self, region: u32) -> bool {
+        self.regions.read().contains_key(&region)
+    }
+
+    /// The link of `region` to `node`, if it has one.
+    pub fn link(&self, region: u32, node: &str) -> Option<Arc<Link>> {
+        self.regions.read().get(&region)?.links.iter().find(|l| l.node == node).cloned()
+    }
+
     /// The links of a region.
     pub fn links(&self, region: u32) -> Vec<Arc<Link>> {
         self.regions.read().get(&region).map(|s| s.links.clone()).unwrap_or_default()
@@ -322,6 +356,27 @@ impl Shipper {
                 l.fail(&format!("no acknowledgement of LSN {lsn} within {:?}", self.ack_timeout), &self.stats);
             }
         }
+    }
+
+    /// Waits until every backup of `region` in its group acknowledged `lsn`, whether its link
+    /// is live, reconnecting or catching up (etcd mode: a backup leaves the group only when the
+    /// master removes it). False if one did not within the ack timeout: the write must not be
+    /// acknowledged (it may or may not survive).
+    pub async fn wait_all_acked(&self, region: u32, lsn: u64) -> bool {
+        let deadline = Instant::now() + self.ack_timeout;
+        for l in self.links(region) {
+            if l.stopped.load(Relaxed) {
+                continue;
+            }
+            let mut rx = l.acked.subscribe();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ok = tokio::time::timeout(left, rx.wait_for(|v| l.stopped.load(Relaxed) || (l.is_live() && *v >= lsn)))
+                .await;
+            if !matches!(ok, Ok(Ok(_))) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Whether a write to `region` (every region with `None`) must wait for room: a live link
@@ -383,7 +438,7 @@ impl Shipper {
         }
         // The highest LSN every live backup holds: a prefix any new primary will have too.
         let commit = s.links.iter().filter(|l| l.is_live()).map(|l| l.acked()).min().unwrap_or(0);
-        let m = msg(s.epoch, commit);
+        let m = msg(s.epoch.load(Relaxed), commit);
         let image = image_len(&m);
         let frame = Arc::new(m.encode());
         for l in s.links.iter().filter(|l| l.is_live()) {
@@ -407,7 +462,7 @@ impl Shipper {
     fn catch_up(&self, s: &RegionStream, l: &Link) -> crate::Result<()> {
         let db = self.db.get().and_then(Weak::upgrade).ok_or_else(|| crate::Error::Protocol("store closed".into()))?;
         let handle = db.region(s.region)?;
-        let (region, epoch) = (s.region, s.epoch);
+        let (region, epoch) = (s.region, s.epoch.load(Relaxed));
         let r = db.replication().with_snapshot(region, |snap: RegionSnapshot| {
             let lsn = handle.lsn();
             let _ = l.tx.send(Item::Restart);
@@ -435,6 +490,7 @@ impl Shipper {
                 frames.push(Msg::Sst { epoch, region, info: info.to_bytes(), bytes });
             }
             frames.push(Msg::Edits { epoch, region, edits: encode_shipped_edits(region, &snap.edits) });
+            frames.push(Msg::Copied { epoch, region, lsn });
             let _ = l.tx.send(Item::Copy(frames));
             l.live.store(true, Relaxed);
             *l.down_since.lock() = None;
@@ -492,7 +548,8 @@ impl Shipper {
         };
         let (route, mut replies) = conn.open(s.region, l);
         let lost = || crate::Error::Protocol("the connection to the backup node failed".into());
-        let hello = Msg::Hello { version: crate::wire::VERSION, epoch: s.epoch, region: s.region, mode: s.mode };
+        let epoch = s.epoch.load(Relaxed);
+        let hello = Msg::Hello { version: crate::wire::VERSION, epoch, region: s.region, mode: s.mode };
         conn.send(&hello.encode());
         match replies.recv().await {
             Some(Msg::HelloOk { .. }) => {}

@@ -172,6 +172,11 @@ pub trait NodeHooks: Send + Sync {
     fn host(&self, region: u32, epoch: u64, start: &[u8], end: Option<&[u8]>) -> Result<()>;
     /// As the primary of `region` at `epoch`, ship to one more backup.
     fn add_backup(&self, region: u32, epoch: u64, node: &str, native: &str, replication: &str) -> Result<()>;
+    /// The region's last LSN if this node already leads it at `epoch` or later: a promotion
+    /// asked again (its answer was lost) is answered with that instead of refused.
+    fn leads(&self, _region: u32, _epoch: u64) -> Option<u64> {
+        None
+    }
 }
 
 /// The node's hooks, shared by its connections.
@@ -254,6 +259,11 @@ impl Replica {
         Ok(())
     }
 
+    /// Stops being a backup of `region` (it left the group): its streams are refused.
+    pub fn remove_region(&self, id: u32) {
+        self.regions.lock().remove(&id);
+    }
+
     /// The backup regions.
     pub fn region(&self, id: u32) -> Option<Arc<ReplicaRegion>> {
         self.regions.lock().get(&id).cloned()
@@ -311,7 +321,12 @@ impl Replica {
     }
 
     async fn promote(&self, region: u32, epoch: u64, hook: &Hooks) -> Result<(u64, u64)> {
-        let r = self.region(region).ok_or_else(|| Error::Rejected(format!("not a backup of region {region}")))?;
+        let Some(r) = self.region(region) else {
+            return match hook.leads(region, epoch) {
+                Some(lsn) => Ok((lsn, 0)),
+                None => Err(Error::Rejected(format!("not a backup of region {region}"))),
+            };
+        };
         if epoch <= r.epoch.load(Relaxed) {
             return Err(Error::Rejected(format!("promotion epoch {epoch} is not above {}", r.epoch.load(Relaxed))));
         }
@@ -557,6 +572,10 @@ impl Replica {
                 return Ok(Some(last_lsn));
             }
             Msg::Seal { log, seg, salt, .. } => apply_seal(&work, db, log, seg, salt).await?,
+            Msg::Copied { lsn, .. } => {
+                r.received.fetch_max(lsn, Relaxed);
+                return Ok(Some(lsn));
+            }
             Msg::Sst { info, bytes, .. } => {
                 let (region, info) = (r.id, SstInfo::from_bytes(&info)?);
                 work.queue(Box::new(move || {
@@ -803,7 +822,8 @@ fn stream_ids(m: &Msg) -> Option<(u32, u64)> {
         | Msg::Medium { region, epoch, .. }
         | Msg::Edits { region, epoch, .. }
         | Msg::Remap { region, epoch, .. }
-        | Msg::Reset { region, epoch, .. } => Some((*region, *epoch)),
+        | Msg::Reset { region, epoch, .. }
+        | Msg::Copied { region, epoch, .. } => Some((*region, *epoch)),
         _ => None,
     }
 }

@@ -14,7 +14,7 @@ pub const MAX_BODY: usize = (16 << 20) + 4096;
 /// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
 /// regions' streams).
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -116,6 +116,10 @@ pub enum Msg {
     AddBackup { epoch: u64, region: u32, node: String, native: String, replication: String },
     /// Node -> admin: Host or AddBackup done.
     Done { region: u32 },
+    /// Primary -> backup: the full copy that began with a Reset ends here and holds the
+    /// region up to `lsn`; the backup acknowledges `lsn` (a copy with no log tail carries no
+    /// other LSN to acknowledge).
+    Copied { epoch: u64, region: u32, lsn: u64 },
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`.
@@ -138,6 +142,7 @@ mod tag {
     pub(super) const HOST: u8 = 16;
     pub(super) const ADD_BACKUP: u8 = 17;
     pub(super) const DONE: u8 = 18;
+    pub(super) const COPIED: u8 = 19;
 }
 
 /// A body that ends before its last field.
@@ -310,6 +315,9 @@ impl Msg {
                 put_pairs(&mut w, pairs);
                 w.u8(u8::from(*more));
             }
+            Msg::Copied { epoch, region, lsn } => {
+                w.u8(tag::COPIED).u64(*epoch).u32(*region).u64(*lsn);
+            }
             Msg::Reset { epoch, region } => {
                 w.u8(tag::RESET).u64(*epoch).u32(*region);
             }
@@ -402,6 +410,7 @@ impl Msg {
                 Msg::DumpPage { region, lsn, pairs, more: flag(&mut r)? }
             }
             tag::RESET => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
+            tag::COPIED => Msg::Copied { epoch: r.u64()?, region: r.u32()?, lsn: r.u64()? },
             tag::HOST => {
                 Msg::Host { epoch: r.u64()?, region: r.u32()?, start: r.bytes()?.to_vec(), end: option(&mut r)? }
             }
@@ -507,6 +516,7 @@ mod tests {
             Msg::Dump { region: 7, after: None, limit: 0 },
             Msg::DumpPage { region: 7, lsn: 5, pairs: vec![(b"a".to_vec(), 3, b"b".to_vec())], more: true },
             Msg::Reset { epoch: 5, region: 7 },
+            Msg::Copied { epoch: 5, region: 7, lsn: 99 },
             Msg::Host { epoch: 2, region: 7, start: b"a".to_vec(), end: Some(b"m".to_vec()) },
             Msg::Host { epoch: 2, region: 7, start: vec![], end: None },
             Msg::AddBackup {
@@ -553,7 +563,7 @@ mod tests {
     #[test]
     fn hello_matches_the_documented_bytes() {
         let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex }.encode();
-        let doc = "48 4C 59 52 12 00 00 00 D0 6B F6 0F 01 03 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00";
+        let doc = "48 4C 59 52 12 00 00 00 BC 08 A4 95 01 04 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

@@ -31,8 +31,10 @@ pub enum Route {
 pub struct ClusterNode {
     /// This node's name.
     pub name: String,
-    file: RwLock<ClusterFile>,
-    db: Arc<Db>,
+    pub(crate) file: RwLock<ClusterFile>,
+    pub(crate) db: Arc<Db>,
+    /// etcd mode: the node's session (its lease is the fencing clock); None with a file.
+    pub(crate) control: Option<Arc<halyard_control::Session>>,
     /// Ships primary regions to their backups.
     pub shipper: Arc<Shipper>,
     /// Takes streams for backup regions.
@@ -98,8 +100,16 @@ impl ClusterNode {
                 replica.add_region(r.id, mode, r.epoch).map_err(|e| cerr(e.to_string()))?;
             }
         }
-        let node =
-            Arc::new(ClusterNode { name, file: RwLock::new(file), db: db.clone(), shipper, replica, mode, last_write });
+        let node = Arc::new(ClusterNode {
+            name,
+            file: RwLock::new(file),
+            db: db.clone(),
+            control: None,
+            shipper,
+            replica,
+            mode,
+            last_write,
+        });
         node.shipper.set_db(&db);
         db.replication().set_ship_listener(Some(node.shipper.clone()));
         let led: Vec<RegionSpec> =
@@ -134,7 +144,11 @@ impl ClusterNode {
     pub fn route(&self, key: &[u8]) -> Route {
         let f = self.file.read();
         match f.region_for(key) {
-            Some(r) if r.primary == self.name => Route::Here(r.id),
+            Some(r) if r.primary == self.name && self.serving(r) => Route::Here(r.id),
+            Some(r) if r.primary == self.name => Route::Elsewhere(format!(
+                "region {} (epoch {}): this node's lease lapsed or the region is changing hands; refresh the region map and retry",
+                r.id, r.epoch
+            )),
             Some(r) => {
                 let addr = f.node(&r.primary).map(|n| n.native.as_str()).unwrap_or("?");
                 Route::Elsewhere(format!("region {} is led by {} at {addr}", r.id, r.primary))
@@ -143,24 +157,53 @@ impl ClusterNode {
         }
     }
 
-    /// Waits for the backups of each region to hold the writes up to its LSN.
-    pub async fn wait_acked(&self, writes: &[(u32, u64)]) {
-        if self.last_write {
-            for &(r, lsn) in writes {
+    /// Whether this node may serve `r`, whose primary it is in its map: always with a file;
+    /// under etcd only while its lease certainly holds, is the one the map gave it the region
+    /// under, and it ships the region (a promotion has completed here).
+    fn serving(&self, r: &RegionSpec) -> bool {
+        match &self.control {
+            None => true,
+            Some(s) => s.holds().is_some_and(|l| r.leases.get(&self.name) == Some(&l)) && self.shipper.leads(r.id),
+        }
+    }
+
+    /// Waits for the backups of each region to hold the writes up to its LSN; false if a
+    /// backup of the group did not acknowledge in time (etcd mode: the writes must not be
+    /// acknowledged; with a file, such a backup is given up and the writes go on).
+    pub async fn wait_acked(&self, writes: &[(u32, u64)]) -> bool {
+        if !self.last_write {
+            return true;
+        }
+        for &(r, lsn) in writes {
+            if self.control.is_some() {
+                if !self.shipper.wait_all_acked(r, lsn).await {
+                    return false;
+                }
+            } else {
                 self.shipper.wait_acked(r, lsn).await;
             }
         }
+        true
     }
 
     /// Called (on a blocking thread) when an admin promotes this node for `region`: rebuild
     /// the region as a primary, lead it in this node's view of the file, and start shipping
     /// to the remaining backups, which first remap to this node's segments.
     pub fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        if self.control.is_some() {
+            // The master decided on a map at least as new as this; the remaining backups are
+            // the ones in it.
+            *self.file.write() = self.fetch_map().map_err(halyard_replication::Error::Rejected)?;
+        }
         let backups = {
             let mut f = self.file.write();
             f.promote(region, &self.name).map_err(|e| halyard_replication::Error::Rejected(e.to_string()))?;
+            let lease = self.control.as_ref().map(|s| s.lease());
             if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
                 r.epoch = epoch;
+                if let Some(l) = lease {
+                    r.leases.insert(self.name.clone(), l);
+                }
             }
             f.region(region).map(|r| r.backups.clone()).unwrap_or_default()
         };
@@ -189,6 +232,15 @@ impl ClusterNode {
 impl halyard_replication::NodeHooks for ClusterNode {
     fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
         ClusterNode::promote(self, region, epoch)
+    }
+
+    fn leads(&self, region: u32, epoch: u64) -> Option<u64> {
+        let f = self.file.read();
+        let r = f.region(region)?;
+        if r.primary != self.name || r.epoch < epoch || !self.shipper.leads(region) {
+            return None;
+        }
+        self.db.region(region).ok().map(|h| h.lsn())
     }
 
     /// Hosts a new backup copy of `region` (the primary's full copy follows).
@@ -248,8 +300,14 @@ impl halyard_replication::NodeHooks for ClusterNode {
                 _ => return Err(rejected(format!("{} does not lead region {region}", self.name))),
             }
         }
-        let link = self.shipper.add_link(region, node, replication)?;
-        {
+        let link = match self.shipper.link(region, node) {
+            Some(l) => l,
+            None => {
+                self.shipper.set_epoch(region, epoch);
+                self.shipper.add_link(region, node, replication)?
+            }
+        };
+        if self.control.is_none() {
             let mut f = self.file.write();
             if f.node(node).is_none() {
                 f.nodes.push(halyard_cluster::NodeSpec {
@@ -452,7 +510,7 @@ impl crate::native::Router for ClusterNode {
     fn wait_acked<'a>(
         &'a self,
         writes: &'a [(u32, u64)],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
         Box::pin(ClusterNode::wait_acked(self, writes))
     }
 

@@ -42,6 +42,17 @@ pub struct ServerConfig {
     /// MiB of frames a primary queues per backup and region before writes to the region wait
     /// for the backup to catch up.
     pub replication_queue_mb: u64,
+    /// etcd endpoints (`--etcd`): join the cluster they coordinate (empty: no etcd).
+    pub etcd: Vec<String>,
+    /// The cluster's name: its keys live under `/halyard/<name>/` in etcd.
+    pub cluster_name: String,
+    /// Node-to-node address (replication streams, admin requests) in etcd mode.
+    pub replication_listen: String,
+    /// Host other nodes and clients reach this node at, when the listen addresses bind a
+    /// wildcard or an address not reachable from elsewhere.
+    pub advertise_host: Option<String>,
+    /// Seconds of the node's etcd lease: a node silent this long loses its roles.
+    pub lease_ttl_secs: u64,
     /// Engine settings.
     pub engine: EngineConfig,
 }
@@ -88,6 +99,11 @@ impl Default for ServerConfig {
             ack: "last-write".into(),
             ack_timeout_ms: 5_000,
             replication_queue_mb: halyard_replication::DEFAULT_QUEUE_BYTES >> 20,
+            etcd: Vec::new(),
+            cluster_name: "halyard".into(),
+            replication_listen: "127.0.0.1:8379".into(),
+            advertise_host: None,
+            lease_ttl_secs: 2,
             engine: EngineConfig::default(),
         }
     }
@@ -115,6 +131,14 @@ impl ServerConfig {
     pub fn from_file(path: &std::path::Path) -> Result<ServerConfig, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// `addr` as other nodes reach it: its host replaced by `advertise_host` when set.
+    pub fn advertised(&self, addr: &str) -> String {
+        match (&self.advertise_host, addr.rsplit_once(':')) {
+            (Some(h), Some((_, port))) => format!("{h}:{port}"),
+            _ => addr.to_string(),
+        }
     }
 
     /// The engine options this configuration asks for.

@@ -15,6 +15,8 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 #[doc(hidden)]
+pub mod control;
+#[doc(hidden)]
 pub mod http;
 #[doc(hidden)]
 pub mod keyspace;
@@ -85,17 +87,28 @@ pub async fn run_with(
     let resp_l = bind("--resp", &cfg.resp).await?;
     let native_l = bind("--listen", &cfg.listen).await?;
     let http_l = bind("--http", &cfg.http).await?;
-    let clustered = cfg.cluster_file.is_some();
+    let clustered = cfg.cluster_file.is_some() || !cfg.etcd.is_empty();
+    if cfg.cluster_file.is_some() && !cfg.etcd.is_empty() {
+        return Err(ServerError::Config("give either --cluster-file or --etcd, not both".into()));
+    }
     // A replicated node's logs start new segments after a restart: a backup may hold a longer
     // copy of the primary's last segment than the primary recovered (records it lost), and the
     // same segment incarnation continued would put new records beside them there.
     let opts =
         halyard_engine::Options { default_region: opts.default_region && !clustered, resume_logs: !clustered, ..opts };
     let db = Arc::new(open(opts)?);
-    let cluster = if clustered { Some(cluster::ClusterNode::start(&cfg, db.clone())?) } else { None };
+    let cluster = match (&cfg.cluster_file, cfg.etcd.is_empty()) {
+        (Some(_), _) => Some(cluster::ClusterNode::start(&cfg, db.clone())?),
+        (None, false) => Some(cluster::ClusterNode::start_etcd(&cfg, db.clone()).await?),
+        (None, true) => None,
+    };
     let repl_task = match &cluster {
         Some(c) => {
-            let l = bind("the cluster file's replication address", &c.replication_addr()).await?;
+            let (flag, addr) = match cfg.etcd.is_empty() {
+                true => ("the cluster file's replication address", c.replication_addr()),
+                false => ("--replication-listen", cfg.replication_listen.clone()),
+            };
+            let l = bind(flag, &addr).await?;
             Some(tokio::spawn(accept_replication(l, c.clone())))
         }
         None => None,

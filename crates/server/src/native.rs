@@ -68,11 +68,12 @@ pub struct NativeCounters {
 pub trait Router: Send + Sync {
     /// The region of `key` when this node leads it; otherwise the message for a NotLeader error.
     fn route(&self, key: &[u8]) -> Result<u32, String>;
-    /// Resolves once the backups hold every write listed as (region, LSN) (`last-write`).
+    /// Resolves once the backups hold every write listed as (region, LSN) (`last-write`);
+    /// false if they may not (the writes must not be acknowledged).
     fn wait_acked<'a>(
         &'a self,
         writes: &'a [(u32, u64)],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
     /// The region of `key` when a write to it must wait for room in its backups' queues.
     fn must_wait(&self, key: &[u8]) -> Option<u32>;
     /// Resolves once `region`'s backups' queues have room for writes.
@@ -207,11 +208,17 @@ impl Offload {
 }
 
 /// Writes a batch's replies (within the idle timeout), once the backups hold its writes
-/// (last-write) in cluster mode.
+/// (last-write) in cluster mode. When a backup of the group does not acknowledge in time, the
+/// replies are not sent and the connection is closed: the client cannot know whether those
+/// writes took effect, and must not be told they did.
 async fn send_replies(session: &mut Session, stream: &mut TcpStream, out: &mut Vec<u8>) -> io::Result<()> {
     if !session.writes.is_empty() {
         if let Some(r) = &session.router {
-            r.wait_acked(&session.writes).await;
+            if !r.wait_acked(&session.writes).await {
+                session.counters.errors.fetch_add(1, Relaxed);
+                let _ = stream.shutdown().await;
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "a backup did not acknowledge the batch's writes"));
+            }
         }
         session.writes.clear();
     }

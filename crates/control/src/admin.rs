@@ -1,0 +1,225 @@
+//! `halyard cluster init` and `halyard cluster status`.
+
+use crate::layout::{ClusterConfig, Layout, RegionRecord, FORMAT};
+use crate::view::View;
+use crate::{Error, Result};
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use halyard_cluster::RegionSpec;
+use serde::Serialize;
+
+/// Writes a new cluster's settings and its unassigned regions, cut at `splits` (sorted,
+/// distinct: region i covers `splits[i-1]..splits[i]`). Refused if the cluster exists.
+pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits: &[String]) -> Result<()> {
+    if replicas == 0 {
+        return Err(Error::Invalid("--replicas must be at least 1".into()));
+    }
+    if splits.windows(2).any(|w| matches!(w, [a, b] if halyard_cluster::key_bytes(a) >= halyard_cluster::key_bytes(b)))
+        || splits.first().is_some_and(|s| s.is_empty())
+    {
+        return Err(Error::Invalid("split keys must be non-empty, distinct and in increasing order".into()));
+    }
+    let config = ClusterConfig { replicas, format: FORMAT };
+    let mut ops = vec![TxnOp::put(layout.config(), serde_json::to_vec(&config).unwrap_or_default(), None)];
+    let n = splits.len() + 1;
+    for i in 0..n {
+        let spec = RegionSpec {
+            id: i as u32 + 1,
+            start: if i == 0 { String::new() } else { splits.get(i - 1).cloned().unwrap_or_default() },
+            end: splits.get(i).cloned(),
+            primary: String::new(),
+            backups: Vec::new(),
+            epoch: 1,
+            leases: Default::default(),
+        };
+        let rec = RegionRecord { spec, version: 1 };
+        ops.push(TxnOp::put(layout.region(rec.spec.id), serde_json::to_vec(&rec).unwrap_or_default(), None));
+    }
+    let txn = Txn::new().when([Compare::create_revision(layout.config(), CompareOp::Equal, 0)]).and_then(ops);
+    if !client.txn(txn).await?.succeeded() {
+        return Err(Error::Invalid(format!(
+            "a cluster already exists under {} (pick another --cluster-name, or delete that prefix with etcdctl)",
+            layout.root()
+        )));
+    }
+    Ok(())
+}
+
+/// `n` regions over the key space: split points spread over the first byte (`hex:XX`), or
+/// `key<i>` prefixes when the keys are the benchmark's (`key` followed by digits).
+pub fn even_splits(n: usize, numeric_keys: bool) -> Vec<String> {
+    (1..n.max(1))
+        .map(
+            |i| {
+                if numeric_keys {
+                    format!("key{}", i * 10 / n.max(1))
+                } else {
+                    format!("hex:{:02x}", i * 256 / n.max(1))
+                }
+            },
+        )
+        .collect()
+}
+
+/// One row of `halyard cluster status`.
+#[derive(Debug, Serialize)]
+pub struct NodeStatus {
+    /// Node name.
+    pub name: String,
+    /// Whether its lease-bound key exists.
+    pub alive: bool,
+    /// Its lease (0 if not alive).
+    pub lease: i64,
+    /// Native address.
+    pub native: String,
+    /// Redis address.
+    pub resp: String,
+    /// HTTP address.
+    pub http: String,
+    /// Node-to-node address.
+    pub replication: String,
+    /// Regions it leads.
+    pub primaries: usize,
+    /// Regions it backs up.
+    pub backups: usize,
+}
+
+/// One region of `halyard cluster status`.
+#[derive(Debug, Serialize)]
+pub struct RegionStatus {
+    /// Region id.
+    pub id: u32,
+    /// First key.
+    pub start: String,
+    /// First key past the region.
+    pub end: Option<String>,
+    /// Leading node ("" if unassigned).
+    pub primary: String,
+    /// Backups.
+    pub backups: Vec<String>,
+    /// Backups still taking their full copy.
+    pub copying: Vec<String>,
+    /// conf_ver.
+    pub epoch: u64,
+    /// Split/merge version.
+    pub version: u64,
+    /// Whether the primary holds the region under a live lease.
+    pub primary_alive: bool,
+}
+
+/// The whole status.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// Cluster name prefix.
+    pub prefix: String,
+    /// etcd revision read.
+    pub revision: i64,
+    /// Copies per region.
+    pub replicas: usize,
+    /// The master node.
+    pub master: Option<String>,
+    /// Nodes.
+    pub nodes: Vec<NodeStatus>,
+    /// Regions.
+    pub regions: Vec<RegionStatus>,
+    /// Unfinished changes in the region log.
+    pub log: Vec<crate::Intent>,
+}
+
+/// Reads the cluster's status.
+pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
+    let v = View::load(client, layout).await?;
+    let Some(config) = &v.config else {
+        return Err(Error::Invalid(format!("no cluster under {}: run `halyard cluster init` first", layout.root())));
+    };
+    let nodes = v
+        .members
+        .values()
+        .map(|m| {
+            let live = v.live.get(&m.name);
+            let count = |p: bool| {
+                v.regions
+                    .values()
+                    .filter(|(r, _)| if p { r.spec.primary == m.name } else { r.spec.backups.contains(&m.name) })
+                    .count()
+            };
+            NodeStatus {
+                name: m.name.clone(),
+                alive: live.is_some(),
+                lease: live.map_or(0, |n| n.lease),
+                native: m.native.clone(),
+                resp: m.resp.clone(),
+                http: m.http.clone(),
+                replication: m.replication.clone(),
+                primaries: count(true),
+                backups: count(false),
+            }
+        })
+        .collect();
+    let regions = v
+        .regions
+        .values()
+        .map(|(r, _)| RegionStatus {
+            id: r.spec.id,
+            start: r.spec.start.clone(),
+            end: r.spec.end.clone(),
+            primary: r.spec.primary.clone(),
+            backups: r.spec.backups.clone(),
+            copying: v.learners(r.spec.id),
+            epoch: r.spec.epoch,
+            version: r.version,
+            primary_alive: !r.spec.primary.is_empty() && v.holds(r, &r.spec.primary),
+        })
+        .collect();
+    Ok(Status {
+        prefix: layout.root().to_string(),
+        revision: v.revision,
+        replicas: config.replicas,
+        master: v.master().map(str::to_string),
+        nodes,
+        regions,
+        log: v.intents.iter().map(|(_, i)| i.clone()).collect(),
+    })
+}
+
+impl Status {
+    /// The status as aligned text tables.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "cluster {} (etcd revision {}), {} copies per region, master: {}\n\nNODE      ALIVE  LEASE             PRIMARIES  BACKUPS  NATIVE                 RESP                   REPLICATION\n",
+            self.prefix,
+            self.revision,
+            self.replicas,
+            self.master.as_deref().unwrap_or("(none)")
+        );
+        for n in &self.nodes {
+            out.push_str(&format!(
+                "{:<9} {:<6} {:<17x} {:<10} {:<8} {:<22} {:<22} {}\n",
+                n.name,
+                if n.alive { "yes" } else { "no" },
+                n.lease,
+                n.primaries,
+                n.backups,
+                n.native,
+                n.resp,
+                n.replication
+            ));
+        }
+        out.push_str("\nREGION  START         END           EPOCH  PRIMARY   UP   BACKUPS\n");
+        for r in &self.regions {
+            let copying =
+                if r.copying.is_empty() { String::new() } else { format!(" (copying: {})", r.copying.join(",")) };
+            out.push_str(&format!(
+                "{:<7} {:<13} {:<13} {:<6} {:<9} {:<4} {}{}\n",
+                r.id,
+                format!("{:?}", r.start),
+                r.end.as_deref().map_or("(end)".to_string(), |e| format!("{e:?}")),
+                r.epoch,
+                if r.primary.is_empty() { "-" } else { &r.primary },
+                if r.primary_alive { "yes" } else { "no" },
+                r.backups.join(","),
+                copying
+            ));
+        }
+        out
+    }
+}

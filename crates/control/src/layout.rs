@@ -1,0 +1,182 @@
+//! The keys of one cluster in etcd and the values stored under them (all JSON). The full
+//! table, with examples, is in docs/cluster.md; this module is its only writer.
+//!
+//! | key (under `/halyard/<cluster>/`) | value | lifetime |
+//! |---|---|---|
+//! | `config` | [`ClusterConfig`] | written once by `halyard cluster init` |
+//! | `members/<node>` | [`NodeRecord`] (addresses; `lease` 0) | persistent: the addresses of every node that ever joined |
+//! | `nodes/<node>` | [`NodeRecord`] with the node's live `lease` | bound to that lease: deleted by etcd when the node stops renewing it |
+//! | `regions/<id, 10 digits>` | [`RegionRecord`] | written by `init`, then only by the master, by compare-and-swap |
+//! | `log/<revision, 20 digits>-<region, 10 digits>` | [`Intent`] | the master's region log: put before a multi-step change, deleted after |
+//! | `master/<lease, hex>` | the candidate's node name | etcd's election API; the lowest create revision leads |
+
+use halyard_cluster::RegionSpec;
+use serde::{Deserialize, Serialize};
+
+/// Version of the values this release writes (`ClusterConfig::format`).
+pub const FORMAT: u32 = 1;
+
+/// The key names of one cluster.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    prefix: String,
+}
+
+impl Layout {
+    /// The layout of cluster `name` (`--cluster-name`).
+    pub fn new(name: &str) -> Layout {
+        Layout { prefix: format!("/halyard/{name}/") }
+    }
+
+    /// The prefix every key of the cluster starts with.
+    pub fn root(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The cluster's settings.
+    pub fn config(&self) -> String {
+        format!("{}config", self.prefix)
+    }
+
+    /// A live node's key (bound to its lease).
+    pub fn node(&self, name: &str) -> String {
+        format!("{}nodes/{name}", self.prefix)
+    }
+
+    /// A node's persistent address record.
+    pub fn member(&self, name: &str) -> String {
+        format!("{}members/{name}", self.prefix)
+    }
+
+    /// A region's record.
+    pub fn region(&self, id: u32) -> String {
+        format!("{}regions/{id:010}", self.prefix)
+    }
+
+    /// An entry of the region log, named by the etcd revision the master acted on and the
+    /// region (unique: one change per region at a time).
+    pub fn log(&self, revision: i64, region: u32) -> String {
+        format!("{}log/{revision:020}-{region:010}", self.prefix)
+    }
+
+    /// The election's name (its candidates' keys are this plus `/` and their lease in hex).
+    pub fn election(&self) -> String {
+        format!("{}master", self.prefix)
+    }
+
+    /// Which kind of key `key` (a full key) is, and the rest of its name.
+    pub fn classify<'k>(&self, key: &'k str) -> Option<(&'static str, &'k str)> {
+        let rest = key.strip_prefix(self.prefix.as_str())?;
+        for kind in ["nodes/", "members/", "regions/", "log/", "master/"] {
+            if let Some(name) = rest.strip_prefix(kind) {
+                return Some((kind, name));
+            }
+        }
+        (rest == "config").then_some(("config", ""))
+    }
+}
+
+/// `config`: what `halyard cluster init` decided.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// Copies of each region, primary included.
+    pub replicas: usize,
+    /// Version of the values under the prefix ([`FORMAT`]).
+    pub format: u32,
+}
+
+/// `nodes/<name>` and `members/<name>`: where a node listens.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The node's name (`--node`).
+    pub name: String,
+    /// Native protocol address.
+    pub native: String,
+    /// Redis protocol address.
+    pub resp: String,
+    /// HTTP address (metrics, health).
+    pub http: String,
+    /// Node-to-node address (replication streams, admin requests).
+    pub replication: String,
+    /// The node's release.
+    pub version: String,
+    /// The etcd lease the record is bound to (0 in `members/`).
+    #[serde(default)]
+    pub lease: i64,
+}
+
+/// `regions/<id>`: a key range, its group, and its epoch. The epoch has TiKV's two parts:
+/// `epoch` (TiKV's `conf_ver`: raised by every change of the group — assignment, promotion, a
+/// backup removed or added) and `version` (raised by a split or merge; regions do not split
+/// yet, so it stays 1). A region whose `primary` is empty is not assigned yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionRecord {
+    /// Range, primary, backups, `epoch` (conf_ver) and the members' leases.
+    #[serde(flatten)]
+    pub spec: RegionSpec,
+    /// Raised by splits and merges.
+    #[serde(default = "one")]
+    pub version: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `log/<seq>`: a change the master started and has not finished. A new master finishes
+/// each (or drops it when it no longer applies) before it changes anything else of the region.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Intent {
+    /// `node` is being promoted to primary of `region` at epoch `epoch` (the promotion
+    /// request may or may not have reached it).
+    Promote {
+        /// Region id.
+        region: u32,
+        /// The backup being promoted.
+        node: String,
+        /// The region's epoch once promoted.
+        epoch: u64,
+    },
+    /// `node` was added to `region`'s backups at epoch `epoch` and is taking its full copy:
+    /// until the entry is gone it does not count as holding the region (never promoted).
+    AddBackup {
+        /// Region id.
+        region: u32,
+        /// The new backup.
+        node: String,
+        /// The region's epoch with the node added.
+        epoch: u64,
+    },
+}
+
+impl Intent {
+    /// The region the change is about.
+    pub fn region(&self) -> u32 {
+        match self {
+            Intent::Promote { region, .. } | Intent::AddBackup { region, .. } => *region,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_classify_and_values_round_trip() {
+        let l = Layout::new("c1");
+        assert_eq!(l.region(7), "/halyard/c1/regions/0000000007");
+        assert_eq!(l.classify(&l.region(7)), Some(("regions/", "0000000007")));
+        assert_eq!(l.classify(&l.node("n1")), Some(("nodes/", "n1")));
+        assert_eq!(l.classify("/halyard/c1/config"), Some(("config", "")));
+        assert_eq!(l.classify("/halyard/c2/config"), None);
+        let i = Intent::AddBackup { region: 3, node: "n2".into(), epoch: 4 };
+        let j = serde_json::to_string(&i).unwrap();
+        assert_eq!(j, r#"{"op":"add_backup","region":3,"node":"n2","epoch":4}"#);
+        assert_eq!(serde_json::from_str::<Intent>(&j).unwrap(), i);
+        let r: RegionRecord =
+            serde_json::from_str(r#"{"id":1,"start":"","primary":"n1","backups":["n2"],"epoch":3}"#).unwrap();
+        assert_eq!((r.spec.epoch, r.version, r.spec.backups.len()), (3, 1, 1));
+    }
+}

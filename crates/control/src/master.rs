@@ -1,0 +1,417 @@
+//! The master: one node, elected through etcd, that keeps every region's group whole.
+//!
+//! Each tick it reads the cluster ([`View`]) and, region by region, takes the first step that
+//! applies ([`plan`]): finish a change the region log holds; assign an unassigned region;
+//! replace a lost primary (promote the first backup that still holds the region under the
+//! lease it was given it with, the existing promotion: L0 rebuilt from the replicated logs);
+//! drop lost backups; add a backup while the group is short of `replicas`. Every write is an
+//! etcd transaction comparing the master's term and the region record's revision, so a
+//! deposed master, or one acting on an old read, changes nothing. Steps that need a node's
+//! help (a promotion, a new backup's full copy) are logged in the region log first, and a new
+//! master finishes them.
+//!
+//! The only failure signal is etcd's: a node key deleted with its lease, or a member whose
+//! lease in the map is not its node's live lease.
+
+use crate::layout::{Intent, RegionRecord};
+use crate::session::Session;
+use crate::view::View;
+use crate::{Error, Result};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use halyard_cluster::RegionSpec;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the master reads the cluster.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// Longest a promotion request may take (the new primary rebuilds its L0).
+const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The master's election key and its create revision: the term every write compares.
+#[derive(Clone, Debug)]
+struct Term {
+    key: Vec<u8>,
+    rev: i64,
+}
+
+/// One step for one region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Finish (or drop) the change the region log holds under this key.
+    Finish(String, Intent),
+    /// Promote this backup (the primary is lost).
+    Promote(String),
+    /// The primary came back under a new lease and no backup holds the region: it leads again.
+    Reconfirm,
+    /// Remove these backups from the group (lost, or still copying when the primary was lost).
+    Drop(Vec<String>),
+    /// Add this node as a backup.
+    Add(String),
+}
+
+/// The first step region `r` needs, if any; `loads` counts each live node's regions and is
+/// raised for a node the step adds.
+pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap<String, usize>) -> Option<Step> {
+    let spec = &r.spec;
+    if spec.primary.is_empty() {
+        return None;
+    }
+    let primary_holds = view.holds(r, &spec.primary);
+    if let Some((key, i)) = view.intents.iter().find(|(_, i)| i.region() == spec.id) {
+        // A copy from a lost primary is dropped below instead of finished.
+        if primary_holds || matches!(i, Intent::Promote { .. }) {
+            return Some(Step::Finish(key.clone(), i.clone()));
+        }
+    }
+    if !primary_holds {
+        let learners = view.learners(spec.id);
+        if !learners.is_empty() {
+            return Some(Step::Drop(learners));
+        }
+        if let Some(b) = spec.backups.iter().find(|b| view.holds(r, b)) {
+            return Some(Step::Promote(b.clone()));
+        }
+        if view.live.contains_key(&spec.primary) {
+            return Some(Step::Reconfirm);
+        }
+        return None;
+    }
+    let lost: Vec<String> = spec.backups.iter().filter(|b| !view.holds(r, b)).cloned().collect();
+    if !lost.is_empty() {
+        return Some(Step::Drop(lost));
+    }
+    if spec.backups.len() + 1 < replicas {
+        let group = |n: &String| *n == spec.primary || spec.backups.contains(n);
+        let pick = view.live.keys().filter(|n| !group(n)).min_by_key(|n| loads.get(*n).copied().unwrap_or(0)).cloned();
+        if let Some(n) = pick {
+            *loads.entry(n.clone()).or_default() += 1;
+            return Some(Step::Add(n));
+        }
+    }
+    None
+}
+
+/// Groups for the unassigned regions once `replicas` nodes are live: primaries spread over
+/// the least loaded nodes, backups after them.
+pub fn assign(view: &View, replicas: usize, loads: &mut BTreeMap<String, usize>) -> Vec<(RegionRecord, i64)> {
+    let want = replicas.max(1);
+    if view.live.len() < want {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (r, rev) in view.regions.values().filter(|(r, _)| r.spec.primary.is_empty()) {
+        let mut nodes: Vec<&String> = view.live.keys().collect();
+        nodes.sort_by_key(|n| loads.get(*n).copied().unwrap_or(0));
+        let group: Vec<String> = nodes.into_iter().take(want).cloned().collect();
+        let mut spec = r.spec.clone();
+        for n in &group {
+            *loads.entry(n.clone()).or_default() += 1;
+            if let Some(rec) = view.live.get(n) {
+                spec.leases.insert(n.clone(), rec.lease);
+            }
+        }
+        let Some((first, rest)) = group.split_first() else { continue };
+        spec.primary = first.clone();
+        spec.backups = rest.to_vec();
+        spec.epoch += 1;
+        out.push((RegionRecord { spec, version: r.version }, *rev));
+    }
+    out
+}
+
+/// The region once `node` leads it at `epoch`: the old primary leaves the group.
+fn promoted(spec: &RegionSpec, node: &str, epoch: u64) -> RegionSpec {
+    let mut s = spec.clone();
+    s.leases.remove(&s.primary);
+    s.backups.retain(|b| b != node);
+    s.primary = node.to_string();
+    s.epoch = s.epoch.max(epoch);
+    s
+}
+
+/// The master of a cluster, run by every node; it acts only while elected.
+pub struct Master {
+    session: Arc<Session>,
+    busy: Mutex<HashSet<u32>>,
+}
+
+impl Master {
+    /// Campaigns for the master role with the session's lease and, while elected, keeps the
+    /// regions' groups whole. Runs until the process ends.
+    pub async fn run(session: Arc<Session>) {
+        let m = Arc::new(Master { session, busy: Mutex::new(HashSet::new()) });
+        loop {
+            let Some(lease) = m.session.holds() else {
+                tokio::time::sleep(TICK).await;
+                continue;
+            };
+            let Some(term) = m.campaign(lease).await else {
+                tokio::time::sleep(TICK).await;
+                continue;
+            };
+            tracing::info!(node = m.session.name(), term = term.rev, "elected master");
+            while m.session.holds() == Some(lease) {
+                match tokio::time::timeout(m.session.ttl(), m.clone().tick(&term)).await {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => break,
+                    Ok(Err(e)) => tracing::warn!("master: {e}"),
+                    Err(_) => tracing::warn!("master: reading the cluster timed out"),
+                }
+                tokio::time::sleep(TICK).await;
+            }
+            tracing::warn!(node = m.session.name(), "no longer master");
+        }
+    }
+
+    /// Waits to be elected under `lease`; None if the lease lapses first or etcd fails.
+    async fn campaign(&self, lease: i64) -> Option<Term> {
+        let mut c = self.session.client();
+        let name = self.session.name().to_string();
+        let won = tokio::select! {
+            r = c.campaign(self.session.layout().election(), name, lease) => r,
+            _ = self.session.lease_changed(lease) => return None,
+        };
+        match won {
+            Ok(mut r) => r.take_leader().map(|k| Term { key: k.key().to_vec(), rev: k.rev() }),
+            Err(e) => {
+                tracing::warn!("campaign for master failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// One pass over the cluster; false once another node leads.
+    async fn tick(self: Arc<Self>, term: &Term) -> Result<bool> {
+        let mut c = self.session.client();
+        let view = Arc::new(View::load(&mut c, self.session.layout()).await?);
+        if view.candidates.first().map(|c| c.1.as_bytes()) != Some(term.key.as_slice()) {
+            return Ok(false);
+        }
+        let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
+        let mut loads: BTreeMap<String, usize> = view.live.keys().map(|n| (n.clone(), view.load_of(n))).collect();
+        for (r, rev) in assign(&view, replicas, &mut loads) {
+            tracing::info!(region = r.spec.id, primary = %r.spec.primary, backups = ?r.spec.backups, "assigning region");
+            self.commit(term, Some((r.spec.id, rev)), vec![self.put_region(&r)]).await?;
+        }
+        for (r, rev) in view.regions.values() {
+            let id = r.spec.id;
+            if self.busy.lock().contains(&id) {
+                continue;
+            }
+            let Some(step) = plan(&view, r, replicas, &mut loads) else { continue };
+            self.busy.lock().insert(id);
+            let (me, view, r, rev, term) = (self.clone(), view.clone(), r.clone(), *rev, term.clone());
+            tokio::spawn(async move {
+                tracing::info!(region = id, ?step, "master step");
+                if let Err(e) = me.carry(&term, &view, &r, rev, step).await {
+                    tracing::warn!(region = id, "master step failed: {e}; retrying on a later tick");
+                }
+                me.busy.lock().remove(&id);
+            });
+        }
+        Ok(true)
+    }
+
+    fn put_region(&self, r: &RegionRecord) -> TxnOp {
+        TxnOp::put(self.session.layout().region(r.spec.id), serde_json::to_vec(r).unwrap_or_default(), None)
+    }
+
+    fn with_spec(r: &RegionRecord, spec: RegionSpec) -> RegionRecord {
+        RegionRecord { spec, version: r.version }
+    }
+
+    /// Runs `ops` if this master's term still holds and (with `region`) the region's record is
+    /// still at the revision the decision was made on; false if not.
+    async fn commit(&self, term: &Term, region: Option<(u32, i64)>, ops: Vec<TxnOp>) -> Result<bool> {
+        let mut cmp = vec![Compare::create_revision(term.key.clone(), CompareOp::Equal, term.rev)];
+        if let Some((id, rev)) = region {
+            cmp.push(Compare::mod_revision(self.session.layout().region(id), CompareOp::Equal, rev));
+        }
+        let mut c = self.session.client();
+        let r = tokio::time::timeout(self.session.ttl(), c.txn(Txn::new().when(cmp).and_then(ops)))
+            .await
+            .map_err(|_| Error::Invalid("etcd did not answer a transaction in time".into()))??;
+        Ok(r.succeeded())
+    }
+
+    async fn carry(&self, term: &Term, view: &View, r: &RegionRecord, rev: i64, step: Step) -> Result<()> {
+        let spec = &r.spec;
+        let at = Some((spec.id, rev));
+        match step {
+            Step::Drop(nodes) => {
+                let mut s = spec.clone();
+                s.backups.retain(|b| !nodes.contains(b));
+                s.leases.retain(|n, _| !nodes.contains(n));
+                s.epoch += 1;
+                let mut ops = vec![self.put_region(&Self::with_spec(r, s))];
+                for (key, i) in &view.intents {
+                    if matches!(i, Intent::AddBackup { region, node, .. } if *region == spec.id && nodes.contains(node))
+                    {
+                        ops.push(TxnOp::delete(key.as_str(), None));
+                    }
+                }
+                self.commit(term, at, ops).await?;
+            }
+            Step::Reconfirm => {
+                let mut s = spec.clone();
+                let lease = view.live.get(&s.primary).map_or(0, |n| n.lease);
+                s.leases.insert(s.primary.clone(), lease);
+                s.epoch += 1;
+                self.commit(term, at, vec![self.put_region(&Self::with_spec(r, s))]).await?;
+            }
+            Step::Promote(node) => {
+                let epoch = spec.epoch + 1;
+                let key = self.session.layout().log(view.revision, spec.id);
+                let intent = Intent::Promote { region: spec.id, node: node.clone(), epoch };
+                let put = TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None);
+                if self.commit(term, at, vec![put]).await? {
+                    self.promote(term, view, r, rev, &key, &node, epoch).await?;
+                }
+            }
+            Step::Add(node) => {
+                let mut s = spec.clone();
+                let lease = view.live.get(&node).map_or(0, |n| n.lease);
+                s.backups.push(node.clone());
+                s.leases.insert(node.clone(), lease);
+                s.epoch += 1;
+                let epoch = s.epoch;
+                let key = self.session.layout().log(view.revision, spec.id);
+                let intent = Intent::AddBackup { region: spec.id, node: node.clone(), epoch };
+                let ops = vec![
+                    self.put_region(&Self::with_spec(r, s.clone())),
+                    TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None),
+                ];
+                if self.commit(term, at, ops).await? {
+                    self.copied(term, view, &s, &key, &node).await?;
+                }
+            }
+            Step::Finish(key, Intent::Promote { node, epoch, .. }) => {
+                if spec.epoch >= epoch || !view.holds(r, &node) {
+                    // Done already, or the node is lost too (a later tick picks another).
+                    self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
+                } else {
+                    self.promote(term, view, r, rev, &key, &node, epoch).await?;
+                }
+            }
+            Step::Finish(key, Intent::AddBackup { node, .. }) => {
+                if !spec.backups.contains(&node) || !view.holds(r, &node) {
+                    self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
+                } else {
+                    self.copied(term, view, spec, &key, &node).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks `node` to lead the region at `epoch`, then records it and ends the log entry.
+    #[expect(clippy::too_many_arguments, reason = "the pieces of one promotion, all needed by its last step")]
+    async fn promote(
+        &self,
+        term: &Term,
+        view: &View,
+        r: &RegionRecord,
+        rev: i64,
+        key: &str,
+        node: &str,
+        epoch: u64,
+    ) -> Result<()> {
+        let addr = view.members.get(node).map(|m| m.replication.clone()).unwrap_or_default();
+        let ask = halyard_replication::admin::promote(&addr, r.spec.id, epoch);
+        let (lsn, dropped) = tokio::time::timeout(PROMOTE_TIMEOUT, ask)
+            .await
+            .map_err(|_| Error::Invalid(format!("{node} did not finish its promotion within {PROMOTE_TIMEOUT:?}")))??;
+        let s = promoted(&r.spec, node, epoch);
+        let ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
+        self.commit(term, Some((r.spec.id, rev)), ops).await?;
+        tracing::info!(region = r.spec.id, node, epoch, last_lsn = lsn, dropped, "promoted");
+        Ok(())
+    }
+
+    /// Waits until the primary has sent `node` its full copy of the region, then ends the log
+    /// entry: from then on the node counts as holding the region.
+    async fn copied(&self, term: &Term, view: &View, spec: &RegionSpec, key: &str, node: &str) -> Result<()> {
+        let addr = |n: &str| view.members.get(n).cloned().unwrap_or_default();
+        let (p, b) = (addr(&spec.primary), addr(node));
+        halyard_replication::admin::add_backup(&p.replication, spec.id, spec.epoch, node, &b.native, &b.replication)
+            .await?;
+        self.commit(term, None, vec![TxnOp::delete(key, None)]).await?;
+        tracing::info!(region = spec.id, node, "new backup holds its full copy");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::NodeRecord;
+
+    fn view(live: &[(&str, i64)], r: RegionSpec) -> (View, RegionRecord) {
+        let mut v = View::default();
+        for (n, lease) in live {
+            v.live.insert(n.to_string(), NodeRecord { name: n.to_string(), lease: *lease, ..Default::default() });
+        }
+        let rec = RegionRecord { spec: r, version: 1 };
+        v.regions.insert(rec.spec.id, (rec.clone(), 5));
+        (v, rec)
+    }
+
+    fn spec(primary: &str, backups: &[&str], leases: &[(&str, i64)]) -> RegionSpec {
+        RegionSpec {
+            id: 1,
+            start: String::new(),
+            end: None,
+            primary: primary.into(),
+            backups: backups.iter().map(|b| b.to_string()).collect(),
+            epoch: 3,
+            leases: leases.iter().map(|(n, l)| (n.to_string(), *l)).collect(),
+        }
+    }
+
+    #[test]
+    fn lost_primary_promotes_a_backup_that_still_holds() {
+        // n2 restarted (new lease 22): it holds nothing; n3 does.
+        let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
+        let (v, r) = view(&[("n2", 22), ("n3", 3)], s);
+        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Promote("n3".into())));
+        let p = promoted(&r.spec, "n3", 4);
+        assert_eq!((p.primary.as_str(), p.backups.clone(), p.epoch), ("n3", vec!["n2".to_string()], 4));
+        assert!(!p.leases.contains_key("n1"));
+    }
+
+    #[test]
+    fn a_learner_is_dropped_before_promotion_and_never_promoted() {
+        let s = spec("n1", &["n2"], &[("n1", 1), ("n2", 2)]);
+        let (mut v, r) = view(&[("n2", 2)], s);
+        v.intents.push(("k".into(), Intent::AddBackup { region: 1, node: "n2".into(), epoch: 3 }));
+        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Drop(vec!["n2".into()])));
+    }
+
+    #[test]
+    fn returning_only_copy_leads_again_and_short_groups_grow() {
+        let s = spec("n1", &[], &[("n1", 1)]);
+        let (v, r) = view(&[("n1", 11), ("n2", 2)], s.clone());
+        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Reconfirm));
+        let (v, r) = view(&[("n1", 1), ("n2", 2)], s);
+        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Add("n2".into())));
+        assert_eq!(plan(&v, &r, 1, &mut BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn lost_backups_are_dropped_and_unassigned_regions_spread() {
+        let s = spec("n1", &["n2"], &[("n1", 1), ("n2", 2)]);
+        let (v, r) = view(&[("n1", 1)], s);
+        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Drop(vec!["n2".into()])));
+        let mut s = spec("", &[], &[]);
+        let (mut v, _) = view(&[("n1", 1), ("n2", 2), ("n3", 3)], s.clone());
+        s.id = 2;
+        v.regions.insert(2, (RegionRecord { spec: s, version: 1 }, 6));
+        let got = assign(&v, 2, &mut BTreeMap::new());
+        assert_eq!(got.len(), 2);
+        assert_ne!(got[0].0.spec.primary, got[1].0.spec.primary);
+        assert_eq!(got[0].0.spec.leases.len(), 2);
+    }
+}

@@ -1,0 +1,108 @@
+//! One read of a cluster's keys at one etcd revision, and what nodes and clients derive from it.
+
+use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord};
+use crate::{Error, Result};
+use etcd_client::{Client, GetOptions};
+use halyard_cluster::{ClusterFile, NodeSpec};
+use std::collections::BTreeMap;
+
+/// Everything under a cluster's prefix, as of `revision`.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// etcd's revision of the read.
+    pub revision: i64,
+    /// The cluster's settings (None before `halyard cluster init`).
+    pub config: Option<ClusterConfig>,
+    /// Live nodes (their lease-bound keys), by name.
+    pub live: BTreeMap<String, NodeRecord>,
+    /// Every node that ever joined, by name.
+    pub members: BTreeMap<String, NodeRecord>,
+    /// Regions by id, with the mod revision of each record (for compare-and-swap).
+    pub regions: BTreeMap<u32, (RegionRecord, i64)>,
+    /// The region log: (key, intent), oldest first.
+    pub intents: Vec<(String, Intent)>,
+    /// Election candidates: (create revision, key, node name); the lowest revision leads.
+    pub candidates: Vec<(i64, String, String)>,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
+    serde_json::from_slice(value).map_err(|e| Error::Corrupt { key: key.to_string(), message: e.to_string() })
+}
+
+impl View {
+    /// Reads every key of the cluster in one request.
+    pub async fn load(client: &mut Client, layout: &Layout) -> Result<View> {
+        let resp = client.get(layout.root(), Some(GetOptions::new().with_prefix())).await?;
+        let mut v = View { revision: resp.header().map_or(0, |h| h.revision()), ..View::default() };
+        for kv in resp.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let Some((kind, name)) = layout.classify(&key) else { continue };
+            match kind {
+                "config" => v.config = Some(parse(&key, kv.value())?),
+                "nodes/" => {
+                    v.live.insert(name.to_string(), parse(&key, kv.value())?);
+                }
+                "members/" => {
+                    v.members.insert(name.to_string(), parse(&key, kv.value())?);
+                }
+                "regions/" => {
+                    let r: RegionRecord = parse(&key, kv.value())?;
+                    v.regions.insert(r.spec.id, (r, kv.mod_revision()));
+                }
+                "log/" => v.intents.push((key.clone(), parse(&key, kv.value())?)),
+                _ => {
+                    let who = String::from_utf8_lossy(kv.value()).into_owned();
+                    v.candidates.push((kv.create_revision(), key.clone(), who));
+                }
+            }
+        }
+        v.candidates.sort();
+        Ok(v)
+    }
+
+    /// The node leading the cluster as master, if any.
+    pub fn master(&self) -> Option<&str> {
+        self.candidates.first().map(|c| c.2.as_str())
+    }
+
+    /// Whether `node` is alive under `lease` (the lease the map recorded for it).
+    pub fn alive(&self, node: &str, lease: Option<&i64>) -> bool {
+        self.live.get(node).is_some_and(|n| Some(&n.lease) == lease)
+    }
+
+    /// Whether `node` may hold a region: alive under the lease the region recorded for it.
+    pub fn holds(&self, r: &RegionRecord, node: &str) -> bool {
+        self.alive(node, r.spec.leases.get(node))
+    }
+
+    /// Nodes in the region log as still taking a full copy of `region`.
+    pub fn learners(&self, region: u32) -> Vec<String> {
+        self.intents
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Intent::AddBackup { region: r, node, .. } if *r == region => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The map a node routes with: every member's addresses and every assigned region.
+    pub fn cluster_file(&self) -> ClusterFile {
+        let nodes = self
+            .members
+            .values()
+            .map(|n| NodeSpec { name: n.name.clone(), native: n.native.clone(), replication: n.replication.clone() })
+            .collect();
+        let regions =
+            self.regions.values().filter(|(r, _)| !r.spec.primary.is_empty()).map(|(r, _)| r.spec.clone()).collect();
+        ClusterFile { nodes, regions }
+    }
+
+    /// How many regions `node` is in (primary or backup), to spread new assignments.
+    pub fn load_of(&self, node: &str) -> usize {
+        self.regions
+            .values()
+            .filter(|(r, _)| r.spec.primary == node || r.spec.backups.iter().any(|b| b == node))
+            .count()
+    }
+}

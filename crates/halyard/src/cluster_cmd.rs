@@ -1,0 +1,100 @@
+//! `halyard cluster`: create a cluster in etcd and show its state.
+
+use clap::{Args, Subcommand};
+use halyard_control::Layout;
+
+/// Where the cluster's etcd is.
+#[derive(Args, Debug, Clone)]
+pub struct EtcdArgs {
+    /// etcd endpoints, comma-separated (e.g. http://127.0.0.1:2379).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub etcd: Vec<String>,
+    /// The cluster's name: its keys live under /halyard/<name>/ in etcd.
+    #[arg(long, default_value = "halyard")]
+    pub cluster_name: String,
+}
+
+/// `halyard cluster ...`.
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Create a cluster: its settings and its regions, unassigned. Nodes started with
+    /// `halyard serve --etcd ... --node NAME` then join, and the elected master gives each
+    /// region a primary and backups once `--replicas` nodes are up.
+    Init {
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// Number of regions, cut evenly over the first key byte (or see --split).
+        #[arg(long, default_value_t = 8)]
+        regions: usize,
+        /// Copies of each region, the primary included.
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        /// Explicit split keys instead of --regions, comma-separated, increasing ("hex:..." for
+        /// raw bytes): N keys make N+1 regions.
+        #[arg(long, value_delimiter = ',')]
+        split: Vec<String>,
+        /// Cut --regions over keys "key0".."key9" (the benchmark's keys) instead of the first byte.
+        #[arg(long)]
+        numeric_keys: bool,
+    },
+    /// Print the nodes (alive, lease, addresses, roles), the regions (range, epoch, primary,
+    /// backups) and the master's unfinished changes.
+    Status {
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// One JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a `halyard cluster` command.
+pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(async {
+        match cmd {
+            ClusterCmd::Init { etcd, regions, replicas, split, numeric_keys } => {
+                let layout = Layout::new(&etcd.cluster_name);
+                let mut c = connect(etcd).await?;
+                let splits =
+                    if split.is_empty() { halyard_control::admin::even_splits(*regions, *numeric_keys) } else { split.clone() };
+                halyard_control::admin::init(&mut c, &layout, *replicas, &splits).await.map_err(|e| e.to_string())?;
+                println!(
+                    "cluster {} created: {} regions, {replicas} copies each; start nodes with `halyard serve --etcd {} --cluster-name {} --node NAME`",
+                    layout.root(),
+                    splits.len() + 1,
+                    etcd.etcd.join(","),
+                    etcd.cluster_name
+                );
+                Ok(())
+            }
+            ClusterCmd::Status { etcd, json } => {
+                let layout = Layout::new(&etcd.cluster_name);
+                let mut c = connect(etcd).await?;
+                let s = halyard_control::admin::status(&mut c, &layout).await.map_err(|e| e.to_string())?;
+                if *json {
+                    println!("{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?);
+                } else {
+                    print!("{}", s.table());
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+async fn connect(etcd: &EtcdArgs) -> Result<halyard_control::Client, String> {
+    halyard_control::session::connect(&etcd.etcd)
+        .await
+        .map_err(|e| format!("cannot reach etcd at {}: {e}", etcd.etcd.join(",")))
+}
+
+/// The region map of the cluster in etcd, as a cluster file (for `halyard admin verify`).
+pub async fn map(etcd: &EtcdArgs) -> Result<halyard_cluster::ClusterFile, String> {
+    let mut c = connect(etcd).await?;
+    let v = halyard_control::View::load(&mut c, &Layout::new(&etcd.cluster_name)).await.map_err(|e| e.to_string())?;
+    Ok(v.cluster_file())
+}

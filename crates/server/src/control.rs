@@ -1,0 +1,218 @@
+//! etcd mode (`--etcd`): the node's share of a cluster that etcd coordinates. The node
+//! registers under a lease ([`halyard_control::Session`]), campaigns for master
+//! ([`halyard_control::master::Master`]), and follows the region map: every change of it is
+//! applied here ([`ClusterNode::apply`]) by taking up, handing over or dropping roles. The
+//! master asks for the two changes that need this node's data (a promotion, a new backup's full
+//! copy) over the replication port, as `halyard admin` does with a static file.
+
+use crate::cluster::ClusterNode;
+use crate::config::ServerConfig;
+use crate::ServerError;
+use halyard_cluster::{ClusterFile, RegionSpec};
+use halyard_control::{Layout, NodeRecord, Session, View};
+use halyard_engine::Db;
+use halyard_replication::{Mode, Replica, Shipper};
+use parking_lot::RwLock;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a node reads the region map.
+const POLL: Duration = Duration::from_millis(100);
+
+impl ClusterNode {
+    /// Joins the cluster at `cfg.etcd`: registers this node, takes up the roles the map gives
+    /// it under its lease (none right after a start: the master hands them out), and starts
+    /// following the map and campaigning for master (on the current runtime).
+    pub async fn start_etcd(cfg: &ServerConfig, db: Arc<Db>) -> Result<Arc<ClusterNode>, ServerError> {
+        let cerr = |m: String| ServerError::Config(m);
+        let name = cfg.node.clone().ok_or_else(|| cerr("--etcd needs --node NAME".into()))?;
+        let mode = Mode::parse(&cfg.replication).ok_or_else(|| {
+            cerr(format!("--replication must be send-index or build-index, not {:?}", cfg.replication))
+        })?;
+        let last_write = match cfg.ack.as_str() {
+            "last-write" => true,
+            "last-flush" => false,
+            other => return Err(cerr(format!("--ack must be last-write or last-flush, not {other:?}"))),
+        };
+        let layout = Layout::new(&cfg.cluster_name);
+        let client = halyard_control::session::connect(&cfg.etcd).await.map_err(|e| cerr(e.to_string()))?;
+        let record = NodeRecord {
+            name: name.clone(),
+            native: cfg.advertised(&cfg.listen),
+            resp: cfg.advertised(&cfg.resp),
+            http: cfg.advertised(&cfg.http),
+            replication: cfg.advertised(&cfg.replication_listen),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            lease: 0,
+        };
+        let ttl = Duration::from_secs(cfg.lease_ttl_secs.max(1));
+        let session = Session::start(client, layout, record, ttl).await.map_err(|e| cerr(e.to_string()))?;
+        let shipper = Shipper::with_queue_limit(
+            Duration::from_millis(cfg.ack_timeout_ms.max(1)),
+            cfg.replication_queue_mb.max(1) << 20,
+        );
+        let node = Arc::new(ClusterNode {
+            name,
+            file: RwLock::new(ClusterFile::default()),
+            db: db.clone(),
+            control: Some(session.clone()),
+            shipper,
+            replica: Replica::new(db.clone(), cfg.dir.join("replica-epochs")),
+            mode,
+            last_write,
+        });
+        node.shipper.set_db(&db);
+        db.replication().set_ship_listener(Some(node.shipper.clone()));
+        tokio::spawn(node.clone().follow(session.clone()));
+        tokio::spawn(halyard_control::master::Master::run(session));
+        Ok(node)
+    }
+
+    /// The region map as etcd holds it now (called on a blocking thread).
+    pub(crate) fn fetch_map(&self) -> Result<ClusterFile, String> {
+        let s = self.control.as_ref().ok_or("not in etcd mode")?;
+        let rt = tokio::runtime::Handle::current();
+        rt.block_on(async {
+            let mut c = s.client();
+            let v = tokio::time::timeout(s.ttl(), View::load(&mut c, s.layout())).await;
+            match v {
+                Ok(Ok(v)) => Ok(v.cluster_file()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("etcd did not answer in time".to_string()),
+            }
+        })
+    }
+
+    /// Reads the map every [`POLL`] and applies each new one (or the same one under a new
+    /// lease).
+    async fn follow(self: Arc<Self>, session: Arc<Session>) {
+        let mut seen = (0, 0);
+        loop {
+            let mut c = session.client();
+            match tokio::time::timeout(session.ttl(), View::load(&mut c, session.layout())).await {
+                Ok(Ok(v)) if (v.revision, session.lease()) != seen => {
+                    seen = (v.revision, session.lease());
+                    let (me, file) = (self.clone(), v.cluster_file());
+                    match tokio::task::spawn_blocking(move || me.apply(file)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!("applying the region map: {e}; retrying");
+                            seen = (0, 0);
+                        }
+                        Err(e) => tracing::error!("applying the region map failed: {e}"),
+                    }
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!("reading the region map: {e}"),
+                Err(_) => tracing::warn!("reading the region map timed out"),
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Brings this node's roles in line with `map`: lead what it names this node primary of
+    /// under its current lease, keep copies of what it names it a backup of, and let go of
+    /// everything else. A promotion is left to the master's request (it rebuilds the region
+    /// from the replicated logs first).
+    pub fn apply(&self, map: ClusterFile) -> Result<(), String> {
+        let lease = self.control.as_ref().map_or(0, |s| s.lease());
+        *self.file.write() = map.clone();
+        for r in &map.regions {
+            let member = r.leases.get(&self.name) == Some(&lease);
+            let (leads, backs) = (self.shipper.leads(r.id), self.replica.region(r.id).is_some());
+            if member && r.primary == self.name {
+                if leads {
+                    self.sync_links(&map, r);
+                } else if !backs {
+                    self.lead(&map, r)?;
+                }
+            } else if member && r.backups.contains(&self.name) {
+                if leads {
+                    tracing::warn!(region = r.id, epoch = r.epoch, "no longer primary here; becoming a backup");
+                    self.shipper.remove_region(r.id);
+                }
+                if leads || !backs {
+                    self.host_copy(r)?;
+                }
+            } else {
+                if leads {
+                    tracing::warn!(
+                        region = r.id,
+                        epoch = r.epoch,
+                        "no longer in the region's group; stopped leading it"
+                    );
+                    self.shipper.remove_region(r.id);
+                }
+                if backs {
+                    self.replica.remove_region(r.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ships the region to exactly the backups the map names, at the map's epoch.
+    fn sync_links(&self, map: &ClusterFile, r: &RegionSpec) {
+        self.shipper.set_epoch(r.id, r.epoch);
+        for l in self.shipper.links(r.id) {
+            if !r.backups.contains(&l.node) {
+                self.shipper.remove_link(r.id, &l.node);
+            }
+        }
+        for b in &r.backups {
+            if self.shipper.link(r.id, b).is_none() {
+                if let Some(n) = map.node(b) {
+                    if let Err(e) = self.shipper.add_link(r.id, b, &n.replication) {
+                        tracing::warn!(region = r.id, backup = %b, "cannot ship to the new backup: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts leading a region the master assigned (new, or the only copy come back): its
+    /// backups get a full copy unless nothing was ever written.
+    fn lead(&self, map: &ClusterFile, r: &RegionSpec) -> Result<(), String> {
+        let (start, end) = (r.start_bytes(), r.end_bytes());
+        match self.db.regions().into_iter().find(|i| i.id == r.id) {
+            None => {
+                self.db.create_region(r.id, &start, end.as_deref()).map_err(|e| e.to_string())?;
+            }
+            Some(i) if i.backup => {
+                return Err(format!(
+                    "region {} is a backup copy here but the map makes this node its primary without a promotion",
+                    r.id
+                ))
+            }
+            Some(_) => {}
+        }
+        let fresh = self.db.region(r.id).map_err(|e| e.to_string())?.lsn() == 0
+            && self.db.replication().level_ssts(r.id).map_err(|e| e.to_string())?.iter().all(Vec::is_empty);
+        let backups: Vec<(String, String)> =
+            r.backups.iter().filter_map(|b| Some((b.clone(), map.node(b)?.replication.clone()))).collect();
+        let s = self.shipper.add_region(r.id, r.epoch, self.mode, &backups, fresh);
+        self.shipper.start(&s, None);
+        tracing::info!(region = r.id, epoch = r.epoch, fresh, "leading region");
+        Ok(())
+    }
+
+    /// Becomes a backup of the region: an empty (or stale) copy the primary's full copy fills.
+    fn host_copy(&self, r: &RegionSpec) -> Result<(), String> {
+        let (start, end) = (r.start_bytes(), r.end_bytes());
+        let e = |e: halyard_engine::Error| e.to_string();
+        match self.db.regions().into_iter().find(|i| i.id == r.id) {
+            None => match self.mode {
+                Mode::SendIndex => self.db.replication().create_backup_region(r.id, &start, end.as_deref()).map(drop),
+                Mode::BuildIndex => self.db.create_region(r.id, &start, end.as_deref()).map(drop),
+            }
+            .map_err(e)?,
+            Some(i) if !i.backup && self.mode == Mode::SendIndex => {
+                self.db.replication().demote_to_backup(r.id).map_err(e)?;
+            }
+            Some(_) => {}
+        }
+        self.replica.add_region(r.id, self.mode, r.epoch).map_err(|e| e.to_string())?;
+        tracing::info!(region = r.id, epoch = r.epoch, "backup of region; waiting for the primary's full copy");
+        Ok(())
+    }
+}
