@@ -319,6 +319,11 @@ impl Shipper {
         }
     }
 
+    /// The epoch `region`'s frames carry, if this node ships it.
+    pub fn epoch(&self, region: u32) -> Option<u64> {
+        self.regions.read().get(&region).map(|s| s.epoch.load(Relaxed))
+    }
+
     /// Whether this node ships `region` (leads it).
     pub fn leads(&self, region: u32) -> bool {
         self.regions.read().contains_key(&region)

@@ -35,6 +35,9 @@ pub struct ClusterNode {
     pub(crate) db: Arc<Db>,
     /// etcd mode: the node's session (its lease is the fencing clock); None with a file.
     pub(crate) control: Option<Arc<halyard_control::Session>>,
+    /// Held while the node's roles change (a promotion, applying a new map), so that one never
+    /// acts on the state the other is half-way through.
+    pub(crate) roles: parking_lot::Mutex<()>,
     /// Ships primary regions to their backups.
     pub shipper: Arc<Shipper>,
     /// Takes streams for backup regions.
@@ -105,6 +108,7 @@ impl ClusterNode {
             file: RwLock::new(file),
             db: db.clone(),
             control: None,
+            roles: parking_lot::Mutex::new(()),
             shipper,
             replica,
             mode,
@@ -190,6 +194,7 @@ impl ClusterNode {
     /// the region as a primary, lead it in this node's view of the file, and start shipping
     /// to the remaining backups, which first remap to this node's segments.
     pub fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        let _roles = self.roles.lock();
         if self.control.is_some() {
             // The master decided on a map at least as new as this; the remaining backups are
             // the ones in it.

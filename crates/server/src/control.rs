@@ -56,6 +56,7 @@ impl ClusterNode {
             file: RwLock::new(ClusterFile::default()),
             db: db.clone(),
             control: Some(session.clone()),
+            roles: parking_lot::Mutex::new(()),
             shipper,
             replica: Replica::new(db.clone(), cfg.dir.join("replica-epochs")),
             mode,
@@ -115,11 +116,18 @@ impl ClusterNode {
     /// everything else. A promotion is left to the master's request (it rebuilds the region
     /// from the replicated logs first).
     pub fn apply(&self, map: ClusterFile) -> Result<(), String> {
+        let _roles = self.roles.lock();
         let lease = self.control.as_ref().map_or(0, |s| s.lease());
         *self.file.write() = map.clone();
         for r in &map.regions {
             let member = r.leases.get(&self.name) == Some(&lease);
-            let (leads, backs) = (self.shipper.leads(r.id), self.replica.region(r.id).is_some());
+            // A map older than the epoch this node leads at (read before the promotion it was
+            // just asked for) changes nothing of the region here.
+            let led_at = self.shipper.epoch(r.id);
+            if led_at.is_some_and(|e| e > r.epoch) {
+                continue;
+            }
+            let (leads, backs) = (led_at.is_some(), self.replica.region(r.id).is_some());
             if member && r.primary == self.name {
                 if leads {
                     self.sync_links(&map, r);
