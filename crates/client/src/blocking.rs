@@ -68,3 +68,64 @@ impl Client {
         self.rt.block_on(self.inner.scan_all(start, end, reverse))
     }
 }
+
+/// A blocking [`crate::ClusterClient`]: routes each request to its region's primary.
+#[derive(Clone)]
+pub struct ClusterClient {
+    inner: crate::ClusterClient,
+    rt: Arc<Runtime>,
+}
+
+impl ClusterClient {
+    /// Reads the region map from the first of `seeds` (any nodes' native addresses) that answers.
+    pub fn connect(seeds: &[impl AsRef<str>], opts: ClientOptions) -> Result<ClusterClient> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("halyard-client")
+            .enable_all()
+            .build()?;
+        let inner = rt.block_on(crate::ClusterClient::connect(seeds, opts))?;
+        Ok(ClusterClient { inner, rt: Arc::new(rt) })
+    }
+
+    /// The region map in use (None against a single node).
+    pub fn map(&self) -> Option<Arc<halyard_cluster::ClusterFile>> {
+        self.inner.map()
+    }
+
+    /// The value of `key`, or `None`.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.rt.block_on(self.inner.get(key))
+    }
+
+    /// Writes `key`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.rt.block_on(self.inner.put(key, value))
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.rt.block_on(self.inner.delete(key))
+    }
+
+    /// Applies `batch` atomically (its keys in one region).
+    pub fn write_batch(&self, batch: &Batch) -> Result<()> {
+        self.rt.block_on(self.inner.write_batch(batch))
+    }
+
+    /// Every pair of the range, across regions, in key order.
+    pub fn scan_all(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.rt.block_on(self.inner.scan_all(start, end, reverse))
+    }
+
+    /// At most `limit` pairs (0: all) of the range, across regions, in key order.
+    pub fn scan(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.rt.block_on(self.inner.scan(start, end, limit, reverse))
+    }
+}

@@ -21,6 +21,9 @@ pub struct ClientOptions {
     pub max_frame_bytes: usize,
     /// Pairs per page requested by [`Client::scan_all`].
     pub scan_page_pairs: u32,
+    /// How long a [`crate::ClusterClient`] keeps retrying a request whose region is changing
+    /// hands (`NotLeader`, a primary that died) before it returns the last error.
+    pub retry_for: Duration,
 }
 
 impl Default for ClientOptions {
@@ -29,6 +32,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(10),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             scan_page_pairs: 1000,
+            retry_for: Duration::from_secs(10),
         }
     }
 }
@@ -36,7 +40,7 @@ impl Default for ClientOptions {
 /// An atomic group of puts and deletes for [`Client::write_batch`].
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
-    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub(crate) ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl Batch {
@@ -170,6 +174,14 @@ impl Client {
     async fn done(&self, req: Request<'_>) -> Result<()> {
         match self.call(req).await? {
             Response::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The node's region map as JSON (cluster mode), or `UnknownOp` from a single node.
+    pub async fn region_map(&self) -> Result<Vec<u8>> {
+        match self.call(Request::RegionMap).await? {
+            Response::Value(Some(v)) => Ok(v),
             other => Err(unexpected(other)),
         }
     }

@@ -26,6 +26,10 @@ pub enum Error {
     /// The connection closed before the reply came (the request may or may not have been applied).
     #[error("connection closed")]
     Closed,
+    /// A batch's keys lie in more than one region of a cluster: a batch is atomic only within
+    /// one region. Split it by region.
+    #[error("the batch's keys span regions {0} and {1}; a batch must stay in one region")]
+    CrossRegion(u32, u32),
     /// The request would exceed the largest frame the server accepts (announced in the handshake).
     #[error("request frame of {size} bytes exceeds the server's limit of {max} bytes")]
     RequestTooLarge {
@@ -52,6 +56,7 @@ impl Error {
             Error::Protocol(m) => Error::Protocol(m.clone()),
             Error::Server { code, message } => Error::Server { code: *code, message: message.clone() },
             Error::Timeout => Error::Timeout,
+            Error::CrossRegion(a, b) => Error::CrossRegion(*a, *b),
             _ => Error::Closed,
         }
     }

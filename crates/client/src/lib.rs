@@ -18,16 +18,20 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`blocking::Client`] offers the same calls to synchronous code.
+//! [`ClusterClient`] talks to a whole cluster: it reads the region map from any node, sends each
+//! request to its region's primary and follows the region when it changes hands.
+//! [`blocking::Client`] and [`blocking::ClusterClient`] offer the same calls to synchronous code.
 
 #![warn(unreachable_pub)]
 
 pub mod blocking;
 mod client;
+mod cluster;
 mod conn;
 mod error;
 
 pub use client::{Batch, Client, ClientOptions};
+pub use cluster::ClusterClient;
 pub use error::Error;
 pub use halyard_proto::{ErrorCode, ScanPage};
 

@@ -234,7 +234,8 @@ fn diff_pairs(want: &[Versioned], got: &[Versioned]) -> Option<String> {
 /// Where the server is.
 #[derive(Args, Debug)]
 struct ConnArgs {
-    /// Native protocol address of a server.
+    /// Native protocol address of a server, or of any nodes of a cluster (comma-separated):
+    /// requests go to the primary of their key's region.
     #[arg(long, default_value = "127.0.0.1:7379")]
     addr: String,
     /// Seconds to wait for the server.
@@ -243,12 +244,14 @@ struct ConnArgs {
 }
 
 impl ConnArgs {
-    fn client(&self) -> Result<halyard_client::blocking::Client, String> {
+    fn client(&self) -> Result<halyard_client::blocking::ClusterClient, String> {
         let opts = halyard_client::ClientOptions {
             timeout: std::time::Duration::from_secs(self.timeout),
+            retry_for: std::time::Duration::from_secs(self.timeout),
             ..Default::default()
         };
-        halyard_client::blocking::Client::connect(self.addr.as_str(), opts)
+        let seeds: Vec<&str> = self.addr.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        halyard_client::blocking::ClusterClient::connect(&seeds, opts)
             .map_err(|e| format!("cannot reach a server at {} (--addr): {e}", self.addr))
     }
 }
@@ -300,11 +303,11 @@ fn tool(cmd: &Cmd) -> Result<(), String> {
         Cmd::Del { key, conn } => conn.client()?.delete(key).map_err(|e| e.to_string()),
         Cmd::Scan { start, end, limit, reverse, conn } => {
             let end = end.as_deref().map_or(Bound::Unbounded, |e| Bound::Excluded(e.as_bytes()));
-            let page = conn
+            let pairs = conn
                 .client()?
-                .scan(Bound::Included(start.as_bytes()), end, *limit, *reverse)
+                .scan(Bound::Included(start.as_bytes()), end, *limit as usize, *reverse)
                 .map_err(|e| e.to_string())?;
-            for (k, v) in page.pairs {
+            for (k, v) in pairs {
                 println!("{}\t{}", show(&k), show(&v));
             }
             Ok(())

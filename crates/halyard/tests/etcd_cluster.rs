@@ -18,9 +18,8 @@
 mod common;
 
 use common::free_port;
-use halyard_client::blocking::Client;
+use halyard_client::blocking::ClusterClient;
 use halyard_client::ClientOptions;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -151,50 +150,10 @@ fn wait_settled(etcd: &str, copies: usize, within: Duration) -> serde_json::Valu
     }
 }
 
-/// Routes by trial: the last node that took a key of the same first digit first.
-struct Router {
-    nodes: Vec<String>,
-    clients: BTreeMap<String, Client>,
-    leader: BTreeMap<u8, usize>,
-}
-
-impl Router {
-    fn new(nodes: Vec<String>) -> Router {
-        Router { nodes, clients: BTreeMap::new(), leader: BTreeMap::new() }
-    }
-
-    fn client(&mut self, addr: &str) -> Option<&Client> {
-        if !self.clients.contains_key(addr) {
-            let opts = ClientOptions { timeout: Duration::from_secs(3), ..Default::default() };
-            let c = Client::connect(addr, opts).ok()?;
-            self.clients.insert(addr.to_string(), c);
-        }
-        self.clients.get(addr)
-    }
-
-    /// Runs `f` at the key's primary; Err(true) if it may have taken effect anyway.
-    fn call<T>(&mut self, key: &[u8], f: impl Fn(&Client) -> halyard_client::Result<T>) -> Result<T, bool> {
-        let slot = key[3];
-        let first = self.leader.get(&slot).copied().unwrap_or(0);
-        let mut maybe = false;
-        for i in 0..self.nodes.len() {
-            let n = (first + i) % self.nodes.len();
-            let addr = self.nodes[n].clone();
-            let Some(c) = self.client(&addr) else { continue };
-            match f(c) {
-                Ok(v) => {
-                    self.leader.insert(slot, n);
-                    return Ok(v);
-                }
-                Err(e) if e.code().is_some() => {}
-                Err(_) => {
-                    maybe = true;
-                    self.clients.remove(&addr);
-                }
-            }
-        }
-        Err(maybe)
-    }
+/// A region-aware client over `nodes` that gives up on a request after `retry_for`.
+fn cluster_client(nodes: &[String], retry_for: Duration) -> ClusterClient {
+    let opts = ClientOptions { timeout: Duration::from_secs(3), retry_for, ..Default::default() };
+    ClusterClient::connect(nodes, opts).expect("region map")
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -229,10 +188,10 @@ fn master_and_primary_killed_failover_without_a_person() {
         .map(|w| {
             let (addrs, stop, acked) = (addrs.clone(), stop.clone(), acked.clone());
             std::thread::spawn(move || {
-                let mut r = Router::new(addrs);
+                let c = cluster_client(&addrs, Duration::from_millis(500));
                 let mut i = w;
                 while !stop.load(Ordering::Relaxed) {
-                    match r.call(&key(i), |c| c.put(key(i), value(i))) {
+                    match c.put(key(i), value(i)) {
                         Ok(()) => acked.lock().unwrap().push(i),
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
@@ -249,7 +208,7 @@ fn master_and_primary_killed_failover_without_a_person() {
     // The victim's region is writable again once a write to a key of it succeeds.
     let survivors: Vec<String> = nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect();
     let probe_keys: Vec<u64> = (0..10).collect();
-    let mut r = Router::new(survivors);
+    let r = cluster_client(&survivors, Duration::from_millis(100));
     let regions = s["regions"].as_array().unwrap().clone();
     let in_victim_region = |k: &[u8]| {
         regions.iter().any(|reg| {
@@ -260,7 +219,7 @@ fn master_and_primary_killed_failover_without_a_person() {
     };
     let probe = probe_keys.into_iter().map(|i| 1_000_000_000 + i).find(|i| in_victim_region(&key(*i))).unwrap();
     let writable = loop {
-        if r.call(&key(probe), |c| c.put(key(probe), value(probe))).is_ok() {
+        if r.put(key(probe), value(probe)).is_ok() {
             break killed_at.elapsed();
         }
         assert!(
@@ -281,11 +240,20 @@ fn master_and_primary_killed_failover_without_a_person() {
     assert_ne!(s["master"].as_str(), Some(victim.as_str()), "the dead node is still master");
 
     // Every acknowledged write is there.
-    let mut r = Router::new(nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect());
+    let live: Vec<String> = nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect();
+    let r = cluster_client(&live, Duration::from_secs(10));
     for &i in acked.iter().chain([probe].iter()) {
-        let got = r.call(&key(i), |c| c.get(key(i))).unwrap_or_else(|_| panic!("reading {}", i));
+        let got = r.get(key(i)).unwrap_or_else(|e| panic!("reading {i}: {e}"));
         assert_eq!(got.as_deref(), Some(value(i).as_slice()), "acknowledged write {i} lost");
     }
+    // A scan crosses the regions in key order and sees every acknowledged key.
+    let all = r.scan_all(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, false).expect("scan");
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "scan out of order");
+    let mut want: Vec<Vec<u8>> = acked.iter().chain([probe].iter()).map(|&i| key(i)).collect();
+    want.sort();
+    want.dedup();
+    let got: Vec<Vec<u8>> = all.into_iter().map(|(k, _)| k).collect();
+    assert!(want.iter().all(|k| got.binary_search(k).is_ok()), "a scan missed acknowledged keys");
     for reg in s["regions"].as_array().unwrap() {
         let id = reg["id"].as_u64().unwrap().to_string();
         let (ok, out) = halyard(&["admin", "verify", "--region", &id, "--etcd", &url]);

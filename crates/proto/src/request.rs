@@ -23,6 +23,8 @@ pub mod kind {
     pub const BATCH: u8 = 0x06;
     /// One page of an ordered range scan.
     pub const SCAN: u8 = 0x07;
+    /// REGION_MAP (cluster mode).
+    pub const REGION_MAP: u8 = 0x08;
 }
 
 const OP_PUT: u8 = 1;
@@ -74,6 +76,8 @@ pub enum Request<'a> {
     },
     /// Read one page of a range.
     Scan(ScanRequest<'a>),
+    /// The node's region map (cluster mode): answered with a VALUE holding the map as JSON.
+    RegionMap,
 }
 
 /// One operation of a batch.
@@ -117,6 +121,7 @@ impl<'a> Request<'a> {
             Request::Delete { .. } => kind::DELETE,
             Request::Batch { .. } => kind::BATCH,
             Request::Scan(_) => kind::SCAN,
+            Request::RegionMap => kind::REGION_MAP,
         }
     }
 
@@ -144,6 +149,7 @@ impl<'a> Request<'a> {
                 let end = decode_bound(&mut r, "scan end bound")?;
                 Request::Scan(ScanRequest { start, end, reverse: flags & SCAN_REVERSE != 0, limit })
             }
+            kind::REGION_MAP => Request::RegionMap,
             other => return Err(ProtoError::UnknownKind(other)),
         };
         r.finish()?;
@@ -182,6 +188,7 @@ impl<'a> Request<'a> {
                 encode_bound(&mut w, s.start);
                 encode_bound(&mut w, s.end);
             }
+            Request::RegionMap => {}
         }
         *out = w.into_inner();
     }
@@ -250,6 +257,7 @@ mod tests {
         round_trip(Request::Put { key: b"", value: b"v" });
         round_trip(Request::Delete { key: b"key" });
         round_trip(Request::Batch { ops: vec![] });
+        round_trip(Request::RegionMap);
         round_trip(Request::Batch {
             ops: vec![BatchOp::Put { key: b"a", value: b"1" }, BatchOp::Delete { key: b"b" }],
         });

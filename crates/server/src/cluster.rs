@@ -504,7 +504,9 @@ impl ClusterNode {
     }
 }
 
-impl crate::native::Router for ClusterNode {
+use crate::native::Router;
+
+impl Router for ClusterNode {
     fn route(&self, key: &[u8]) -> Result<u32, String> {
         match ClusterNode::route(self, key) {
             Route::Here(r) => Ok(r),
@@ -531,5 +533,17 @@ impl crate::native::Router for ClusterNode {
 
     fn wait_room<'a>(&'a self, region: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(self.shipper.wait_room(Some(region)))
+    }
+
+    fn route_last(&self) -> Result<u32, String> {
+        let last = self.file.read().regions.iter().find(|r| r.end.is_none()).map(|r| r.start_bytes());
+        match last {
+            Some(start) => Router::route(self, &start),
+            None => Err("no region of the cluster covers the end of the key space".into()),
+        }
+    }
+
+    fn region_map(&self) -> Vec<u8> {
+        serde_json::to_vec(&*self.file.read()).unwrap_or_default()
     }
 }

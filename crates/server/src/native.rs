@@ -78,6 +78,10 @@ pub trait Router: Send + Sync {
     fn must_wait(&self, key: &[u8]) -> Option<u32>;
     /// Resolves once `region`'s backups' queues have room for writes.
     fn wait_room<'a>(&'a self, region: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+    /// The last region (no end key) when this node leads it (a reverse scan to the end).
+    fn route_last(&self) -> Result<u32, String>;
+    /// The node's region map as JSON (REGION_MAP).
+    fn region_map(&self) -> Vec<u8>;
 }
 
 /// Initial receive buffer size and the amount added when it fills.
@@ -349,6 +353,13 @@ impl Session {
             Request::Delete { key } => self.db.delete(key).map(|()| Response::Done),
             Request::Batch { ops } => self.batch(ops),
             Request::Scan(s) => self.scan(s),
+            Request::RegionMap => match &self.router {
+                Some(r) => Ok(Response::Value(Some(r.region_map()))),
+                None => Ok(Response::Error {
+                    code: ErrorCode::UnknownOp,
+                    message: "a single node has no region map: send every request here".into(),
+                }),
+            },
             _ => {
                 self.error(out, id, ErrorCode::UnknownOp, "request not supported by this server");
                 return true;
@@ -445,22 +456,28 @@ impl Session {
     /// One page: at most `limit` pairs, and no more than fits in one reply frame. The engine is
     /// asked for one pair beyond the count limit, to know whether to hand out a resume key.
     fn scan(&self, s: ScanRequest<'_>) -> halyard_engine::Result<Response> {
-        if let Some(router) = &self.router {
-            // Cluster mode: the page comes from the region of the range's first key, led here.
-            let probe: &[u8] = match s.start {
-                Bound::Included(k) | Bound::Excluded(k) => k,
-                Bound::Unbounded => b"",
-            };
-            if let Err(message) = router.route(probe) {
-                return Ok(Response::Error { code: ErrorCode::NotLeader, message });
-            }
-        }
         let want = if s.limit == 0 { usize::MAX } else { s.limit as usize };
         let opts = ScanOptions { reverse: s.reverse, limit: want.checked_add(1) };
         let range: (Bound<&[u8]>, Bound<&[u8]>) = (s.start, s.end);
+        let scan = match &self.router {
+            // Cluster mode: the page comes from the region of the range's first key (its last
+            // for a reverse scan), led here, and ends at the region's end.
+            Some(router) => {
+                let routed = match (s.reverse, if s.reverse { s.end } else { s.start }) {
+                    (_, Bound::Included(k) | Bound::Excluded(k)) => router.route(k),
+                    (false, Bound::Unbounded) => router.route(b""),
+                    (true, Bound::Unbounded) => router.route_last(),
+                };
+                match routed {
+                    Ok(region) => self.db.region(region)?.scan_with(range, opts),
+                    Err(message) => return Ok(Response::Error { code: ErrorCode::NotLeader, message }),
+                }
+            }
+            None => self.db.scan_with(range, opts),
+        };
         let mut page = ScanPage::default();
         let mut size = scan_page_overhead(0);
-        for kv in self.db.scan_with(range, opts) {
+        for kv in scan {
             let (k, v) = kv?;
             // Room for this pair and for its key again as the resume key, should the page end here.
             let grown = size + scan_pair_len(k.len(), v.len());
