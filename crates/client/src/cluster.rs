@@ -4,9 +4,10 @@
 //! [`ClientOptions::retry_for`]. Against a single node (which has no map) every request goes to
 //! that node.
 //!
-//! A write retried after a lost connection may have taken effect the first time; puts, deletes
-//! and batches are idempotent, so the retry changes nothing more. An error returned after the
-//! retries means the outcome is unknown when it is `Closed`, `Io` or `Timeout`.
+//! Reads are retried after any failure. A write is retried only when it certainly did not run
+//! (`NotLeader`, no connection could be opened): a write whose connection failed after it was
+//! sent may have taken effect, and sending it again later could undo a newer write of another
+//! client. It fails with `Closed`, `Io` or `Timeout`: its outcome is unknown.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -34,13 +35,14 @@ struct Inner {
     refresh: tokio::sync::Mutex<()>,
 }
 
-/// Whether a failed request may succeed at another node or a moment later.
-fn retryable(e: &Error) -> bool {
+/// Whether a failed request may succeed at another node or a moment later, and may be sent
+/// again: a read always, a write only if it certainly did not run.
+fn retryable(e: &Error, read: bool) -> bool {
     match e {
         Error::Server { code, .. } => {
             matches!(code, ErrorCode::NotLeader | ErrorCode::NoRegion | ErrorCode::ShuttingDown)
         }
-        Error::Io(_) | Error::Closed | Error::Timeout => true,
+        Error::Io(_) | Error::Closed | Error::Timeout => read,
         _ => false,
     }
 }
@@ -136,8 +138,9 @@ impl ClusterClient {
         single.map(|a| (None, a)).ok_or_else(|| Error::Protocol("not connected".into()))
     }
 
-    /// Runs `f` at the primary of `key`'s region, retrying where the region changed hands.
-    async fn at<T, F, Fut>(&self, key: &[u8], f: F) -> Result<T>
+    /// Runs `f` at the primary of `key`'s region, retrying where the region changed hands
+    /// (a write only while it certainly did not run).
+    async fn at<T, F, Fut>(&self, key: &[u8], read: bool, f: F) -> Result<T>
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
@@ -146,12 +149,13 @@ impl ClusterClient {
         let mut pause = Duration::from_millis(10);
         loop {
             let (_, addr) = self.locate(key)?;
-            let r = match self.client(&addr).await {
-                Ok(c) => f(c).await,
-                Err(e) => Err(e),
+            // A connection that cannot be opened carried nothing: retry whatever the request.
+            let (r, sent) = match self.client(&addr).await {
+                Ok(c) => (f(c).await, true),
+                Err(e) => (Err(e), false),
             };
             match r {
-                Err(e) if retryable(&e) && Instant::now() + pause < deadline => {
+                Err(e) if retryable(&e, read || !sent) && Instant::now() + pause < deadline => {
                     if matches!(e, Error::Io(_) | Error::Closed | Error::Timeout) {
                         self.inner.conns.lock().remove(&addr);
                     }
@@ -167,19 +171,19 @@ impl ClusterClient {
     /// The value of `key`, or `None`.
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
-        self.at(key, |c| async move { c.get(key).await }).await
+        self.at(key, true, |c| async move { c.get(key).await }).await
     }
 
     /// Writes `key`.
     pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let (key, value) = (key.as_ref(), value.as_ref());
-        self.at(key, |c| async move { c.put(key, value).await }).await
+        self.at(key, false, |c| async move { c.put(key, value).await }).await
     }
 
     /// Deletes `key` (no error if absent).
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
         let key = key.as_ref();
-        self.at(key, |c| async move { c.delete(key).await }).await
+        self.at(key, false, |c| async move { c.delete(key).await }).await
     }
 
     /// Applies all of `batch` atomically; its keys must lie in one region
@@ -194,7 +198,7 @@ impl ClusterClient {
                 }
             }
         }
-        self.at(&first, |c| async move { c.write_batch(batch).await }).await
+        self.at(&first, false, |c| async move { c.write_batch(batch).await }).await
     }
 
     /// Every pair between `start` and `end` in key order (descending if `reverse`), region after
@@ -234,7 +238,7 @@ impl ClusterClient {
             loop {
                 let left = u32::try_from(want - out.len()).unwrap_or(u32::MAX).min(self.inner.opts.scan_page_pairs);
                 let (l, h) = (as_ref(&lo), as_ref(&hi));
-                let page = self.at(&probe, |c| async move { c.scan(l, h, left, reverse).await }).await?;
+                let page = self.at(&probe, true, |c| async move { c.scan(l, h, left, reverse).await }).await?;
                 out.extend(page.pairs);
                 match page.resume {
                     Some(k) if out.len() < want => match reverse {

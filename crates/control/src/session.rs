@@ -136,20 +136,32 @@ impl Session {
         let every = self.ttl / 3;
         loop {
             let lease = self.lease();
-            match self.keep_lease(lease, every).await {
-                Ok(()) => {
-                    // etcd expired the lease: its roles are gone with it.
-                    tracing::warn!(node = %self.record.name, lease, "lease expired at etcd; registering again");
-                    while let Err(e) = self.register().await {
-                        tracing::warn!("cannot register in etcd: {e}; retrying");
-                        tokio::time::sleep(every).await;
-                    }
-                }
+            let gone = match self.keep_lease(lease, every).await {
+                Ok(()) => true,
                 Err(e) => {
                     tracing::warn!(node = %self.record.name, "keep-alive failed: {e}; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
+                    self.expired(lease).await
+                }
+            };
+            if gone {
+                // etcd expired the lease: its roles are gone with it.
+                tracing::warn!(node = %self.record.name, lease, "lease expired at etcd; registering again");
+                while let Err(e) = self.register().await {
+                    tracing::warn!("cannot register in etcd: {e}; retrying");
+                    tokio::time::sleep(every).await;
                 }
             }
+        }
+    }
+
+    /// Whether etcd says `lease` no longer exists (false when etcd cannot be asked).
+    async fn expired(&self, lease: i64) -> bool {
+        let mut c = self.client.clone();
+        match tokio::time::timeout(self.ttl / 3, c.lease_time_to_live(lease, None)).await {
+            Ok(Ok(r)) => r.ttl() <= 0,
+            Ok(Err(e)) => e.to_string().contains("not found"),
+            Err(_) => false,
         }
     }
 

@@ -1,0 +1,169 @@
+//! Shared by the tests of clusters coordinated by etcd: a real etcd, real `halyard serve --etcd`
+//! nodes on free loopback ports, and the cluster's status as `halyard cluster status --json`
+//! prints it.
+
+#![allow(dead_code)]
+
+use crate::common::free_port;
+use halyard_client::blocking::ClusterClient;
+use halyard_client::ClientOptions;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Proc(pub Option<Child>);
+
+impl Proc {
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn wait_port(port: u16) {
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "port {port} did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A single-member etcd with lease checkpointing, on free ports.
+pub fn start_etcd(dir: &Path) -> (Proc, String) {
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .args(["--logger", "zap", "--log-level", "error", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+        .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("default={peer_url}")])
+        .arg("--experimental-enable-lease-checkpoint")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd (apt-get install etcd-server; scripts/test.sh installs it)");
+    wait_port(client);
+    (Proc(Some(child)), url)
+}
+
+pub struct Node {
+    pub name: String,
+    pub native: String,
+    pub replication: String,
+    pub args: Vec<String>,
+    pub proc: Proc,
+    /// Run as this user (and group) id instead of the test's.
+    pub uid: Option<u32>,
+}
+
+pub fn start_node(root: &Path, etcd: &str, name: &str) -> Node {
+    start_node_as(root, etcd, name, None)
+}
+
+/// A node run as user and group `uid` (its data directory is made theirs).
+pub fn start_node_as(root: &Path, etcd: &str, name: &str, uid: Option<u32>) -> Node {
+    let (native, resp, http, repl) = (free_port(), free_port(), free_port(), free_port());
+    let args: Vec<String> = [
+        "serve",
+        "--dir",
+        root.join(name).to_str().unwrap(),
+        "--etcd",
+        etcd,
+        "--node",
+        name,
+        "--listen",
+        &format!("127.0.0.1:{native}"),
+        "--resp",
+        &format!("127.0.0.1:{resp}"),
+        "--http",
+        &format!("127.0.0.1:{http}"),
+        "--replication-listen",
+        &format!("127.0.0.1:{repl}"),
+        "--cache-mb",
+        "16",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(u) = uid {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(u), Some(u)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut n = Node {
+        name: name.into(),
+        native: format!("127.0.0.1:{native}"),
+        replication: format!("127.0.0.1:{repl}"),
+        args,
+        proc: Proc(None),
+        uid,
+    };
+    n.restart();
+    n
+}
+
+impl Node {
+    pub fn restart(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_halyard"));
+        if let Some(u) = self.uid {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(u).gid(u);
+        }
+        let child = cmd
+            .args(&self.args)
+            .env("RUST_LOG", std::env::var("HALYARD_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start halyard serve");
+        self.proc = Proc(Some(child));
+        wait_port(self.native.rsplit_once(':').unwrap().1.parse().unwrap());
+    }
+}
+
+pub fn halyard(args: &[&str]) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_halyard")).args(args).output().expect("run halyard");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    (o.status.success(), text)
+}
+
+pub fn status(etcd: &str) -> serde_json::Value {
+    let (ok, out) = halyard(&["cluster", "status", "--etcd", etcd, "--json"]);
+    assert!(ok, "cluster status: {out}");
+    serde_json::from_str(&out).expect("status JSON")
+}
+
+/// Waits until every region has a live primary, `copies` copies and no unfinished change.
+pub fn wait_settled(etcd: &str, copies: usize, within: Duration) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let s = status(etcd);
+        let regions = s["regions"].as_array().unwrap();
+        let whole = regions.iter().all(|r| {
+            r["primary_alive"].as_bool() == Some(true) && r["backups"].as_array().unwrap().len() + 1 == copies
+        });
+        if whole && s["log"].as_array().unwrap().is_empty() {
+            return s;
+        }
+        assert!(t0.elapsed() < within, "cluster did not settle within {within:?}: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A region-aware client over `nodes` that gives up on a request after `retry_for`.
+pub fn cluster_client(nodes: &[String], retry_for: Duration) -> ClusterClient {
+    let opts = ClientOptions { timeout: Duration::from_secs(3), retry_for, ..Default::default() };
+    ClusterClient::connect(nodes, opts).expect("region map")
+}

@@ -1,0 +1,296 @@
+//! Linearizability under faults, in the manner of etcd's robustness tests: a real etcd and three
+//! real `halyard serve --etcd` nodes; a few sequential clients (region-aware native clients)
+//! put and get a small set of keys and record every operation with its call and return time;
+//! one fault per run (SIGKILL of the keys' primary, SIGKILL of the master, SIGSTOP of the
+//! primary for longer than its lease); afterwards every key is read once more. The history goes
+//! to the Porcupine checker (`tools/lincheck`, run through `scripts/lincheck.sh`): a put whose
+//! answer never came may have taken effect or not; every other operation took effect once,
+//! between its call and its return. A run that is not linearizable keeps its history and the
+//! checker's HTML visualisation and names them.
+//!
+//! `HALYARD_ROBUSTNESS_RUNS` (default 3: one run per fault) and `HALYARD_ROBUSTNESS_SEED`
+//! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
+mod common;
+mod etcd_common;
+
+use etcd_common::{cluster_client, halyard, start_etcd, start_node, status, wait_settled, Node};
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const KEYS: u64 = 4;
+const CLIENTS: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    KillPrimary,
+    KillMaster,
+    PausePrimary,
+}
+
+const FAULTS: [Fault; 3] = [Fault::KillPrimary, Fault::KillMaster, Fault::PausePrimary];
+
+/// One recorded operation (a line of the checker's input).
+#[derive(Clone, Debug)]
+struct Op {
+    client: usize,
+    put: bool,
+    key: String,
+    /// put: the value written; get: the value read (None: absent).
+    value: Option<String>,
+    call: u128,
+    /// None: no answer came (a put that may or may not have taken effect).
+    ret: Option<u128>,
+}
+
+impl Op {
+    fn json(&self) -> String {
+        let s = |v: &Option<String>| v.as_ref().map_or("null".to_string(), |v| format!("\"{v}\""));
+        let ret = self.ret.map_or("null".to_string(), |r| r.to_string());
+        if self.put {
+            format!(
+                r#"{{"client":{},"kind":"put","key":"{}","value":{},"call":{},"return":{ret}}}"#,
+                self.client,
+                self.key,
+                s(&self.value),
+                self.call
+            )
+        } else {
+            format!(
+                r#"{{"client":{},"kind":"get","key":"{}","output":{},"call":{},"return":{ret}}}"#,
+                self.client,
+                self.key,
+                s(&self.value),
+                self.call
+            )
+        }
+    }
+}
+
+/// A small seeded generator (xorshift64*): the run's operations follow from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn key(k: u64) -> String {
+    format!("rk{k}")
+}
+
+/// A sequential client: puts and gets until `stop`, recording each.
+fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<Op>>>) {
+    let c = cluster_client(&addrs, Duration::from_secs(1));
+    let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(id as u64 + 1) | 1);
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let k = key(rng.next() % KEYS);
+        let put = rng.next() % 2 == 0;
+        let call = t0.elapsed().as_nanos();
+        let op = if put {
+            n += 1;
+            let v = format!("c{id}-{n}");
+            match c.put(&k, &v) {
+                Ok(()) => {
+                    Some(Op { client: id, put, key: k, value: Some(v), call, ret: Some(t0.elapsed().as_nanos()) })
+                }
+                // Refused before it ran: not part of the history.
+                Err(e) if e.code().is_some() => None,
+                Err(_) => Some(Op { client: id, put, key: k, value: Some(v), call, ret: None }),
+            }
+        } else {
+            match c.get(&k) {
+                Ok(v) => {
+                    let value = v.map(|v| String::from_utf8_lossy(&v).into_owned());
+                    Some(Op { client: id, put, key: k, value, call, ret: Some(t0.elapsed().as_nanos()) })
+                }
+                Err(_) => None,
+            }
+        };
+        match op {
+            Some(op) => out.lock().unwrap().push(op),
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn signal(n: &Node, sig: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    let pid = n.proc.0.as_ref().expect("running").id() as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { kill(pid, sig) };
+}
+
+/// What one run found.
+struct Outcome {
+    ops: usize,
+    acked_puts: usize,
+    unknown_puts: usize,
+    lost: usize,
+    verdict: String,
+}
+
+/// Acknowledged puts whose value the final read of their key cannot explain: the final value
+/// was written by a put that had returned before the lost one was even called (or the key is
+/// absent), so the acknowledged put was undone.
+fn lost_writes(ops: &[Op], finals: &[Op]) -> usize {
+    let mut lost = 0;
+    for f in finals {
+        // When the put of the final value had certainly ended (0 for an absent key): every
+        // acknowledged put called after that must have overwritten it.
+        let written = match &f.value {
+            None => 0,
+            Some(v) => match ops.iter().find(|o| o.put && o.key == f.key && o.value.as_ref() == Some(v)) {
+                Some(w) => w.ret.unwrap_or(u128::MAX),
+                None => continue, // a value nobody wrote: the checker reports it
+            },
+        };
+        lost += ops
+            .iter()
+            .filter(|o| o.put && o.key == f.key && o.value != f.value)
+            .filter(|o| o.ret.is_some_and(|r| r < f.call) && o.call > written)
+            .count();
+    }
+    lost
+}
+
+fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = start_etcd(dir.path());
+    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "3"]);
+    assert!(ok, "{out}");
+    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let s = wait_settled(&url, 3, Duration::from_secs(60));
+    let primary = s["regions"][0]["primary"].as_str().unwrap().to_string();
+    let master = s["master"].as_str().unwrap().to_string();
+    let victim = match fault {
+        Fault::KillMaster => master,
+        Fault::KillPrimary | Fault::PausePrimary => primary,
+    };
+    let v = nodes.iter().position(|n| n.name == victim).unwrap();
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let (t0, stop, history) = (Instant::now(), Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|id| {
+            let (addrs, stop, history) = (addrs.clone(), stop.clone(), history.clone());
+            std::thread::spawn(move || client(id, seed, addrs, t0, stop, history))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    match fault {
+        Fault::KillPrimary | Fault::KillMaster => {
+            nodes[v].proc.kill9();
+            std::thread::sleep(Duration::from_millis(5000));
+        }
+        Fault::PausePrimary => {
+            signal(&nodes[v], 19); // SIGSTOP: longer than the 2 s lease
+            std::thread::sleep(Duration::from_millis(4000));
+            signal(&nodes[v], 18); // SIGCONT: it must find its lease gone and serve nothing
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // The paused node comes back without its places; the region settles with two copies or,
+    // once the master added the returned node back, three.
+    let t = Instant::now();
+    while status(&url)["regions"][0]["primary_alive"] != true {
+        assert!(t.elapsed() < Duration::from_secs(30), "the region has no live primary 30 s after the fault");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The final reads: each key once more, through a client that retries while the region settles.
+    let live: Vec<String> = nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect();
+    let c = cluster_client(&live, Duration::from_secs(20));
+    let finals: Vec<Op> = (0..KEYS)
+        .map(|k| {
+            let call = t0.elapsed().as_nanos();
+            let value = c.get(key(k)).expect("final read").map(|v| String::from_utf8_lossy(&v).into_owned());
+            Op { client: CLIENTS, put: false, key: key(k), value, call, ret: Some(t0.elapsed().as_nanos()) }
+        })
+        .collect();
+    let ops = history.lock().unwrap().clone();
+    let mut text = String::new();
+    for o in ops.iter().chain(&finals) {
+        writeln!(text, "{}", o.json()).unwrap();
+    }
+    let hist = dir.path().join("history.jsonl");
+    std::fs::write(&hist, &text).unwrap();
+    let html = dir.path().join("history.html");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/lincheck.sh");
+    let o = std::process::Command::new("bash")
+        .arg(script)
+        .args(["--history", hist.to_str().unwrap(), "--html", html.to_str().unwrap(), "--timeout", "120s"])
+        .output()
+        .expect("run scripts/lincheck.sh");
+    let verdict = String::from_utf8_lossy(&o.stdout).trim().rsplit('=').next().unwrap_or("?").to_string();
+    if verdict != "ok" {
+        let to = keep.join(format!("{fault:?}-{seed}"));
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(&hist, to.join("history.jsonl")).unwrap();
+        let _ = std::fs::copy(&html, to.join("history.html"));
+        eprintln!(
+            "run {fault:?} seed {seed}: {verdict}; kept in {} ({})",
+            to.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    drop(nodes);
+    Outcome {
+        ops: ops.len() + finals.len(),
+        acked_puts: ops.iter().filter(|o| o.put && o.ret.is_some()).count(),
+        unknown_puts: ops.iter().filter(|o| o.put && o.ret.is_none()).count(),
+        lost: lost_writes(&ops, &finals),
+        verdict,
+    }
+}
+
+#[test]
+fn histories_under_faults_are_linearizable() {
+    let runs: usize = std::env::var("HALYARD_ROBUSTNESS_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let seed0: u64 = std::env::var("HALYARD_ROBUSTNESS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let keep = std::env::temp_dir().join("halyard-robustness");
+    let mut table = String::from("run  fault         seed  ops    acked  unknown  lost  result\n");
+    let mut bad = 0;
+    for i in 0..runs {
+        let (fault, seed) = (FAULTS[i % FAULTS.len()], seed0 + i as u64);
+        let o = run(fault, seed, &keep);
+        if o.verdict != "ok" || o.lost > 0 {
+            bad += 1;
+        }
+        let line = format!(
+            "{i:<4} {:<13} {seed:<5} {:<6} {:<6} {:<8} {:<5} {}\n",
+            format!("{fault:?}"),
+            o.ops,
+            o.acked_puts,
+            o.unknown_puts,
+            o.lost,
+            o.verdict
+        );
+        eprint!("{line}");
+        table.push_str(&line);
+    }
+    eprintln!("\n{table}{runs} runs, {bad} with a violation or a lost acknowledged write");
+    assert_eq!(bad, 0, "histories that are not linearizable are kept under {}", keep.display());
+}
