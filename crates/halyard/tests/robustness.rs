@@ -103,7 +103,7 @@ fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<Atomi
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         let k = key(rng.next() % KEYS);
-        let put = rng.next() % 2 == 0;
+        let put = rng.next() & 1 == 0;
         let call = t0.elapsed().as_nanos();
         let op = if put {
             n += 1;
