@@ -11,6 +11,10 @@ need=()
 for p in redis-server redis-tools librocksdb-dev libclang-dev clang fonts-dejavu-core; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+# Go: the linearizability checker (tools/lincheck, Porcupine) the robustness test runs.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
+# iptables: the split-brain test cuts a node off with it.
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
