@@ -24,6 +24,8 @@ pub struct ClientOptions {
     /// How long a [`crate::ClusterClient`] keeps retrying a request whose region is changing
     /// hands (`NotLeader`, a primary that died) before it returns the last error.
     pub retry_for: Duration,
+    /// The server's password (`requirepass`), sent with AUTH on every connection.
+    pub password: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -33,6 +35,7 @@ impl Default for ClientOptions {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             scan_page_pairs: 1000,
             retry_for: Duration::from_secs(10),
+            password: None,
         }
     }
 }

@@ -139,22 +139,40 @@ async fn handshake(stream: &mut TcpStream, opts: &ClientOptions) -> Result<(usiz
         max_frame_bytes: u32::try_from(opts.max_frame_bytes).unwrap_or(u32::MAX),
     };
     let mut buf = Vec::new();
-    encode_request(CONNECTION_ID, &hello, &mut buf, usize::MAX).map_err(|e| Error::Protocol(e.to_string()))?;
-    stream.write_all(&buf).await?;
-    buf.clear();
+    let max_frame = match exchange(stream, &mut buf, &hello, opts).await? {
+        Response::HelloOk { version, max_frame_bytes } if version >= MIN_PROTOCOL_VERSION => max_frame_bytes as usize,
+        Response::Error { code, message } => return Err(Error::Server { code, message }),
+        other => return Err(Error::Protocol(format!("unexpected handshake reply {other:?}"))),
+    };
+    if let Some(p) = &opts.password {
+        match exchange(stream, &mut buf, &Request::Auth { password: p.as_bytes() }, opts).await? {
+            Response::Done => {}
+            Response::Error { code, message } => return Err(Error::Server { code, message }),
+            other => return Err(Error::Protocol(format!("unexpected AUTH reply {other:?}"))),
+        }
+    }
+    Ok((max_frame, buf))
+}
+
+/// Sends one connection-level request and reads its reply; what arrived after the reply stays
+/// in `buf`.
+async fn exchange(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    req: &Request<'_>,
+    opts: &ClientOptions,
+) -> Result<Response> {
+    let mut frame = Vec::new();
+    encode_request(CONNECTION_ID, req, &mut frame, usize::MAX).map_err(|e| Error::Protocol(e.to_string()))?;
+    stream.write_all(&frame).await?;
     loop {
-        if let Some((frame, used)) = decode_frame(&buf, opts.max_frame_bytes).map_err(proto)? {
-            let reply = match Response::decode(frame.kind, frame.payload).map_err(proto)? {
-                Response::HelloOk { version, max_frame_bytes } if version >= MIN_PROTOCOL_VERSION => {
-                    Ok((max_frame_bytes as usize, buf.get(used..).unwrap_or_default().to_vec()))
-                }
-                Response::Error { code, message } => Err(Error::Server { code, message }),
-                other => Err(Error::Protocol(format!("unexpected handshake reply {other:?}"))),
-            };
-            return reply;
+        if let Some((frame, used)) = decode_frame(buf, opts.max_frame_bytes).map_err(proto)? {
+            let reply = Response::decode(frame.kind, frame.payload).map_err(proto)?;
+            buf.drain(..used);
+            return Ok(reply);
         }
         buf.reserve(4096);
-        if stream.read_buf(&mut buf).await? == 0 {
+        if stream.read_buf(buf).await? == 0 {
             return Err(Error::Closed);
         }
     }

@@ -88,7 +88,8 @@ enum Cmd {
     },
 }
 
-/// Cluster administration (talks to the nodes' replication addresses).
+/// Cluster administration (talks to the nodes' replication addresses; give the cluster's
+/// secret with HALYARD_CLUSTER_SECRET when it has one).
 #[derive(Subcommand, Debug)]
 enum AdminCmd {
     /// Make a backup of a region its primary (after the primary failed): the node rebuilds
@@ -138,6 +139,7 @@ enum AdminCmd {
 }
 
 fn admin(cmd: &AdminCmd) -> Result<(), String> {
+    halyard_replication::set_cluster_secret(std::env::var("HALYARD_CLUSTER_SECRET").ok().as_deref());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -241,6 +243,9 @@ struct ConnArgs {
     /// Seconds to wait for the server.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
+    /// The server's password (its requirepass).
+    #[arg(long)]
+    password: Option<String>,
 }
 
 impl ConnArgs {
@@ -248,6 +253,7 @@ impl ConnArgs {
         let opts = halyard_client::ClientOptions {
             timeout: std::time::Duration::from_secs(self.timeout),
             retry_for: std::time::Duration::from_secs(self.timeout),
+            password: self.password.clone(),
             ..Default::default()
         };
         let seeds: Vec<&str> = self.addr.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
@@ -387,6 +393,10 @@ struct ServeArgs {
     /// Seconds of the node's etcd lease: a primary silent this long is replaced [default: 2].
     #[arg(long)]
     lease_ttl: Option<u64>,
+    /// The secret every node-to-node connection (replication streams, promotion, add-backup,
+    /// dumps) must carry; give every node and every `halyard admin` command the same one.
+    #[arg(long)]
+    cluster_secret: Option<String>,
 }
 
 fn serve(a: &ServeArgs) -> Result<(), String> {
@@ -408,6 +418,9 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
     }
     if a.advertise_host.is_some() {
         cfg.advertise_host.clone_from(&a.advertise_host);
+    }
+    if a.cluster_secret.is_some() {
+        cfg.cluster_secret.clone_from(&a.cluster_secret);
     }
     if a.cluster_file.is_some() {
         cfg.cluster_file.clone_from(&a.cluster_file);

@@ -50,12 +50,17 @@ pub struct Server {
 
 impl Server {
     pub fn start(dir: &std::path::Path, extra: &[&str]) -> Server {
+        Server::start_on(dir, "127.0.0.1", extra)
+    }
+
+    /// A server whose RESP and native listeners bind `host` (the HTTP one stays on loopback).
+    pub fn start_on(dir: &std::path::Path, host: &str, extra: &[&str]) -> Server {
         let (resp, native, http) = (free_port(), free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_halyard"))
             .args(["serve", "--dir"])
             .arg(dir)
-            .args(["--resp", &format!("127.0.0.1:{resp}")])
-            .args(["--listen", &format!("127.0.0.1:{native}")])
+            .args(["--resp", &format!("{host}:{resp}")])
+            .args(["--listen", &format!("{host}:{native}")])
             .args(["--http", &format!("127.0.0.1:{http}")])
             .args(extra)
             .env("RUST_LOG", "warn")

@@ -127,6 +127,32 @@ fn master_and_primary_killed_failover_without_a_person() {
         assert!(ok, "verify region {id}: {out}");
     }
 
+    // Node-to-node ports want the cluster secret: an admin request without it, or a stream
+    // opened without it, is refused with a message that says so.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_halyard"))
+        .args(["admin", "verify", "--region", "1", "--etcd", &url])
+        .env_remove("HALYARD_CLUSTER_SECRET")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && text.contains("cluster secret"), "verify without the secret: {text}");
+    let repl = &nodes.iter().find(|n| n.name != victim).unwrap().replication;
+    let mut raw = std::net::TcpStream::connect(repl).unwrap();
+    let hello = halyard_replication::Msg::Hello {
+        version: halyard_replication::wire::VERSION,
+        epoch: 99,
+        region: 1,
+        mode: halyard_replication::Mode::SendIndex,
+    };
+    std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
+    let mut reply = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut raw, &mut reply);
+    let reply = halyard_replication::wire::decode_frame(&reply).unwrap().map(|(m, _)| m);
+    assert!(
+        matches!(&reply, Some(halyard_replication::Msg::Reject { reason, .. }) if reason.contains("cluster secret")),
+        "a stream without the secret got {reply:?}"
+    );
+
     // The killed node comes back under a new lease: it is given backups, never its old region.
     nodes[v].restart();
     let t0 = Instant::now();
@@ -141,4 +167,127 @@ fn master_and_primary_killed_failover_without_a_person() {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("{} writes acknowledged, all read back; every region's copies equal", acked.len());
+}
+
+/// The median and the 99th percentile (nearest rank) of `v`.
+fn median_p99(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    (at(0.5), at(0.99))
+}
+
+/// Failover times over many kills of a primary under load (a measurement, not a check: run it
+/// with `cargo test --release -p halyard --test etcd_cluster failover_times -- --ignored
+/// --nocapture`, `HALYARD_FAILOVER_KILLS` kills, 20 by default). For each kill: detection (the
+/// kill until etcd deleted the node's key), promotion (from then until the map names the new
+/// primary) and writable (the kill until a write to the region succeeds), in seconds.
+#[test]
+#[ignore]
+fn failover_times() {
+    let kills: usize = std::env::var("HALYARD_FAILOVER_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = start_etcd(dir.path());
+    let (ok, out) =
+        halyard(&["cluster", "init", "--etcd", &url, "--regions", "3", "--replicas", "2", "--numeric-keys"]);
+    assert!(ok, "{out}");
+    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let layout = halyard_control::Layout::new("halyard");
+    let mut etcd = rt.block_on(halyard_control::session::connect(std::slice::from_ref(&url))).unwrap();
+    let mut view = || rt.block_on(halyard_control::View::load(&mut etcd, &layout)).unwrap();
+    let (mut detect, mut promote, mut writable) = (Vec::new(), Vec::new(), Vec::new());
+    println!("kill  victim  detection_s  promotion_s  writable_s");
+    for k in 0..kills {
+        wait_settled(&url, 2, Duration::from_secs(120));
+        let v = view();
+        let victim = v.regions[&1].0.spec.primary.clone();
+        let i = nodes.iter().position(|n| n.name == victim).unwrap();
+        let addrs: Vec<String> = nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect();
+        // Every node follows the settled map (within its poll interval) before the kill.
+        let c = cluster_client(&nodes.iter().map(|n| n.native.clone()).collect::<Vec<_>>(), Duration::from_secs(10));
+        c.put(key(0), value(0)).unwrap(); // key(0) lies in region 1
+        let t0 = Instant::now();
+        nodes[i].proc.kill9();
+        let c = cluster_client(&addrs, Duration::from_millis(50));
+        let (mut d, mut p, mut w) = (None, None, None);
+        while d.is_none() || p.is_none() || w.is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "kill {k}: no failover within 30 s");
+            let v = view();
+            if d.is_none() && !v.live.contains_key(&victim) {
+                d = Some(t0.elapsed());
+            }
+            if p.is_none() && v.regions[&1].0.spec.primary != victim {
+                p = Some(t0.elapsed());
+            }
+            if w.is_none() && c.put(key(10 * k as u64), value(k as u64)).is_ok() {
+                w = Some(t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (d, p, w) = (d.unwrap().as_secs_f64(), p.unwrap().as_secs_f64(), w.unwrap().as_secs_f64());
+        println!("{k:<5} {victim:<7} {d:<12.3} {:<12.3} {w:.3}", p - d);
+        detect.push(d);
+        promote.push(p - d);
+        writable.push(w);
+        nodes[i].restart();
+    }
+    let (dm, d99) = median_p99(&mut detect);
+    let (pm, p99) = median_p99(&mut promote);
+    let (wm, w99) = median_p99(&mut writable);
+    println!("\n{kills} kills, lease TTL 2 s: median / p99 seconds");
+    println!("detection  {dm:.3} / {d99:.3}\npromotion  {pm:.3} / {p99:.3}\nwritable   {wm:.3} / {w99:.3}");
+}
+
+/// etcd's only member killed and started again: primaries keep serving while their leases
+/// certainly hold, refuse once they may have lapsed, and serve again, with the same groups and
+/// nothing lost, once etcd is back (etcd renews every lease when it starts).
+#[test]
+fn etcd_down_briefly_primaries_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = (common::free_port(), common::free_port());
+    let (mut etcd, url) = etcd_common::start_etcd_on(dir.path(), ports.0, ports.1);
+    let (ok, out) =
+        halyard(&["cluster", "init", "--etcd", &url, "--regions", "2", "--replicas", "2", "--numeric-keys"]);
+    assert!(ok, "{out}");
+    let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let before = wait_settled(&url, 2, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    c.put(key(0), value(0)).unwrap();
+    let c = cluster_client(&addrs, Duration::from_millis(10));
+    etcd.kill9();
+    let t_kill = Instant::now();
+    // Leases were renewed at most TTL/3 ago: for a while the primaries still serve.
+    let mut acked = vec![0];
+    let mut i = 1;
+    while t_kill.elapsed() < Duration::from_millis(3000) {
+        if c.put(key(i), value(i)).is_ok() {
+            acked.push(i);
+            assert!(
+                t_kill.elapsed() < Duration::from_secs(2),
+                "a write answered {:?} after etcd died",
+                t_kill.elapsed()
+            );
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(acked.len() > 1, "no write was answered right after etcd died");
+    let (_etcd, _) = etcd_common::start_etcd_on(dir.path(), ports.0, ports.1);
+    let t_back = Instant::now();
+    let c = cluster_client(&addrs, Duration::from_millis(100));
+    loop {
+        if c.put(key(i), value(i)).is_ok() {
+            acked.push(i);
+            break;
+        }
+        assert!(t_back.elapsed() < Duration::from_secs(20), "no write answered 20 s after etcd came back");
+        i += 1;
+    }
+    let after = wait_settled(&url, 2, Duration::from_secs(30));
+    assert_eq!(before["regions"], after["regions"], "the groups changed although no node failed");
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    for k in acked {
+        assert_eq!(c.get(key(k)).unwrap().as_deref(), Some(value(k).as_slice()), "write {k} lost");
+    }
 }

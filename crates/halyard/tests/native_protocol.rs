@@ -102,3 +102,28 @@ fn port_in_use_is_a_clear_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--resp") && err.contains("cannot listen"), "{err}");
 }
+
+/// A server with a password (requirepass) protects the native port as it protects RESP: every
+/// request waits for AUTH, a wrong password is refused and counted, the right one opens it.
+#[test]
+fn requirepass_protects_the_native_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &["--requirepass", "sesame"]);
+    let no = Client::connect(("127.0.0.1", srv.native), ClientOptions::default()).expect("connect");
+    let e = no.put("k", "v").expect_err("a write without AUTH");
+    assert_eq!(e.code(), Some(halyard_client::ErrorCode::AuthRequired), "{e}");
+    assert!(no.get("k").is_err(), "a read without AUTH");
+    let wrong = ClientOptions { password: Some("open".into()), ..Default::default() };
+    let e = Client::connect(("127.0.0.1", srv.native), wrong).err().expect("a wrong password is refused");
+    assert_eq!(e.code(), Some(halyard_client::ErrorCode::AuthFailed), "{e}");
+    let right = ClientOptions { password: Some("sesame".into()), ..Default::default() };
+    let c = Client::connect(("127.0.0.1", srv.native), right).expect("the right password");
+    c.put("k", "v").expect("put after AUTH");
+    assert_eq!(c.get("k").expect("get").as_deref(), Some(&b"v"[..]));
+    let (ok, out) = cli(&srv, &["get", "k"]);
+    assert!(!ok && out.contains("AuthRequired"), "{out}");
+    let (ok, out) = cli(&srv, &["get", "k", "--password", "sesame"]);
+    assert!(ok && out.trim() == "v", "{out}");
+    let metrics = srv.http_get("/metrics");
+    assert!(metrics.contains("halyard_auth_failures_total 1"), "the wrong password is counted");
+}

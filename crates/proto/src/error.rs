@@ -129,6 +129,10 @@ error_codes! {
     /// This node does not lead the key's region; the message names the node that does
     /// (`region R is led by NODE at ADDR`).
     NotLeader = 22,
+    /// The server has a password and the connection has not given it (AUTH).
+    AuthRequired = 23,
+    /// AUTH gave the wrong password.
+    AuthFailed = 24,
     /// Anything else.
     Internal = 99,
 }

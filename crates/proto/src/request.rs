@@ -25,6 +25,8 @@ pub mod kind {
     pub const SCAN: u8 = 0x07;
     /// REGION_MAP (cluster mode).
     pub const REGION_MAP: u8 = 0x08;
+    /// AUTH: the server's password.
+    pub const AUTH: u8 = 0x09;
 }
 
 const OP_PUT: u8 = 1;
@@ -78,6 +80,11 @@ pub enum Request<'a> {
     Scan(ScanRequest<'a>),
     /// The node's region map (cluster mode): answered with a VALUE holding the map as JSON.
     RegionMap,
+    /// The server's password (`requirepass`): answered with DONE, or ERROR `AuthFailed`.
+    Auth {
+        /// The password.
+        password: &'a [u8],
+    },
 }
 
 /// One operation of a batch.
@@ -122,6 +129,7 @@ impl<'a> Request<'a> {
             Request::Batch { .. } => kind::BATCH,
             Request::Scan(_) => kind::SCAN,
             Request::RegionMap => kind::REGION_MAP,
+            Request::Auth { .. } => kind::AUTH,
         }
     }
 
@@ -150,6 +158,7 @@ impl<'a> Request<'a> {
                 Request::Scan(ScanRequest { start, end, reverse: flags & SCAN_REVERSE != 0, limit })
             }
             kind::REGION_MAP => Request::RegionMap,
+            kind::AUTH => Request::Auth { password: r.rest() },
             other => return Err(ProtoError::UnknownKind(other)),
         };
         r.finish()?;
@@ -189,6 +198,9 @@ impl<'a> Request<'a> {
                 encode_bound(&mut w, s.end);
             }
             Request::RegionMap => {}
+            Request::Auth { password } => {
+                w.raw(password);
+            }
         }
         *out = w.into_inner();
     }
@@ -258,6 +270,7 @@ mod tests {
         round_trip(Request::Delete { key: b"key" });
         round_trip(Request::Batch { ops: vec![] });
         round_trip(Request::RegionMap);
+        round_trip(Request::Auth { password: b"secret" });
         round_trip(Request::Batch {
             ops: vec![BatchOp::Put { key: b"a", value: b"1" }, BatchOp::Delete { key: b"b" }],
         });

@@ -7,7 +7,9 @@ use tokio::io::AsyncWriteExt;
 
 async fn request(addr: &str, m: Msg) -> Result<Msg> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(&m.encode()).await?;
+    let mut out = crate::auth::hello_frame().unwrap_or_default();
+    out.extend_from_slice(&m.encode());
+    s.write_all(&out).await?;
     wire::read_msg(&mut s).await
 }
 

@@ -5,12 +5,14 @@
 //! the papers' baseline, kept as a mode. Wire format: `docs/replication.md`.
 
 pub mod admin;
+pub mod auth;
 mod error;
 mod peer;
 pub mod primary;
 pub mod replica;
 pub mod wire;
 
+pub use auth::set_cluster_secret;
 pub use error::{Error, Result};
 pub use primary::{ShipStats, Shipper, DEFAULT_QUEUE_BYTES};
 pub use replica::{Hooks, NodeHooks, Promoted, Replica};

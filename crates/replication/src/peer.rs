@@ -56,8 +56,11 @@ impl Peer {
         if let Some(c) = slot.as_ref().filter(|c| !c.dead.load(Relaxed)) {
             return Ok(c.clone());
         }
-        let stream = tokio::net::TcpStream::connect(&self.addr).await?;
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await?;
         stream.set_nodelay(true)?;
+        if let Some(f) = crate::auth::hello_frame() {
+            stream.write_all(&f).await?;
+        }
         let (rd, wr) = stream.into_split();
         let c = Arc::new(Conn {
             direct: Mutex::new(Vec::new()),

@@ -150,6 +150,8 @@ pub struct ReplicaStats {
     pub sent: AtomicU64,
     /// Streams refused (stale epoch, unknown region).
     pub rejected: AtomicU64,
+    /// Connections refused for a missing or wrong cluster secret.
+    pub unauthenticated: AtomicU64,
 }
 
 /// What a promotion did.
@@ -272,7 +274,8 @@ impl Replica {
     /// Handles one inbound connection: a primary's stream, or an admin request.
     pub async fn serve_connection(self: Arc<Self>, mut s: TcpStream, hooks: Hooks) -> Result<()> {
         s.set_nodelay(true)?;
-        match wire::read_msg(&mut s).await? {
+        let Some(first) = self.authenticate(&mut s).await? else { return Ok(()) };
+        match first {
             m @ Msg::Hello { .. } => self.streams(s, m).await,
             Msg::Promote { epoch, region } => {
                 let reply = match self.promote(region, epoch, &hooks).await {
@@ -317,6 +320,30 @@ impl Replica {
                 reply_done(&mut s, region, r).await
             }
             m => Err(Error::Protocol(format!("{m:?} cannot open a connection"))),
+        }
+    }
+
+    /// The connection's first message after its `Auth` frame, which must carry the cluster
+    /// secret when this process has one (crate::auth); None (after a Reject saying why) if it
+    /// does not.
+    async fn authenticate(&self, s: &mut TcpStream) -> Result<Option<Msg>> {
+        let first = wire::read_msg(s).await?;
+        let (ok, next) = match first {
+            Msg::Auth { secret } => (crate::auth::matches(&secret), None),
+            m => (crate::auth::secret().is_none(), Some(m)),
+        };
+        if !ok {
+            self.stats.unauthenticated.fetch_add(1, Relaxed);
+            let reason = "this node requires the cluster secret: give every node and every `halyard admin` or \
+                          `halyard cluster` command the same --cluster-secret"
+                .to_string();
+            tracing::warn!(peer = ?s.peer_addr().ok(), "replication connection refused: missing or wrong cluster secret");
+            s.write_all(&Msg::Reject { region: 0, reason }.encode()).await?;
+            return Ok(None);
+        }
+        match next {
+            Some(m) => Ok(Some(m)),
+            None => Ok(Some(wire::read_msg(s).await?)),
         }
     }
 

@@ -120,6 +120,9 @@ pub enum Msg {
     /// region up to `lsn`; the backup acknowledges `lsn` (a copy with no log tail carries no
     /// other LSN to acknowledge).
     Copied { epoch: u64, region: u32, lsn: u64 },
+    /// Any -> node: the cluster secret, the first frame of every connection to a replication
+    /// port when the cluster has one.
+    Auth { secret: Vec<u8> },
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`.
@@ -143,6 +146,7 @@ mod tag {
     pub(super) const ADD_BACKUP: u8 = 17;
     pub(super) const DONE: u8 = 18;
     pub(super) const COPIED: u8 = 19;
+    pub(super) const AUTH: u8 = 20;
 }
 
 /// A body that ends before its last field.
@@ -315,6 +319,9 @@ impl Msg {
                 put_pairs(&mut w, pairs);
                 w.u8(u8::from(*more));
             }
+            Msg::Auth { secret } => {
+                w.u8(tag::AUTH).bytes(secret);
+            }
             Msg::Copied { epoch, region, lsn } => {
                 w.u8(tag::COPIED).u64(*epoch).u32(*region).u64(*lsn);
             }
@@ -411,6 +418,7 @@ impl Msg {
             }
             tag::RESET => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
             tag::COPIED => Msg::Copied { epoch: r.u64()?, region: r.u32()?, lsn: r.u64()? },
+            tag::AUTH => Msg::Auth { secret: r.bytes()?.to_vec() },
             tag::HOST => {
                 Msg::Host { epoch: r.u64()?, region: r.u32()?, start: r.bytes()?.to_vec(), end: option(&mut r)? }
             }
@@ -517,6 +525,7 @@ mod tests {
             Msg::DumpPage { region: 7, lsn: 5, pairs: vec![(b"a".to_vec(), 3, b"b".to_vec())], more: true },
             Msg::Reset { epoch: 5, region: 7 },
             Msg::Copied { epoch: 5, region: 7, lsn: 99 },
+            Msg::Auth { secret: b"s3cret".to_vec() },
             Msg::Host { epoch: 2, region: 7, start: b"a".to_vec(), end: Some(b"m".to_vec()) },
             Msg::Host { epoch: 2, region: 7, start: vec![], end: None },
             Msg::AddBackup {

@@ -480,6 +480,12 @@ impl ClusterNode {
             "halyard_replication_rejected_total",
             "Streams or messages refused (stale epoch, unknown region).",
             rs.rejected.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_unauthenticated_total",
+            "Connections to the replication port refused for a missing or wrong cluster secret.",
+            rs.unauthenticated.load(Relaxed),
         )
     }
 

@@ -53,6 +53,8 @@ pub struct ServerConfig {
     pub advertise_host: Option<String>,
     /// Seconds of the node's etcd lease: a node silent this long loses its roles.
     pub lease_ttl_secs: u64,
+    /// The secret every node-to-node connection (replication, admin requests) must carry.
+    pub cluster_secret: Option<String>,
     /// Engine settings.
     pub engine: EngineConfig,
 }
@@ -104,6 +106,7 @@ impl Default for ServerConfig {
             replication_listen: "127.0.0.1:8379".into(),
             advertise_host: None,
             lease_ttl_secs: 2,
+            cluster_secret: None,
             engine: EngineConfig::default(),
         }
     }

@@ -65,6 +65,21 @@ pub enum ServerError {
     Engine(#[from] halyard_engine::Error),
 }
 
+/// Protected mode, as Redis has it: a listener bound beyond loopback with nothing to
+/// authenticate its clients (no password, no cluster secret) serves loopback clients only, and
+/// tells the others how to configure one.
+fn protected(l: &TcpListener, has_auth: bool) -> bool {
+    !has_auth && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
+}
+
+/// What a client refused in protected mode is told.
+fn protected_message(what: &str, flag: &str) -> String {
+    format!(
+        "DENIED Halyard is in protected mode: its {what} listener is bound beyond loopback and has no {flag}, so it \
+         serves loopback clients only. Set {flag} (flag or config file), or bind it to 127.0.0.1"
+    )
+}
+
 async fn bind(flag: &'static str, addr: &str) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { flag, addr: addr.to_string(), source })
 }
@@ -109,7 +124,9 @@ pub async fn run_with(
                 false => ("--replication-listen", cfg.replication_listen.clone()),
             };
             let l = bind(flag, &addr).await?;
-            Some(tokio::spawn(accept_replication(l, c.clone())))
+            halyard_replication::set_cluster_secret(cfg.cluster_secret.as_deref());
+            let guard = protected(&l, cfg.cluster_secret.is_some());
+            Some(tokio::spawn(accept_replication(l, c.clone(), guard)))
         }
         None => None,
     };
@@ -119,6 +136,8 @@ pub async fn run_with(
         let _ = sh.cluster.set(c.clone());
     }
     let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
+    sh.protect_resp.store(protected(&resp_l, cfg.requirepass.is_some()), Relaxed);
+    sh.protect_native.store(protected(&native_l, cfg.requirepass.is_some()), Relaxed);
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
@@ -251,6 +270,13 @@ async fn accept_resp(
                 continue;
             }
         };
+        if sh.protect_resp.load(Relaxed) && !addr.ip().is_loopback() {
+            sh.metrics.protected_refusals.fetch_add(1, Relaxed);
+            sh.connected.fetch_sub(1, Relaxed);
+            let m = format!("-{}\r\n", protected_message("Redis", "requirepass"));
+            let _ = stream.write_all(m.as_bytes()).await;
+            continue;
+        }
         let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
         tokio::spawn(async move {
             if let Err(e) = resp_connection(&sh, &mut stream, addr.to_string(), limits, idle, stop).await {
@@ -383,10 +409,10 @@ async fn resp_connection(
 }
 
 /// Replication streams from primaries and admin requests (cluster mode).
-async fn accept_replication(l: TcpListener, node: Arc<cluster::ClusterNode>) {
+async fn accept_replication(l: TcpListener, node: Arc<cluster::ClusterNode>, protect: bool) {
     let hook: halyard_replication::Hooks = node.clone();
     loop {
-        let (s, addr) = match l.accept().await {
+        let (mut s, addr) = match l.accept().await {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("replication accept: {e}");
@@ -394,6 +420,12 @@ async fn accept_replication(l: TcpListener, node: Arc<cluster::ClusterNode>) {
                 continue;
             }
         };
+        if protect && !addr.ip().is_loopback() {
+            node.replica.stats.unauthenticated.fetch_add(1, Relaxed);
+            let reason = protected_message("replication", "cluster_secret (--cluster-secret)");
+            let _ = s.write_all(&halyard_replication::Msg::Reject { region: 0, reason }.encode()).await;
+            continue;
+        }
         let (replica, hook) = (node.replica.clone(), hook.clone());
         tokio::spawn(async move {
             match replica.serve_connection(s, hook).await {
@@ -420,11 +452,25 @@ async fn accept_native(
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
         // A refused native client sees its connection closed.
         let Ok((mut stream, addr)) = next else { continue };
+        if sh.protect_native.load(Relaxed) && !addr.ip().is_loopback() {
+            sh.metrics.protected_refusals.fetch_add(1, Relaxed);
+            sh.connected.fetch_sub(1, Relaxed);
+            let mut out = Vec::new();
+            let e = halyard_proto::Response::Error {
+                code: halyard_proto::ErrorCode::AuthRequired,
+                message: protected_message("native", "requirepass"),
+            };
+            if halyard_proto::encode_response(0, &e, &mut out, usize::MAX).is_ok() {
+                let _ = stream.write_all(&out).await;
+            }
+            continue;
+        }
         let (sh, mut stop, guard, router) = (sh.clone(), stop.clone(), conns.enter(), router.clone());
+        let password: Option<Arc<str>> = sh.requirepass.as_deref().map(Arc::from);
         tokio::spawn(async move {
             let db = sh.ks.db.clone();
             tokio::select! {
-                r = native::serve_connection(&mut stream, db, limits, sh.native.clone(), router) => {
+                r = native::serve_connection(&mut stream, db, limits, sh.native.clone(), router, password) => {
                     if let Err(e) = r {
                         tracing::debug!("native connection {addr}: {e}");
                     }

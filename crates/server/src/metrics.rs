@@ -98,6 +98,8 @@ pub struct Metrics {
     pub protocol_errors: AtomicU64,
     pub idle_timeouts: AtomicU64,
     pub auth_failures: AtomicU64,
+    /// Clients refused in protected mode (any protocol).
+    pub protected_refusals: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
 }
@@ -206,7 +208,18 @@ pub(crate) fn encode_connections(
         load(&m.protocol_errors),
     )?;
     counter(e, "halyard_idle_timeouts_total", "Connections closed for idling.", load(&m.idle_timeouts))?;
-    counter(e, "halyard_auth_failures_total", "Failed AUTH attempts.", load(&m.auth_failures))?;
+    counter(
+        e,
+        "halyard_auth_failures_total",
+        "Failed AUTH attempts (Redis and native protocol).",
+        load(&m.auth_failures) + load(&native.auth_failures),
+    )?;
+    counter(
+        e,
+        "halyard_protected_mode_refusals_total",
+        "Clients from beyond loopback refused because a listener bound beyond loopback has no password or cluster secret.",
+        load(&m.protected_refusals),
+    )?;
     counter(e, "halyard_unknown_commands_total", "Unknown commands.", load(&m.unknown_commands))?;
     counter(
         e,

@@ -62,6 +62,8 @@ pub struct NativeCounters {
     pub bytes_in: AtomicU64,
     /// Bytes written to clients.
     pub bytes_out: AtomicU64,
+    /// AUTH requests with a wrong password.
+    pub auth_failures: AtomicU64,
 }
 
 /// Cluster mode: which keys this node leads, and waiting for backups before answering writes.
@@ -95,12 +97,14 @@ const SHRINK_ABOVE: usize = 4 << 20;
 /// Serves one native-protocol connection until the peer closes it, it idles past
 /// `limits.idle_timeout`, or it sends a malformed or oversized frame. Returns an error only for
 /// I/O failures (including a reply write that timed out); protocol problems are answered on the wire.
+/// With a `password`, every request but HELLO and AUTH waits for a successful AUTH.
 pub async fn serve_connection(
     stream: &mut TcpStream,
     db: Arc<Db>,
     limits: NativeLimits,
     counters: Arc<NativeCounters>,
     router: Option<Arc<dyn Router>>,
+    password: Option<Arc<str>>,
 ) -> io::Result<()> {
     // Replies are written in whole batches already; Nagle would only add latency.
     let _ = stream.set_nodelay(true);
@@ -110,6 +114,8 @@ pub async fn serve_connection(
         limits,
         reply_limit: limits.max_frame_bytes,
         handshaken: false,
+        authed: password.is_none(),
+        password,
         router,
         writes: Vec::new(),
     };
@@ -268,6 +274,10 @@ struct Session {
     /// Largest reply frame: the smaller of our limit and the client's, once the HELLO is in.
     reply_limit: usize,
     handshaken: bool,
+    /// The server's password (`requirepass`), if it has one.
+    password: Option<Arc<str>>,
+    /// No password, or AUTH gave it.
+    authed: bool,
     router: Option<Arc<dyn Router>>,
     /// Cluster mode: (region, LSN) of the writes executed since the last reply write.
     writes: Vec<(u32, u64)>,
@@ -344,6 +354,11 @@ impl Session {
                 self.error(out, id, ErrorCode::HandshakeRequired, "the first frame must be a HELLO; closing");
                 return false;
             }
+            Request::Auth { password } => Ok(self.auth(password)),
+            _ if !self.authed => Ok(Response::Error {
+                code: ErrorCode::AuthRequired,
+                message: "this server has a password (requirepass): send AUTH first (halyard --password, ClientOptions::password)".into(),
+            }),
             Request::Ping { payload } => Ok(Response::Pong { payload: payload.to_vec() }),
             Request::Get { key } if self.router.is_some() => self.routed(key, |h| h.get(key).map(Response::Value)),
             Request::Put { key, value } if self.router.is_some() => self.routed_write(key, |h| h.put(key, value)),
@@ -403,6 +418,24 @@ impl Session {
             return false; // cannot happen: the reply is 27 bytes and both limits are at least 1 KiB
         }
         true
+    }
+
+    /// AUTH: compares in time independent of where the passwords differ.
+    fn auth(&mut self, given: &[u8]) -> Response {
+        let want = self.password.as_deref().map(str::as_bytes);
+        let same =
+            want.is_some_and(|w| w.len() == given.len() && w.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0);
+        match (want, same) {
+            (None, _) => Response::Done,
+            (Some(_), true) => {
+                self.authed = true;
+                Response::Done
+            }
+            (Some(_), false) => {
+                self.counters.auth_failures.fetch_add(1, Relaxed);
+                Response::Error { code: ErrorCode::AuthFailed, message: "wrong password".into() }
+            }
+        }
     }
 
     /// Cluster mode: runs `f` on the key's region if this node leads it.

@@ -63,6 +63,10 @@ pub struct Shared {
     /// Cluster mode: this node's share of the cluster (writes wait for room in its backups'
     /// queues).
     pub cluster: std::sync::OnceLock<std::sync::Arc<crate::cluster::ClusterNode>>,
+    /// Protected mode (crate::protected): the RESP and native listeners serve loopback clients
+    /// only.
+    pub protect_resp: std::sync::atomic::AtomicBool,
+    pub protect_native: std::sync::atomic::AtomicBool,
     next_id: AtomicU64,
 }
 
@@ -77,6 +81,8 @@ impl Shared {
             started: Instant::now(),
             native: Default::default(),
             cluster: std::sync::OnceLock::new(),
+            protect_resp: Default::default(),
+            protect_native: Default::default(),
             next_id: AtomicU64::new(1),
         }
     }

@@ -28,6 +28,7 @@ const NODE: &[(&str, &str, &[&str])] = &[
     ("halyard_protocol_errors_total", "counter", &[]),
     ("halyard_idle_timeouts_total", "counter", &[]),
     ("halyard_auth_failures_total", "counter", &[]),
+    ("halyard_protected_mode_refusals_total", "counter", &[]),
     ("halyard_unknown_commands_total", "counter", &[]),
     ("halyard_network_received_bytes_total", "counter", &[]),
     ("halyard_network_sent_bytes_total", "counter", &[]),
@@ -86,6 +87,7 @@ const REPLICATION: &[(&str, &str, &[&str])] = &[
     ("halyard_replication_queued_bytes", "gauge", &["backup", "region"]),
     ("halyard_replication_received_bytes_total", "counter", &[]),
     ("halyard_replication_rejected_total", "counter", &[]),
+    ("halyard_replication_unauthenticated_total", "counter", &[]),
     ("halyard_replication_acked_lsn", "gauge", &["backup", "live", "region"]),
 ];
 

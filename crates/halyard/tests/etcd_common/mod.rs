@@ -11,6 +11,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The cluster secret every test node is given (and `halyard admin` through
+/// HALYARD_CLUSTER_SECRET).
+pub const SECRET: &str = "test-cluster-secret";
+
 pub struct Proc(pub Option<Child>);
 
 impl Proc {
@@ -38,7 +42,11 @@ pub fn wait_port(port: u16) {
 
 /// A single-member etcd with lease checkpointing, on free ports.
 pub fn start_etcd(dir: &Path) -> (Proc, String) {
-    let (client, peer) = (free_port(), free_port());
+    start_etcd_on(dir, free_port(), free_port())
+}
+
+/// etcd on the given client and peer ports (again after a kill: same data, same ports).
+pub fn start_etcd_on(dir: &Path, client: u16, peer: u16) -> (Proc, String) {
     let url = format!("http://127.0.0.1:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
     let child = Command::new("etcd")
@@ -91,6 +99,8 @@ pub fn start_node_as(root: &Path, etcd: &str, name: &str, uid: Option<u32>) -> N
         &format!("127.0.0.1:{repl}"),
         "--cache-mb",
         "16",
+        "--cluster-secret",
+        SECRET,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -134,7 +144,11 @@ impl Node {
 }
 
 pub fn halyard(args: &[&str]) -> (bool, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_halyard")).args(args).output().expect("run halyard");
+    let o = Command::new(env!("CARGO_BIN_EXE_halyard"))
+        .args(args)
+        .env("HALYARD_CLUSTER_SECRET", SECRET)
+        .output()
+        .expect("run halyard");
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     (o.status.success(), text)
 }
