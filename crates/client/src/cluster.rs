@@ -148,11 +148,17 @@ impl ClusterClient {
         let deadline = Instant::now() + self.inner.opts.retry_for;
         let mut pause = Duration::from_millis(10);
         loop {
-            let (_, addr) = self.locate(key)?;
-            // A connection that cannot be opened carried nothing: retry whatever the request.
-            let (r, sent) = match self.client(&addr).await {
-                Ok(c) => (f(c).await, true),
-                Err(e) => (Err(e), false),
+            // A key no region covers yet (a map read before the cluster was set up), or a
+            // connection that cannot be opened: nothing was sent, retry whatever the request.
+            let (addr, (r, sent)) = match self.locate(key) {
+                Ok((_, addr)) => {
+                    let r = match self.client(&addr).await {
+                        Ok(c) => (f(c).await, true),
+                        Err(e) => (Err(e), false),
+                    };
+                    (addr, r)
+                }
+                Err(e) => (String::new(), (Err(e), false)),
             };
             match r {
                 Err(e) if retryable(&e, read || !sent) && Instant::now() + pause < deadline => {

@@ -9,6 +9,7 @@
 //! | `regions/<id, 10 digits>` | [`RegionRecord`] | written by `init`, then only by the master, by compare-and-swap |
 //! | `log/<revision, 20 digits>-<region, 10 digits>` | [`Intent`] | the master's region log: put before a multi-step change, deleted after |
 //! | `master/<lease, hex>` | the candidate's node name | etcd's election API; the lowest create revision leads |
+//! | `reports/<region, 10 digits>-<node>` | [`Report`] | put by a primary whose backup did not acknowledge in time, bound to the primary's lease; deleted by the master |
 
 use halyard_cluster::RegionSpec;
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,11 @@ impl Layout {
         format!("{}log/{revision:020}-{region:010}", self.prefix)
     }
 
+    /// A primary's report that `node`, a backup of `region`, does not acknowledge.
+    pub fn report(&self, region: u32, node: &str) -> String {
+        format!("{}reports/{region:010}-{node}", self.prefix)
+    }
+
     /// The election's name (its candidates' keys are this plus `/` and their lease in hex).
     pub fn election(&self) -> String {
         format!("{}master", self.prefix)
@@ -67,7 +73,7 @@ impl Layout {
     /// Which kind of key `key` (a full key) is, and the rest of its name.
     pub fn classify<'k>(&self, key: &'k str) -> Option<(&'static str, &'k str)> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
-        for kind in ["nodes/", "members/", "regions/", "log/", "master/"] {
+        for kind in ["nodes/", "members/", "regions/", "log/", "master/", "reports/"] {
             if let Some(name) = rest.strip_prefix(kind) {
                 return Some((kind, name));
             }
@@ -121,6 +127,21 @@ pub struct RegionRecord {
 
 fn one() -> u64 {
     1
+}
+
+/// `reports/<region>-<node>`: a primary says a backup of its group did not acknowledge its
+/// writes within the ack timeout. The master removes the backup from the group (a new epoch),
+/// after which the primary answers writes without it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// Region id.
+    pub region: u32,
+    /// The silent backup.
+    pub node: String,
+    /// The region's epoch the primary leads at.
+    pub epoch: u64,
+    /// The reporting primary.
+    pub by: String,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes

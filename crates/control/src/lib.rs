@@ -25,6 +25,6 @@ pub mod view;
 pub use error::{Error, Result};
 /// The etcd client the control plane uses.
 pub use etcd_client::Client;
-pub use layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord};
+pub use layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord, Report};
 pub use session::Session;
 pub use view::View;

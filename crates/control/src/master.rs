@@ -13,7 +13,7 @@
 //! The only failure signal is etcd's: a node key deleted with its lease, or a member whose
 //! lease in the map is not its node's live lease.
 
-use crate::layout::{Intent, RegionRecord};
+use crate::layout::{Intent, RegionRecord, Report};
 use crate::session::Session;
 use crate::view::View;
 use crate::{Error, Result};
@@ -83,6 +83,10 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
     if !lost.is_empty() {
         return Some(Step::Drop(lost));
     }
+    let silent: Vec<String> = current_reports(view, r).map(|(_, rep)| rep.node.clone()).collect();
+    if !silent.is_empty() {
+        return Some(Step::Drop(silent));
+    }
     if spec.backups.len() + 1 < replicas {
         let group = |n: &String| *n == spec.primary || spec.backups.contains(n);
         let pick = view.live.keys().filter(|n| !group(n)).min_by_key(|n| loads.get(*n).copied().unwrap_or(0)).cloned();
@@ -92,6 +96,26 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
         }
     }
     None
+}
+
+/// The reports that still apply to region `r`: made by its primary, at its epoch, about one of
+/// its backups.
+fn current_reports<'v>(view: &'v View, r: &'v RegionRecord) -> impl Iterator<Item = &'v (String, Report)> + 'v {
+    let s = &r.spec;
+    view.reports.iter().filter(move |(_, rep)| {
+        rep.region == s.id && rep.epoch == s.epoch && rep.by == s.primary && s.backups.contains(&rep.node)
+    })
+}
+
+/// Reports that no longer apply (an older epoch, another primary, a node no longer a backup).
+fn stale_reports(view: &View) -> Vec<String> {
+    view.reports
+        .iter()
+        .filter(|(key, rep)| {
+            view.regions.get(&rep.region).is_none_or(|(r, _)| !current_reports(view, r).any(|(k, _)| k == key))
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// Groups for the unassigned regions once `replicas` nodes are live: primaries spread over
@@ -192,6 +216,10 @@ impl Master {
         }
         let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
         let mut loads: BTreeMap<String, usize> = view.live.keys().map(|n| (n.clone(), view.load_of(n))).collect();
+        let stale: Vec<TxnOp> = stale_reports(&view).iter().map(|k| TxnOp::delete(k.as_str(), None)).collect();
+        if !stale.is_empty() {
+            self.commit(term, None, stale).await?;
+        }
         for (r, rev) in assign(&view, replicas, &mut loads) {
             tracing::info!(region = r.spec.id, primary = %r.spec.primary, backups = ?r.spec.backups, "assigning region");
             self.commit(term, Some((r.spec.id, rev)), vec![self.put_region(&r)]).await?;
@@ -398,6 +426,18 @@ mod tests {
         let (v, r) = view(&[("n1", 1), ("n2", 2)], s);
         assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Add("n2".into())));
         assert_eq!(plan(&v, &r, 1, &mut BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn a_backup_its_primary_reports_is_dropped_and_stale_reports_go() {
+        let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
+        let (mut v, r) = view(&[("n1", 1), ("n2", 2), ("n3", 3)], s);
+        let rep = |node: &str, epoch, by: &str| Report { region: 1, node: node.into(), epoch, by: by.into() };
+        v.reports.push(("a".into(), rep("n3", 3, "n1")));
+        v.reports.push(("b".into(), rep("n2", 2, "n1"))); // an older epoch
+        v.reports.push(("c".into(), rep("n2", 3, "n3"))); // not the primary's
+        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Drop(vec!["n3".into()])));
+        assert_eq!(stale_reports(&v), vec!["b".to_string(), "c".to_string()]);
     }
 
     #[test]

@@ -102,6 +102,18 @@ impl Session {
         let _ = rx.wait_for(|l| *l != from).await;
     }
 
+    /// Puts a primary's report of a silent backup, bound to this node's lease.
+    pub async fn report(&self, rep: &crate::Report) -> Result<()> {
+        let mut c = self.client.clone();
+        let key = self.layout.report(rep.region, &rep.node);
+        let value = serde_json::to_vec(rep).unwrap_or_default();
+        let opts = PutOptions::new().with_lease(self.lease());
+        tokio::time::timeout(self.ttl, c.put(key, value, Some(opts)))
+            .await
+            .map_err(|_| crate::Error::Invalid("etcd did not take the report in time".into()))??;
+        Ok(())
+    }
+
     fn margin(&self) -> Duration {
         (self.ttl / 10).max(Duration::from_millis(100))
     }

@@ -1,6 +1,6 @@
 //! One read of a cluster's keys at one etcd revision, and what nodes and clients derive from it.
 
-use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord};
+use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord, Report};
 use crate::{Error, Result};
 use etcd_client::{Client, GetOptions};
 use halyard_cluster::{ClusterFile, NodeSpec};
@@ -23,6 +23,8 @@ pub struct View {
     pub intents: Vec<(String, Intent)>,
     /// Election candidates: (create revision, key, node name); the lowest revision leads.
     pub candidates: Vec<(i64, String, String)>,
+    /// Primaries' reports of silent backups: (key, report).
+    pub reports: Vec<(String, Report)>,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
@@ -50,6 +52,7 @@ impl View {
                     v.regions.insert(r.spec.id, (r, kv.mod_revision()));
                 }
                 "log/" => v.intents.push((key.clone(), parse(&key, kv.value())?)),
+                "reports/" => v.reports.push((key.clone(), parse(&key, kv.value())?)),
                 _ => {
                     let who = String::from_utf8_lossy(kv.value()).into_owned();
                     v.candidates.push((kv.create_revision(), key.clone(), who));

@@ -397,6 +397,14 @@ struct ServeArgs {
     /// dumps) must carry; give every node and every `halyard admin` command the same one.
     #[arg(long)]
     cluster_secret: Option<String>,
+    /// Milliseconds a write waits for a backup's acknowledgement; under etcd a backup silent
+    /// this long is reported to the master, which removes it from the group [default: 5000].
+    #[arg(long)]
+    ack_timeout_ms: Option<u64>,
+    /// Refuse writes to a region whose group holds fewer copies than this, the primary counted
+    /// (like Kafka's min.insync.replicas) [default: 1].
+    #[arg(long)]
+    min_replicas: Option<usize>,
 }
 
 fn serve(a: &ServeArgs) -> Result<(), String> {
@@ -412,7 +420,8 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
          max_request_bytes => cfg.max_request_bytes, sync => cfg.engine.sync,
          cache_mb => cfg.engine.cache_mb, workers => cfg.workers, replication => cfg.replication,
          ack => cfg.ack, cluster_name => cfg.cluster_name, replication_listen => cfg.replication_listen,
-         lease_ttl => cfg.lease_ttl_secs);
+         lease_ttl => cfg.lease_ttl_secs, min_replicas => cfg.min_replicas,
+         ack_timeout_ms => cfg.ack_timeout_ms);
     if !a.etcd.is_empty() {
         cfg.etcd.clone_from(&a.etcd);
     }

@@ -96,7 +96,11 @@ fn master_and_primary_killed_failover_without_a_person() {
         std::thread::sleep(Duration::from_millis(20));
     };
     eprintln!("region {victim_region} (primary {victim}, master {master}) writable again {writable:?} after SIGKILL");
-    std::thread::sleep(Duration::from_millis(1000));
+    // The writers go on until each region took writes again.
+    let t = Instant::now();
+    while acked.lock().unwrap().len() < before + 100 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.join().unwrap();
@@ -290,4 +294,42 @@ fn etcd_down_briefly_primaries_resume() {
     for k in acked {
         assert_eq!(c.get(key(k)).unwrap().as_deref(), Some(value(k).as_slice()), "write {k} lost");
     }
+}
+
+/// `--min-replicas 2` on a two-node cluster: once the backup is gone (and no other node can
+/// take its place), writes are refused with NotEnoughReplicas and nothing is written; reads go
+/// on; when the node returns and has its copy again, writes resume.
+#[test]
+fn min_replicas_refuses_writes_while_the_group_is_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = start_etcd(dir.path());
+    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "2"]);
+    assert!(ok, "{out}");
+    let extra = ["--min-replicas", "2"];
+    let mut nodes: Vec<Node> =
+        (1..=2).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    c.put("a", "1").unwrap();
+    let backup = s["regions"][0]["backups"][0].as_str().unwrap().to_string();
+    let b = nodes.iter().position(|n| n.name == backup).unwrap();
+    nodes[b].proc.kill9();
+    let t = Instant::now();
+    let refused = loop {
+        match c.put("b", "2") {
+            Err(e) if e.code() == Some(halyard_client::ErrorCode::NotEnoughReplicas) => break e,
+            _ => {}
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "writes were not refused with one copy left");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(refused.to_string().contains("min-replicas"), "{refused}");
+    assert_eq!(c.get("a").unwrap().as_deref(), Some(&b"1"[..]), "reads go on");
+    nodes[b].restart();
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    c.put("c", "3").expect("writes resume once the group is whole");
+    let (ok, out) = halyard(&["admin", "verify", "--region", "1", "--etcd", &url]);
+    assert!(ok, "{out}");
 }

@@ -140,3 +140,38 @@ fn a_primary_cut_off_serves_nothing_once_its_lease_is_over() {
     let (ok, out) = halyard(&["admin", "verify", "--region", "1", "--etcd", &url]);
     assert!(ok, "{out}");
 }
+
+/// A backup that is alive (its lease holds) but cannot be reached by its primary: writes wait
+/// for it for the ack timeout and fail unanswered, the primary reports it, the master removes
+/// it from the group, and writes are answered again without it.
+#[test]
+fn a_silent_backup_is_reported_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = start_etcd(dir.path());
+    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "2"]);
+    assert!(ok, "{out}");
+    let extra = ["--ack-timeout-ms", "1000"];
+    let nodes = [
+        etcd_common::start_node_with(dir.path(), &url, "n1", Some(CUT_UID), &extra),
+        etcd_common::start_node_with(dir.path(), &url, "n2", None, &extra),
+    ];
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    assert_eq!(s["regions"][0]["primary"], "n1", "{s}");
+    let c = cluster_client(&[nodes[0].native.clone()], Duration::from_secs(10));
+    c.put("k", "before").unwrap();
+    // Only n1's stream to n2 is cut: n2 keeps its lease.
+    let _cut = Cut::new(vec![port(&nodes[1].replication)]);
+    let t = Instant::now();
+    let mut failed = 0;
+    let answered = loop {
+        match c.put("k", "during") {
+            Ok(()) => break t.elapsed(),
+            Err(_) => failed += 1,
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "writes were not answered again without the silent backup");
+    };
+    assert!(failed > 0, "a write was answered although its backup could not have it");
+    let s = status(&url);
+    assert!(s["nodes"].as_array().unwrap().iter().all(|n| n["alive"] == true), "n2 kept its lease: {s}");
+    eprintln!("writes answered again {answered:?} after the cut ({failed} failed unanswered)");
+}

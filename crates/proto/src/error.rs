@@ -133,6 +133,8 @@ error_codes! {
     AuthRequired = 23,
     /// AUTH gave the wrong password.
     AuthFailed = 24,
+    /// The write's region holds fewer copies than the server's `--min-replicas`; nothing ran.
+    NotEnoughReplicas = 25,
     /// Anything else.
     Internal = 99,
 }

@@ -365,10 +365,11 @@ impl Shipper {
 
     /// Waits until every backup of `region` in its group acknowledged `lsn`, whether its link
     /// is live, reconnecting or catching up (etcd mode: a backup leaves the group only when the
-    /// master removes it). False if one did not within the ack timeout: the write must not be
-    /// acknowledged (it may or may not survive).
-    pub async fn wait_all_acked(&self, region: u32, lsn: u64) -> bool {
+    /// master removes it). Err with the backups that did not within the ack timeout: the write
+    /// must not be acknowledged (it may or may not survive).
+    pub async fn wait_all_acked(&self, region: u32, lsn: u64) -> Result<(), Vec<String>> {
         let deadline = Instant::now() + self.ack_timeout;
+        let mut silent = Vec::new();
         for l in self.links(region) {
             if l.stopped.load(Relaxed) {
                 continue;
@@ -378,10 +379,14 @@ impl Shipper {
             let ok = tokio::time::timeout(left, rx.wait_for(|v| l.stopped.load(Relaxed) || (l.is_live() && *v >= lsn)))
                 .await;
             if !matches!(ok, Ok(Ok(_))) {
-                return false;
+                silent.push(l.node.clone());
             }
         }
-        true
+        if silent.is_empty() {
+            Ok(())
+        } else {
+            Err(silent)
+        }
     }
 
     /// Whether a write to `region` (every region with `None`) must wait for room: a live link

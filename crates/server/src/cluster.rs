@@ -38,6 +38,10 @@ pub struct ClusterNode {
     /// Held while the node's roles change (a promotion, applying a new map), so that one never
     /// acts on the state the other is half-way through.
     pub(crate) roles: parking_lot::Mutex<()>,
+    /// Silent backups already reported: (region, node, epoch).
+    pub(crate) reported: parking_lot::Mutex<std::collections::HashSet<(u32, String, u64)>>,
+    /// Copies (the primary counted) a region's group must hold for writes (`--min-replicas`).
+    pub(crate) min_replicas: usize,
     /// Ships primary regions to their backups.
     pub shipper: Arc<Shipper>,
     /// Takes streams for backup regions.
@@ -109,6 +113,8 @@ impl ClusterNode {
             db: db.clone(),
             control: None,
             roles: parking_lot::Mutex::new(()),
+            reported: Default::default(),
+            min_replicas: cfg.min_replicas,
             shipper,
             replica,
             mode,
@@ -180,7 +186,8 @@ impl ClusterNode {
         }
         for &(r, lsn) in writes {
             if self.control.is_some() {
-                if !self.shipper.wait_all_acked(r, lsn).await {
+                if let Err(silent) = self.shipper.wait_all_acked(r, lsn).await {
+                    self.report_silent(r, silent);
                     return false;
                 }
             } else {
@@ -188,6 +195,41 @@ impl ClusterNode {
             }
         }
         true
+    }
+
+    /// etcd mode: tells the master that these backups of `region` did not acknowledge in time
+    /// (once per backup and epoch); the master removes them from the group.
+    fn report_silent(&self, region: u32, silent: Vec<String>) {
+        let Some(s) = self.control.clone() else { return };
+        let Some(epoch) = self.shipper.epoch(region) else { return };
+        for node in silent {
+            if !self.reported.lock().insert((region, node.clone(), epoch)) {
+                continue;
+            }
+            tracing::warn!(region, backup = %node, epoch, "backup did not acknowledge in time; reporting it to the master");
+            let rep = halyard_control::Report { region, node, epoch, by: self.name.clone() };
+            let s = s.clone();
+            tokio::spawn(async move {
+                if let Err(e) = s.report(&rep).await {
+                    tracing::warn!("cannot report a silent backup to etcd: {e}");
+                }
+            });
+        }
+    }
+
+    /// Whether a write to `key`'s region may run: its group holds at least `min_replicas`
+    /// copies (etcd mode; the primary counted).
+    fn check_write(&self, key: &[u8]) -> Result<(), String> {
+        let f = self.file.read();
+        match f.region_for(key) {
+            Some(r) if r.backups.len() + 1 < self.min_replicas => Err(format!(
+                "region {} holds {} of the {} copies --min-replicas asks for: writes resume once the master adds backups",
+                r.id,
+                r.backups.len() + 1,
+                self.min_replicas
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Called (on a blocking thread) when an admin promotes this node for `region`: rebuild
@@ -539,6 +581,10 @@ impl Router for ClusterNode {
 
     fn wait_room<'a>(&'a self, region: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(self.shipper.wait_room(Some(region)))
+    }
+
+    fn check_write(&self, key: &[u8]) -> Result<(), String> {
+        ClusterNode::check_write(self, key)
     }
 
     fn route_last(&self) -> Result<u32, String> {

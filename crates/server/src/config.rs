@@ -55,6 +55,9 @@ pub struct ServerConfig {
     pub lease_ttl_secs: u64,
     /// The secret every node-to-node connection (replication, admin requests) must carry.
     pub cluster_secret: Option<String>,
+    /// Copies of a region (the primary counted) its group must hold for writes to run (Kafka's
+    /// `min.insync.replicas`).
+    pub min_replicas: usize,
     /// Engine settings.
     pub engine: EngineConfig,
 }
@@ -107,6 +110,7 @@ impl Default for ServerConfig {
             advertise_host: None,
             lease_ttl_secs: 2,
             cluster_secret: None,
+            min_replicas: 1,
             engine: EngineConfig::default(),
         }
     }

@@ -57,6 +57,8 @@ impl ClusterNode {
             db: db.clone(),
             control: Some(session.clone()),
             roles: parking_lot::Mutex::new(()),
+            reported: Default::default(),
+            min_replicas: cfg.min_replicas,
             shipper,
             replica: Replica::new(db.clone(), cfg.dir.join("replica-epochs")),
             mode,

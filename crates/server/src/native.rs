@@ -80,6 +80,9 @@ pub trait Router: Send + Sync {
     fn must_wait(&self, key: &[u8]) -> Option<u32>;
     /// Resolves once `region`'s backups' queues have room for writes.
     fn wait_room<'a>(&'a self, region: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+    /// Whether a write to `key` may run (the region's group is large enough); the error
+    /// message otherwise.
+    fn check_write(&self, key: &[u8]) -> Result<(), String>;
     /// The last region (no end key) when this node leads it (a reverse scan to the end).
     fn route_last(&self) -> Result<u32, String>;
     /// The node's region map as JSON (REGION_MAP).
@@ -459,6 +462,9 @@ impl Session {
         key: &[u8],
         f: impl FnOnce(&halyard_engine::RegionHandle) -> halyard_engine::Result<u64>,
     ) -> halyard_engine::Result<Response> {
+        if let Some(Err(message)) = self.router.as_ref().map(|r| r.check_write(key)) {
+            return Ok(Response::Error { code: ErrorCode::NotEnoughReplicas, message });
+        }
         let mut done = None;
         let r = self.routed(key, |h| {
             let lsn = f(h)?;

@@ -80,6 +80,11 @@ pub fn start_node(root: &Path, etcd: &str, name: &str) -> Node {
 
 /// A node run as user and group `uid` (its data directory is made theirs).
 pub fn start_node_as(root: &Path, etcd: &str, name: &str, uid: Option<u32>) -> Node {
+    start_node_with(root, etcd, name, uid, &[])
+}
+
+/// A node with `extra` flags for `halyard serve`.
+pub fn start_node_with(root: &Path, etcd: &str, name: &str, uid: Option<u32>, extra: &[&str]) -> Node {
     let (native, resp, http, repl) = (free_port(), free_port(), free_port(), free_port());
     let args: Vec<String> = [
         "serve",
@@ -103,6 +108,7 @@ pub fn start_node_as(root: &Path, etcd: &str, name: &str, uid: Option<u32>) -> N
         SECRET,
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
     if let Some(u) = uid {
