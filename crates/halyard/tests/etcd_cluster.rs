@@ -333,3 +333,46 @@ fn min_replicas_refuses_writes_while_the_group_is_short() {
     let (ok, out) = halyard(&["admin", "verify", "--region", "1", "--etcd", &url]);
     assert!(ok, "{out}");
 }
+
+/// The Redis port of a cluster node serves the keys of the regions it leads (a write is
+/// answered once the backups hold it), says which node leads the others, and refuses what it
+/// cannot serve on a cluster yet (hashes, whole-key-space commands) instead of answering from
+/// a backup's copy.
+#[test]
+fn redis_port_in_cluster_mode_serves_what_the_node_leads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = start_etcd(dir.path());
+    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "3", "--replicas", "2"]);
+    assert!(ok, "{out}");
+    let _nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    let resp_ports: Vec<u16> = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["resp"].as_str().unwrap().rsplit_once(':').unwrap().1.parse().unwrap())
+        .collect();
+    let t = Instant::now();
+    loop {
+        let answers: Vec<common::R> =
+            resp_ports.iter().map(|&p| common::Resp::connect(p).cmd(&["SET", "rk", "v1"])).collect();
+        let oks = answers.iter().filter(|a| **a == common::ok()).count();
+        let moved = answers.iter().filter(|a| matches!(a, common::R::Err(e) if e.starts_with("TRYAGAIN"))).count();
+        if oks == 1 && moved == 2 {
+            break;
+        }
+        // Nodes follow the map within their poll interval.
+        assert!(t.elapsed() < Duration::from_secs(10), "one node must take the write, the others name it: {answers:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for &p in &resp_ports {
+        let mut c = common::Resp::connect(p);
+        assert!(matches!(c.cmd(&["HSET", "h", "f", "v"]), common::R::Err(e) if e.contains("not served")));
+        assert!(matches!(c.cmd(&["KEYS", "*"]), common::R::Err(e) if e.contains("not served")));
+        assert_eq!(c.cmd(&["PING"]), common::R::Simple("PONG".into()));
+    }
+    for r in 1..=3 {
+        let (ok, out) = halyard(&["admin", "verify", "--region", &r.to_string(), "--etcd", &url]);
+        assert!(ok, "the write reached the backup: {out}");
+    }
+}

@@ -387,6 +387,16 @@ async fn resp_connection(
         loop {
             let (pos, flow) = offload.run(|| execute_resp(sh, &mut sess, &buf, &mut out, limits));
             buf.drain(..pos);
+            if !sess.writes.is_empty() {
+                let writes = std::mem::take(&mut sess.writes);
+                if let Some(c) = sh.cluster.get() {
+                    if !c.wait_acked(&writes).await {
+                        // A backup did not take the writes in time: their outcome is unknown,
+                        // so the client is not told they succeeded.
+                        return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "a backup did not acknowledge"));
+                    }
+                }
+            }
             if !out.is_empty() {
                 stream.write_all(&out).await?;
                 sh.metrics.bytes_out.fetch_add(out.len() as u64, Relaxed);

@@ -21,6 +21,9 @@ pub struct Session {
     pub created: Instant,
     /// Commands run, for sampling their latency.
     pub timed: u32,
+    /// Cluster mode: (region, LSN) of the writes run since the last reply write; the replies
+    /// wait for the region's backups to hold them.
+    pub writes: Vec<(u32, u64)>,
 }
 
 /// SCAN cursors: numbers that stand for "continue after this key". Old ones are forgotten
@@ -98,6 +101,7 @@ impl Shared {
             quit: false,
             created: Instant::now(),
             timed: 0,
+            writes: Vec::new(),
         }
     }
 

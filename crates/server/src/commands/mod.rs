@@ -129,11 +129,66 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
+    let region = match sh.cluster.get().map(|c| cluster_route(c, cmd, args)) {
+        Some(Err(reply)) => return reply,
+        Some(Ok(r)) => r,
+        None => None,
+    };
     let reply = (cmd.handler)(sh, sess, args);
+    if let (Some(r), true) = (region, cmd.flags & WRITE != 0) {
+        // Everything up to the region's LSN now, this command's writes included.
+        if let Ok(h) = sh.ks.db.region(r) {
+            sess.writes.push((r, h.lsn()));
+        }
+    }
     if let Some(st) = sh.metrics.commands.get(cmd.name) {
         st.record(t0.map(|t| t.elapsed().as_micros() as u64), matches!(reply, Reply::Error(_)));
     }
     reply
+}
+
+/// The keys a keyspace command reads or writes (Redis' key specs: first, last, step).
+fn command_keys<'a>(name: &str, args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    let rest = args.get(1..).unwrap_or_default();
+    match name {
+        "del" | "unlink" | "exists" | "mget" => rest.to_vec(),
+        "mset" | "msetnx" => rest.iter().step_by(2).copied().collect(),
+        _ => rest.first().copied().into_iter().collect(),
+    }
+}
+
+/// Cluster mode: the region a keyspace command runs on, which this node must serve; a reply
+/// saying why not otherwise. Commands on no key run as on a single node.
+fn cluster_route(c: &crate::cluster::ClusterNode, cmd: &Command, args: &[&[u8]]) -> Result<Option<u32>, Reply> {
+    if cmd.flags & (WRITE | READONLY) == 0 {
+        return Ok(None);
+    }
+    // A hash's fields are stored under another prefix than its key, so they can lie in another
+    // region; the whole-key-space commands would read every region's copy here.
+    let unserved = ["hset", "hmset", "hget", "hmget", "hgetall", "hdel", "hexists", "hlen", "halyard.range"];
+    if unserved.contains(&cmd.name) || matches!(cmd.name, "scan" | "keys" | "dbsize") {
+        return Err(Reply::err(format!(
+            "ERR {} is not served by a cluster's Redis port yet: use the native protocol (halyard get|put|del|scan, \
+             halyard_client::ClusterClient)",
+            cmd.name.to_ascii_uppercase()
+        )));
+    }
+    let mut region = None;
+    for user in command_keys(cmd.name, args) {
+        let r = match c.route(&crate::keyspace::key(user)) {
+            crate::cluster::Route::Here(r) => r,
+            crate::cluster::Route::Elsewhere(m) => {
+                return Err(Reply::err(format!(
+                    "TRYAGAIN {m}; this node's Redis port serves the regions it leads (forwarding is not built yet)"
+                )))
+            }
+        };
+        if region.is_some_and(|x| x != r) {
+            return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
+        }
+        region = Some(r);
+    }
+    Ok(region)
 }
 
 fn unknown(name: &[u8], args: &[&[u8]]) -> Reply {
