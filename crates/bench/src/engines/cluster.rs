@@ -11,7 +11,7 @@
 use super::server::{metric_of, Probe, ServerSample};
 use super::{bench_thread, Engine, EngineConfig, EngineStats};
 use crate::args::{ClusterSpec, Replication};
-use halyard_client::{blocking::Client, ClientOptions};
+use halyard_client::{blocking::ClusterClient, ClientOptions};
 use halyard_cluster::{ClusterFile, NodeSpec, RegionSpec};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -32,9 +32,8 @@ impl Drop for NodeProc {
 
 pub(super) struct Cluster {
     nodes: Vec<NodeProc>,
-    /// Per bench thread, one client per node (by node index).
-    clients: Vec<Vec<Client>>,
-    file: ClusterFile,
+    /// Per bench thread, one region-aware client.
+    clients: Vec<ClusterClient>,
     mode: Replication,
     settings: Vec<(String, String)>,
 }
@@ -135,18 +134,13 @@ fn wait_up(dir: &Path, node: &NodeSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// Per bench thread, one client per node.
-fn connect_all(file: &ClusterFile, threads: usize) -> Result<Vec<Vec<Client>>, String> {
+/// Per bench thread, one region-aware client (one connection per node it talks to), which
+/// reads the region map from the nodes.
+fn connect_all(file: &ClusterFile, threads: usize) -> Result<Vec<ClusterClient>, String> {
     let opts = ClientOptions { timeout: Duration::from_secs(60), ..Default::default() };
+    let seeds: Vec<&str> = file.nodes.iter().map(|n| n.native.as_str()).collect();
     (0..threads)
-        .map(|_| {
-            file.nodes
-                .iter()
-                .map(|n| {
-                    Client::connect(n.native.as_str(), opts.clone()).map_err(|e| format!("connect {}: {e}", n.native))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
+        .map(|_| ClusterClient::connect(&seeds, opts.clone()).map_err(|e| format!("connect {}: {e}", seeds.join(","))))
         .collect()
 }
 
@@ -204,14 +198,11 @@ impl Cluster {
             ("per_node_budgets".into(), format!("workers {workers}, l0 {} MiB per region, cache {} MiB, growth {}, sync {sync}", cfg.l0_bytes >> 20, cfg.cache_bytes >> 20, cfg.growth_factor)),
             ("measures".into(), "primary: n1's /proc (io, stat); backup: the other nodes' /proc summed; network: bytes every node sent and received on client and replication sockets".into()),
         ];
-        Ok(Cluster { nodes: procs, clients, file, mode, settings })
+        Ok(Cluster { nodes: procs, clients, mode, settings })
     }
 
-    fn client(&self, key: &[u8]) -> Result<&Client, String> {
-        let r = self.file.region_for(key).ok_or("no region for the key")?;
-        let i = self.file.nodes.iter().position(|n| n.name == r.primary).ok_or("no such node")?;
-        let per = &self.clients[bench_thread() % self.clients.len()];
-        Ok(&per[i])
+    fn client(&self) -> &ClusterClient {
+        &self.clients[bench_thread() % self.clients.len()]
     }
 
     fn sample(&self, i: usize) -> ServerSample {
@@ -239,22 +230,19 @@ impl Cluster {
 
 impl Engine for Cluster {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        self.client(key)?.put(key, value).map_err(|e| e.to_string())
+        self.client().put(key, value).map_err(|e| e.to_string())
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<usize>, String> {
-        self.client(key)?.get(key).map(|v| v.map(|v| v.len())).map_err(|e| e.to_string())
+        self.client().get(key).map(|v| v.map(|v| v.len())).map_err(|e| e.to_string())
     }
 
     fn scan(&self, start: &[u8], len: usize) -> Result<(usize, u64), String> {
-        // A scan reads the start key's region (pages do not cross regions).
-        let limit = u32::try_from(len).unwrap_or(u32::MAX);
-        let page = self
-            .client(start)?
-            .scan(Bound::Included(start), Bound::Unbounded, limit, false)
-            .map_err(|e| e.to_string())?;
-        let bytes = page.pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
-        Ok((page.pairs.len(), bytes))
+        // The cluster client crosses regions in key order.
+        let pairs =
+            self.client().scan(Bound::Included(start), Bound::Unbounded, len, false).map_err(|e| e.to_string())?;
+        let bytes = pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        Ok((pairs.len(), bytes))
     }
 
     fn stats(&self) -> EngineStats {
