@@ -316,6 +316,7 @@ mod tests {
             backups: vec![],
             epoch: 1,
             leases: Default::default(),
+            learners: Vec::new(),
         }
     }
 

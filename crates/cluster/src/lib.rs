@@ -81,6 +81,11 @@ pub struct RegionSpec {
     /// (it died, or restarted and caught nothing of what happened meanwhile). Empty in files.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub leases: std::collections::BTreeMap<String, i64>,
+    /// Under etcd: nodes taking their first full copy of the region. The primary ships to them
+    /// but writes do not wait for them, and they are never promoted; the master makes each a
+    /// backup once it holds its copy. Empty in files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub learners: Vec<String>,
 }
 
 fn one() -> u64 {
@@ -259,6 +264,7 @@ impl ClusterFile {
                 backups: (1..replicas.min(n)).map(|j| name(i as usize + j)).collect(),
                 epoch: 1,
                 leases: Default::default(),
+                learners: Vec::new(),
             })
             .collect();
         ClusterFile { nodes, regions }

@@ -30,6 +30,7 @@ pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits:
             backups: Vec::new(),
             epoch: 1,
             leases: Default::default(),
+            learners: Vec::new(),
         };
         let rec = RegionRecord { spec, version: 1 };
         ops.push(TxnOp::put(layout.region(rec.spec.id), serde_json::to_vec(&rec).unwrap_or_default(), None));

@@ -79,7 +79,7 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
         }
         return None;
     }
-    let lost: Vec<String> = spec.backups.iter().filter(|b| !view.holds(r, b)).cloned().collect();
+    let lost: Vec<String> = spec.backups.iter().chain(&spec.learners).filter(|b| !view.holds(r, b)).cloned().collect();
     if !lost.is_empty() {
         return Some(Step::Drop(lost));
     }
@@ -87,8 +87,8 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
     if !silent.is_empty() {
         return Some(Step::Drop(silent));
     }
-    if spec.backups.len() + 1 < replicas {
-        let group = |n: &String| *n == spec.primary || spec.backups.contains(n);
+    if spec.backups.len() + spec.learners.len() + 1 < replicas {
+        let group = |n: &String| *n == spec.primary || spec.backups.contains(n) || spec.learners.contains(n);
         let pick = view.live.keys().filter(|n| !group(n)).min_by_key(|n| loads.get(*n).copied().unwrap_or(0)).cloned();
         if let Some(n) = pick {
             *loads.entry(n.clone()).or_default() += 1;
@@ -151,6 +151,7 @@ fn promoted(spec: &RegionSpec, node: &str, epoch: u64) -> RegionSpec {
     let mut s = spec.clone();
     s.leases.remove(&s.primary);
     s.backups.retain(|b| b != node);
+    s.learners.retain(|b| b != node);
     s.primary = node.to_string();
     s.epoch = s.epoch.max(epoch);
     s
@@ -272,6 +273,7 @@ impl Master {
             Step::Drop(nodes) => {
                 let mut s = spec.clone();
                 s.backups.retain(|b| !nodes.contains(b));
+                s.learners.retain(|b| !nodes.contains(b));
                 s.leases.retain(|n, _| !nodes.contains(n));
                 s.epoch += 1;
                 let mut ops = vec![self.put_region(&Self::with_spec(r, s))];
@@ -302,7 +304,7 @@ impl Master {
             Step::Add(node) => {
                 let mut s = spec.clone();
                 let lease = view.live.get(&node).map_or(0, |n| n.lease);
-                s.backups.push(node.clone());
+                s.learners.push(node.clone());
                 s.leases.insert(node.clone(), lease);
                 s.epoch += 1;
                 let epoch = s.epoch;
@@ -325,7 +327,7 @@ impl Master {
                 }
             }
             Step::Finish(key, Intent::AddBackup { node, .. }) => {
-                if !spec.backups.contains(&node) || !view.holds(r, &node) {
+                if !spec.learners.contains(&node) || !view.holds(r, &node) {
                     self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
                 } else {
                     self.copied(term, view, spec, &key, &node).await?;
@@ -359,15 +361,29 @@ impl Master {
         Ok(())
     }
 
-    /// Waits until the primary has sent `node` its full copy of the region, then ends the log
-    /// entry: from then on the node counts as holding the region.
+    /// Waits until the primary has sent learner `node` its full copy of the region, then makes
+    /// it a backup (a new epoch: writes wait for it from then on, and it may be promoted) and
+    /// ends the log entry, in one transaction.
     async fn copied(&self, term: &Term, view: &View, spec: &RegionSpec, key: &str, node: &str) -> Result<()> {
         let addr = |n: &str| view.members.get(n).cloned().unwrap_or_default();
         let (p, b) = (addr(&spec.primary), addr(node));
         halyard_replication::admin::add_backup(&p.replication, spec.id, spec.epoch, node, &b.native, &b.replication)
             .await?;
-        self.commit(term, None, vec![TxnOp::delete(key, None)]).await?;
-        tracing::info!(region = spec.id, node, "new backup holds its full copy");
+        // The copy took a while: decide on the region as it is now.
+        let mut c = self.session.client();
+        let now = View::load(&mut c, self.session.layout()).await?;
+        let Some((r, rev)) = now.regions.get(&spec.id) else { return Ok(()) };
+        let mut ops = vec![TxnOp::delete(key, None)];
+        if r.spec.learners.iter().any(|l| l == node) {
+            let mut s = r.spec.clone();
+            s.learners.retain(|l| l != node);
+            s.backups.push(node.to_string());
+            s.epoch += 1;
+            ops.push(self.put_region(&Self::with_spec(r, s)));
+        }
+        if self.commit(term, Some((spec.id, *rev)), ops).await? {
+            tracing::info!(region = spec.id, node, "the new backup holds its full copy");
+        }
         Ok(())
     }
 }
@@ -396,6 +412,7 @@ mod tests {
             backups: backups.iter().map(|b| b.to_string()).collect(),
             epoch: 3,
             leases: leases.iter().map(|(n, l)| (n.to_string(), *l)).collect(),
+            learners: Vec::new(),
         }
     }
 
@@ -412,10 +429,14 @@ mod tests {
 
     #[test]
     fn a_learner_is_dropped_before_promotion_and_never_promoted() {
-        let s = spec("n1", &["n2"], &[("n1", 1), ("n2", 2)]);
+        let mut s = spec("n1", &[], &[("n1", 1), ("n2", 2)]);
+        s.learners = vec!["n2".into()];
         let (mut v, r) = view(&[("n2", 2)], s);
         v.intents.push(("k".into(), Intent::AddBackup { region: 1, node: "n2".into(), epoch: 3 }));
         assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Drop(vec!["n2".into()])));
+        // A learner whose primary holds is taking its copy: nothing more is added meanwhile.
+        let (v2, r2) = view(&[("n1", 1), ("n2", 2)], r.spec.clone());
+        assert_eq!(plan(&v2, &r2, 2, &mut BTreeMap::new()), None);
     }
 
     #[test]

@@ -78,15 +78,18 @@ impl View {
         self.alive(node, r.spec.leases.get(node))
     }
 
-    /// Nodes in the region log as still taking a full copy of `region`.
+    /// Nodes still taking their first full copy of `region`: its learners, and any node the
+    /// region log has being added (a master that died between its two steps).
     pub fn learners(&self, region: u32) -> Vec<String> {
-        self.intents
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Intent::AddBackup { region: r, node, .. } if *r == region => Some(node.clone()),
-                _ => None,
-            })
-            .collect()
+        let mut out: Vec<String> = self.regions.get(&region).map(|(r, _)| r.spec.learners.clone()).unwrap_or_default();
+        for (_, i) in &self.intents {
+            if let Intent::AddBackup { region: r, node, .. } = i {
+                if *r == region && !out.contains(node) {
+                    out.push(node.clone());
+                }
+            }
+        }
+        out
     }
 
     /// The map a node routes with: every member's addresses and every assigned region.

@@ -18,7 +18,7 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, halyard, start_etcd, start_node, status, wait_settled, Node};
+use etcd_common::{cluster_client, halyard, new_cluster, start_node, status, wait_settled, Node};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,11 +33,7 @@ fn value(i: u64) -> Vec<u8> {
 
 #[test]
 fn master_and_primary_killed_failover_without_a_person() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) =
-        halyard(&["cluster", "init", "--etcd", &url, "--regions", "3", "--replicas", "2", "--numeric-keys"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(3, 2, true);
     let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let s = wait_settled(&url, 2, Duration::from_secs(60));
     // The victim: the master, which also leads a region (the master's node leads at least one
@@ -189,11 +185,7 @@ fn median_p99(v: &mut [f64]) -> (f64, f64) {
 #[ignore]
 fn failover_times() {
     let kills: usize = std::env::var("HALYARD_FAILOVER_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) =
-        halyard(&["cluster", "init", "--etcd", &url, "--regions", "3", "--replicas", "2", "--numeric-keys"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(3, 2, true);
     let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let layout = halyard_control::Layout::new("halyard");
@@ -301,10 +293,7 @@ fn etcd_down_briefly_primaries_resume() {
 /// on; when the node returns and has its copy again, writes resume.
 #[test]
 fn min_replicas_refuses_writes_while_the_group_is_short() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "2"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(1, 2, false);
     let extra = ["--min-replicas", "2"];
     let mut nodes: Vec<Node> =
         (1..=2).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
@@ -340,10 +329,7 @@ fn min_replicas_refuses_writes_while_the_group_is_short() {
 /// a backup's copy.
 #[test]
 fn redis_port_in_cluster_mode_serves_what_the_node_leads() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "3", "--replicas", "2"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(3, 2, false);
     let _nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let s = wait_settled(&url, 2, Duration::from_secs(60));
     let resp_ports: Vec<u16> = s["nodes"]

@@ -17,7 +17,7 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, halyard, start_etcd, start_node, start_node_as, status, wait_settled};
+use etcd_common::{cluster_client, halyard, new_cluster, start_node, start_node_as, status, wait_settled};
 use halyard_client::blocking::Client;
 use halyard_client::ClientOptions;
 use std::process::Command;
@@ -63,10 +63,7 @@ fn port(addr: &str) -> u16 {
 
 #[test]
 fn a_primary_cut_off_serves_nothing_once_its_lease_is_over() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "3"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(1, 3, false);
     // With every node equally loaded the master gives the region to the first node by name.
     let mut nodes = vec![start_node_as(dir.path(), &url, "n1", Some(CUT_UID))];
     nodes.push(start_node(dir.path(), &url, "n2"));
@@ -146,10 +143,7 @@ fn a_primary_cut_off_serves_nothing_once_its_lease_is_over() {
 /// it from the group, and writes are answered again without it.
 #[test]
 fn a_silent_backup_is_reported_and_removed() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "2"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(1, 2, false);
     let extra = ["--ack-timeout-ms", "1000"];
     let nodes = [
         etcd_common::start_node_with(dir.path(), &url, "n1", Some(CUT_UID), &extra),

@@ -23,7 +23,7 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, halyard, start_etcd, start_node, status, wait_settled, Node};
+use etcd_common::{cluster_client, new_cluster, start_node, status, wait_settled, Node};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -175,10 +175,7 @@ fn lost_writes(ops: &[Op], finals: &[Op]) -> usize {
 }
 
 fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
-    let dir = tempfile::tempdir().unwrap();
-    let (_etcd, url) = start_etcd(dir.path());
-    let (ok, out) = halyard(&["cluster", "init", "--etcd", &url, "--regions", "1", "--replicas", "3"]);
-    assert!(ok, "{out}");
+    let (dir, _etcd, url) = new_cluster(1, 3, false);
     let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let s = wait_settled(&url, 3, Duration::from_secs(60));
     let primary = s["regions"][0]["primary"].as_str().unwrap().to_string();

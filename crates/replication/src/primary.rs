@@ -86,6 +86,9 @@ pub struct Link {
     pub(crate) acked: watch::Sender<u64>,
     live: AtomicBool,
     stopped: AtomicBool,
+    /// Whether [`Shipper::wait_all_acked`] waits for this backup (not for a learner taking its
+    /// first copy).
+    counted: AtomicBool,
     /// When the link last stopped being live (None while live).
     down_since: parking_lot::Mutex<Option<Instant>>,
     /// Bytes of the frames in the queue (a full copy's are not counted).
@@ -157,6 +160,15 @@ impl Link {
     /// Whether the link gave up for good (the backup cannot be brought up to date).
     pub fn is_stopped(&self) -> bool {
         self.stopped.load(Relaxed)
+    }
+
+    /// Whether writes wait for this backup in [`Shipper::wait_all_acked`] (a learner taking
+    /// its first full copy is shipped to but not waited for).
+    pub fn set_counted(&self, counted: bool) {
+        if self.counted.swap(counted, Relaxed) != counted {
+            // Writers waiting on it re-check.
+            self.acked.send_modify(|_| {});
+        }
     }
 }
 
@@ -244,6 +256,7 @@ impl Shipper {
             acked: watch::Sender::new(0),
             live: AtomicBool::new(live),
             stopped: AtomicBool::new(false),
+            counted: AtomicBool::new(true),
             down_since: parking_lot::Mutex::new(down_since),
             queued: AtomicU64::new(0),
             drained: AtomicU64::new(0),
@@ -363,21 +376,21 @@ impl Shipper {
         }
     }
 
-    /// Waits until every backup of `region` in its group acknowledged `lsn`, whether its link
-    /// is live, reconnecting or catching up (etcd mode: a backup leaves the group only when the
+    /// Waits until every backup of `region` in its group (learners aside) acknowledged `lsn`,
+    /// whether its link is live, reconnecting or catching up (etcd mode: a backup leaves the group only when the
     /// master removes it). Err with the backups that did not within the ack timeout: the write
     /// must not be acknowledged (it may or may not survive).
     pub async fn wait_all_acked(&self, region: u32, lsn: u64) -> Result<(), Vec<String>> {
         let deadline = Instant::now() + self.ack_timeout;
         let mut silent = Vec::new();
         for l in self.links(region) {
-            if l.stopped.load(Relaxed) {
+            if l.stopped.load(Relaxed) || !l.counted.load(Relaxed) {
                 continue;
             }
             let mut rx = l.acked.subscribe();
             let left = deadline.saturating_duration_since(Instant::now());
-            let ok = tokio::time::timeout(left, rx.wait_for(|v| l.stopped.load(Relaxed) || (l.is_live() && *v >= lsn)))
-                .await;
+            let done = |v: &u64| l.stopped.load(Relaxed) || !l.counted.load(Relaxed) || (l.is_live() && *v >= lsn);
+            let ok = tokio::time::timeout(left, rx.wait_for(done)).await;
             if !matches!(ok, Ok(Ok(_))) {
                 silent.push(l.node.clone());
             }

@@ -354,6 +354,11 @@ impl halyard_replication::NodeHooks for ClusterNode {
                 self.shipper.add_link(region, node, replication)?
             }
         };
+        if self.control.is_some() {
+            // Under etcd the node is a learner until the master makes it a backup.
+            let backup = self.file.read().region(region).is_some_and(|r| r.backups.iter().any(|b| b == node));
+            link.set_counted(backup);
+        }
         if self.control.is_none() {
             let mut f = self.file.write();
             if f.node(node).is_none() {

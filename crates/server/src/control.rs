@@ -136,7 +136,7 @@ impl ClusterNode {
                 } else if !backs {
                     self.lead(&map, r)?;
                 }
-            } else if member && r.backups.contains(&self.name) {
+            } else if member && (r.backups.contains(&self.name) || r.learners.contains(&self.name)) {
                 if leads {
                     tracing::warn!(region = r.id, epoch = r.epoch, "no longer primary here; becoming a backup");
                     self.shipper.remove_region(r.id);
@@ -161,21 +161,29 @@ impl ClusterNode {
         Ok(())
     }
 
-    /// Ships the region to exactly the backups the map names, at the map's epoch.
+    /// Ships the region to exactly the backups and learners the map names, at the map's
+    /// epoch; writes wait for the backups only.
     fn sync_links(&self, map: &ClusterFile, r: &RegionSpec) {
         self.shipper.set_epoch(r.id, r.epoch);
+        let members = || r.backups.iter().chain(&r.learners);
         for l in self.shipper.links(r.id) {
-            if !r.backups.contains(&l.node) {
+            if !members().any(|m| *m == l.node) {
                 self.shipper.remove_link(r.id, &l.node);
             }
         }
-        for b in &r.backups {
-            if self.shipper.link(r.id, b).is_none() {
-                if let Some(n) = map.node(b) {
-                    if let Err(e) = self.shipper.add_link(r.id, b, &n.replication) {
+        for b in members() {
+            let link = match self.shipper.link(r.id, b) {
+                Some(l) => Some(l),
+                None => map.node(b).and_then(|n| match self.shipper.add_link(r.id, b, &n.replication) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
                         tracing::warn!(region = r.id, backup = %b, "cannot ship to the new backup: {e}");
+                        None
                     }
-                }
+                }),
+            };
+            if let Some(l) = link {
+                l.set_counted(r.backups.contains(b));
             }
         }
     }
@@ -198,9 +206,16 @@ impl ClusterNode {
         }
         let fresh = self.db.region(r.id).map_err(|e| e.to_string())?.lsn() == 0
             && self.db.replication().level_ssts(r.id).map_err(|e| e.to_string())?.iter().all(Vec::is_empty);
-        let backups: Vec<(String, String)> =
-            r.backups.iter().filter_map(|b| Some((b.clone(), map.node(b)?.replication.clone()))).collect();
+        let backups: Vec<(String, String)> = r
+            .backups
+            .iter()
+            .chain(&r.learners)
+            .filter_map(|b| Some((b.clone(), map.node(b)?.replication.clone())))
+            .collect();
         let s = self.shipper.add_region(r.id, r.epoch, self.mode, &backups, fresh);
+        for l in self.shipper.links(r.id) {
+            l.set_counted(r.backups.contains(&l.node));
+        }
         self.shipper.start(&s, None);
         tracing::info!(region = r.id, epoch = r.epoch, fresh, "leading region");
         Ok(())

@@ -85,6 +85,7 @@ fn cluster_file(spec: &ClusterSpec, n: usize, replicas: usize, p: &[u16]) -> Clu
             backups: (0..replicas - 1).map(|j| format!("n{}", 2 + (i as usize + j) % (n - 1).max(1))).collect(),
             epoch: 1,
             leases: Default::default(),
+            learners: Vec::new(),
         })
         .collect();
     ClusterFile { nodes, regions }

@@ -45,6 +45,22 @@ pub fn start_etcd(dir: &Path) -> (Proc, String) {
     start_etcd_on(dir, free_port(), free_port())
 }
 
+/// A temporary directory, a fresh etcd in it, and a cluster created there with `regions`
+/// regions of `replicas` copies each (split over `key0`..`key9` with `numeric`, else over the
+/// first byte).
+pub fn new_cluster(regions: usize, replicas: usize, numeric: bool) -> (tempfile::TempDir, Proc, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (etcd, url) = start_etcd(dir.path());
+    let (r, c) = (regions.to_string(), replicas.to_string());
+    let mut args = vec!["cluster", "init", "--etcd", &url, "--regions", &r, "--replicas", &c];
+    if numeric {
+        args.push("--numeric-keys");
+    }
+    let (ok, out) = halyard(&args);
+    assert!(ok, "{out}");
+    (dir, etcd, url)
+}
+
 /// etcd on the given client and peer ports (again after a kill: same data, same ports).
 pub fn start_etcd_on(dir: &Path, client: u16, peer: u16) -> (Proc, String) {
     let url = format!("http://127.0.0.1:{client}");
