@@ -40,7 +40,12 @@ struct Inner {
 fn retryable(e: &Error, read: bool) -> bool {
     match e {
         Error::Server { code, .. } => {
-            matches!(code, ErrorCode::NotLeader | ErrorCode::NoRegion | ErrorCode::ShuttingDown)
+            // NotEnoughReplicas passes once the master has added a backup (Kafka's client
+            // retries its counterpart too).
+            matches!(
+                code,
+                ErrorCode::NotLeader | ErrorCode::NoRegion | ErrorCode::ShuttingDown | ErrorCode::NotEnoughReplicas
+            )
         }
         Error::Io(_) | Error::Closed | Error::Timeout => read,
         _ => false,

@@ -242,21 +242,33 @@ impl ClusterNode {
             // the ones in it.
             *self.file.write() = self.fetch_map().map_err(halyard_replication::Error::Rejected)?;
         }
-        let backups = {
-            let mut f = self.file.write();
-            f.promote(region, &self.name).map_err(|e| halyard_replication::Error::Rejected(e.to_string()))?;
-            let lease = self.control.as_ref().map(|s| s.lease());
-            if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
-                r.epoch = epoch;
-                if let Some(l) = lease {
-                    r.leases.insert(self.name.clone(), l);
-                }
+        // The node serves the region only once it is rebuilt: until then its map (what routing
+        // reads) still names the old primary, and requests get NotLeader.
+        let mut promoted = self.file.read().clone();
+        promoted.promote(region, &self.name).map_err(|e| halyard_replication::Error::Rejected(e.to_string()))?;
+        let lease = self.control.as_ref().map(|s| s.lease());
+        if let Some(r) = promoted.regions.iter_mut().find(|r| r.id == region) {
+            r.epoch = epoch;
+            if let Some(l) = lease {
+                r.leases.insert(self.name.clone(), l);
             }
-            f.region(region).map(|r| r.backups.clone()).unwrap_or_default()
-        };
+        }
+        let backups: Vec<(String, String)> = promoted
+            .region(region)
+            .map(|r| r.backups.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|b| Some((b.clone(), promoted.node(&b)?.replication.clone())))
+            .collect();
         // Frames queue from here; they go out after the Remap.
-        let stream = self.shipper.add_region(region, epoch, self.mode, &self.addrs(&backups), true);
-        let p = self.replica.promote_region(region)?;
+        let stream = self.shipper.add_region(region, epoch, self.mode, &backups, true);
+        let p = match self.replica.promote_region(region) {
+            Ok(p) => p,
+            Err(e) => {
+                self.shipper.remove_region(region);
+                return Err(e);
+            }
+        };
         let (last, dropped) = (p.last_lsn, p.dropped);
         let maps = match self.mode {
             Mode::SendIndex => self.db.replication().replica_maps(region)?,
@@ -270,6 +282,7 @@ impl ClusterNode {
             log: maps.log.iter().map(|&((p, s), l)| (p, s, l)).collect(),
             index: maps.index,
         });
+        *self.file.write() = promoted;
         self.shipper.start(&stream, first);
         tracing::info!(region, epoch, last_lsn = last, dropped, "promoted to primary");
         Ok((last, dropped))
