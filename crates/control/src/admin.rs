@@ -45,20 +45,30 @@ pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits:
     Ok(())
 }
 
-/// `n` regions over the key space: split points spread over the first byte (`hex:XX`), or
-/// `key<i>` prefixes when the keys are the benchmark's (`key` followed by digits).
-pub fn even_splits(n: usize, numeric_keys: bool) -> Vec<String> {
-    (1..n.max(1))
-        .map(
-            |i| {
-                if numeric_keys {
-                    format!("key{}", i * 10 / n.max(1))
-                } else {
-                    format!("hex:{:02x}", i * 256 / n.max(1))
-                }
-            },
-        )
-        .collect()
+/// How `halyard cluster init --regions N` cuts the key space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Evenly over the first byte (`hex:XX` split points).
+    Bytes,
+    /// Over `key0`..`key9` (at most 10 regions): keys that start with "key" and a digit.
+    Digits,
+    /// Over `halyard bench`'s keys: "user" and 20 digits of a 63-bit hash.
+    Bench,
+}
+
+/// The split points of `n` regions.
+pub fn even_splits(n: usize, keys: Keys) -> Result<Vec<String>> {
+    let n = n.max(1);
+    if keys == Keys::Digits && n > 10 {
+        return Err(Error::Invalid("--numeric-keys cuts over key0..key9: at most 10 regions".into()));
+    }
+    Ok((1..n)
+        .map(|i| match keys {
+            Keys::Digits => format!("key{}", i * 10 / n),
+            Keys::Bytes => format!("hex:{:02x}", i * 256 / n),
+            Keys::Bench => format!("user{:020}", (i64::MAX as u64 / n as u64) * i as u64),
+        })
+        .collect())
 }
 
 /// One row of `halyard cluster status`.

@@ -33,9 +33,12 @@ pub enum ClusterCmd {
         /// raw bytes): N keys make N+1 regions.
         #[arg(long, value_delimiter = ',')]
         split: Vec<String>,
-        /// Cut --regions over keys "key0".."key9" (the benchmark's keys) instead of the first byte.
-        #[arg(long)]
+        /// Cut --regions over keys "key0".."key9" (at most 10 regions) instead of the first byte.
+        #[arg(long, conflicts_with = "bench_keys")]
         numeric_keys: bool,
+        /// Cut --regions evenly over `halyard bench`'s keys ("user" and 20 digits).
+        #[arg(long)]
+        bench_keys: bool,
     },
     /// Print the nodes (alive, lease, addresses, roles), the regions (range, epoch, primary,
     /// backups) and the master's unfinished changes.
@@ -56,11 +59,19 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async {
         match cmd {
-            ClusterCmd::Init { etcd, regions, replicas, split, numeric_keys } => {
+            ClusterCmd::Init { etcd, regions, replicas, split, numeric_keys, bench_keys } => {
                 let layout = Layout::new(&etcd.cluster_name);
                 let mut c = connect(etcd).await?;
-                let splits =
-                    if split.is_empty() { halyard_control::admin::even_splits(*regions, *numeric_keys) } else { split.clone() };
+                use halyard_control::admin::{even_splits, Keys};
+                let keys = match (*numeric_keys, *bench_keys) {
+                    (true, _) => Keys::Digits,
+                    (_, true) => Keys::Bench,
+                    _ => Keys::Bytes,
+                };
+                let splits = match split.is_empty() {
+                    true => even_splits(*regions, keys).map_err(|e| e.to_string())?,
+                    false => split.clone(),
+                };
                 halyard_control::admin::init(&mut c, &layout, *replicas, &splits).await.map_err(|e| e.to_string())?;
                 println!(
                     "cluster {} created: {} regions, {replicas} copies each; start nodes with `halyard serve --etcd {} --cluster-name {} --node NAME`",
