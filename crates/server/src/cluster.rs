@@ -141,8 +141,7 @@ impl ClusterNode {
     }
 
     fn addrs(&self, names: &[String]) -> Vec<(String, String)> {
-        let f = self.file.read();
-        names.iter().filter_map(|n| Some((n.clone(), f.node(n)?.replication.clone()))).collect()
+        replication_addrs(&self.file.read(), names)
     }
 
     /// This node's replication address.
@@ -220,6 +219,9 @@ impl ClusterNode {
     /// Whether a write to `key`'s region may run: its group holds at least `min_replicas`
     /// copies (etcd mode; the primary counted).
     fn check_write(&self, key: &[u8]) -> Result<(), String> {
+        if self.min_replicas <= 1 {
+            return Ok(()); // every group holds its primary: no lookup on the write path
+        }
         let f = self.file.read();
         match f.region_for(key) {
             Some(r) if r.backups.len() + 1 < self.min_replicas => Err(format!(
@@ -253,13 +255,7 @@ impl ClusterNode {
                 r.leases.insert(self.name.clone(), l);
             }
         }
-        let backups: Vec<(String, String)> = promoted
-            .region(region)
-            .map(|r| r.backups.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|b| Some((b.clone(), promoted.node(&b)?.replication.clone())))
-            .collect();
+        let backups = replication_addrs(&promoted, promoted.region(region).map_or(&[][..], |r| &r.backups));
         // Frames queue from here; they go out after the Remap.
         let stream = self.shipper.add_region(region, epoch, self.mode, &backups, true);
         let p = match self.replica.promote_region(region) {
@@ -407,6 +403,14 @@ impl halyard_replication::NodeHooks for ClusterNode {
         }
         Ok(())
     }
+}
+
+/// (name, replication address) of each of `names` that `file` lists.
+pub(crate) fn replication_addrs<'a>(
+    file: &ClusterFile,
+    names: impl IntoIterator<Item = &'a String>,
+) -> Vec<(String, String)> {
+    names.into_iter().filter_map(|n| Some((n.clone(), file.node(n)?.replication.clone()))).collect()
 }
 
 /// Replication's metrics for the registry: what this node shipped as a primary and received

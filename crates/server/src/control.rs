@@ -19,6 +19,15 @@ use std::time::Duration;
 /// How often a node reads the region map.
 const POLL: Duration = Duration::from_millis(100);
 
+/// One read of the cluster, given up after the lease TTL.
+async fn read_view(s: &Session) -> Result<View, String> {
+    let mut c = s.client();
+    match tokio::time::timeout(s.ttl(), View::load(&mut c, s.layout())).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("etcd did not answer in time".to_string()),
+    }
+}
+
 impl ClusterNode {
     /// Joins the cluster at `cfg.etcd`: registers this node, takes up the roles the map gives
     /// it under its lease (none right after a start: the master hands them out), and starts
@@ -74,16 +83,7 @@ impl ClusterNode {
     /// The region map as etcd holds it now (called on a blocking thread).
     pub(crate) fn fetch_map(&self) -> Result<ClusterFile, String> {
         let s = self.control.as_ref().ok_or("not in etcd mode")?;
-        let rt = tokio::runtime::Handle::current();
-        rt.block_on(async {
-            let mut c = s.client();
-            let v = tokio::time::timeout(s.ttl(), View::load(&mut c, s.layout())).await;
-            match v {
-                Ok(Ok(v)) => Ok(v.cluster_file()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err("etcd did not answer in time".to_string()),
-            }
-        })
+        tokio::runtime::Handle::current().block_on(read_view(s)).map(|v| v.cluster_file())
     }
 
     /// Reads the map every [`POLL`] and applies each new one (or the same one under a new
@@ -91,9 +91,8 @@ impl ClusterNode {
     async fn follow(self: Arc<Self>, session: Arc<Session>) {
         let mut seen = (0, 0);
         loop {
-            let mut c = session.client();
-            match tokio::time::timeout(session.ttl(), View::load(&mut c, session.layout())).await {
-                Ok(Ok(v)) if (v.revision, session.lease()) != seen => {
+            match read_view(&session).await {
+                Ok(v) if (v.revision, session.lease()) != seen => {
                     seen = (v.revision, session.lease());
                     let (me, file) = (self.clone(), v.cluster_file());
                     match tokio::task::spawn_blocking(move || me.apply(file)).await {
@@ -105,9 +104,8 @@ impl ClusterNode {
                         Err(e) => tracing::error!("applying the region map failed: {e}"),
                     }
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!("reading the region map: {e}"),
-                Err(_) => tracing::warn!("reading the region map timed out"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("reading the region map: {e}"),
             }
             tokio::time::sleep(POLL).await;
         }
@@ -206,12 +204,7 @@ impl ClusterNode {
         }
         let fresh = self.db.region(r.id).map_err(|e| e.to_string())?.lsn() == 0
             && self.db.replication().level_ssts(r.id).map_err(|e| e.to_string())?.iter().all(Vec::is_empty);
-        let backups: Vec<(String, String)> = r
-            .backups
-            .iter()
-            .chain(&r.learners)
-            .filter_map(|b| Some((b.clone(), map.node(b)?.replication.clone())))
-            .collect();
+        let backups = crate::cluster::replication_addrs(map, r.backups.iter().chain(&r.learners));
         let s = self.shipper.add_region(r.id, r.epoch, self.mode, &backups, fresh);
         for l in self.shipper.links(r.id) {
             l.set_counted(r.backups.contains(&l.node));
