@@ -189,6 +189,15 @@ impl Client {
         }
     }
 
+    /// Runs a Redis command on the primary of `region` at `epoch` (node-to-node forwarding in a
+    /// cluster): the reply as RESP `proto` bytes, or `NotLeader` / `StaleEpoch`.
+    pub async fn resp(&self, region: u32, epoch: u64, proto: u8, args: &[&[u8]]) -> Result<Vec<u8>> {
+        match self.call(Request::Resp { region, epoch, proto, args: args.to_vec() }).await? {
+            Response::Value(Some(v)) => Ok(v),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn call(&self, req: Request<'_>) -> Result<Response> {
         let conn = self.conn().await?;
         let (id, reply) = conn.send(&req)?;

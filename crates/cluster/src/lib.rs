@@ -54,6 +54,9 @@ pub struct NodeSpec {
     pub native: String,
     /// Replication address (backup streams and admin requests).
     pub replication: String,
+    /// Redis protocol address (CLUSTER SLOTS names it); absent from files written by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp: Option<String>,
 }
 
 /// A region: a key range with a primary and backups.
@@ -251,6 +254,7 @@ impl ClusterFile {
                 name: name.clone(),
                 native: native.clone(),
                 replication: replication.clone(),
+                resp: None,
             })
             .collect();
         let n = nodes.len();
@@ -288,7 +292,7 @@ mod tests {
         let n = c.regions[0].backups.len();
         assert!(c.add_backup(1, "n9").is_err(), "unknown node");
         assert!(c.add_backup(1, "n1").is_err(), "the primary");
-        c.nodes.push(NodeSpec { name: "n4".into(), native: "x:1".into(), replication: "x:2".into() });
+        c.nodes.push(NodeSpec { name: "n4".into(), native: "x:1".into(), replication: "x:2".into(), resp: None });
         assert_eq!(c.add_backup(1, "n4").unwrap().backups.len(), n + 1);
         assert!(c.add_backup(1, "n4").is_err(), "twice");
         c.validate().unwrap();

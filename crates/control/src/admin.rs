@@ -71,6 +71,25 @@ pub fn even_splits(n: usize, keys: Keys) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The Redis port stores a key `k` under `'r' | k` (with every 00 byte escaped; see the
+/// server's keyspace module): these split points, read as Redis keys, as engine keys. A split
+/// point may not hold a 00 byte: it could then fall between a hash's key and its fields.
+pub fn redis_splits(splits: &[String]) -> Result<Vec<String>> {
+    splits
+        .iter()
+        .map(|s| {
+            let bytes = halyard_cluster::key_bytes(s);
+            if bytes.contains(&0) {
+                return Err(Error::Invalid(format!("split point {s:?}: a Redis split point may not hold a 00 byte")));
+            }
+            Ok(match s.strip_prefix("hex:") {
+                Some(h) => format!("hex:72{h}"),
+                None => format!("r{s}"),
+            })
+        })
+        .collect()
+}
+
 /// One row of `halyard cluster status`.
 #[derive(Debug, Serialize)]
 pub struct NodeStatus {

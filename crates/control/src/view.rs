@@ -97,7 +97,12 @@ impl View {
         let nodes = self
             .members
             .values()
-            .map(|n| NodeSpec { name: n.name.clone(), native: n.native.clone(), replication: n.replication.clone() })
+            .map(|n| NodeSpec {
+                name: n.name.clone(),
+                native: n.native.clone(),
+                replication: n.replication.clone(),
+                resp: Some(n.resp.clone()),
+            })
             .collect();
         let regions =
             self.regions.values().filter(|(r, _)| !r.spec.primary.is_empty()).map(|(r, _)| r.spec.clone()).collect();

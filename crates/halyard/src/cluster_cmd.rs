@@ -39,6 +39,11 @@ pub enum ClusterCmd {
         /// Cut --regions evenly over `halyard bench`'s keys ("user" and 20 digits).
         #[arg(long)]
         bench_keys: bool,
+        /// The split points are Redis keys: cut the key space the Redis port stores its keys
+        /// in (every split point is given the Redis key space's prefix). Without it, splits
+        /// cut the native protocol's keys and every Redis key falls in one region.
+        #[arg(long)]
+        redis: bool,
     },
     /// Print the nodes (alive, lease, addresses, roles), the regions (range, epoch, primary,
     /// backups) and the master's unfinished changes.
@@ -59,7 +64,7 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async {
         match cmd {
-            ClusterCmd::Init { etcd, regions, replicas, split, numeric_keys, bench_keys } => {
+            ClusterCmd::Init { etcd, regions, replicas, split, numeric_keys, bench_keys, redis } => {
                 let layout = Layout::new(&etcd.cluster_name);
                 let mut c = connect(etcd).await?;
                 use halyard_control::admin::{even_splits, Keys};
@@ -71,6 +76,10 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                 let splits = match split.is_empty() {
                     true => even_splits(*regions, keys).map_err(|e| e.to_string())?,
                     false => split.clone(),
+                };
+                let splits = match redis {
+                    true => halyard_control::admin::redis_splits(&splits).map_err(|e| e.to_string())?,
+                    false => splits,
                 };
                 halyard_control::admin::init(&mut c, &layout, *replicas, &splits).await.map_err(|e| e.to_string())?;
                 println!(

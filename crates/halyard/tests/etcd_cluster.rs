@@ -325,42 +325,151 @@ fn min_replicas_refuses_writes_while_the_group_is_short() {
     assert!(ok, "{out}");
 }
 
-/// The Redis port of a cluster node serves the keys of the regions it leads (a write is
-/// answered once the backups hold it), says which node leads the others, and refuses what it
-/// cannot serve on a cluster yet (hashes, whole-key-space commands) instead of answering from
-/// a backup's copy.
+/// Every node's Redis port serves every key of the cluster: a command for a region another
+/// node leads is forwarded there (a write answered once that region's backups hold it), a hash
+/// lies whole in its key's region, multi-key reads fan out, a multi-key write across regions
+/// is refused with CROSSSLOT, and SCAN, KEYS, DBSIZE and HALYARD.RANGE cover every region.
 #[test]
-fn redis_port_in_cluster_mode_serves_what_the_node_leads() {
-    let (dir, _etcd, url) = new_cluster(3, 2, false);
+fn redis_port_on_any_node_serves_the_whole_cluster() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(3, 2, &["--split", "g,p", "--redis"]);
     let _nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let s = wait_settled(&url, 2, Duration::from_secs(60));
-    let resp_ports: Vec<u16> = s["nodes"]
+    let ports: Vec<u16> = s["nodes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|n| n["resp"].as_str().unwrap().rsplit_once(':').unwrap().1.parse().unwrap())
         .collect();
-    let t = Instant::now();
-    loop {
-        let answers: Vec<common::R> =
-            resp_ports.iter().map(|&p| common::Resp::connect(p).cmd(&["SET", "rk", "v1"])).collect();
-        let oks = answers.iter().filter(|a| **a == common::ok()).count();
-        let moved = answers.iter().filter(|a| matches!(a, common::R::Err(e) if e.starts_with("TRYAGAIN"))).count();
-        if oks == 1 && moved == 2 {
-            break;
+    let mut conns: Vec<common::Resp> = ports.iter().map(|&p| common::Resp::connect(p)).collect();
+    // Keys in all three regions, each written through a node chosen round-robin: two of three
+    // writes are forwarded.
+    let keys: Vec<String> = (0..30).map(|j| format!("{}{j:02}", ["a", "m", "t"][j % 3])).collect();
+    for (j, k) in keys.iter().enumerate() {
+        let t = Instant::now();
+        loop {
+            // Right after settling a node may not have followed the map yet.
+            match conns[j % 3].cmd(&["SET", k, &format!("v{j}")]) {
+                r if r == common::ok() => break,
+                common::R::Err(e) if e.starts_with("TRYAGAIN") && t.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                other => panic!("SET {k} through n{}: {other:?}", j % 3 + 1),
+            }
         }
-        // Nodes follow the map within their poll interval.
-        assert!(t.elapsed() < Duration::from_secs(10), "one node must take the write, the others name it: {answers:?}");
-        std::thread::sleep(Duration::from_millis(100));
     }
-    for &p in &resp_ports {
-        let mut c = common::Resp::connect(p);
-        assert!(matches!(c.cmd(&["HSET", "h", "f", "v"]), common::R::Err(e) if e.contains("not served")));
-        assert!(matches!(c.cmd(&["KEYS", "*"]), common::R::Err(e) if e.contains("not served")));
-        assert_eq!(c.cmd(&["PING"]), common::R::Simple("PONG".into()));
+    for c in conns.iter_mut() {
+        for (j, k) in keys.iter().enumerate() {
+            assert_eq!(c.cmd(&["GET", k]), common::bulk(&format!("v{j}")), "GET {k}");
+        }
+    }
+    assert_eq!(conns[1].cmd(&["HSET", "hz", "f1", "v1", "f2", "v2"]), common::R::Int(2));
+    assert_eq!(conns[2].cmd(&["HLEN", "hz"]), common::R::Int(2));
+    assert_eq!(conns[0].cmd(&["HGET", "hz", "f2"]), common::bulk("v2"));
+    assert_eq!(conns[0].cmd(&["INCR", "n1"]), common::R::Int(1));
+    assert_eq!(conns[2].cmd(&["INCR", "n1"]), common::R::Int(2));
+    let mget = conns[0].cmd(&["MGET", "a00", "m01", "t02", "hz", "nosuch"]);
+    let nil = common::R::Bulk(None);
+    let want = vec![common::bulk("v0"), common::bulk("v1"), common::bulk("v2"), nil.clone(), nil];
+    assert_eq!(mget, common::R::Array(Some(want)));
+    assert_eq!(conns[1].cmd(&["EXISTS", "a00", "m01", "t02", "hz", "nosuch"]), common::R::Int(4));
+    for refused in [&["MSET", "a00", "x", "t02", "y"][..], &["DEL", "a00", "m01"]] {
+        match conns[0].cmd(refused) {
+            common::R::Err(e) => assert!(e.starts_with("CROSSSLOT"), "{refused:?}: {e}"),
+            other => panic!("{refused:?} spans regions: {other:?}"),
+        }
+    }
+    assert_eq!(conns[0].cmd(&["GET", "a00"]), common::bulk("v0"), "a refused MSET wrote nothing");
+    let mut all: Vec<String> = keys.clone();
+    all.extend(["hz".to_string(), "n1".to_string()]);
+    all.sort();
+    for c in conns.iter_mut() {
+        assert_eq!(c.cmd(&["DBSIZE"]), common::R::Int(all.len() as i64));
+        let mut listed = strings(c.cmd(&["KEYS", "*"]));
+        listed.sort();
+        assert_eq!(listed, all);
+        assert_eq!(scan_all(c), all, "SCAN returns every key once");
+    }
+    let range = strings(conns[2].cmd(&["HALYARD.RANGE", "", "", "LIMIT", "100"]));
+    let pairs: Vec<&String> = range.iter().step_by(2).collect();
+    let strings_only: Vec<&String> = all.iter().filter(|k| *k != "hz").collect();
+    assert_eq!(pairs, strings_only, "string pairs in key order across regions");
+    let rev = strings(conns[0].cmd(&["HALYARD.RANGE", "", "", "LIMIT", "3", "REV"]));
+    assert_eq!(rev.iter().step_by(2).collect::<Vec<_>>(), vec!["t29", "t26", "t23"]);
+    for (i, c) in conns.iter_mut().enumerate() {
+        let common::R::Array(Some(slots)) = c.cmd(&["CLUSTER", "SLOTS"]) else { panic!("CLUSTER SLOTS") };
+        let common::R::Array(Some(entry)) = &slots[0] else { panic!("{slots:?}") };
+        assert_eq!(entry[..2], [common::R::Int(0), common::R::Int(16383)]);
+        assert_eq!(entry.len(), 5, "this node and its two replicas: {entry:?}");
+        let common::R::Array(Some(master)) = &entry[2] else { panic!("{entry:?}") };
+        assert_eq!(master[1], common::R::Int(i64::from(ports[i])), "each node names itself master");
+    }
+    // A forward that names another epoch, or goes to a node that does not lead the region,
+    // is refused with what is current; a node beyond loopback would first need the secret.
+    let region1 = &s["regions"][0];
+    let (id, epoch) = (region1["id"].as_u64().unwrap() as u32, region1["epoch"].as_u64().unwrap());
+    let leader = region1["primary"].as_str().unwrap().to_string();
+    let native_of = |name: &str| {
+        let n = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
+        n["native"].as_str().unwrap().to_string()
+    };
+    let other = ["n1", "n2", "n3"].into_iter().find(|n| *n != leader).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let opts = halyard_client::ClientOptions::default();
+        let c = halyard_client::Client::connect(native_of(&leader), opts.clone()).await.unwrap();
+        let ok = c.resp(id, epoch, 2, &[b"GET", b"a00"]).await.unwrap();
+        assert_eq!(ok, b"$2\r\nv0\r\n");
+        let stale = c.resp(id, epoch + 7, 2, &[b"GET", b"a00"]).await.unwrap_err();
+        assert_eq!(stale.code(), Some(halyard_client::ErrorCode::StaleEpoch), "{stale}");
+        assert!(stale.to_string().contains(&format!("epoch {epoch}")), "{stale}");
+        // A key of another region is answered as Redis answers a key of another slot.
+        let outside = c.resp(id, epoch, 2, &[b"GET", b"t02"]).await.unwrap();
+        assert!(outside.starts_with(b"-CROSSSLOT"), "{}", String::from_utf8_lossy(&outside));
+        let c = halyard_client::Client::connect(native_of(other), opts).await.unwrap();
+        let moved = c.resp(id, epoch, 2, &[b"GET", b"a00"]).await.unwrap_err();
+        assert_eq!(moved.code(), Some(halyard_client::ErrorCode::NotLeader), "{moved}");
+    });
+    if common::have("redis-cli") {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-c", "-p", &ports[1].to_string(), "SET", "t99", "via-redis-cli"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+        assert_eq!(conns[0].cmd(&["GET", "t99"]), common::bulk("via-redis-cli"));
     }
     for r in 1..=3 {
         let (ok, out) = halyard(&["admin", "verify", "--region", &r.to_string(), "--etcd", &url]);
-        assert!(ok, "the write reached the backup: {out}");
+        assert!(ok, "every copy of region {r} is equal: {out}");
     }
+}
+
+/// The bulk strings of an array reply.
+fn strings(r: common::R) -> Vec<String> {
+    let common::R::Array(Some(items)) = r else { panic!("not an array: {r:?}") };
+    items
+        .into_iter()
+        .map(|i| match i {
+            common::R::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+            other => panic!("not a bulk string: {other:?}"),
+        })
+        .collect()
+}
+
+/// Every key SCAN returns, COUNT 4 at a time, sorted; each must come once.
+fn scan_all(c: &mut common::Resp) -> Vec<String> {
+    let (mut cursor, mut out) = ("0".to_string(), Vec::new());
+    for _ in 0..100 {
+        let common::R::Array(Some(mut page)) = c.cmd(&["SCAN", &cursor, "COUNT", "4"]) else { panic!("SCAN") };
+        out.extend(strings(page.pop().unwrap()));
+        let common::R::Bulk(Some(next)) = page.pop().unwrap() else { panic!("cursor") };
+        cursor = String::from_utf8(next).unwrap();
+        if cursor == "0" {
+            let n = out.len();
+            out.sort();
+            out.dedup();
+            assert_eq!(out.len(), n, "a key came twice");
+            return out;
+        }
+    }
+    panic!("SCAN did not finish")
 }

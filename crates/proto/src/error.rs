@@ -135,6 +135,9 @@ error_codes! {
     AuthFailed = 24,
     /// The write's region holds fewer copies than the server's `--min-replicas`; nothing ran.
     NotEnoughReplicas = 25,
+    /// The request named a region epoch other than the receiver's; the message gives the
+    /// receiver's (`region R is at epoch E, led by NODE`): refresh the region map and retry.
+    StaleEpoch = 26,
     /// Anything else.
     Internal = 99,
 }

@@ -26,6 +26,10 @@ impl<'a> Reader<'a> {
         self.0.u32().map_err(|_| ProtoError::Truncated(what))
     }
 
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, ProtoError> {
+        self.0.u64().map_err(|_| ProtoError::Truncated(what))
+    }
+
     /// A `u32` length followed by that many bytes.
     pub(crate) fn bytes(&mut self, what: &'static str) -> Result<&'a [u8], ProtoError> {
         self.0.bytes().map_err(|_| ProtoError::Truncated(what))

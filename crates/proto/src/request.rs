@@ -27,6 +27,8 @@ pub mod kind {
     pub const REGION_MAP: u8 = 0x08;
     /// AUTH: the server's password.
     pub const AUTH: u8 = 0x09;
+    /// RESP: a Redis command forwarded by another node of the cluster to a region's primary.
+    pub const RESP: u8 = 0x0a;
 }
 
 const OP_PUT: u8 = 1;
@@ -85,6 +87,22 @@ pub enum Request<'a> {
         /// The password.
         password: &'a [u8],
     },
+    /// A Redis command forwarded to the primary of `region` (cluster mode), run there as if a
+    /// Redis client had sent it, confined to the region's keys; answered with a VALUE holding
+    /// the reply encoded in RESP `proto`, or ERROR `NotLeader` / `StaleEpoch`.
+    ///
+    /// Payload: `u32 region | u64 epoch | u8 proto | u32 argc | argc × (u32 len | bytes)`.
+    Resp {
+        /// The region the command's keys lie in (or, for a command on no key, the region it
+        /// is confined to).
+        region: u32,
+        /// The region's epoch in the sender's map; the receiver refuses any other.
+        epoch: u64,
+        /// The RESP version to encode the reply in (2 or 3).
+        proto: u8,
+        /// The command's name and arguments.
+        args: Vec<&'a [u8]>,
+    },
 }
 
 /// One operation of a batch.
@@ -130,6 +148,7 @@ impl<'a> Request<'a> {
             Request::Scan(_) => kind::SCAN,
             Request::RegionMap => kind::REGION_MAP,
             Request::Auth { .. } => kind::AUTH,
+            Request::Resp { .. } => kind::RESP,
         }
     }
 
@@ -159,6 +178,7 @@ impl<'a> Request<'a> {
             }
             kind::REGION_MAP => Request::RegionMap,
             kind::AUTH => Request::Auth { password: r.rest() },
+            kind::RESP => decode_resp(&mut r)?,
             other => return Err(ProtoError::UnknownKind(other)),
         };
         r.finish()?;
@@ -201,6 +221,12 @@ impl<'a> Request<'a> {
             Request::Auth { password } => {
                 w.raw(password);
             }
+            Request::Resp { region, epoch, proto, args } => {
+                w.u32(*region).u64(*epoch).u8(*proto).u32(args.len() as u32);
+                for a in args {
+                    w.bytes(a);
+                }
+            }
         }
         *out = w.into_inner();
     }
@@ -232,6 +258,25 @@ fn decode_batch<'a>(r: &mut Reader<'a>) -> Result<Vec<BatchOp<'a>>, ProtoError> 
         ops.push(op);
     }
     Ok(ops)
+}
+
+fn decode_resp<'a>(r: &mut Reader<'a>) -> Result<Request<'a>, ProtoError> {
+    let region = r.u32("resp region")?;
+    let epoch = r.u64("resp epoch")?;
+    let proto = r.u8("resp proto")?;
+    if !(2..=3).contains(&proto) {
+        return Err(ProtoError::Invalid("resp protocol version must be 2 or 3"));
+    }
+    let argc = r.u32("resp argc")? as usize;
+    if argc == 0 {
+        return Err(ProtoError::Invalid("resp command without a name"));
+    }
+    // Each argument takes at least its 4-byte length.
+    let mut args = Vec::with_capacity(argc.min(r.remaining() / 4));
+    for _ in 0..argc {
+        args.push(r.bytes("resp argument")?);
+    }
+    Ok(Request::Resp { region, epoch, proto, args })
 }
 
 fn decode_bound<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<Bound<&'a [u8]>, ProtoError> {
@@ -271,6 +316,7 @@ mod tests {
         round_trip(Request::Batch { ops: vec![] });
         round_trip(Request::RegionMap);
         round_trip(Request::Auth { password: b"secret" });
+        round_trip(Request::Resp { region: 7, epoch: 3, proto: 3, args: vec![b"SET", b"k", b""] });
         round_trip(Request::Batch {
             ops: vec![BatchOp::Put { key: b"a", value: b"1" }, BatchOp::Delete { key: b"b" }],
         });
@@ -305,5 +351,17 @@ mod tests {
         assert_eq!(Request::decode(kind::BATCH, b"\x01\x00\x00\x00\x09"), Err(ProtoError::Invalid("unknown batch op")));
         assert_eq!(Request::decode(kind::SCAN, b"\x02\0\0\0\0\0\0"), Err(ProtoError::Invalid("unknown scan flags")));
         assert_eq!(Request::decode(kind::SCAN, b"\x00\0\0\0\0\0\0\0"), Err(ProtoError::TrailingBytes(1)));
+        let resp = |proto: u8, argc: u32| {
+            let mut p = vec![0u8; 12];
+            p.push(proto);
+            p.extend_from_slice(&argc.to_le_bytes());
+            p
+        };
+        assert_eq!(
+            Request::decode(kind::RESP, &resp(4, 1)),
+            Err(ProtoError::Invalid("resp protocol version must be 2 or 3"))
+        );
+        assert_eq!(Request::decode(kind::RESP, &resp(2, 0)), Err(ProtoError::Invalid("resp command without a name")));
+        assert_eq!(Request::decode(kind::RESP, &resp(2, u32::MAX)), Err(ProtoError::Truncated("resp argument")));
     }
 }

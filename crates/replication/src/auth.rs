@@ -16,13 +16,13 @@ pub fn set_cluster_secret(secret: Option<&str>) {
 }
 
 /// The secret, if one is set.
-pub(crate) fn secret() -> Option<Vec<u8>> {
+pub fn secret() -> Option<Vec<u8>> {
     SECRET.read().clone()
 }
 
 /// Whether `given` is the secret (in time that does not depend on where they differ); true
 /// when no secret is set.
-pub(crate) fn matches(given: &[u8]) -> bool {
+pub fn matches(given: &[u8]) -> bool {
     match SECRET.read().as_deref() {
         None => true,
         Some(want) => want.len() == given.len() && want.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0,

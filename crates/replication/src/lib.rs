@@ -12,7 +12,7 @@ pub mod primary;
 pub mod replica;
 pub mod wire;
 
-pub use auth::set_cluster_secret;
+pub use auth::{matches as is_cluster_secret, secret as cluster_secret, set_cluster_secret};
 pub use error::{Error, Result};
 pub use primary::{ShipStats, Shipper, DEFAULT_QUEUE_BYTES};
 pub use replica::{Hooks, NodeHooks, Promoted, Replica};

@@ -27,6 +27,60 @@ pub enum Route {
     Elsewhere(String),
 }
 
+/// A region as a request sees it: where to send it.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Region id.
+    pub id: u32,
+    /// The region's epoch in this node's map.
+    pub epoch: u64,
+    /// This node leads the region and may serve it now.
+    pub local: bool,
+    /// The primary's name and native address.
+    pub primary: String,
+    pub native: String,
+    /// The region's engine keys.
+    pub span: crate::keyspace::Span,
+}
+
+/// Connections to the other nodes' native ports, for forwarded Redis commands.
+#[derive(Default)]
+pub(crate) struct Peers {
+    /// What a node sends with AUTH: the cluster secret, else the password (`requirepass`).
+    pub(crate) password: Option<String>,
+    /// This node's Redis address as clients reach it.
+    pub(crate) resp: String,
+    clients: parking_lot::Mutex<std::collections::HashMap<String, halyard_client::Client>>,
+    /// Runs a command forwarded to this node (set once the Redis side exists).
+    pub(crate) exec: std::sync::OnceLock<RespExec>,
+}
+
+/// Runs a Redis command forwarded to this node: (region, epoch, RESP version, arguments) to
+/// the encoded reply and the writes it made, or the error code and message for the sender.
+pub type RespExec = Box<dyn Fn(u32, u64, u8, &[&[u8]]) -> crate::native::RespOutcome + Send + Sync>;
+
+impl Peers {
+    pub(crate) fn new(cfg: &ServerConfig) -> Peers {
+        let password = cfg.cluster_secret.clone().or_else(|| cfg.requirepass.clone());
+        Peers { password, resp: cfg.advertised(&cfg.resp), clients: Default::default(), exec: Default::default() }
+    }
+
+    /// The connection to `addr`, opened on first use (the client reconnects by itself).
+    async fn client(&self, addr: &str) -> Result<halyard_client::Client, halyard_client::Error> {
+        if let Some(c) = self.clients.lock().get(addr) {
+            return Ok(c.clone());
+        }
+        let opts = halyard_client::ClientOptions {
+            timeout: Duration::from_secs(5),
+            password: self.password.clone(),
+            ..Default::default()
+        };
+        let c = halyard_client::Client::connect(addr, opts).await?;
+        self.clients.lock().insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+}
+
 /// This node's view of the cluster.
 pub struct ClusterNode {
     /// This node's name.
@@ -42,6 +96,8 @@ pub struct ClusterNode {
     pub(crate) reported: parking_lot::Mutex<std::collections::HashSet<(u32, String, u64)>>,
     /// Copies (the primary counted) a region's group must hold for writes (`--min-replicas`).
     pub(crate) min_replicas: usize,
+    /// Connections for forwarded Redis commands.
+    pub(crate) peers: Peers,
     /// Ships primary regions to their backups.
     pub shipper: Arc<Shipper>,
     /// Takes streams for backup regions.
@@ -115,6 +171,7 @@ impl ClusterNode {
             roles: parking_lot::Mutex::new(()),
             reported: Default::default(),
             min_replicas: cfg.min_replicas,
+            peers: Peers::new(cfg),
             shipper,
             replica,
             mode,
@@ -164,6 +221,53 @@ impl ClusterNode {
             }
             None => Route::Elsewhere("no region of the cluster covers this key".into()),
         }
+    }
+
+    fn target(&self, f: &ClusterFile, r: &RegionSpec) -> Target {
+        Target {
+            id: r.id,
+            epoch: r.epoch,
+            local: r.primary == self.name && self.serving(r),
+            primary: r.primary.clone(),
+            native: f.node(&r.primary).map(|n| n.native.clone()).unwrap_or_default(),
+            span: crate::keyspace::Span { start: r.start_bytes(), end: r.end_bytes() },
+        }
+    }
+
+    /// Every region of the map, in key order.
+    pub fn targets(&self) -> Vec<Target> {
+        let f = self.file.read();
+        let mut t: Vec<Target> = f.regions.iter().map(|r| self.target(&f, r)).collect();
+        t.sort_by(|a, b| a.span.start.cmp(&b.span.start));
+        t
+    }
+
+    /// The region of the engine key `key`.
+    pub fn target_for(&self, key: &[u8]) -> Option<Target> {
+        let f = self.file.read();
+        f.region_for(key).map(|r| self.target(&f, r))
+    }
+
+    /// Sends a Redis command to the primary of `t` (another node): the reply as encoded there.
+    pub async fn forward(&self, t: &Target, proto: u8, args: &[&[u8]]) -> Result<Vec<u8>, halyard_client::Error> {
+        if t.native.is_empty() {
+            let message = format!("region {} has no primary with an address yet", t.id);
+            return Err(halyard_client::Error::Server { code: halyard_proto::ErrorCode::NotLeader, message });
+        }
+        let client = self.peers.client(&t.native).await?;
+        client.resp(t.id, t.epoch, proto, args).await
+    }
+
+    /// The nodes of the map: (name, Redis address), this node's first.
+    pub fn resp_nodes(&self) -> Vec<(String, String)> {
+        let f = self.file.read();
+        let mut out = vec![(self.name.clone(), self.peers.resp.clone())];
+        for n in f.nodes.iter().filter(|n| n.name != self.name) {
+            if let Some(r) = &n.resp {
+                out.push((n.name.clone(), r.clone()));
+            }
+        }
+        out
     }
 
     /// Whether this node may serve `r`, whose primary it is in its map: always with a file;
@@ -218,7 +322,7 @@ impl ClusterNode {
 
     /// Whether a write to `key`'s region may run: its group holds at least `min_replicas`
     /// copies (etcd mode; the primary counted).
-    fn check_write(&self, key: &[u8]) -> Result<(), String> {
+    pub(crate) fn check_write(&self, key: &[u8]) -> Result<(), String> {
         if self.min_replicas <= 1 {
             return Ok(()); // every group holds its primary: no lookup on the write path
         }
@@ -375,6 +479,7 @@ impl halyard_replication::NodeHooks for ClusterNode {
                     name: node.to_string(),
                     native: native.to_string(),
                     replication: replication.to_string(),
+                    resp: None,
                 });
             }
             if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
@@ -619,5 +724,16 @@ impl Router for ClusterNode {
 
     fn region_map(&self) -> Vec<u8> {
         serde_json::to_vec(&*self.file.read()).unwrap_or_default()
+    }
+
+    fn is_cluster_secret(&self, given: &[u8]) -> bool {
+        halyard_replication::cluster_secret().is_some() && halyard_replication::is_cluster_secret(given)
+    }
+
+    fn resp(&self, region: u32, epoch: u64, proto: u8, args: &[&[u8]]) -> crate::native::RespOutcome {
+        match self.peers.exec.get() {
+            Some(run) => run(region, epoch, proto, args),
+            None => Err((halyard_proto::ErrorCode::ShuttingDown, "this node is starting; retry".into())),
+        }
     }
 }

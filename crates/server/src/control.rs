@@ -68,6 +68,7 @@ impl ClusterNode {
             roles: parking_lot::Mutex::new(()),
             reported: Default::default(),
             min_replicas: cfg.min_replicas,
+            peers: crate::cluster::Peers::new(cfg),
             shipper,
             replica: Replica::new(db.clone(), cfg.dir.join("replica-epochs")),
             mode,

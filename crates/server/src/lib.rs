@@ -16,6 +16,7 @@ pub mod commands;
 pub mod config;
 #[doc(hidden)]
 pub mod control;
+pub mod forward;
 #[doc(hidden)]
 pub mod http;
 #[doc(hidden)]
@@ -134,6 +135,12 @@ pub async fn run_with(
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
     if let Some(c) = &cluster {
         let _ = sh.cluster.set(c.clone());
+        // Weak: the node outlives nothing it runs for.
+        let weak = Arc::downgrade(&sh);
+        let _ = c.peers.exec.set(Box::new(move |region, epoch, proto, args| match weak.upgrade() {
+            Some(sh) => forward::serve(&sh, region, epoch, proto, args),
+            None => Err((halyard_proto::ErrorCode::ShuttingDown, "the server is shutting down".into())),
+        }));
     }
     let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
     sh.protect_resp.store(protected(&resp_l, cfg.requirepass.is_some()), Relaxed);
@@ -300,6 +307,8 @@ enum Flow {
     /// A write waits for room in backups' queues (cluster mode): write the replies, wait, and
     /// execute the rest of the buffer.
     WaitRoom,
+    /// A command for other nodes (cluster mode, [`forward`]): run it, then the rest of the buffer.
+    Remote(Vec<Vec<u8>>),
 }
 
 /// Executes the complete requests at the start of `buf`, appending replies to `out`; returns
@@ -324,6 +333,9 @@ fn execute_resp(
                 }
                 pos += used;
                 let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
+                if sh.cluster.get().is_some() && forward::remote(sh, sess, &refs) {
+                    return (pos, Flow::Remote(refs.iter().map(|a| a.to_vec()).collect()));
+                }
                 let reply = commands::execute(sh, sess, &refs);
                 if let Some(p) = sess.proto_next.take() {
                     sess.proto = p;
@@ -387,6 +399,10 @@ async fn resp_connection(
         loop {
             let (pos, flow) = offload.run(|| execute_resp(sh, &mut sess, &buf, &mut out, limits));
             buf.drain(..pos);
+            if let Flow::Remote(args) = &flow {
+                let reply = forward::run(sh, &mut sess, args).await?;
+                out.extend_from_slice(&reply);
+            }
             if !sess.writes.is_empty() {
                 let writes = std::mem::take(&mut sess.writes);
                 if let Some(c) = sh.cluster.get() {
@@ -405,6 +421,7 @@ async fn resp_connection(
             match flow {
                 Flow::Read => break,
                 Flow::Close => return Ok(()),
+                Flow::Remote(_) => {}
                 Flow::WaitRoom => {
                     if let Some(c) = sh.cluster.get() {
                         c.shipper.wait_room(None).await;
@@ -462,7 +479,12 @@ async fn accept_native(
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
         // A refused native client sees its connection closed.
         let Ok((mut stream, addr)) = next else { continue };
-        if sh.protect_native.load(Relaxed) && !addr.ip().is_loopback() {
+        let beyond = sh.protect_native.load(Relaxed) && !addr.ip().is_loopback();
+        // With a cluster secret, a peer beyond loopback (another node forwarding Redis
+        // commands, or a client given the secret) must authenticate with it; without one, it
+        // is refused.
+        let must_auth = beyond && halyard_replication::cluster_secret().is_some();
+        if beyond && !must_auth {
             sh.metrics.protected_refusals.fetch_add(1, Relaxed);
             sh.connected.fetch_sub(1, Relaxed);
             let mut out = Vec::new();
@@ -480,7 +502,7 @@ async fn accept_native(
         tokio::spawn(async move {
             let db = sh.ks.db.clone();
             tokio::select! {
-                r = native::serve_connection(&mut stream, db, limits, sh.native.clone(), router, password) => {
+                r = native::serve_connection(&mut stream, db, limits, sh.native.clone(), router, password, must_auth) => {
                     if let Err(e) = r {
                         tracing::debug!("native connection {addr}: {e}");
                     }

@@ -66,6 +66,10 @@ pub struct NativeCounters {
     pub auth_failures: AtomicU64,
 }
 
+/// A forwarded Redis command's outcome: its reply encoded in RESP and the (region, LSN) of its
+/// writes, or the error code and message to answer with.
+pub type RespOutcome = Result<(Vec<u8>, Vec<(u32, u64)>), (ErrorCode, String)>;
+
 /// Cluster mode: which keys this node leads, and waiting for backups before answering writes.
 pub trait Router: Send + Sync {
     /// The region of `key` when this node leads it; otherwise the message for a NotLeader error.
@@ -87,6 +91,11 @@ pub trait Router: Send + Sync {
     fn route_last(&self) -> Result<u32, String>;
     /// The node's region map as JSON (REGION_MAP).
     fn region_map(&self) -> Vec<u8>;
+    /// Whether `given` is the cluster secret (another node authenticating).
+    fn is_cluster_secret(&self, given: &[u8]) -> bool;
+    /// Runs a Redis command forwarded by another node (RESP): its encoded reply and the writes
+    /// it made, or the error to answer with.
+    fn resp(&self, region: u32, epoch: u64, proto: u8, args: &[&[u8]]) -> RespOutcome;
 }
 
 /// Initial receive buffer size and the amount added when it fills.
@@ -100,7 +109,9 @@ const SHRINK_ABOVE: usize = 4 << 20;
 /// Serves one native-protocol connection until the peer closes it, it idles past
 /// `limits.idle_timeout`, or it sends a malformed or oversized frame. Returns an error only for
 /// I/O failures (including a reply write that timed out); protocol problems are answered on the wire.
-/// With a `password`, every request but HELLO and AUTH waits for a successful AUTH.
+/// With a `password`, or `must_auth` (a peer beyond loopback of a node with only a cluster
+/// secret: the secret is its password), every request but HELLO and AUTH waits for a
+/// successful AUTH.
 pub async fn serve_connection(
     stream: &mut TcpStream,
     db: Arc<Db>,
@@ -108,6 +119,7 @@ pub async fn serve_connection(
     counters: Arc<NativeCounters>,
     router: Option<Arc<dyn Router>>,
     password: Option<Arc<str>>,
+    must_auth: bool,
 ) -> io::Result<()> {
     // Replies are written in whole batches already; Nagle would only add latency.
     let _ = stream.set_nodelay(true);
@@ -117,7 +129,7 @@ pub async fn serve_connection(
         limits,
         reply_limit: limits.max_frame_bytes,
         handshaken: false,
-        authed: password.is_none(),
+        authed: password.is_none() && !must_auth,
         password,
         router,
         writes: Vec::new(),
@@ -371,6 +383,19 @@ impl Session {
             Request::Delete { key } => self.db.delete(key).map(|()| Response::Done),
             Request::Batch { ops } => self.batch(ops),
             Request::Scan(s) => self.scan(s),
+            Request::Resp { region, epoch, proto, args } => match &self.router {
+                Some(r) => match r.resp(region, epoch, proto, &args) {
+                    Ok((reply, writes)) => {
+                        self.writes.extend(writes);
+                        Ok(Response::Value(Some(reply)))
+                    }
+                    Err((code, message)) => Ok(Response::Error { code, message }),
+                },
+                None => Ok(Response::Error {
+                    code: ErrorCode::UnknownOp,
+                    message: "a single node takes Redis commands on its Redis port only".into(),
+                }),
+            },
             Request::RegionMap => match &self.router {
                 Some(r) => Ok(Response::Value(Some(r.region_map()))),
                 None => Ok(Response::Error {
@@ -428,13 +453,19 @@ impl Session {
         let want = self.password.as_deref().map(str::as_bytes);
         let same =
             want.is_some_and(|w| w.len() == given.len() && w.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0);
+        // Another node of the cluster (a forwarded command) authenticates with the cluster secret.
+        let same = same || self.router.as_ref().is_some_and(|r| r.is_cluster_secret(given));
         match (want, same) {
-            (None, _) => Response::Done,
+            (None, _) if self.authed => Response::Done,
+            (None, true) => {
+                self.authed = true;
+                Response::Done
+            }
             (Some(_), true) => {
                 self.authed = true;
                 Response::Done
             }
-            (Some(_), false) => {
+            (_, false) => {
                 self.counters.auth_failures.fetch_add(1, Relaxed);
                 Response::Error { code: ErrorCode::AuthFailed, message: "wrong password".into() }
             }

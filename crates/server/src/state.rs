@@ -24,6 +24,10 @@ pub struct Session {
     /// Cluster mode: (region, LSN) of the writes run since the last reply write; the replies
     /// wait for the region's backups to hold them.
     pub writes: Vec<(u32, u64)>,
+    /// A command forwarded from another node for one region: the keys it may see.
+    pub span: Option<crate::keyspace::Span>,
+    /// The region of `span`: every key the command names must lie in it.
+    pub region: Option<u32>,
 }
 
 /// SCAN cursors: numbers that stand for "continue after this key". Old ones are forgotten
@@ -102,6 +106,8 @@ impl Shared {
             created: Instant::now(),
             timed: 0,
             writes: Vec::new(),
+            span: None,
+            region: None,
         }
     }
 
@@ -148,7 +154,7 @@ impl Shared {
             );
         }
         if want("keyspace") {
-            let n = self.ks.count().unwrap_or(0);
+            let n = self.ks.count(None).unwrap_or(0);
             let _ = write!(o, "# Keyspace\r\n");
             if n > 0 {
                 let _ = write!(o, "db0:keys={n},expires=0,avg_ttl=0\r\n");

@@ -74,6 +74,7 @@ fn cluster_file(spec: &ClusterSpec, n: usize, replicas: usize, p: &[u16]) -> Clu
             name: format!("n{i}"),
             native: format!("127.0.0.1:{}", p[4 * (i - 1)]),
             replication: format!("127.0.0.1:{}", p[4 * (i - 1) + 1]),
+            resp: Some(format!("127.0.0.1:{}", p[4 * (i - 1) + 3])),
         })
         .collect();
     let regions = (0..spec.regions)

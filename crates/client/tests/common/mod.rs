@@ -37,7 +37,7 @@ pub async fn start(limits: NativeLimits) -> TestServer {
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
             let (db, c) = (db2.clone(), c2.clone());
-            tokio::spawn(async move { native::serve_connection(&mut s, db, limits, c, None, None).await });
+            tokio::spawn(async move { native::serve_connection(&mut s, db, limits, c, None, None, false).await });
         }
     });
     TestServer { addr, counters, db, _dir: dir }

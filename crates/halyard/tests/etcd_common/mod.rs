@@ -49,13 +49,16 @@ pub fn start_etcd(dir: &Path) -> (Proc, String) {
 /// regions of `replicas` copies each (split over `key0`..`key9` with `numeric`, else over the
 /// first byte).
 pub fn new_cluster(regions: usize, replicas: usize, numeric: bool) -> (tempfile::TempDir, Proc, String) {
+    new_cluster_with(regions, replicas, if numeric { &["--numeric-keys"] } else { &[] })
+}
+
+/// [`new_cluster`] with more `halyard cluster init` arguments.
+pub fn new_cluster_with(regions: usize, replicas: usize, extra: &[&str]) -> (tempfile::TempDir, Proc, String) {
     let dir = tempfile::tempdir().unwrap();
     let (etcd, url) = start_etcd(dir.path());
     let (r, c) = (regions.to_string(), replicas.to_string());
     let mut args = vec!["cluster", "init", "--etcd", &url, "--regions", &r, "--replicas", &c];
-    if numeric {
-        args.push("--numeric-keys");
-    }
+    args.extend_from_slice(extra);
     let (ok, out) = halyard(&args);
     assert!(ok, "{out}");
     (dir, etcd, url)

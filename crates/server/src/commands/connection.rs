@@ -33,12 +33,50 @@ pub(super) fn cmd_quit(_: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {
     Reply::ok()
 }
 
+/// COMMAND [COUNT | INFO name... | DOCS]: each command's name, arity, flags and key positions
+/// in Redis' layout, which cluster-mode clients read to find a command's keys.
 pub(super) fn cmd_command(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     match a.get(1).map(|s| lower(s)).as_deref() {
-        None | Some("docs") | Some("info") => Reply::Array(Vec::new()),
+        None => Reply::Array(COMMANDS.iter().map(command_info).collect()),
+        Some("info") => Reply::Array(
+            a.get(2..).unwrap_or_default().iter().map(|n| super::lookup(n).map_or(Reply::Nil, command_info)).collect(),
+        ),
+        Some("docs") => Reply::Array(Vec::new()),
         Some("count") => Reply::Int(COMMANDS.len() as i64),
         Some(_) => Reply::err("ERR unknown subcommand for 'command'"),
     }
+}
+
+/// One command's entry in COMMAND's reply: name, arity, flags, first key, last key, step,
+/// ACL categories, tips, key specs, subcommands.
+fn command_info(c: &super::Command) -> Reply {
+    let mut flags = Vec::new();
+    if c.flags & super::WRITE != 0 {
+        flags.push(Reply::Simple("write".into()));
+    }
+    if c.flags & super::READONLY != 0 {
+        flags.push(Reply::Simple("readonly".into()));
+    }
+    let (first, last, step) = match c.name {
+        "del" | "unlink" | "exists" | "mget" => (1, -1, 1),
+        "mset" | "msetnx" => (1, -1, 2),
+        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" => (0, 0, 0),
+        _ if c.flags & (super::WRITE | super::READONLY) != 0 => (1, 1, 1),
+        _ => (0, 0, 0),
+    };
+    let empty = || Reply::Array(Vec::new());
+    Reply::Array(vec![
+        Reply::bulk(c.name),
+        Reply::Int(i64::from(c.arity)),
+        Reply::Array(flags),
+        Reply::Int(first),
+        Reply::Int(last),
+        Reply::Int(step),
+        empty(),
+        empty(),
+        empty(),
+        empty(),
+    ])
 }
 
 pub(super) fn cmd_info(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {

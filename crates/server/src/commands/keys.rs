@@ -51,13 +51,13 @@ pub(super) fn cmd_type(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     }))
 }
 
-pub(super) fn cmd_dbsize(sh: &Shared, _: &mut Session, _: &[&[u8]]) -> Reply {
-    ks(sh.ks.count().map(|n| Reply::Int(n as i64)))
+pub(super) fn cmd_dbsize(sh: &Shared, s: &mut Session, _: &[&[u8]]) -> Reply {
+    ks(sh.ks.count(s.span.as_ref()).map(|n| Reply::Int(n as i64)))
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: cursors walk the key space in key order.
 /// TYPE is accepted and not applied.
-pub(super) fn cmd_scan(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_scan(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, cursor, opts @ ..] = a else { return wrong_args("scan") };
     let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok()) else {
         return Reply::err("ERR invalid cursor");
@@ -72,7 +72,7 @@ pub(super) fn cmd_scan(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
         }
     };
     ks((|| {
-        let (keys, more) = sh.ks.keys_after(after.as_deref(), count)?;
+        let (keys, more) = sh.ks.keys_after(after.as_deref(), count, s.span.as_ref())?;
         let next = match (more, keys.last()) {
             (true, Some(last)) => sh.cursors.lock().put(last.clone()),
             _ => 0,
@@ -83,7 +83,7 @@ pub(super) fn cmd_scan(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
 }
 
 /// SCAN's (MATCH pattern, COUNT); None for a syntax error.
-fn scan_options<'a>(opts: &[&'a [u8]]) -> Option<(Option<&'a [u8]>, usize)> {
+pub(crate) fn scan_options<'a>(opts: &[&'a [u8]]) -> Option<(Option<&'a [u8]>, usize)> {
     let (mut pattern, mut count) = (None, 10usize);
     for opt in opts.chunks(2) {
         let [name, value] = opt else { return None };
@@ -100,13 +100,13 @@ fn scan_options<'a>(opts: &[&'a [u8]]) -> Option<(Option<&'a [u8]>, usize)> {
     Some((pattern, count))
 }
 
-pub(super) fn cmd_keys(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_keys(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, pattern] = a else { return wrong_args("keys") };
     ks((|| {
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let (keys, more) = sh.ks.keys_after(after.as_deref(), 1000)?;
+            let (keys, more) = sh.ks.keys_after(after.as_deref(), 1000, s.span.as_ref())?;
             for key in &keys {
                 if glob(pattern, key) {
                     out.push(Reply::bulk(key.clone()));
@@ -121,28 +121,46 @@ pub(super) fn cmd_keys(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     })())
 }
 
-/// HALYARD.RANGE start end [LIMIT n] [REV]: string pairs in [start, end) in key order
-/// (an empty end means no upper bound), as a flat array key, value, key, value...
-pub(super) fn cmd_halyard_range(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    let [_, start, end, opts @ ..] = a else { return wrong_args("halyard.range") };
+/// HALYARD.RANGE's (LIMIT, REV); the error reply for bad options.
+pub(crate) fn range_options(opts: &[&[u8]]) -> Result<(usize, bool), Reply> {
     let (mut limit, mut reverse) = (1000usize, false);
     let mut it = opts.iter();
     while let Some(opt) = it.next() {
         match lower(opt).as_str() {
-            "limit" => {
-                let Some(n) = it.next() else { return syntax() };
-                match int_arg(n) {
-                    Some(n) if n >= 0 => limit = n as usize,
-                    _ => return not_int(),
-                }
-            }
+            "limit" => match it.next().map(|n| int_arg(n)) {
+                None => return Err(syntax()),
+                Some(Some(n)) if n >= 0 => limit = n as usize,
+                Some(_) => return Err(not_int()),
+            },
             "rev" => reverse = true,
-            _ => return syntax(),
+            _ => return Err(syntax()),
         }
     }
+    Ok((limit, reverse))
+}
+
+/// HALYARD.KEYSAFTER count [after]: up to `count` user keys after `after` (from the start
+/// when absent), in key order. Other nodes use it to walk a region for a cluster-wide SCAN.
+pub(super) fn cmd_halyard_keysafter(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, count, after @ ..] = a else { return wrong_args("halyard.keysafter") };
+    let (Some(count), None) = (int_arg(count).filter(|&n| n > 0), after.get(1)) else { return syntax() };
+    ks(sh
+        .ks
+        .keys_after(after.first().copied(), count as usize, s.span.as_ref())
+        .map(|(keys, _)| Reply::Array(keys.into_iter().map(Reply::Bulk).collect())))
+}
+
+/// HALYARD.RANGE start end [LIMIT n] [REV]: string pairs in [start, end) in key order
+/// (an empty end means no upper bound), as a flat array key, value, key, value...
+pub(super) fn cmd_halyard_range(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, start, end, opts @ ..] = a else { return wrong_args("halyard.range") };
+    let (limit, reverse) = match range_options(opts) {
+        Ok(o) => o,
+        Err(reply) => return reply,
+    };
     let end = (!end.is_empty()).then_some(*end);
     ks(sh
         .ks
-        .range(start, end, limit, reverse)
+        .range(start, end, limit, reverse, s.span.as_ref())
         .map(|pairs| Reply::Array(pairs.into_iter().flat_map(|(k, v)| [Reply::Bulk(k), Reply::Bulk(v)]).collect())))
 }

@@ -7,8 +7,10 @@ mod glob;
 mod hashes;
 mod keys;
 mod strings;
+mod topology;
 
 pub use glob::glob;
+pub(crate) use keys::{range_options, scan_options};
 
 use crate::keyspace::KsError;
 use crate::resp::Reply;
@@ -18,6 +20,7 @@ use hashes::*;
 use keys::*;
 use std::sync::atomic::Ordering::Relaxed;
 use strings::*;
+use topology::*;
 
 /// Runs a command whose arity and flags were checked; `args` starts with the name.
 pub type Handler = fn(&Shared, &mut Session, &[&[u8]]) -> Reply;
@@ -100,6 +103,10 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "hexists", arity: 3, flags: READONLY, handler: cmd_hexists },
     Command { name: "hlen", arity: 2, flags: READONLY, handler: cmd_hlen },
     Command { name: "halyard.range", arity: -3, flags: READONLY, handler: cmd_halyard_range },
+    Command { name: "halyard.keysafter", arity: -2, flags: READONLY, handler: cmd_halyard_keysafter },
+    Command { name: "cluster", arity: -2, flags: 0, handler: cmd_cluster },
+    Command { name: "readonly", arity: 1, flags: 0, handler: cmd_readonly },
+    Command { name: "readwrite", arity: 1, flags: 0, handler: cmd_readonly },
 ];
 
 /// Every command's name, for the per-command metrics.
@@ -129,7 +136,7 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
-    let region = match sh.cluster.get().map(|c| cluster_route(c, cmd, args)) {
+    let region = match sh.cluster.get().map(|c| cluster_route(c, sess, cmd, args)) {
         Some(Err(reply)) => return reply,
         Some(Ok(r)) => r,
         None => None,
@@ -148,43 +155,52 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
 }
 
 /// The keys a keyspace command reads or writes (Redis' key specs: first, last, step).
-fn command_keys<'a>(name: &str, args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+pub(crate) fn command_keys<'a>(name: &str, args: &[&'a [u8]]) -> Vec<&'a [u8]> {
     let rest = args.get(1..).unwrap_or_default();
     match name {
         "del" | "unlink" | "exists" | "mget" => rest.to_vec(),
         "mset" | "msetnx" => rest.iter().step_by(2).copied().collect(),
+        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" => Vec::new(),
         _ => rest.first().copied().into_iter().collect(),
     }
 }
 
 /// Cluster mode: the region a keyspace command runs on, which this node must serve; a reply
-/// saying why not otherwise. Commands on no key run as on a single node.
-fn cluster_route(c: &crate::cluster::ClusterNode, cmd: &Command, args: &[&[u8]]) -> Result<Option<u32>, Reply> {
+/// saying why not otherwise. A command forwarded here for one region (`sess.region`) must keep
+/// to it; the whole-key-space commands run only so confined (`forward` splits them by region).
+fn cluster_route(
+    c: &crate::cluster::ClusterNode,
+    sess: &Session,
+    cmd: &Command,
+    args: &[&[u8]],
+) -> Result<Option<u32>, Reply> {
     if cmd.flags & (WRITE | READONLY) == 0 {
         return Ok(None);
     }
-    // A hash's fields are stored under another prefix than its key, so they can lie in another
-    // region; the whole-key-space commands would read every region's copy here.
-    let unserved = ["hset", "hmset", "hget", "hmget", "hgetall", "hdel", "hexists", "hlen", "halyard.range"];
-    if unserved.contains(&cmd.name) || matches!(cmd.name, "scan" | "keys" | "dbsize") {
-        return Err(Reply::err(format!(
-            "ERR {} is not served by a cluster's Redis port yet: use the native protocol (halyard get|put|del|scan, \
-             halyard_client::ClusterClient)",
-            cmd.name.to_ascii_uppercase()
-        )));
+    let keys = command_keys(cmd.name, args);
+    if keys.is_empty() {
+        return match sess.region {
+            Some(r) => Ok(Some(r)),
+            None => Err(Reply::err("TRYAGAIN the region map changed while the command was routed; retry")),
+        };
+    }
+    let mut region = sess.region;
+    for user in &keys {
+        let r = c.target_for(&crate::keyspace::key(user)).map(|t| t.id);
+        if r.is_some() && region.is_some_and(|x| Some(x) != r) {
+            return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
+        }
+        region = region.or(r);
     }
     let mut region = None;
-    for user in command_keys(cmd.name, args) {
-        let r = match c.route(&crate::keyspace::key(user)) {
+    for user in keys {
+        let k = crate::keyspace::key(user);
+        let r = match c.route(&k) {
             crate::cluster::Route::Here(r) => r,
-            crate::cluster::Route::Elsewhere(m) => {
-                return Err(Reply::err(format!(
-                    "TRYAGAIN {m}; this node's Redis port serves the regions it leads (forwarding is not built yet)"
-                )))
-            }
+            crate::cluster::Route::Elsewhere(m) => return Err(Reply::err(format!("TRYAGAIN {m}"))),
         };
-        if region.is_some_and(|x| x != r) {
-            return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
+        if cmd.flags & WRITE != 0 {
+            c.check_write(&k).map_err(|m| Reply::err(format!("NOREPLICAS {m}")))?;
         }
         region = Some(r);
     }

@@ -1,0 +1,351 @@
+//! Redis clients on any node of a cluster. A command whose keys lie in a region another node
+//! leads is forwarded to that primary over the native protocol (a RESP request carrying the
+//! region and its epoch) and the reply relayed as the primary encoded it; a multi-key read
+//! spanning regions (MGET, EXISTS) is split by key; SCAN, KEYS, DBSIZE and HALYARD.RANGE walk
+//! every region in key order, each part confined to its region. A multi-key write spanning
+//! regions is refused (CROSSSLOT) before anything runs.
+//!
+//! A forwarded request that fails because the region changed hands (`NotLeader`,
+//! `StaleEpoch`, no primary yet) is tried again against the current map until
+//! [`RETRY_FOR`]; a write whose outcome is unknown (the primary went away after it was sent)
+//! closes the client's connection, as a write whose backups did not acknowledge does.
+
+use crate::cluster::{ClusterNode, Target};
+use crate::commands::{self, READONLY, WRITE};
+use crate::keyspace::key;
+use crate::resp::Reply;
+use crate::state::{Session, Shared};
+use halyard_client::Error as ClientError;
+use halyard_proto::ErrorCode;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// How long a forwarded request keeps being retried while its region changes hands (a lease
+/// TTL, the master's promotion, and margin).
+pub const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// The commands that read the whole key space and are answered region by region.
+const WHOLE: [&str; 4] = ["scan", "keys", "dbsize", "halyard.range"];
+
+/// Whether `args` must be answered by [`run`] (asynchronously, through other nodes) rather than
+/// executed here: cluster mode only, never for a command forwarded to this node.
+pub fn remote(sh: &Shared, sess: &Session, args: &[&[u8]]) -> bool {
+    let (Some(c), None) = (sh.cluster.get(), &sess.span) else { return false };
+    let Some(cmd) = args.first().and_then(|n| commands::lookup(n)) else { return false };
+    if cmd.flags & (WRITE | READONLY) == 0 || !cmd.arity_ok(args.len()) {
+        return false;
+    }
+    if WHOLE.contains(&cmd.name) {
+        return true;
+    }
+    let keys = commands::command_keys(cmd.name, args);
+    let targets: Vec<Option<Target>> = keys.iter().map(|u| c.target_for(&key(u))).collect();
+    if targets.iter().any(Option::is_none) {
+        return false; // no region covers a key: refused where it runs
+    }
+    let ids: std::collections::BTreeSet<u32> = targets.iter().flatten().map(|t| t.id).collect();
+    match ids.len() {
+        0 => false,
+        1 => !targets.iter().flatten().all(|t| t.local),
+        // Refused with CROSSSLOT where it runs.
+        _ => cmd.flags & WRITE == 0,
+    }
+}
+
+/// Runs a command [`remote`] chose, returning its reply encoded for the session. An error means
+/// the outcome of a write is unknown: the caller closes the connection.
+pub async fn run(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> io::Result<Vec<u8>> {
+    let Some(c) = sh.cluster.get() else { return Ok(encode(sess.proto, Reply::err("ERR not a cluster node"))) };
+    let a: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    let name = a.first().map(|n| String::from_utf8_lossy(n).to_ascii_lowercase()).unwrap_or_default();
+    let rest = a.get(1..).unwrap_or_default();
+    match name.as_str() {
+        "mget" => {
+            let mut out = format!("*{}\r\n", rest.len()).into_bytes();
+            for k in rest {
+                let part = on_key(c, sh, sess, &[b"GET", k]).await?;
+                // As on one node: a key that holds another type reads as nil.
+                out.extend(if part.starts_with(b"-") { encode(sess.proto, Reply::Nil) } else { part });
+            }
+            Ok(out)
+        }
+        "exists" => {
+            let mut n = 0;
+            for k in rest {
+                let part = on_key(c, sh, sess, &[b"EXISTS", k]).await?;
+                let Some(x) = int_of(&part) else { return Ok(part) };
+                n += x;
+            }
+            Ok(encode(sess.proto, Reply::Int(n)))
+        }
+        "dbsize" => {
+            let mut n = 0;
+            for t in c.targets() {
+                let part = on_region(c, sh, sess, t.id, &a, true).await?;
+                let Some(x) = int_of(&part) else { return Ok(part) };
+                n += x;
+            }
+            Ok(encode(sess.proto, Reply::Int(n)))
+        }
+        "keys" => {
+            let mut parts = Vec::new();
+            for t in c.targets() {
+                parts.push(on_region(c, sh, sess, t.id, &a, true).await?);
+            }
+            Ok(concat(parts))
+        }
+        "scan" => scan(c, sh, sess, rest).await,
+        "halyard.range" => range(c, sh, sess, &a).await,
+        _ => on_key(c, sh, sess, &a).await,
+    }
+}
+
+/// Runs a command on the region of its first key.
+async fn on_key(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> io::Result<Vec<u8>> {
+    let Some(t) = a.get(1).and_then(|u| c.target_for(&key(u))) else {
+        return Ok(encode(sess.proto, Reply::err("CLUSTERDOWN no region of the cluster covers this key")));
+    };
+    let read = a.first().and_then(|n| commands::lookup(n)).is_some_and(|c| c.flags & WRITE == 0);
+    on_region(c, sh, sess, t.id, a, read).await
+}
+
+/// Runs a command on region `id`: here when this node leads it, otherwise on its primary,
+/// retrying while the region changes hands.
+async fn on_region(
+    c: &ClusterNode,
+    sh: &Shared,
+    sess: &mut Session,
+    id: u32,
+    a: &[&[u8]],
+    read: bool,
+) -> io::Result<Vec<u8>> {
+    let deadline = Instant::now() + RETRY_FOR;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let Some(t) = c.targets().into_iter().find(|t| t.id == id) else {
+            return Ok(encode(sess.proto, Reply::err(format!("CLUSTERDOWN region {id} is not in the region map"))));
+        };
+        let res = if t.local {
+            let (bytes, writes) = in_region(sh, &t, sess.proto, a);
+            sess.writes.extend(writes);
+            Ok(bytes)
+        } else {
+            c.forward(&t, sess.proto, a).await
+        };
+        let e = match res {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) => e,
+        };
+        let not_run = certainly_not_run(&e);
+        if (read || not_run) && Instant::now() < deadline {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            continue;
+        }
+        if read || not_run {
+            let msg = format!("TRYAGAIN region {id} has no reachable primary ({e}); retry later");
+            return Ok(encode(sess.proto, Reply::err(msg)));
+        }
+        return Err(io::Error::other(format!("forwarded write to region {id}: outcome unknown ({e})")));
+    }
+}
+
+/// Whether a failed forward certainly did not run the command (it may be sent again).
+fn certainly_not_run(e: &ClientError) -> bool {
+    match e {
+        ClientError::Server { code, .. } => matches!(
+            code,
+            ErrorCode::NotLeader
+                | ErrorCode::StaleEpoch
+                | ErrorCode::NoRegion
+                | ErrorCode::ShuttingDown
+                | ErrorCode::AuthRequired
+                | ErrorCode::HandshakeRequired
+        ),
+        // Refused before it was sent (no connection could be opened, or it was too large).
+        ClientError::Io(e) => e.kind() == io::ErrorKind::ConnectionRefused,
+        ClientError::RequestTooLarge { .. } => true,
+        _ => false,
+    }
+}
+
+/// Executes a command on region `t`, which this node leads, confined to its keys: the reply
+/// in RESP `proto` and the writes it made (their acknowledgements are waited for before the
+/// reply goes out).
+pub fn in_region(sh: &Shared, t: &Target, proto: u8, a: &[&[u8]]) -> (Vec<u8>, Vec<(u32, u64)>) {
+    let mut s = sh.session(String::from("forwarded"));
+    s.authed = true;
+    s.proto = proto;
+    s.span = Some(t.span.clone());
+    s.region = Some(t.id);
+    let reply = commands::execute(sh, &mut s, a);
+    (encode(proto, reply), std::mem::take(&mut s.writes))
+}
+
+/// The receiving side of a forward: checks that this node leads `region` at `epoch`, then
+/// runs the command there.
+pub fn serve(sh: &Shared, region: u32, epoch: u64, proto: u8, a: &[&[u8]]) -> crate::native::RespOutcome {
+    let Some(c) = sh.cluster.get() else {
+        return Err((ErrorCode::UnknownOp, "not a cluster node: send Redis commands to its Redis port".into()));
+    };
+    let Some(t) = c.targets().into_iter().find(|t| t.id == region) else {
+        return Err((ErrorCode::NoRegion, format!("region {region} is not in this node's region map")));
+    };
+    if !t.local {
+        return Err((ErrorCode::NotLeader, format!("region {region} is led by {} at {}", t.primary, t.native)));
+    }
+    if t.epoch != epoch {
+        let msg = format!("region {region} is at epoch {}, led by {}: refresh the region map", t.epoch, t.primary);
+        return Err((ErrorCode::StaleEpoch, msg));
+    }
+    Ok(in_region(sh, &t, proto, a))
+}
+
+/// SCAN over the whole cluster: the cursor stands for the last key returned; each step asks
+/// the region holding the next keys for up to COUNT of them (`HALYARD.KEYSAFTER`).
+async fn scan(c: &ClusterNode, sh: &Shared, sess: &mut Session, rest: &[&[u8]]) -> io::Result<Vec<u8>> {
+    let [cursor, opts @ ..] = rest else { return Ok(encode(sess.proto, Reply::err("ERR syntax error"))) };
+    let Some((pattern, count)) = commands::scan_options(opts) else {
+        return Ok(encode(sess.proto, Reply::err("ERR syntax error")));
+    };
+    let cursor = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok());
+    let mut after = match cursor {
+        Some(0) => None,
+        Some(n) => match sh.cursors.lock().get(n) {
+            Some(k) => Some(k),
+            None => return Ok(encode(sess.proto, Reply::err("ERR invalid cursor"))),
+        },
+        None => return Ok(encode(sess.proto, Reply::err("ERR invalid cursor"))),
+    };
+    let targets = c.targets();
+    let first = after.as_ref().map_or(0, |a| targets.iter().position(|t| t.span.contains(&key(a))).unwrap_or(0));
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let count_arg = count.to_string();
+    for t in targets.iter().skip(first) {
+        let mut a: Vec<&[u8]> = vec![b"HALYARD.KEYSAFTER", count_arg.as_bytes()];
+        if let Some(k) = after.as_deref().filter(|k| t.span.contains(&key(k))) {
+            a.push(k);
+        }
+        let part = on_region(c, sh, sess, t.id, &a, true).await?;
+        let Some(found) = bulks_of(&part) else { return Ok(part) };
+        let full = found.len() >= count;
+        after = found.last().cloned().or(after);
+        keys.extend(found);
+        if full {
+            let next = after.clone().map_or(0, |k| sh.cursors.lock().put(k));
+            return Ok(scan_reply(sess.proto, next, keys, pattern));
+        }
+    }
+    Ok(scan_reply(sess.proto, 0, keys, pattern))
+}
+
+fn scan_reply(proto: u8, next: u64, keys: Vec<Vec<u8>>, pattern: Option<&[u8]>) -> Vec<u8> {
+    let items = keys.into_iter().filter(|k| pattern.is_none_or(|p| commands::glob(p, k))).map(Reply::Bulk).collect();
+    encode(proto, Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(items)]))
+}
+
+/// HALYARD.RANGE over the regions the range meets, in order (reverse order with REV), until
+/// LIMIT pairs.
+async fn range(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> io::Result<Vec<u8>> {
+    let [_, start, end, opts @ ..] = a else { return Ok(encode(sess.proto, Reply::err("ERR syntax error"))) };
+    let (limit, reverse) = match commands::range_options(opts) {
+        Ok(o) => o,
+        Err(reply) => return Ok(encode(sess.proto, reply)),
+    };
+    let lo = key(start).to_vec();
+    let hi = (!end.is_empty()).then(|| key(end).to_vec());
+    let mut targets: Vec<Target> = c
+        .targets()
+        .into_iter()
+        .filter(|t| hi.as_ref().is_none_or(|h| t.span.start < *h) && t.span.end.as_ref().is_none_or(|e| *e > lo))
+        .collect();
+    if reverse {
+        targets.reverse();
+    }
+    let (mut left, mut parts) = (limit, Vec::new());
+    for t in targets {
+        if left == 0 {
+            break;
+        }
+        let n = left.to_string();
+        let mut sub: Vec<&[u8]> = vec![b"HALYARD.RANGE", start, end, b"LIMIT", n.as_bytes()];
+        if reverse {
+            sub.push(b"REV");
+        }
+        let part = on_region(c, sh, sess, t.id, &sub, true).await?;
+        let Some((items, _)) = array_of(&part) else { return Ok(part) };
+        left = left.saturating_sub(items / 2);
+        parts.push(part);
+    }
+    Ok(concat(parts))
+}
+
+fn encode(proto: u8, r: Reply) -> Vec<u8> {
+    let mut out = Vec::new();
+    r.encode(proto, &mut out);
+    out
+}
+
+/// The integer of a `:n` reply.
+fn int_of(b: &[u8]) -> Option<i64> {
+    let body = b.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
+    std::str::from_utf8(body).ok()?.parse().ok()
+}
+
+/// An array reply's length and the encoded items after its header.
+fn array_of(b: &[u8]) -> Option<(usize, &[u8])> {
+    let rest = b.strip_prefix(b"*")?;
+    let eol = rest.windows(2).position(|w| w == b"\r\n")?;
+    let n = std::str::from_utf8(rest.get(..eol)?).ok()?.parse().ok()?;
+    Some((n, rest.get(eol + 2..)?))
+}
+
+/// The bulk strings of an array reply of bulk strings.
+fn bulks_of(b: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let (n, mut body) = array_of(b)?;
+    let mut out = Vec::with_capacity(n.min(body.len() / 4));
+    for _ in 0..n {
+        let rest = body.strip_prefix(b"$")?;
+        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
+        let len: usize = std::str::from_utf8(rest.get(..eol)?).ok()?.parse().ok()?;
+        out.push(rest.get(eol + 2..eol + 2 + len)?.to_vec());
+        body = rest.get(eol + 4 + len..)?;
+    }
+    Some(out)
+}
+
+/// Array replies joined into one; the first error reply among them instead, if any.
+fn concat(parts: Vec<Vec<u8>>) -> Vec<u8> {
+    let mut n = 0;
+    let mut body = Vec::new();
+    for p in &parts {
+        match array_of(p) {
+            Some((k, items)) => {
+                n += k;
+                body.extend_from_slice(items);
+            }
+            None => return p.clone(),
+        }
+    }
+    let mut out = format!("*{n}\r\n").into_bytes();
+    out.extend(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read_back() {
+        assert_eq!(int_of(b":42\r\n"), Some(42));
+        assert_eq!(int_of(b"-ERR x\r\n"), None);
+        let arr = encode(2, Reply::Array(vec![Reply::bulk("a"), Reply::bulk(""), Reply::bulk("c\r\n")]));
+        assert_eq!(bulks_of(&arr), Some(vec![b"a".to_vec(), b"".to_vec(), b"c\r\n".to_vec()]));
+        let joined = concat(vec![arr.clone(), encode(2, Reply::Array(vec![])), arr]);
+        assert_eq!(bulks_of(&joined).map(|v| v.len()), Some(6));
+        let err = encode(2, Reply::err("ERR no"));
+        assert_eq!(concat(vec![encode(2, Reply::Array(vec![])), err.clone()]), err);
+        assert_eq!(bulks_of(b"*2\r\n$1\r\na\r\n"), None, "truncated");
+    }
+}
