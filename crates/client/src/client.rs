@@ -75,6 +75,8 @@ impl Batch {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// (region, epoch) that key requests are sent for ([`Client::routed`]).
+    routed: Option<(u32, u64)>,
 }
 
 struct Inner {
@@ -92,7 +94,7 @@ impl Client {
         let conn = Conn::open(&addrs, &opts).await?;
         let inner =
             Inner { addrs, opts, current: parking_lot::Mutex::new(Arc::new(conn)), reconnect: Default::default() };
-        Ok(Client { inner: Arc::new(inner) })
+        Ok(Client { inner: Arc::new(inner), routed: None })
     }
 
     /// The options this client was created with.
@@ -198,7 +200,25 @@ impl Client {
         }
     }
 
+    /// This client on the same connection, its key requests (get, put, delete, batches, scans)
+    /// sent for `region` at `epoch`: a node whose epoch for the region differs refuses them with
+    /// `StaleEpoch` (the region map is out of date) instead of running them.
+    pub fn routed(&self, region: u32, epoch: u64) -> Client {
+        Client { inner: self.inner.clone(), routed: Some((region, epoch)) }
+    }
+
     async fn call(&self, req: Request<'_>) -> Result<Response> {
+        let req = match (self.routed, &req) {
+            (
+                Some((region, epoch)),
+                Request::Get { .. }
+                | Request::Put { .. }
+                | Request::Delete { .. }
+                | Request::Batch { .. }
+                | Request::Scan(_),
+            ) => Request::Routed { region, epoch, inner: Box::new(req) },
+            _ => req,
+        };
         let conn = self.conn().await?;
         let (id, reply) = conn.send(&req)?;
         match tokio::time::timeout(self.inner.opts.timeout, reply).await {

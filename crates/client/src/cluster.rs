@@ -44,7 +44,11 @@ fn retryable(e: &Error, read: bool) -> bool {
             // retries its counterpart too).
             matches!(
                 code,
-                ErrorCode::NotLeader | ErrorCode::NoRegion | ErrorCode::ShuttingDown | ErrorCode::NotEnoughReplicas
+                ErrorCode::NotLeader
+                    | ErrorCode::StaleEpoch
+                    | ErrorCode::NoRegion
+                    | ErrorCode::ShuttingDown
+                    | ErrorCode::NotEnoughReplicas
             )
         }
         Error::Io(_) | Error::Closed | Error::Timeout => read,
@@ -156,9 +160,10 @@ impl ClusterClient {
             // A key no region covers yet (a map read before the cluster was set up), or a
             // connection that cannot be opened: nothing was sent, retry whatever the request.
             let (addr, (r, sent)) = match self.locate(key) {
-                Ok((_, addr)) => {
+                Ok((region, addr)) => {
                     let r = match self.client(&addr).await {
-                        Ok(c) => (f(c).await, true),
+                        // Sent for the region's epoch in this map: a node that moved on refuses.
+                        Ok(c) => (f(region.map_or(c.clone(), |r| c.routed(r.id, r.epoch))).await, true),
                         Err(e) => (Err(e), false),
                     };
                     (addr, r)

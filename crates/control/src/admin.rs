@@ -134,6 +134,10 @@ pub struct RegionStatus {
     pub version: u64,
     /// Whether the primary holds the region under a live lease.
     pub primary_alive: bool,
+    /// The primary's LSN (from its progress record, published every second).
+    pub lsn: Option<u64>,
+    /// How many LSNs the slowest backup's acknowledgements trail the primary's (None: unknown).
+    pub lag: Option<u64>,
 }
 
 /// The whole status.
@@ -198,6 +202,8 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
             epoch: r.spec.epoch,
             version: r.version,
             primary_alive: !r.spec.primary.is_empty() && v.holds(r, &r.spec.primary),
+            lsn: v.progress.get(&r.spec.primary).and_then(|p| p.lsn.get(&r.spec.id)).copied(),
+            lag: v.lag(r.spec.id),
         })
         .collect();
     Ok(Status {
@@ -234,18 +240,21 @@ impl Status {
                 n.replication
             ));
         }
-        out.push_str("\nREGION  START         END           EPOCH  PRIMARY   UP   BACKUPS\n");
+        out.push_str("\nREGION  START         END           EPOCH  PRIMARY   UP   LSN         LAG     BACKUPS\n");
         for r in &self.regions {
             let copying =
                 if r.copying.is_empty() { String::new() } else { format!(" (copying: {})", r.copying.join(",")) };
+            let known = |x: Option<u64>| x.map_or("-".to_string(), |x| x.to_string());
             out.push_str(&format!(
-                "{:<7} {:<13} {:<13} {:<6} {:<9} {:<4} {}{}\n",
+                "{:<7} {:<13} {:<13} {:<6} {:<9} {:<4} {:<11} {:<7} {}{}\n",
                 r.id,
                 format!("{:?}", r.start),
                 r.end.as_deref().map_or("(end)".to_string(), |e| format!("{e:?}")),
                 r.epoch,
                 if r.primary.is_empty() { "-" } else { &r.primary },
                 if r.primary_alive { "yes" } else { "no" },
+                known(r.lsn),
+                known(r.lag),
                 r.backups.join(","),
                 copying
             ));

@@ -13,6 +13,7 @@
 
 use halyard_cluster::RegionSpec;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Version of the values this release writes (`ClusterConfig::format`).
 pub const FORMAT: u32 = 1;
@@ -65,6 +66,11 @@ impl Layout {
         format!("{}reports/{region:010}-{node}", self.prefix)
     }
 
+    /// A live node's replication progress (bound to its lease).
+    pub fn progress(&self, node: &str) -> String {
+        format!("{}progress/{node}", self.prefix)
+    }
+
     /// The election's name (its candidates' keys are this plus `/` and their lease in hex).
     pub fn election(&self) -> String {
         format!("{}master", self.prefix)
@@ -73,7 +79,7 @@ impl Layout {
     /// Which kind of key `key` (a full key) is, and the rest of its name.
     pub fn classify<'k>(&self, key: &'k str) -> Option<(&'static str, &'k str)> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
-        for kind in ["nodes/", "members/", "regions/", "log/", "master/", "reports/"] {
+        for kind in ["nodes/", "members/", "regions/", "log/", "master/", "reports/", "progress/"] {
             if let Some(name) = rest.strip_prefix(kind) {
                 return Some((kind, name));
             }
@@ -142,6 +148,18 @@ pub struct Report {
     pub epoch: u64,
     /// The reporting primary.
     pub by: String,
+}
+
+/// `progress/<node>` (bound to the node's lease, rewritten every second): how far each region
+/// the node holds has come. The master promotes the backup that holds the most of the log;
+/// `halyard cluster status` shows each region's replication lag.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// By region id: the region's LSN here (a primary's last written, a backup's last received).
+    pub lsn: BTreeMap<u32, u64>,
+    /// A primary's regions, by id: the last LSN each backup acknowledged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub acked: BTreeMap<u32, BTreeMap<String, u64>>,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes

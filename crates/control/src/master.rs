@@ -71,7 +71,11 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
         if !learners.is_empty() {
             return Some(Step::Drop(learners));
         }
-        if let Some(b) = spec.backups.iter().find(|b| view.holds(r, b)) {
+        // The backup holding the most of the log (by the nodes' progress records; under
+        // `last-write` every backup holds every acknowledged write, so this keeps the most of
+        // what was not acknowledged yet). Ties go to the group's order.
+        let holding = spec.backups.iter().filter(|b| view.holds(r, b));
+        if let Some(b) = holding.rev().max_by_key(|b| view.lsn(b, spec.id)) {
             return Some(Step::Promote(b.clone()));
         }
         if view.live.contains_key(&spec.primary) {
@@ -425,6 +429,17 @@ mod tests {
         let p = promoted(&r.spec, "n3", 4);
         assert_eq!((p.primary.as_str(), p.backups.clone(), p.epoch), ("n3", vec!["n2".to_string()], 4));
         assert!(!p.leases.contains_key("n1"));
+    }
+
+    #[test]
+    fn the_backup_with_the_most_log_is_promoted() {
+        let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
+        let (mut v, r) = view(&[("n2", 2), ("n3", 3)], s);
+        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Promote("n2".into())), "a tie: group order");
+        for (node, lsn) in [("n2", 40), ("n3", 41)] {
+            v.progress.entry(node.into()).or_default().lsn.insert(1, lsn);
+        }
+        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Promote("n3".into())));
     }
 
     #[test]

@@ -114,6 +114,17 @@ impl Session {
         Ok(())
     }
 
+    /// Writes this node's replication progress (bound to its lease).
+    pub async fn publish_progress(&self, p: &crate::layout::Progress) -> Result<()> {
+        let mut c = self.client.clone();
+        let value = serde_json::to_vec(p).unwrap_or_default();
+        let opts = PutOptions::new().with_lease(self.lease());
+        tokio::time::timeout(self.ttl, c.put(self.layout.progress(&self.record.name), value, Some(opts)))
+            .await
+            .map_err(|_| crate::Error::Invalid("etcd did not take the progress record in time".into()))??;
+        Ok(())
+    }
+
     fn margin(&self) -> Duration {
         (self.ttl / 10).max(Duration::from_millis(100))
     }

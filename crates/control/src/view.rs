@@ -1,6 +1,6 @@
 //! One read of a cluster's keys at one etcd revision, and what nodes and clients derive from it.
 
-use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord, Report};
+use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, Progress, RegionRecord, Report};
 use crate::{Error, Result};
 use etcd_client::{Client, GetOptions};
 use halyard_cluster::{ClusterFile, NodeSpec};
@@ -25,6 +25,8 @@ pub struct View {
     pub candidates: Vec<(i64, String, String)>,
     /// Primaries' reports of silent backups: (key, report).
     pub reports: Vec<(String, Report)>,
+    /// Live nodes' replication progress, by node name.
+    pub progress: BTreeMap<String, Progress>,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
@@ -53,6 +55,12 @@ impl View {
                 }
                 "log/" => v.intents.push((key.clone(), parse(&key, kv.value())?)),
                 "reports/" => v.reports.push((key.clone(), parse(&key, kv.value())?)),
+                "progress/" => {
+                    // Advisory: a record this version cannot read is skipped, not fatal.
+                    if let Ok(p) = serde_json::from_slice(kv.value()) {
+                        v.progress.insert(name.to_string(), p);
+                    }
+                }
                 _ => {
                     let who = String::from_utf8_lossy(kv.value()).into_owned();
                     v.candidates.push((kv.create_revision(), key.clone(), who));
@@ -61,6 +69,21 @@ impl View {
         }
         v.candidates.sort();
         Ok(v)
+    }
+
+    /// The LSN `node` last reported for `region` (0 when unknown).
+    pub fn lsn(&self, node: &str, region: u32) -> u64 {
+        self.progress.get(node).and_then(|p| p.lsn.get(&region)).copied().unwrap_or(0)
+    }
+
+    /// How far `region`'s slowest backup is behind its primary, in LSNs (None when unknown).
+    pub fn lag(&self, region: u32) -> Option<u64> {
+        let r = &self.regions.get(&region)?.0.spec;
+        let p = self.progress.get(&r.primary)?;
+        let lsn = *p.lsn.get(&region)?;
+        let acked = p.acked.get(&region);
+        let slowest = r.backups.iter().map(|b| acked.and_then(|a| a.get(b)).copied().unwrap_or(0)).min();
+        Some(slowest.map_or(0, |s| lsn.saturating_sub(s)))
     }
 
     /// The node leading the cluster as master, if any.

@@ -423,6 +423,11 @@ fn redis_port_on_any_node_serves_the_whole_cluster() {
         assert_eq!(stale.code(), Some(halyard_client::ErrorCode::StaleEpoch), "{stale}");
         assert!(stale.to_string().contains(&format!("epoch {epoch}")), "{stale}");
         // A key of another region is answered as Redis answers a key of another slot.
+        // Native requests of a region-aware client carry the epoch too (ROUTED).
+        c.routed(id, epoch).put("a-native", "1").await.unwrap();
+        let stale = c.routed(id, epoch + 7).put("a-native", "2").await.unwrap_err();
+        assert_eq!(stale.code(), Some(halyard_client::ErrorCode::StaleEpoch), "{stale}");
+        assert_eq!(c.get("a-native").await.unwrap().as_deref(), Some(&b"1"[..]), "a stale write did not run");
         let outside = c.resp(id, epoch, 2, &[b"GET", b"t02"]).await.unwrap();
         assert!(outside.starts_with(b"-CROSSSLOT"), "{}", String::from_utf8_lossy(&outside));
         let c = halyard_client::Client::connect(native_of(other), opts).await.unwrap();
@@ -436,6 +441,19 @@ fn redis_port_on_any_node_serves_the_whole_cluster() {
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
         assert_eq!(conns[0].cmd(&["GET", "t99"]), common::bulk("via-redis-cli"));
+    }
+    // Each primary publishes its LSN and its backups' acknowledgements: status shows them.
+    let t = Instant::now();
+    loop {
+        let st = status(&url);
+        let regions = st["regions"].as_array().unwrap().clone();
+        let caught_up =
+            |r: &serde_json::Value| r["lsn"].as_u64().is_some_and(|l| l > 0) && r["lag"].as_u64() == Some(0);
+        if regions.iter().all(caught_up) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "every region written and its backup caught up: {regions:?}");
+        std::thread::sleep(Duration::from_millis(200));
     }
     for r in 1..=3 {
         let (ok, out) = halyard(&["admin", "verify", "--region", &r.to_string(), "--etcd", &url]);

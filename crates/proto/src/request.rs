@@ -29,6 +29,8 @@ pub mod kind {
     pub const AUTH: u8 = 0x09;
     /// RESP: a Redis command forwarded by another node of the cluster to a region's primary.
     pub const RESP: u8 = 0x0a;
+    /// ROUTED: another request, for a region at an epoch (cluster clients send every request so).
+    pub const ROUTED: u8 = 0x0b;
 }
 
 const OP_PUT: u8 = 1;
@@ -103,6 +105,19 @@ pub enum Request<'a> {
         /// The command's name and arguments.
         args: Vec<&'a [u8]>,
     },
+    /// `inner` (GET, PUT, DELETE, BATCH or SCAN) for the region `region` at `epoch` in the
+    /// sender's map: the receiver runs it only if that is its own epoch for the region, and
+    /// answers ERROR `StaleEpoch` (naming its epoch) otherwise.
+    ///
+    /// Payload: `u32 region | u64 epoch | u8 inner kind | inner payload`.
+    Routed {
+        /// The region of the inner request's keys.
+        region: u32,
+        /// The region's epoch in the sender's map.
+        epoch: u64,
+        /// The request itself.
+        inner: Box<Request<'a>>,
+    },
 }
 
 /// One operation of a batch.
@@ -149,6 +164,7 @@ impl<'a> Request<'a> {
             Request::RegionMap => kind::REGION_MAP,
             Request::Auth { .. } => kind::AUTH,
             Request::Resp { .. } => kind::RESP,
+            Request::Routed { .. } => kind::ROUTED,
         }
     }
 
@@ -179,6 +195,15 @@ impl<'a> Request<'a> {
             kind::REGION_MAP => Request::RegionMap,
             kind::AUTH => Request::Auth { password: r.rest() },
             kind::RESP => decode_resp(&mut r)?,
+            kind::ROUTED => {
+                let region = r.u32("routed region")?;
+                let epoch = r.u64("routed epoch")?;
+                let inner = r.u8("routed kind")?;
+                if !matches!(inner, kind::GET | kind::PUT | kind::DELETE | kind::BATCH | kind::SCAN) {
+                    return Err(ProtoError::Invalid("a routed request holds a GET, PUT, DELETE, BATCH or SCAN"));
+                }
+                Request::Routed { region, epoch, inner: Box::new(Request::decode(inner, r.rest())?) }
+            }
             other => return Err(ProtoError::UnknownKind(other)),
         };
         r.finish()?;
@@ -220,6 +245,12 @@ impl<'a> Request<'a> {
             Request::RegionMap => {}
             Request::Auth { password } => {
                 w.raw(password);
+            }
+            Request::Routed { region, epoch, inner } => {
+                w.u32(*region).u64(*epoch).u8(inner.kind());
+                let mut rest = w.into_inner();
+                inner.encode_payload(&mut rest);
+                w = Writer::from(rest);
             }
             Request::Resp { region, epoch, proto, args } => {
                 w.u32(*region).u64(*epoch).u8(*proto).u32(args.len() as u32);
@@ -317,6 +348,17 @@ mod tests {
         round_trip(Request::RegionMap);
         round_trip(Request::Auth { password: b"secret" });
         round_trip(Request::Resp { region: 7, epoch: 3, proto: 3, args: vec![b"SET", b"k", b""] });
+        round_trip(Request::Routed { region: 2, epoch: 9, inner: Box::new(Request::Put { key: b"k", value: b"v" }) });
+        round_trip(Request::Routed {
+            region: 2,
+            epoch: 9,
+            inner: Box::new(Request::Scan(ScanRequest {
+                start: Bound::Unbounded,
+                end: Bound::Excluded(b"z"),
+                reverse: false,
+                limit: 5,
+            })),
+        });
         round_trip(Request::Batch {
             ops: vec![BatchOp::Put { key: b"a", value: b"1" }, BatchOp::Delete { key: b"b" }],
         });
@@ -363,5 +405,11 @@ mod tests {
         );
         assert_eq!(Request::decode(kind::RESP, &resp(2, 0)), Err(ProtoError::Invalid("resp command without a name")));
         assert_eq!(Request::decode(kind::RESP, &resp(2, u32::MAX)), Err(ProtoError::Truncated("resp argument")));
+        let mut nested = vec![0u8; 12];
+        nested.push(kind::ROUTED);
+        assert_eq!(
+            Request::decode(kind::ROUTED, &nested),
+            Err(ProtoError::Invalid("a routed request holds a GET, PUT, DELETE, BATCH or SCAN"))
+        );
     }
 }

@@ -726,6 +726,18 @@ impl Router for ClusterNode {
         serde_json::to_vec(&*self.file.read()).unwrap_or_default()
     }
 
+    fn check_epoch(&self, region: u32, epoch: u64) -> Result<(), (halyard_proto::ErrorCode, String)> {
+        let f = self.file.read();
+        match f.region(region) {
+            None => Err((halyard_proto::ErrorCode::NoRegion, format!("region {region} is not in this node's map"))),
+            Some(r) if r.epoch != epoch => Err((
+                halyard_proto::ErrorCode::StaleEpoch,
+                format!("region {region} is at epoch {}, led by {}: refresh the region map", r.epoch, r.primary),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     fn is_cluster_secret(&self, given: &[u8]) -> bool {
         halyard_replication::cluster_secret().is_some() && halyard_replication::is_cluster_secret(given)
     }

@@ -77,6 +77,7 @@ impl ClusterNode {
         node.shipper.set_db(&db);
         db.replication().set_ship_listener(Some(node.shipper.clone()));
         tokio::spawn(node.clone().follow(session.clone()));
+        tokio::spawn(node.clone().publish_progress(session.clone()));
         tokio::spawn(halyard_control::master::Master::run(session));
         Ok(node)
     }
@@ -90,17 +91,20 @@ impl ClusterNode {
     /// Reads the map every [`POLL`] and applies each new one (or the same one under a new
     /// lease).
     async fn follow(self: Arc<Self>, session: Arc<Session>) {
-        let mut seen = (0, 0);
+        // What was applied last: the map and the lease it was applied under (other keys, such
+        // as the nodes' progress records, change the revision every second).
+        let mut seen: Option<(ClusterFile, i64)> = None;
         loop {
             match read_view(&session).await {
-                Ok(v) if (v.revision, session.lease()) != seen => {
-                    seen = (v.revision, session.lease());
-                    let (me, file) = (self.clone(), v.cluster_file());
+                Ok(v) if seen.as_ref() != Some(&(v.cluster_file(), session.lease())) => {
+                    let file = v.cluster_file();
+                    seen = Some((file.clone(), session.lease()));
+                    let me = self.clone();
                     match tokio::task::spawn_blocking(move || me.apply(file)).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
                             tracing::warn!("applying the region map: {e}; retrying");
-                            seen = (0, 0);
+                            seen = None;
                         }
                         Err(e) => tracing::error!("applying the region map failed: {e}"),
                     }
@@ -110,6 +114,43 @@ impl ClusterNode {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Publishes this node's replication progress every second, when it changed (or the lease
+    /// did: the record goes with the lease it was written under).
+    async fn publish_progress(self: Arc<Self>, session: Arc<Session>) {
+        let mut last: Option<(halyard_control::layout::Progress, i64)> = None;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let p = self.progress();
+            let now = Some((p.clone(), session.lease()));
+            if now == last {
+                continue;
+            }
+            match session.publish_progress(&p).await {
+                Ok(()) => last = now,
+                Err(e) => tracing::debug!("publishing replication progress: {e}"),
+            }
+        }
+    }
+
+    /// How far each region held here has come: a primary's LSN and its backups'
+    /// acknowledgements, a backup's last received LSN.
+    fn progress(&self) -> halyard_control::layout::Progress {
+        let mut p = halyard_control::layout::Progress::default();
+        let ids: Vec<u32> = self.file.read().regions.iter().map(|r| r.id).collect();
+        for id in ids {
+            if self.shipper.leads(id) {
+                if let Ok(h) = self.db.region(id) {
+                    p.lsn.insert(id, h.lsn());
+                }
+                let acked = self.shipper.links(id).iter().map(|l| (l.node.clone(), l.acked())).collect();
+                p.acked.insert(id, acked);
+            } else if let Some(rr) = self.replica.region(id) {
+                p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+        p
     }
 
     /// Brings this node's roles in line with `map`: lead what it names this node primary of

@@ -194,10 +194,7 @@ pub fn serve(sh: &Shared, region: u32, epoch: u64, proto: u8, a: &[&[u8]]) -> cr
     if !t.local {
         return Err((ErrorCode::NotLeader, format!("region {region} is led by {} at {}", t.primary, t.native)));
     }
-    if t.epoch != epoch {
-        let msg = format!("region {region} is at epoch {}, led by {}: refresh the region map", t.epoch, t.primary);
-        return Err((ErrorCode::StaleEpoch, msg));
-    }
+    crate::native::Router::check_epoch(c.as_ref(), region, epoch)?;
     Ok(in_region(sh, &t, proto, a))
 }
 

@@ -91,6 +91,9 @@ pub trait Router: Send + Sync {
     fn route_last(&self) -> Result<u32, String>;
     /// The node's region map as JSON (REGION_MAP).
     fn region_map(&self) -> Vec<u8>;
+    /// Whether this node's epoch for `region` is `epoch` (a ROUTED request); the error to
+    /// answer with otherwise.
+    fn check_epoch(&self, region: u32, epoch: u64) -> Result<(), (ErrorCode, String)>;
     /// Whether `given` is the cluster secret (another node authenticating).
     fn is_cluster_secret(&self, given: &[u8]) -> bool;
     /// Runs a Redis command forwarded by another node (RESP): its encoded reply and the writes
@@ -354,6 +357,7 @@ impl Session {
             Request::Batch { ops } => match ops.first()? {
                 BatchOp::Put { key, .. } | BatchOp::Delete { key } => *key,
             },
+            Request::Routed { inner, .. } => return self.must_wait(inner),
             _ => return None,
         };
         router.must_wait(key)
@@ -383,6 +387,10 @@ impl Session {
             Request::Delete { key } => self.db.delete(key).map(|()| Response::Done),
             Request::Batch { ops } => self.batch(ops),
             Request::Scan(s) => self.scan(s),
+            Request::Routed { region, epoch, inner } => match self.router.as_ref().map(|r| r.check_epoch(region, epoch)) {
+                None | Some(Ok(())) => return self.execute_request(id, *inner, out),
+                Some(Err((code, message))) => Ok(Response::Error { code, message }),
+            },
             Request::Resp { region, epoch, proto, args } => match &self.router {
                 Some(r) => match r.resp(region, epoch, proto, &args) {
                     Ok((reply, writes)) => {
