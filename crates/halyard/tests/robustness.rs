@@ -1,6 +1,7 @@
 //! Linearizability under faults, in the manner of etcd's robustness tests: a real etcd and three
-//! real `halyard serve --etcd` nodes; a few sequential clients (region-aware native clients)
-//! put and get a small set of keys and record every operation with its call and return time;
+//! real `halyard serve --etcd` nodes; a few sequential clients (region-aware native clients, and
+//! Redis clients each talking to one node's Redis port, which forwards to the primary) put and
+//! get a small set of keys and record every operation with its call and return time;
 //! one fault per run (SIGKILL of the keys' primary, SIGKILL of the master, SIGSTOP of the
 //! primary for longer than its lease); afterwards every key is read once more. The history goes
 //! to the Porcupine checker (`tools/lincheck`, run through `scripts/lincheck.sh`): a put whose
@@ -32,6 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const KEYS: u64 = 4;
+/// Native clients; as many Redis clients again, on keys of their own (the Redis key space is
+/// apart from the native one).
 const CLIENTS: usize = 4;
 
 #[derive(Clone, Copy, Debug)]
@@ -132,6 +135,93 @@ fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<Atomi
     }
 }
 
+fn resp_key(k: u64) -> String {
+    format!("redis:rk{k}")
+}
+
+/// One blocking Redis connection; None once it failed (the caller reconnects elsewhere).
+struct RespConn(std::io::BufReader<std::net::TcpStream>);
+
+impl RespConn {
+    fn open(addr: &str) -> Option<RespConn> {
+        let a: std::net::SocketAddr = addr.parse().ok()?;
+        let s = std::net::TcpStream::connect_timeout(&a, Duration::from_millis(500)).ok()?;
+        // Past the forwarding node's retries (10 s) an answer is not coming.
+        s.set_read_timeout(Some(Duration::from_secs(12))).ok()?;
+        Some(RespConn(std::io::BufReader::new(s)))
+    }
+
+    /// Sends a command; the reply's first line and, for a bulk string, its body.
+    fn call(&mut self, args: &[&str]) -> Option<(String, Option<String>)> {
+        use std::io::{BufRead, Read, Write};
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            write!(req, "${}\r\n{a}\r\n", a.len()).ok()?;
+        }
+        self.0.get_mut().write_all(req.as_bytes()).ok()?;
+        let mut line = String::new();
+        if self.0.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end().to_string();
+        let body = match line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) => {
+                let mut b = vec![0u8; n + 2];
+                self.0.read_exact(&mut b).ok()?;
+                Some(String::from_utf8_lossy(&b[..n]).into_owned())
+            }
+            None => None,
+        };
+        Some((line, body))
+    }
+}
+
+/// A sequential Redis client: SET and GET until `stop`, through one node's Redis port (the
+/// next node's after a failed connection), recording each.
+fn resp_client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<Op>>>) {
+    let mut rng = Rng(seed.wrapping_mul(37).wrapping_add(id as u64 + 1) | 1);
+    let (mut n, mut at) = (0, id);
+    let mut conn: Option<RespConn> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(c) = conn.as_mut() else {
+            at += 1;
+            conn = RespConn::open(&addrs[at % addrs.len()]);
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        let k = resp_key(rng.next() % KEYS);
+        let put = rng.next() & 1 == 0;
+        let call = t0.elapsed().as_nanos();
+        let reply = if put {
+            n += 1;
+            let v = format!("c{id}-{n}");
+            let r = c.call(&["SET", &k, &v]);
+            let ret = r.as_ref().map(|_| t0.elapsed().as_nanos());
+            match r {
+                Some((line, _)) if line == "+OK" => Some(Op { client: id, put, key: k, value: Some(v), call, ret }),
+                // An error reply: refused before it ran (TRYAGAIN, NOREPLICAS).
+                Some(_) => None,
+                // No reply: the node closed the connection or went away; outcome unknown.
+                None => Some(Op { client: id, put, key: k, value: Some(v), call, ret: None }),
+            }
+        } else {
+            match c.call(&["GET", &k]) {
+                Some((line, value)) if line.starts_with('$') => {
+                    Some(Op { client: id, put, key: k, value, call, ret: Some(t0.elapsed().as_nanos()) })
+                }
+                _ => None,
+            }
+        };
+        if reply.as_ref().is_none_or(|o| o.ret.is_none()) {
+            conn = None;
+        }
+        match reply {
+            Some(op) => out.lock().unwrap().push(op),
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
 fn signal(n: &Node, sig: i32) {
     extern "C" {
         fn kill(pid: i32, sig: i32) -> i32;
@@ -187,10 +277,15 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     let v = nodes.iter().position(|n| n.name == victim).unwrap();
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let (t0, stop, history) = (Instant::now(), Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
-    let clients: Vec<_> = (0..CLIENTS)
+    let resp_addrs: Vec<String> = nodes.iter().map(|n| n.resp.clone()).collect();
+    let clients: Vec<_> = (0..2 * CLIENTS)
         .map(|id| {
-            let (addrs, stop, history) = (addrs.clone(), stop.clone(), history.clone());
-            std::thread::spawn(move || client(id, seed, addrs, t0, stop, history))
+            let (stop, history) = (stop.clone(), history.clone());
+            let (addrs, resp_addrs) = (addrs.clone(), resp_addrs.clone());
+            match id < CLIENTS {
+                true => std::thread::spawn(move || client(id, seed, addrs, t0, stop, history)),
+                false => std::thread::spawn(move || resp_client(id, seed, resp_addrs, t0, stop, history)),
+            }
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1000));
@@ -220,13 +315,22 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     // The final reads: each key once more, through a client that retries while the region settles.
     let live: Vec<String> = nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect();
     let c = cluster_client(&live, Duration::from_secs(20));
-    let finals: Vec<Op> = (0..KEYS)
+    let mut finals: Vec<Op> = (0..KEYS)
         .map(|k| {
             let call = t0.elapsed().as_nanos();
             let value = c.get(key(k)).expect("final read").map(|v| String::from_utf8_lossy(&v).into_owned());
-            Op { client: CLIENTS, put: false, key: key(k), value, call, ret: Some(t0.elapsed().as_nanos()) }
+            Op { client: 2 * CLIENTS, put: false, key: key(k), value, call, ret: Some(t0.elapsed().as_nanos()) }
         })
         .collect();
+    let live_resp: Vec<&Node> = nodes.iter().filter(|n| n.name != victim).collect();
+    for k in 0..KEYS {
+        let call = t0.elapsed().as_nanos();
+        let mut r = RespConn::open(&live_resp[k as usize % live_resp.len()].resp).expect("a live Redis port");
+        let (line, value) = r.call(&["GET", &resp_key(k)]).expect("final Redis read");
+        assert!(line.starts_with('$'), "final Redis read of {}: {line}", resp_key(k));
+        let ret = Some(t0.elapsed().as_nanos());
+        finals.push(Op { client: 2 * CLIENTS + 1, put: false, key: resp_key(k), value, call, ret });
+    }
     let ops = history.lock().unwrap().clone();
     let mut text = String::new();
     for o in ops.iter().chain(&finals) {

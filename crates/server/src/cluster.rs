@@ -287,7 +287,15 @@ impl ClusterNode {
         if !self.last_write {
             return true;
         }
+        // One wait per region, for its highest LSN (a pipeline lists a region many times).
+        let mut latest: Vec<(u32, u64)> = Vec::new();
         for &(r, lsn) in writes {
+            match latest.iter_mut().find(|(x, _)| *x == r) {
+                Some(e) => e.1 = e.1.max(lsn),
+                None => latest.push((r, lsn)),
+            }
+        }
+        for (r, lsn) in latest {
             if self.control.is_some() {
                 if let Err(silent) = self.shipper.wait_all_acked(r, lsn).await {
                     self.report_silent(r, silent);

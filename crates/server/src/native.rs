@@ -481,8 +481,14 @@ impl Session {
     }
 
     /// Cluster mode: runs `f` on the key's region if this node leads it.
+    ///
+    /// Reads wait for replication too: the reply goes out once the backups hold every write
+    /// the region had when the request ran (its LSN then is remembered with the writes). A read
+    /// may see a write that is not acknowledged yet; were the primary lost before its backups
+    /// held it, a later read at the new primary would not see it, and the two reads would
+    /// contradict each other.
     fn routed(
-        &self,
+        &mut self,
         key: &[u8],
         f: impl FnOnce(&halyard_engine::RegionHandle) -> halyard_engine::Result<Response>,
     ) -> halyard_engine::Result<Response> {
@@ -490,7 +496,12 @@ impl Session {
             return Err(halyard_engine::Error::NoRegionForKey);
         };
         match router.route(key) {
-            Ok(region) => f(&self.db.region(region)?),
+            Ok(region) => {
+                let h = self.db.region(region)?;
+                let r = f(&h);
+                self.writes.push((region, h.lsn()));
+                r
+            }
             Err(message) => Ok(Response::Error { code: ErrorCode::NotLeader, message }),
         }
     }
@@ -504,14 +515,8 @@ impl Session {
         if let Some(Err(message)) = self.router.as_ref().map(|r| r.check_write(key)) {
             return Ok(Response::Error { code: ErrorCode::NotEnoughReplicas, message });
         }
-        let mut done = None;
-        let r = self.routed(key, |h| {
-            let lsn = f(h)?;
-            done = Some((h.id(), lsn));
-            Ok(Response::Done)
-        });
-        self.writes.extend(done);
-        r
+        // The region's LSN after the write, which `routed` remembers, covers the write.
+        self.routed(key, |h| f(h).map(|_| Response::Done))
     }
 
     fn batch(&mut self, ops: Vec<BatchOp<'_>>) -> halyard_engine::Result<Response> {
@@ -533,7 +538,7 @@ impl Session {
 
     /// One page: at most `limit` pairs, and no more than fits in one reply frame. The engine is
     /// asked for one pair beyond the count limit, to know whether to hand out a resume key.
-    fn scan(&self, s: ScanRequest<'_>) -> halyard_engine::Result<Response> {
+    fn scan(&mut self, s: ScanRequest<'_>) -> halyard_engine::Result<Response> {
         let want = if s.limit == 0 { usize::MAX } else { s.limit as usize };
         let opts = ScanOptions { reverse: s.reverse, limit: want.checked_add(1) };
         let range: (Bound<&[u8]>, Bound<&[u8]>) = (s.start, s.end);
@@ -547,7 +552,12 @@ impl Session {
                     (true, Bound::Unbounded) => router.route_last(),
                 };
                 match routed {
-                    Ok(region) => self.db.region(region)?.scan_with(range, opts),
+                    Ok(region) => {
+                        // As for `routed`: the page waits for what the region held to replicate.
+                        let h = self.db.region(region)?;
+                        self.writes.push((region, h.lsn()));
+                        h.scan_with(range, opts)
+                    }
                     Err(message) => return Ok(Response::Error { code: ErrorCode::NotLeader, message }),
                 }
             }

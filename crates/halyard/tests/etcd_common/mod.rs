@@ -86,6 +86,8 @@ pub fn start_etcd_on(dir: &Path, client: u16, peer: u16) -> (Proc, String) {
 pub struct Node {
     pub name: String,
     pub native: String,
+    /// The Redis port's address.
+    pub resp: String,
     pub replication: String,
     pub args: Vec<String>,
     pub proc: Proc,
@@ -140,6 +142,7 @@ pub fn start_node_with(root: &Path, etcd: &str, name: &str, uid: Option<u32>, ex
     let mut n = Node {
         name: name.into(),
         native: format!("127.0.0.1:{native}"),
+        resp: format!("127.0.0.1:{resp}"),
         replication: format!("127.0.0.1:{repl}"),
         args,
         proc: Proc(None),

@@ -142,8 +142,9 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
         None => None,
     };
     let reply = (cmd.handler)(sh, sess, args);
-    if let (Some(r), true) = (region, cmd.flags & WRITE != 0) {
-        // Everything up to the region's LSN now, this command's writes included.
+    if let Some(r) = region {
+        // Everything up to the region's LSN now, this command's writes included. A read waits
+        // too: it may have seen writes not acknowledged yet (see `native::Session::routed`).
         if let Ok(h) = sh.ks.db.region(r) {
             sess.writes.push((r, h.lsn()));
         }
