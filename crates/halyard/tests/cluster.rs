@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 struct Node {
     child: Option<Child>,
+    /// The Redis port.
+    resp: u16,
 }
 
 impl Node {
@@ -61,12 +63,13 @@ fn start_node(root: &Path, file: &Path, c: &ClusterFile, name: &str, mode: &str)
     // Small L0 tables: many flushes and compactions on a few MB of data.
     std::fs::write(&cfg, "[engine]\nl0_mb = 1\ncache_mb = 16\n").expect("config");
     let spec = c.node(name).expect("node");
+    let resp = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_halyard"))
         .args(["serve", "--config"])
         .arg(&cfg)
         .arg("--dir")
         .arg(root.join(name))
-        .args(["--resp", &format!("127.0.0.1:{}", free_port())])
+        .args(["--resp", &format!("127.0.0.1:{resp}")])
         .args(["--http", &format!("127.0.0.1:{}", free_port())])
         .args(["--listen", &spec.native])
         .arg("--cluster-file")
@@ -79,7 +82,8 @@ fn start_node(root: &Path, file: &Path, c: &ClusterFile, name: &str, mode: &str)
         .expect("start halyard serve");
     wait_port(&spec.native);
     wait_port(&spec.replication);
-    Node { child: Some(child) }
+    wait_port(&format!("127.0.0.1:{resp}"));
+    Node { child: Some(child), resp }
 }
 
 fn make_cluster(root: &Path) -> (PathBuf, ClusterFile) {
@@ -265,6 +269,34 @@ fn build_index_failover_keeps_acknowledged_writes() {
 /// A backup killed with SIGKILL mid-load and restarted catches up with a full copy of every
 /// region it backs, while the primaries keep taking writes; it also leads its own region again
 /// and its backups catch up from it.
+/// A static cluster's Redis ports forward too: a key's commands reach its region's primary
+/// from any node, and the copies stay equal.
+#[test]
+fn redis_ports_of_a_static_cluster_forward_to_the_primary() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (file, c) = make_cluster(root.path());
+    let nodes: Vec<Node> =
+        ["n1", "n2", "n3"].iter().map(|n| start_node(root.path(), &file, &c, n, "send-index")).collect();
+    let mut conns: Vec<common::Resp> = nodes.iter().map(|n| common::Resp::connect(n.resp)).collect();
+    for (i, conn) in conns.iter_mut().enumerate() {
+        assert_eq!(conn.cmd(&["SET", &format!("rk{i}"), &format!("v{i}")]), common::ok(), "SET through n{}", i + 1);
+        assert_eq!(conn.cmd(&["HSET", "h", &format!("f{i}"), "x"]), common::R::Int(1));
+    }
+    for conn in conns.iter_mut() {
+        for i in 0..3 {
+            assert_eq!(conn.cmd(&["GET", &format!("rk{i}")]), common::bulk(&format!("v{i}")));
+        }
+        assert_eq!(conn.cmd(&["HLEN", "h"]), common::R::Int(3));
+        assert_eq!(conn.cmd(&["DBSIZE"]), common::R::Int(4));
+    }
+    let f = file.to_str().expect("utf8");
+    for region in ["1", "2", "3", "4"] {
+        let (ok, out) = admin(&["verify", "--region", region, "--cluster-file", f]);
+        assert!(ok, "region {region}: {out}");
+    }
+    drop(nodes);
+}
+
 fn restarted_backup_catches_up(mode: &str) {
     let root = tempfile::tempdir().expect("tempdir");
     let (file, c) = make_cluster(root.path());
