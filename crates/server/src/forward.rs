@@ -198,6 +198,16 @@ pub fn serve(sh: &Shared, region: u32, epoch: u64, proto: u8, a: &[&[u8]]) -> cr
     Ok(in_region(sh, &t, proto, a))
 }
 
+/// Lets `node` run the Redis commands other nodes forward to it, on `sh`'s key space.
+pub fn install(sh: &std::sync::Arc<Shared>, node: &ClusterNode) {
+    // Weak: the node must not keep the server's state alive.
+    let weak = std::sync::Arc::downgrade(sh);
+    let _ = node.peers.exec.set(Box::new(move |region, epoch, proto, args| match weak.upgrade() {
+        Some(sh) => serve(&sh, region, epoch, proto, args),
+        None => Err((ErrorCode::ShuttingDown, "the server is shutting down".into())),
+    }));
+}
+
 /// SCAN over the whole cluster: the cursor stands for the last key returned; each step asks
 /// the region holding the next keys for up to COUNT of them (`HALYARD.KEYSAFTER`).
 async fn scan(c: &ClusterNode, sh: &Shared, sess: &mut Session, rest: &[&[u8]]) -> io::Result<Vec<u8>> {

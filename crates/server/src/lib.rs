@@ -135,12 +135,7 @@ pub async fn run_with(
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
     if let Some(c) = &cluster {
         let _ = sh.cluster.set(c.clone());
-        // Weak: the node outlives nothing it runs for.
-        let weak = Arc::downgrade(&sh);
-        let _ = c.peers.exec.set(Box::new(move |region, epoch, proto, args| match weak.upgrade() {
-            Some(sh) => forward::serve(&sh, region, epoch, proto, args),
-            None => Err((halyard_proto::ErrorCode::ShuttingDown, "the server is shutting down".into())),
-        }));
+        forward::install(&sh, c);
     }
     let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
     sh.protect_resp.store(protected(&resp_l, cfg.requirepass.is_some()), Relaxed);
