@@ -242,6 +242,13 @@ impl ClusterNode {
         t
     }
 
+    /// The region of the engine key `key` and whether this node serves it now, without the
+    /// allocations of a [`Target`] (every Redis command in cluster mode asks).
+    pub fn region_of(&self, key: &[u8]) -> Option<(u32, bool)> {
+        let f = self.file.read();
+        f.region_for(key).map(|r| (r.id, r.primary == self.name && self.serving(r)))
+    }
+
     /// The region of the engine key `key`.
     pub fn target_for(&self, key: &[u8]) -> Option<Target> {
         let f = self.file.read();

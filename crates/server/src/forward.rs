@@ -38,18 +38,18 @@ pub fn remote(sh: &Shared, sess: &Session, args: &[&[u8]]) -> bool {
     if WHOLE.contains(&cmd.name) {
         return true;
     }
-    let keys = commands::command_keys(cmd.name, args);
-    let targets: Vec<Option<Target>> = keys.iter().map(|u| c.target_for(&key(u))).collect();
-    if targets.iter().any(Option::is_none) {
-        return false; // no region covers a key: refused where it runs
+    let (mut first, mut all_local) = (None, true);
+    for u in commands::command_keys(cmd.name, args) {
+        // No region covers a key: refused where it runs.
+        let Some((id, local)) = c.region_of(&key(u)) else { return false };
+        if first.is_some_and(|f| f != id) {
+            // Refused with CROSSSLOT where it runs.
+            return cmd.flags & WRITE == 0;
+        }
+        first = Some(id);
+        all_local &= local;
     }
-    let ids: std::collections::BTreeSet<u32> = targets.iter().flatten().map(|t| t.id).collect();
-    match ids.len() {
-        0 => false,
-        1 => !targets.iter().flatten().all(|t| t.local),
-        // Refused with CROSSSLOT where it runs.
-        _ => cmd.flags & WRITE == 0,
-    }
+    first.is_some() && !all_local
 }
 
 /// Runs a command [`remote`] chose, returning its reply encoded for the session. An error means

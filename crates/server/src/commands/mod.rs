@@ -187,7 +187,7 @@ fn cluster_route(
     }
     let mut region = sess.region;
     for user in &keys {
-        let r = c.target_for(&crate::keyspace::key(user)).map(|t| t.id);
+        let r = c.region_of(&crate::keyspace::key(user)).map(|(id, _)| id);
         if r.is_some() && region.is_some_and(|x| Some(x) != r) {
             return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
         }
