@@ -281,7 +281,12 @@ fn etcd_down_briefly_primaries_resume() {
         i += 1;
     }
     let after = wait_settled(&url, 2, Duration::from_secs(30));
-    assert_eq!(before["regions"], after["regions"], "the groups changed although no node failed");
+    // The groups, not the progress (LSN, lag) that writes move.
+    let groups = |s: &serde_json::Value| -> Vec<String> {
+        let regions = s["regions"].as_array().unwrap();
+        regions.iter().map(|r| format!("{} {} {} {}", r["id"], r["primary"], r["backups"], r["epoch"])).collect()
+    };
+    assert_eq!(groups(&before), groups(&after), "the groups changed although no node failed");
     let c = cluster_client(&addrs, Duration::from_secs(10));
     for k in acked {
         assert_eq!(c.get(key(k)).unwrap().as_deref(), Some(value(k).as_slice()), "write {k} lost");
