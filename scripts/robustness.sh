@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Linearizability under faults, many runs: a real etcd and three `halyard serve --etcd` nodes
 # per run, one fault per run (SIGKILL of the primary, SIGKILL of the master, SIGSTOP of the
-# primary past its lease), histories checked with Porcupine (tools/lincheck). Prints a table:
-# run, fault, seed, operations, acknowledged and unanswered puts, lost acknowledged writes,
-# verdict. Failing histories (and their HTML visualisation) are kept under
+# primary past its lease, the primary cut off by iptables past its lease: needs root),
+# histories of native and Redis clients checked with Porcupine (tools/lincheck). Prints a
+# table: run, fault, seed, operations, acknowledged and unanswered puts, lost acknowledged
+# writes, verdict. Failing histories (and their HTML visualisation) are kept under
 # $TMPDIR/halyard-robustness/.
 #   bash scripts/robustness.sh --runs 30 [--seed 100]
 set -euo pipefail

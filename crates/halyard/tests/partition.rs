@@ -17,49 +17,15 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, halyard, new_cluster, start_node, start_node_as, status, wait_settled};
+use etcd_common::{
+    cluster_client, halyard, new_cluster, port, start_node, start_node_as, status, wait_settled, Cut, CUT_UID,
+};
 use halyard_client::blocking::Client;
 use halyard_client::ClientOptions;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The user the cut-off node runs as: iptables matches its packets by owner.
-const CUT_UID: u32 = 65534;
 /// The nodes' lease TTL (`halyard serve` default).
 const TTL: Duration = Duration::from_secs(2);
-
-/// iptables rules dropping `CUT_UID`'s packets to these ports on loopback; removed on drop.
-struct Cut(Vec<u16>);
-
-impl Cut {
-    fn rule(op: &str, port: u16) -> bool {
-        let port = port.to_string();
-        let args = ["-o", "lo", "-p", "tcp", "--dport", &port, "-m", "owner", "--uid-owner", "65534", "-j", "DROP"];
-        Command::new("iptables").arg(op).arg("OUTPUT").args(args).status().is_ok_and(|s| s.success())
-    }
-
-    fn new(ports: Vec<u16>) -> Cut {
-        for &p in &ports {
-            assert!(
-                Cut::rule("-A", p),
-                "iptables -A failed: this test needs root and iptables (apt-get install iptables)"
-            );
-        }
-        Cut(ports)
-    }
-}
-
-impl Drop for Cut {
-    fn drop(&mut self) {
-        for &p in &self.0 {
-            Cut::rule("-D", p);
-        }
-    }
-}
-
-fn port(addr: &str) -> u16 {
-    addr.rsplit_once(':').unwrap().1.parse().unwrap()
-}
 
 #[test]
 fn a_primary_cut_off_serves_nothing_once_its_lease_is_over() {

@@ -3,13 +3,14 @@
 //! Redis clients each talking to one node's Redis port, which forwards to the primary) put and
 //! get a small set of keys and record every operation with its call and return time;
 //! one fault per run (SIGKILL of the keys' primary, SIGKILL of the master, SIGSTOP of the
-//! primary for longer than its lease); afterwards every key is read once more. The history goes
+//! primary for longer than its lease, the primary cut off from etcd and the other nodes by
+//! `iptables` for longer than its lease, then healed); afterwards every key is read once more. The history goes
 //! to the Porcupine checker (`tools/lincheck`, run through `scripts/lincheck.sh`): a put whose
 //! answer never came may have taken effect or not; every other operation took effect once,
 //! between its call and its return. A run that is not linearizable keeps its history and the
 //! checker's HTML visualisation and names them.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 3: one run per fault) and `HALYARD_ROBUSTNESS_SEED`
+//! `HALYARD_ROBUSTNESS_RUNS` (default 4: one run per fault) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
 #![allow(
@@ -24,7 +25,9 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, new_cluster, start_node, status, wait_settled, Node};
+use etcd_common::{
+    cluster_client, new_cluster, port, start_node, start_node_as, status, wait_settled, Cut, Node, CUT_UID,
+};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -42,9 +45,10 @@ enum Fault {
     KillPrimary,
     KillMaster,
     PausePrimary,
+    PartitionPrimary,
 }
 
-const FAULTS: [Fault; 3] = [Fault::KillPrimary, Fault::KillMaster, Fault::PausePrimary];
+const FAULTS: [Fault; 4] = [Fault::KillPrimary, Fault::KillMaster, Fault::PausePrimary, Fault::PartitionPrimary];
 
 /// One recorded operation (a line of the checker's input).
 #[derive(Clone, Debug)]
@@ -266,13 +270,19 @@ fn lost_writes(ops: &[Op], finals: &[Op]) -> usize {
 
 fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     let (dir, _etcd, url) = new_cluster(1, 3, false);
-    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    // n1 runs as its own user, so that iptables can cut it off; with every node equally loaded
+    // the master gives the region to the first node by name.
+    let mut nodes = vec![start_node_as(dir.path(), &url, "n1", Some(CUT_UID))];
+    nodes.extend((2..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))));
     let s = wait_settled(&url, 3, Duration::from_secs(60));
     let primary = s["regions"][0]["primary"].as_str().unwrap().to_string();
+    if matches!(fault, Fault::PartitionPrimary) {
+        assert_eq!(primary, "n1", "the node that can be cut off leads: {s}");
+    }
     let master = s["master"].as_str().unwrap().to_string();
     let victim = match fault {
         Fault::KillMaster => master,
-        Fault::KillPrimary | Fault::PausePrimary => primary,
+        Fault::KillPrimary | Fault::PausePrimary | Fault::PartitionPrimary => primary,
     };
     let v = nodes.iter().position(|n| n.name == victim).unwrap();
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
@@ -298,6 +308,16 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
             signal(&nodes[v], 19); // SIGSTOP: longer than the 2 s lease
             std::thread::sleep(Duration::from_millis(4000));
             signal(&nodes[v], 18); // SIGCONT: it must find its lease gone and serve nothing
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::PartitionPrimary => {
+            let mut ports = vec![port(&url)];
+            for n in nodes.iter().filter(|n| n.name != victim) {
+                ports.extend([port(&n.native), port(&n.replication)]);
+            }
+            let cut = Cut::new(ports);
+            std::thread::sleep(Duration::from_millis(5000)); // past its 2 s lease: another leads
+            drop(cut);
             std::thread::sleep(Duration::from_millis(2000));
         }
     }
@@ -369,7 +389,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
 
 #[test]
 fn histories_under_faults_are_linearizable() {
-    let runs: usize = std::env::var("HALYARD_ROBUSTNESS_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let runs: usize = std::env::var("HALYARD_ROBUSTNESS_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
     let seed0: u64 = std::env::var("HALYARD_ROBUSTNESS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let keep = std::env::temp_dir().join("halyard-robustness");
     let mut table = String::from("run  fault         seed  ops    acked  unknown  lost  result\n");

@@ -209,3 +209,42 @@ pub fn cluster_client(nodes: &[String], retry_for: Duration) -> ClusterClient {
     let opts = ClientOptions { timeout: Duration::from_secs(3), retry_for, ..Default::default() };
     ClusterClient::connect(nodes, opts).expect("region map")
 }
+
+/// The user a node to be cut off runs as: iptables matches its packets by owner.
+pub const CUT_UID: u32 = 65534;
+
+/// iptables rules dropping `CUT_UID`'s packets to these ports on loopback; removed on drop.
+/// Packets to the node still arrive, and its answers to them leave (their destination ports
+/// are the peers' own): it is cut off from what it would reach, not from its clients.
+pub struct Cut(Vec<u16>);
+
+impl Cut {
+    fn rule(op: &str, port: u16) -> bool {
+        let port = port.to_string();
+        let args = ["-o", "lo", "-p", "tcp", "--dport", &port, "-m", "owner", "--uid-owner", "65534", "-j", "DROP"];
+        std::process::Command::new("iptables").arg(op).arg("OUTPUT").args(args).status().is_ok_and(|s| s.success())
+    }
+
+    pub fn new(ports: Vec<u16>) -> Cut {
+        for &p in &ports {
+            assert!(
+                Cut::rule("-A", p),
+                "iptables -A failed: this test needs root and iptables (apt-get install iptables)"
+            );
+        }
+        Cut(ports)
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        for &p in &self.0 {
+            Cut::rule("-D", p);
+        }
+    }
+}
+
+/// The port of `host:port`.
+pub fn port(addr: &str) -> u16 {
+    addr.rsplit_once(':').unwrap().1.parse().unwrap()
+}
