@@ -315,8 +315,10 @@ fn bulks_of(b: &[u8]) -> Option<Vec<Vec<u8>>> {
         let rest = body.strip_prefix(b"$")?;
         let eol = rest.windows(2).position(|w| w == b"\r\n")?;
         let len: usize = std::str::from_utf8(rest.get(..eol)?).ok()?.parse().ok()?;
-        out.push(rest.get(eol + 2..eol + 2 + len)?.to_vec());
-        body = rest.get(eol + 4 + len..)?;
+        // A peer's lengths are not trusted: no arithmetic on them may overflow.
+        let end = (eol + 2).checked_add(len)?;
+        out.push(rest.get(eol + 2..end)?.to_vec());
+        body = rest.get(end.checked_add(2)?..)?;
     }
     Some(out)
 }
@@ -354,5 +356,38 @@ mod tests {
         let err = encode(2, Reply::err("ERR no"));
         assert_eq!(concat(vec![encode(2, Reply::Array(vec![])), err.clone()]), err);
         assert_eq!(bulks_of(b"*2\r\n$1\r\na\r\n"), None, "truncated");
+        assert_eq!(bulks_of(b"*1\r\n$18446744073709551615\r\n"), None, "a length that would overflow");
+    }
+
+    /// A peer's reply is untrusted bytes: every prefix and every one-byte change of valid
+    /// replies, and random bytes, read back without a panic.
+    #[test]
+    fn reading_replies_never_panics() {
+        let valid = encode(3, Reply::Array(vec![Reply::bulk("key"), Reply::Int(-7), Reply::Nil, Reply::bulk("")]));
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let read = |b: &[u8]| {
+            let _ = (int_of(b), array_of(b), bulks_of(b), concat(vec![b.to_vec(), valid.clone()]));
+        };
+        for cut in 0..=valid.len() {
+            read(&valid[..cut]);
+        }
+        for i in 0..valid.len() {
+            for v in [0u8, b'$', b'*', b'-', b':', b'\r', b'\n', b'9', 0xff] {
+                let mut m = valid.clone();
+                m[i] = v;
+                read(&m);
+            }
+        }
+        for _ in 0..2000 {
+            let n = (next() % 40) as usize;
+            let b: Vec<u8> = (0..n).map(|_| b"*$:-\r\n0123456789ab"[(next() % 18) as usize]).collect();
+            read(&b);
+        }
     }
 }

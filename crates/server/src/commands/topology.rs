@@ -87,7 +87,7 @@ fn nodes_text(nodes: &[(String, String)], epoch: u64) -> String {
     let me = nodes.first().map(|(n, _)| node_id(n)).unwrap_or_default();
     for (i, (name, addr)) in nodes.iter().enumerate() {
         let (host, port) = host_port(addr);
-        let bus = port + 10000;
+        let bus = port.saturating_add(10000);
         if i == 0 {
             out.push_str(&format!("{me} {host}:{port}@{bus} myself,master - 0 0 {epoch} connected 0-{}\n", SLOTS - 1));
         } else {
