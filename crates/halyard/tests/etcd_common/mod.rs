@@ -79,8 +79,33 @@ pub fn start_etcd_on(dir: &Path, client: u16, peer: u16) -> (Proc, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("etcd (apt-get install etcd-server; scripts/test.sh installs it)");
-    wait_port(client);
+    let mut child = child;
+    wait_healthy(&mut child, client);
     (Proc(Some(child)), url)
+}
+
+/// Waits until etcd answers `/health` with true (an open port alone is not enough: etcd binds
+/// its listeners before it is ready, and gives them up again if it cannot start).
+fn wait_healthy(child: &mut Child, client: u16) {
+    use std::io::{Read, Write};
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("etcd on port {client} exited at start ({status}); is the port taken?");
+        }
+        let healthy = std::net::TcpStream::connect(("127.0.0.1", client)).is_ok_and(|mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut body = String::new();
+            s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_ok()
+                && s.read_to_string(&mut body).is_ok()
+                && body.contains("\"true\"")
+        });
+        if healthy {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "etcd on port {client} not healthy within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 pub struct Node {
