@@ -392,7 +392,7 @@ fn histories_under_faults_are_linearizable() {
     let runs: usize = std::env::var("HALYARD_ROBUSTNESS_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
     let seed0: u64 = std::env::var("HALYARD_ROBUSTNESS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let keep = std::env::temp_dir().join("halyard-robustness");
-    let mut table = String::from("run  fault         seed  ops    acked  unknown  lost  result\n");
+    let mut table = String::from("run  fault            seed  ops    acked  unknown  lost  result\n");
     let mut bad = 0;
     for i in 0..runs {
         let (fault, seed) = (FAULTS[i % FAULTS.len()], seed0 + i as u64);
@@ -401,7 +401,7 @@ fn histories_under_faults_are_linearizable() {
             bad += 1;
         }
         let line = format!(
-            "{i:<4} {:<13} {seed:<5} {:<6} {:<6} {:<8} {:<5} {}\n",
+            "{i:<4} {:<16} {seed:<5} {:<6} {:<6} {:<8} {:<5} {}\n",
             format!("{fault:?}"),
             o.ops,
             o.acked_puts,
