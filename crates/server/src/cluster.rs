@@ -223,7 +223,7 @@ impl ClusterNode {
         }
     }
 
-    fn target(&self, f: &ClusterFile, r: &RegionSpec) -> Target {
+    fn target_of(&self, f: &ClusterFile, r: &RegionSpec) -> Target {
         Target {
             id: r.id,
             epoch: r.epoch,
@@ -237,9 +237,15 @@ impl ClusterNode {
     /// Every region of the map, in key order.
     pub fn targets(&self) -> Vec<Target> {
         let f = self.file.read();
-        let mut t: Vec<Target> = f.regions.iter().map(|r| self.target(&f, r)).collect();
+        let mut t: Vec<Target> = f.regions.iter().map(|r| self.target_of(&f, r)).collect();
         t.sort_by(|a, b| a.span.start.cmp(&b.span.start));
         t
+    }
+
+    /// Region `id` of the map.
+    pub fn target(&self, id: u32) -> Option<Target> {
+        let f = self.file.read();
+        f.region(id).map(|r| self.target_of(&f, r))
     }
 
     /// The region of the engine key `key` and whether this node serves it now, without the
@@ -252,7 +258,7 @@ impl ClusterNode {
     /// The region of the engine key `key`.
     pub fn target_for(&self, key: &[u8]) -> Option<Target> {
         let f = self.file.read();
-        f.region_for(key).map(|r| self.target(&f, r))
+        f.region_for(key).map(|r| self.target_of(&f, r))
     }
 
     /// Sends a Redis command to the primary of `t` (another node): the reply as encoded there.

@@ -96,20 +96,22 @@ impl ClusterNode {
         let mut seen: Option<(ClusterFile, i64)> = None;
         loop {
             match read_view(&session).await {
-                Ok(v) if seen.as_ref() != Some(&(v.cluster_file(), session.lease())) => {
-                    let file = v.cluster_file();
-                    seen = Some((file.clone(), session.lease()));
-                    let me = self.clone();
-                    match tokio::task::spawn_blocking(move || me.apply(file)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            tracing::warn!("applying the region map: {e}; retrying");
-                            seen = None;
+                Ok(v) => {
+                    let now = (v.cluster_file(), session.lease());
+                    if seen.as_ref() != Some(&now) {
+                        let file = now.0.clone();
+                        seen = Some(now);
+                        let me = self.clone();
+                        match tokio::task::spawn_blocking(move || me.apply(file)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                tracing::warn!("applying the region map: {e}; retrying");
+                                seen = None;
+                            }
+                            Err(e) => tracing::error!("applying the region map failed: {e}"),
                         }
-                        Err(e) => tracing::error!("applying the region map failed: {e}"),
                     }
                 }
-                Ok(_) => {}
                 Err(e) => tracing::warn!("reading the region map: {e}"),
             }
             tokio::time::sleep(POLL).await;

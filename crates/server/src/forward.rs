@@ -122,7 +122,7 @@ async fn on_region(
     let deadline = Instant::now() + RETRY_FOR;
     let mut pause = Duration::from_millis(20);
     loop {
-        let Some(t) = c.targets().into_iter().find(|t| t.id == id) else {
+        let Some(t) = c.target(id) else {
             return Ok(encode(sess.proto, Reply::err(format!("CLUSTERDOWN region {id} is not in the region map"))));
         };
         let res = if t.local {
@@ -188,7 +188,7 @@ pub fn serve(sh: &Shared, region: u32, epoch: u64, proto: u8, a: &[&[u8]]) -> cr
     let Some(c) = sh.cluster.get() else {
         return Err((ErrorCode::UnknownOp, "not a cluster node: send Redis commands to its Redis port".into()));
     };
-    let Some(t) = c.targets().into_iter().find(|t| t.id == region) else {
+    let Some(t) = c.target(region) else {
         return Err((ErrorCode::NoRegion, format!("region {region} is not in this node's region map")));
     };
     if !t.local {

@@ -185,25 +185,32 @@ fn cluster_route(
             None => Err(Reply::err("TRYAGAIN the region map changed while the command was routed; retry")),
         };
     }
-    let mut region = sess.region;
+    // One lookup per key: its region, and the first key this node does not serve.
+    let (mut region, mut unserved) = (sess.region, None);
     for user in &keys {
-        let r = c.region_of(&crate::keyspace::key(user)).map(|(id, _)| id);
-        if r.is_some() && region.is_some_and(|x| Some(x) != r) {
-            return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
+        let found = c.region_of(&crate::keyspace::key(user));
+        if let Some((id, _)) = found {
+            if region.is_some_and(|x| x != id) {
+                return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
+            }
+            region = Some(id);
         }
-        region = region.or(r);
+        if !found.is_some_and(|(_, local)| local) {
+            unserved = unserved.or(Some(*user));
+        }
     }
-    let mut region = None;
-    for user in keys {
-        let k = crate::keyspace::key(user);
-        let r = match c.route(&k) {
-            crate::cluster::Route::Here(r) => r,
-            crate::cluster::Route::Elsewhere(m) => return Err(Reply::err(format!("TRYAGAIN {m}"))),
+    if let Some(user) = unserved {
+        // Only the refusal needs the message naming the leader.
+        return match c.route(&crate::keyspace::key(user)) {
+            crate::cluster::Route::Elsewhere(m) => Err(Reply::err(format!("TRYAGAIN {m}"))),
+            crate::cluster::Route::Here(_) => {
+                Err(Reply::err("TRYAGAIN the region map changed while the command was routed; retry"))
+            }
         };
-        if cmd.flags & WRITE != 0 {
-            c.check_write(&k).map_err(|m| Reply::err(format!("NOREPLICAS {m}")))?;
-        }
-        region = Some(r);
+    }
+    if let (true, Some(first)) = (cmd.flags & WRITE != 0, keys.first()) {
+        // Every key lies in the one region: its group's size is checked once.
+        c.check_write(&crate::keyspace::key(first)).map_err(|m| Reply::err(format!("NOREPLICAS {m}")))?;
     }
     Ok(region)
 }
