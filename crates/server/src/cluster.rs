@@ -314,6 +314,12 @@ impl ClusterNode {
                     self.report_silent(r, silent);
                     return false;
                 }
+                // A link that stopped ends the wait: a backup removed from the group (the
+                // write goes on without it), or every link, because this node no longer leads
+                // the region (a primary paused past its lease). Then nobody may hold the write.
+                if !self.shipper.leads(r) {
+                    return false;
+                }
             } else {
                 self.shipper.wait_acked(r, lsn).await;
             }
