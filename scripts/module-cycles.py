@@ -7,9 +7,10 @@ in A names an item of B (`crate::b::...`, `super::b::...`, a `use crate::{...}` 
 re-export of lib.rs, or in a mod.rs a child module by its bare name). `#[cfg(test)]` modules are left out: tests may
 reach anywhere. A module declaring a child (`mod x;`) is not an edge.
 
-Usage: module-cycles.py [CRATE_SRC ...]   (default: crates/engine/src)
+Usage: module-cycles.py [CRATE_SRC ...]   (default: every crates/*/src)
 Prints the layering found, and each cycle; exits 1 if there is one.
 """
+import glob
 import os
 import re
 import sys
@@ -155,6 +156,8 @@ def check(src):
         # `super::x` names a sibling of this file's module (of a folder's own file: of the folder).
         for m in re.finditer(r"(?<![\w:])super::((?:\w+::)*\w+)", text):
             refs.append(mod[:-1] + tuple(m.group(1).split("::")))
+        for m in re.finditer(r"use\s+super::(\{.*?\}|(?:\w+::)+\{.*?\});", text, flags=re.S):
+            refs += [mod[:-1] + tuple(x for x in p.split("::") if x) for p in expand("", m.group(1))]
         for ref in refs:
             t = resolve(ref, mods)
             if t is None and len(ref) == 1 and ref[0] in roots:
@@ -212,5 +215,5 @@ def reach(v, edges, seen=None):
 
 
 if __name__ == "__main__":
-    ok = all([check(s) for s in (sys.argv[1:] or ["crates/engine/src"])])
+    ok = all([check(s) for s in (sys.argv[1:] or sorted(glob.glob("crates/*/src")))])
     sys.exit(0 if ok else 1)

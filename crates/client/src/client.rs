@@ -3,42 +3,13 @@
 use std::net::SocketAddr;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::Duration;
 
-use halyard_proto::{BatchOp, Request, Response, ScanPage, ScanRequest, DEFAULT_MAX_FRAME_BYTES};
+use halyard_proto::{BatchOp, Request, Response, ScanPage, ScanRequest};
 use tokio::net::ToSocketAddrs;
 
 use crate::conn::Conn;
+use crate::options::ClientOptions;
 use crate::{Error, Result};
-
-/// Connection settings.
-#[derive(Debug, Clone)]
-pub struct ClientOptions {
-    /// Limit for connecting (with the handshake) and for each request's reply.
-    pub timeout: Duration,
-    /// Largest reply frame this client accepts; the server fits scan pages within it and refuses
-    /// a GET whose value would not fit (`ErrorCode::ResponseTooLarge`).
-    pub max_frame_bytes: usize,
-    /// Pairs per page requested by [`Client::scan_all`].
-    pub scan_page_pairs: u32,
-    /// How long a [`crate::ClusterClient`] keeps retrying a request whose region is changing
-    /// hands (`NotLeader`, a primary that died) before it returns the last error.
-    pub retry_for: Duration,
-    /// The server's password (`requirepass`), sent with AUTH on every connection.
-    pub password: Option<String>,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            timeout: Duration::from_secs(10),
-            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
-            scan_page_pairs: 1000,
-            retry_for: Duration::from_secs(10),
-            password: None,
-        }
-    }
-}
 
 /// An atomic group of puts and deletes for [`Client::write_batch`].
 #[derive(Debug, Clone, Default)]

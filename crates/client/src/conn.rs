@@ -17,7 +17,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
-use crate::{ClientOptions, Error, Result};
+use crate::options::ClientOptions;
+use crate::{Error, Result};
 
 type Waiter = oneshot::Sender<Result<Response>>;
 

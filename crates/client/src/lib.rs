@@ -29,11 +29,13 @@ mod client;
 mod cluster;
 mod conn;
 mod error;
+mod options;
 
-pub use client::{Batch, Client, ClientOptions};
+pub use client::{Batch, Client};
 pub use cluster::ClusterClient;
 pub use error::Error;
 pub use halyard_proto::{ErrorCode, ScanPage};
+pub use options::ClientOptions;
 
 /// Result with the client's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,10 +2,8 @@
 
 use halyard_codec::{get_u32, get_u64, put_u32};
 
-use crate::ProtoError;
+use crate::{ProtoError, MAGIC};
 
-/// First four bytes of every frame: `HLYD` in ASCII (`48 4C 59 44`), read as a little-endian `u32`.
-pub const MAGIC: u32 = u32::from_le_bytes(*b"HLYD");
 /// Bytes before the payload: magic (4), payload length (4), request id (8), kind (1).
 pub const HEADER_LEN: usize = 17;
 /// Bytes after the payload: CRC32C (4).

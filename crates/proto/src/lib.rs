@@ -28,10 +28,12 @@ mod request;
 mod response;
 
 pub use error::{ErrorCode, ProtoError};
-pub use frame::{begin_frame, decode_frame, finish_frame, Frame, FRAME_OVERHEAD, HEADER_LEN, MAGIC, TRAILER_LEN};
+pub use frame::{begin_frame, decode_frame, finish_frame, Frame, FRAME_OVERHEAD, HEADER_LEN, TRAILER_LEN};
 pub use request::{encode_request, kind as request_kind, BatchOp, Request, ScanRequest};
 pub use response::{encode_response, kind as response_kind, scan_page_overhead, scan_pair_len, Response, ScanPage};
 
+/// First four bytes of every frame: `HLYD` in ASCII (`48 4C 59 44`), read as a little-endian `u32`.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"HLYD");
 /// The protocol version this crate speaks. The handshake picks the highest version both sides support.
 pub const PROTOCOL_VERSION: u16 = 1;
 /// The oldest protocol version this crate speaks.

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod auth;
 mod error;
+mod link;
 mod peer;
 pub mod primary;
 pub mod replica;

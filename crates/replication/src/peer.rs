@@ -11,7 +11,7 @@
 //! arrive earlier belong to an older stream of the region on the same connection). A Reject ends
 //! one route; a connection that fails ends them all, and the next session connects anew.
 
-use crate::primary::{Item, Link, ShipStats};
+use crate::link::{Item, Link, Queue, ShipStats};
 use crate::wire::{self, Msg};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -23,9 +23,6 @@ use tokio::sync::{mpsc, Notify};
 
 /// Bytes one write gathers at most before it goes out.
 const MAX_BATCH: usize = 1 << 20;
-
-/// A link's queue, shared by its sessions and, while attached, the connection's writer.
-pub(crate) type Queue = Arc<Mutex<mpsc::UnboundedReceiver<Item>>>;
 
 /// The connections of a primary node, one per backup address.
 #[derive(Default)]
@@ -203,7 +200,7 @@ impl Conn {
                             let at = batch.len();
                             batch.extend_from_slice(&m.encode());
                             self.stats.bytes.fetch_add((batch.len() - at) as u64, Relaxed);
-                            self.stats.image_bytes.fetch_add(crate::primary::image_len(&m), Relaxed);
+                            self.stats.image_bytes.fetch_add(crate::link::image_len(&m), Relaxed);
                         }
                     }
                 }

@@ -8,8 +8,8 @@
 
 #![expect(clippy::indexing_slicing, reason = "node and port lists are built with one entry per node")]
 
-use super::server::{metric_of, Probe, ServerSample};
-use super::{bench_thread, Engine, EngineConfig, EngineStats};
+use super::api::{bench_thread, Engine, EngineConfig, EngineStats, ServerSample};
+use super::server::{metric_of, Probe};
 use crate::args::{ClusterSpec, Replication};
 use halyard_client::{blocking::ClusterClient, ClientOptions};
 use halyard_cluster::{ClusterFile, NodeSpec, RegionSpec};

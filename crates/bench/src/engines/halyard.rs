@@ -1,6 +1,6 @@
 //! Halyard's engine.
 
-use super::{Engine, EngineConfig, EngineStats};
+use super::api::{Engine, EngineConfig, EngineStats};
 use crate::args::Sync;
 use halyard_engine::{Db, Options, ScanOptions, SyncMode};
 use std::path::Path;

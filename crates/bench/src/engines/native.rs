@@ -2,8 +2,8 @@
 
 #![expect(clippy::indexing_slicing, reason = "replies are indexed per request of the batch that produced them")]
 
+use super::api::{bench_thread, Engine, EngineConfig, EngineStats};
 use super::server::{remote_probe, Probe};
-use super::{bench_thread, Engine, EngineConfig, EngineStats};
 use crate::args::Target;
 use halyard_client::{blocking::ClusterClient as Client, ClientOptions};
 use std::ops::Bound;

@@ -7,8 +7,8 @@
 
 #![expect(clippy::indexing_slicing, reason = "replies are indexed per request of the batch that produced them")]
 
+use super::api::{bench_thread, Engine, EngineConfig, EngineStats};
 use super::server::{remote_probe, Probe, RedisChild};
-use super::{bench_thread, Engine, EngineConfig, EngineStats};
 use crate::args::Target;
 use crate::workload::Workload;
 use std::io::{BufRead, BufReader, BufWriter, Write};

@@ -2,7 +2,7 @@
 //! configured like Halyard: same cache, L0 and level budgets, direct I/O, no compression,
 //! Bloom filters of 10 bits per key, equivalent durability.
 
-use super::{Engine, EngineConfig, EngineStats};
+use super::api::{Engine, EngineConfig, EngineStats};
 use crate::args::Sync;
 use crate::workload::KEY_BYTES;
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, ReadOptions, WriteOptions, DB};

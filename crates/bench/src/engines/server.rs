@@ -5,40 +5,12 @@
 //! /proc/<pid>; a Halyard server elsewhere only through its Prometheus endpoint, when given;
 //! otherwise the figures are unknown and reported as such rather than guessed.
 
-use super::{disk_bytes, EngineStats};
+use super::api::{disk_bytes, EngineStats, ServerSample};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Cumulative counters of a server process (`None`: not measurable for this server).
-#[derive(Clone, Debug, Default)]
-pub struct ServerSample {
-    /// Where the figures come from, for the report.
-    pub source: String,
-    /// Device bytes read by the server.
-    pub read_bytes: Option<u64>,
-    /// Device bytes written by the server.
-    pub write_bytes: Option<u64>,
-    /// CPU seconds (user + system) of the server process.
-    pub cpu_seconds: Option<f64>,
-    /// Bytes the server's store occupies on the device (a gauge, not cumulative).
-    pub disk_bytes: Option<u64>,
-    /// Peak RSS since the last reset (a gauge).
-    pub peak_rss_bytes: Option<u64>,
-    /// Seconds writers were stalled.
-    pub stall_seconds: Option<f64>,
-    /// Bytes the server sent and received on every socket, clients' and replication's
-    /// (cluster nodes).
-    pub net_bytes: Option<u64>,
-    /// Replication frame bytes the server queued to its backups (cluster nodes).
-    pub shipped_bytes: Option<u64>,
-    /// Of those, segment images (SSTs, medium runs) before LZ4 packing.
-    pub image_bytes: Option<u64>,
-    /// Bytes in the server's in-memory L0 (a gauge; cluster nodes).
-    pub l0_bytes: Option<u64>,
-}
 
 /// How to measure a server.
 pub(super) enum Probe {

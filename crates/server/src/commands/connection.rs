@@ -1,7 +1,7 @@
 //! Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, COMMAND, CLIENT,
 //! INFO, CONFIG, TIME.
 
-use super::{int_arg, lower, syntax, wrong_args, COMMANDS};
+use super::args::{int_arg, lower, not_int, syntax, wrong_args};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use std::sync::atomic::Ordering::Relaxed;
@@ -24,59 +24,13 @@ pub(super) fn cmd_select(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     match int_arg(db) {
         Some(0) => Reply::ok(),
         Some(_) => Reply::err("ERR DB index is out of range"),
-        None => super::not_int(),
+        None => not_int(),
     }
 }
 
 pub(super) fn cmd_quit(_: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {
     sess.quit = true;
     Reply::ok()
-}
-
-/// COMMAND [COUNT | INFO name... | DOCS]: each command's name, arity, flags and key positions
-/// in Redis' layout, which cluster-mode clients read to find a command's keys.
-pub(super) fn cmd_command(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    match a.get(1).map(|s| lower(s)).as_deref() {
-        None => Reply::Array(COMMANDS.iter().map(command_info).collect()),
-        Some("info") => Reply::Array(
-            a.get(2..).unwrap_or_default().iter().map(|n| super::lookup(n).map_or(Reply::Nil, command_info)).collect(),
-        ),
-        Some("docs") => Reply::Array(Vec::new()),
-        Some("count") => Reply::Int(COMMANDS.len() as i64),
-        Some(_) => Reply::err("ERR unknown subcommand for 'command'"),
-    }
-}
-
-/// One command's entry in COMMAND's reply: name, arity, flags, first key, last key, step,
-/// ACL categories, tips, key specs, subcommands.
-fn command_info(c: &super::Command) -> Reply {
-    let mut flags = Vec::new();
-    if c.flags & super::WRITE != 0 {
-        flags.push(Reply::Simple("write".into()));
-    }
-    if c.flags & super::READONLY != 0 {
-        flags.push(Reply::Simple("readonly".into()));
-    }
-    let (first, last, step) = match c.name {
-        "del" | "unlink" | "exists" | "mget" => (1, -1, 1),
-        "mset" | "msetnx" => (1, -1, 2),
-        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" => (0, 0, 0),
-        _ if c.flags & (super::WRITE | super::READONLY) != 0 => (1, 1, 1),
-        _ => (0, 0, 0),
-    };
-    let empty = || Reply::Array(Vec::new());
-    Reply::Array(vec![
-        Reply::bulk(c.name),
-        Reply::Int(i64::from(c.arity)),
-        Reply::Array(flags),
-        Reply::Int(first),
-        Reply::Int(last),
-        Reply::Int(step),
-        empty(),
-        empty(),
-        empty(),
-        empty(),
-    ])
 }
 
 pub(super) fn cmd_info(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {

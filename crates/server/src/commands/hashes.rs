@@ -1,6 +1,6 @@
 //! Hash commands: HSET, HMSET, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN.
 
-use super::{ks, pairs, wrong_args};
+use super::args::{ks, pairs, wrong_args};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 

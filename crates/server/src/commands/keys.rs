@@ -1,7 +1,8 @@
 //! Commands on keys of any type: DEL, UNLINK, EXISTS, TYPE, DBSIZE, SCAN, KEYS, and
 //! HALYARD.RANGE.
 
-use super::{glob, int_arg, ks, lower, not_int, syntax, wrong_args};
+use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
+use super::glob;
 use crate::keyspace::Value;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};

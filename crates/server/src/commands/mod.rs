@@ -2,6 +2,7 @@
 //! handler; a request is looked up there (in any case), its argument count checked against
 //! the arity, its flags against the session, and then its handler runs.
 
+mod args;
 mod connection;
 mod glob;
 mod hashes;
@@ -12,9 +13,9 @@ mod topology;
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options};
 
-use crate::keyspace::KsError;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
+use args::{lower, wrong_args};
 use connection::*;
 use hashes::*;
 use keys::*;
@@ -224,36 +225,50 @@ fn unknown(name: &[u8], args: &[&[u8]]) -> Reply {
     ))
 }
 
-fn wrong_args(name: &str) -> Reply {
-    Reply::err(format!("ERR wrong number of arguments for '{name}' command"))
-}
-
-fn syntax() -> Reply {
-    Reply::err("ERR syntax error")
-}
-
-fn not_int() -> Reply {
-    Reply::err("ERR value is not an integer or out of range")
-}
-
-fn ks(r: Result<Reply, KsError>) -> Reply {
-    r.unwrap_or_else(|e| Reply::err(e.to_string()))
-}
-
-fn int_arg(a: &[u8]) -> Option<i64> {
-    std::str::from_utf8(a).ok()?.parse().ok()
-}
-
-fn lower(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_lowercase()
-}
-
-/// `k1 v1 k2 v2 ...` as pairs; None for an odd count.
-fn pairs<'a>(args: &[&'a [u8]]) -> Option<Vec<(&'a [u8], &'a [u8])>> {
-    if !args.len().is_multiple_of(2) {
-        return None;
+/// COMMAND [COUNT | INFO name... | DOCS]: each command's name, arity, flags and key positions
+/// in Redis' layout, which cluster-mode clients read to find a command's keys.
+fn cmd_command(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    match a.get(1).map(|s| lower(s)).as_deref() {
+        None => Reply::Array(COMMANDS.iter().map(command_info).collect()),
+        Some("info") => Reply::Array(
+            a.get(2..).unwrap_or_default().iter().map(|n| lookup(n).map_or(Reply::Nil, command_info)).collect(),
+        ),
+        Some("docs") => Reply::Array(Vec::new()),
+        Some("count") => Reply::Int(COMMANDS.len() as i64),
+        Some(_) => Reply::err("ERR unknown subcommand for 'command'"),
     }
-    Some(args.chunks_exact(2).filter_map(|p| Some((*p.first()?, *p.get(1)?))).collect())
+}
+
+/// One command's entry in COMMAND's reply: name, arity, flags, first key, last key, step,
+/// ACL categories, tips, key specs, subcommands.
+fn command_info(c: &Command) -> Reply {
+    let mut flags = Vec::new();
+    if c.flags & WRITE != 0 {
+        flags.push(Reply::Simple("write".into()));
+    }
+    if c.flags & READONLY != 0 {
+        flags.push(Reply::Simple("readonly".into()));
+    }
+    let (first, last, step) = match c.name {
+        "del" | "unlink" | "exists" | "mget" => (1, -1, 1),
+        "mset" | "msetnx" => (1, -1, 2),
+        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" => (0, 0, 0),
+        _ if c.flags & (WRITE | READONLY) != 0 => (1, 1, 1),
+        _ => (0, 0, 0),
+    };
+    let empty = || Reply::Array(Vec::new());
+    Reply::Array(vec![
+        Reply::bulk(c.name),
+        Reply::Int(i64::from(c.arity)),
+        Reply::Array(flags),
+        Reply::Int(first),
+        Reply::Int(last),
+        Reply::Int(step),
+        empty(),
+        empty(),
+        empty(),
+        empty(),
+    ])
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! String commands: GET, SET and its variants, MGET, MSET, STRLEN, APPEND, GETRANGE, and the
 //! INCR family.
 
-use super::{int_arg, ks, lower, not_int, pairs, syntax, wrong_args};
+use super::args::{int_arg, ks, lower, not_int, pairs, syntax, wrong_args};
 use crate::keyspace::{KsError, Value};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};

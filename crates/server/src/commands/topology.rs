@@ -7,7 +7,7 @@
 //! cluster-mode client (redis-py `RedisCluster`, `redis-cli -c`) then sends everything here,
 //! never sees MOVED, and knows the other nodes to fall back on if this one goes away.
 
-use super::{lower, wrong_args};
+use super::args::{lower, wrong_args};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 

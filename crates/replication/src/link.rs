@@ -1,0 +1,163 @@
+//! One (region, backup) stream as the primary keeps it: its bounded queue of frames, what the
+//! backup acknowledged, and the counters every stream adds to.
+
+use crate::wire::Msg;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, watch, Notify};
+
+/// Counters of what the primary shipped.
+#[derive(Default, Debug)]
+pub struct ShipStats {
+    /// Frame bytes queued for backups (each backup counted).
+    pub bytes: AtomicU64,
+    /// Frame bytes written to backups' sockets.
+    pub sent: AtomicU64,
+    /// Frame bytes received from backups (acknowledgements).
+    pub received: AtomicU64,
+    /// Segment image bytes (SSTs, medium runs) before packing, each backup counted.
+    pub image_bytes: AtomicU64,
+    /// Frames queued.
+    pub frames: AtomicU64,
+    /// Times a link failed (disconnected, refused, or silent past the ack timeout).
+    pub broken_links: AtomicU64,
+    /// Full copies sent to backups that (re)joined.
+    pub catch_ups: AtomicU64,
+    /// Connections opened to backup nodes (one per backup node, again after a failure).
+    pub connections: AtomicU64,
+    /// Socket writes to backups (each carries whatever the node's regions had queued).
+    pub writes: AtomicU64,
+    /// Links whose queue holds at least the bound now (a gauge).
+    pub full_links: AtomicU64,
+    /// Times a writer waited for room in a backup's queue.
+    pub throttled_waits: AtomicU64,
+    /// Microseconds writers spent waiting for room in backups' queues (all waits summed).
+    pub throttled_micros: AtomicU64,
+    /// Links failed because their queue stayed full, without draining, for the ack timeout.
+    pub stuck_links: AtomicU64,
+}
+
+/// Default bound of one link's queue: frame bytes queued for one backup of one region and not
+/// yet handed to the connection's writer. Writers of the region wait while a live link holds
+/// this much (see [`Shipper::wait_room`]).
+pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
+
+pub(crate) enum Item {
+    Frame(Arc<Vec<u8>>),
+    /// A full copy of the region, encoded (and packed) by the connection's writer rather than
+    /// while the region is paused for the copy.
+    Copy(Vec<Msg>),
+    /// Everything queued before this is stale (sent before the link failed); a catch-up follows.
+    Restart,
+}
+
+/// One backup of one region.
+pub struct Link {
+    /// Backup node name.
+    pub node: String,
+    pub(crate) addr: String,
+    pub(crate) tx: mpsc::UnboundedSender<Item>,
+    pub(crate) queue: Queue,
+    pub(crate) started: AtomicBool,
+    /// The writer of the connection the link's queue is attached to, woken per frame.
+    pub(crate) waker: parking_lot::Mutex<Option<Arc<Notify>>>,
+    pub(crate) acked: watch::Sender<u64>,
+    pub(crate) live: AtomicBool,
+    pub(crate) stopped: AtomicBool,
+    /// Whether [`Shipper::wait_all_acked`] waits for this backup (not for a learner taking its
+    /// first copy).
+    pub(crate) counted: AtomicBool,
+    /// When the link last stopped being live (None while live).
+    pub(crate) down_since: parking_lot::Mutex<Option<Instant>>,
+    /// Bytes of the frames in the queue (a full copy's are not counted).
+    pub(crate) queued: AtomicU64,
+    /// Bytes of frames taken off the queue so far: whether the queue drains at all.
+    pub(crate) drained: AtomicU64,
+    /// The queue's bound in bytes.
+    pub(crate) limit: u64,
+    /// Woken when the queue drops below its bound and when the link fails.
+    pub(crate) room: Notify,
+    pub(crate) stats: Arc<ShipStats>,
+}
+
+impl Link {
+    pub(crate) fn fail(&self, why: &str, stats: &ShipStats) {
+        if self.live.swap(false, Relaxed) {
+            tracing::warn!(backup = %self.node, "replication link down: {why}; reconnecting");
+            stats.broken_links.fetch_add(1, Relaxed);
+            *self.down_since.lock() = Some(Instant::now());
+        }
+        // Wake writers waiting on this link: it no longer counts.
+        self.acked.send_modify(|_| {});
+        self.room.notify_waiters();
+    }
+
+    /// Counts a frame of `n` bytes into the queue (before it is sent, so that the writer cannot
+    /// count it out first).
+    pub(crate) fn enqueue(&self, n: u64) {
+        let before = self.queued.fetch_add(n, Relaxed);
+        if before < self.limit && before + n >= self.limit {
+            self.stats.full_links.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Counts `n` bytes of frames out of the queue; wakes the writers waiting for room once it
+    /// drops below its bound.
+    pub(crate) fn dequeued(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.drained.fetch_add(n, Relaxed);
+        let before = self.queued.fetch_sub(n, Relaxed);
+        if before >= self.limit && before - n < self.limit {
+            self.stats.full_links.fetch_sub(1, Relaxed);
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Bytes of frames queued for the backup and not yet handed to the connection's writer.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued.load(Relaxed)
+    }
+
+    /// Whether the link's writers must wait: it is live and its queue is at its bound.
+    pub fn is_full(&self) -> bool {
+        self.is_live() && self.queued.load(Relaxed) >= self.limit
+    }
+
+    /// Whether the link takes frames and counts for acknowledgements.
+    pub fn is_live(&self) -> bool {
+        self.live.load(Relaxed)
+    }
+
+    /// Last LSN the backup acknowledged.
+    pub fn acked(&self) -> u64 {
+        *self.acked.borrow()
+    }
+
+    /// Whether the link gave up for good (the backup cannot be brought up to date).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Relaxed)
+    }
+
+    /// Whether writes wait for this backup in [`Shipper::wait_all_acked`] (a learner taking
+    /// its first full copy is shipped to but not waited for).
+    pub fn set_counted(&self, counted: bool) {
+        if self.counted.swap(counted, Relaxed) != counted {
+            // Writers waiting on it re-check.
+            self.acked.send_modify(|_| {});
+        }
+    }
+}
+
+/// A link's queue, shared by its sessions and, while attached, the connection's writer.
+pub(crate) type Queue = Arc<Mutex<mpsc::UnboundedReceiver<Item>>>;
+
+pub(crate) fn image_len(m: &Msg) -> u64 {
+    match m {
+        Msg::Sst { bytes, .. } | Msg::Medium { bytes, .. } => bytes.len() as u64,
+        _ => 0,
+    }
+}
