@@ -102,6 +102,24 @@ pub struct Options {
     /// and a Build-Index backup's region must keep its LSNs in step with its primary's, which
     /// moving valid records would renumber.
     pub resume_logs: bool,
+    /// Runs each wait of a writer that may last long: a full L0 or pacing behind a merge, the
+    /// log's device writes, an fdatasync under [`SyncMode::Always`]. An embedder whose threads
+    /// serve others meanwhile (an async runtime's workers) moves the wait off them here; the
+    /// hook must call the function it is given (if it does not, the engine does).
+    pub wait_hook: Option<WaitHook>,
+}
+
+/// Runs the wait it is given (see [`Options::wait_hook`]).
+pub type WaitFn = dyn Fn(&mut dyn FnMut()) + Send + Sync;
+
+/// See [`Options::wait_hook`].
+#[derive(Clone)]
+pub struct WaitHook(pub std::sync::Arc<WaitFn>);
+
+impl std::fmt::Debug for WaitHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WaitHook")
+    }
 }
 
 impl Default for Options {
@@ -133,6 +151,7 @@ impl Default for Options {
             default_region: true,
             tolerate_log_damage: false,
             resume_logs: true,
+            wait_hook: None,
         }
     }
 }

@@ -4,9 +4,10 @@
 //! Each connection runs as a task that reads what the client sent, executes every complete
 //! request in it in order, and answers them all with one write: pipelined requests cost one
 //! wake-up and one syscall per batch, not per request. The engine is synchronous (a write may
-//! wait for an fdatasync or a full L0, a read for the device), so a batch's execution leaves
-//! the runtime's worker when it may block for long ([`native::Offload`]): a stalled connection holds
-//! up no other.
+//! wait for an fdatasync or a full L0, a read for the device), so the engine runs its long waits
+//! off the runtime's worker ([`native::off_worker_hook`]), and a connection whose batches were
+//! slow runs them off it for a while ([`native::Offload`]): a stalled connection holds up no
+//! other.
 
 // The API is `run` and `config`; the rest is public for the command transcript test only.
 #[doc(hidden)]
@@ -110,8 +111,13 @@ pub async fn run_with(
     // A replicated node's logs start new segments after a restart: a backup may hold a longer
     // copy of the primary's last segment than the primary recovered (records it lost), and the
     // same segment incarnation continued would put new records beside them there.
-    let opts =
-        halyard_engine::Options { default_region: opts.default_region && !clustered, resume_logs: !clustered, ..opts };
+    // The engine's long waits (a stalled writer, an fdatasync) leave the runtime's worker.
+    let opts = halyard_engine::Options {
+        default_region: opts.default_region && !clustered,
+        resume_logs: !clustered,
+        wait_hook: Some(native::off_worker_hook()),
+        ..opts
+    };
     let db = Arc::new(open(opts)?);
     let cluster = match (&cfg.cluster_file, cfg.etcd.is_empty()) {
         (Some(_), _) => Some(cluster::ClusterNode::start(&cfg, db.clone())?),
@@ -368,7 +374,7 @@ async fn resp_connection(
     let mut sess = sh.session(addr);
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
-    let mut offload = native::Offload::new(&sh.ks.db);
+    let mut offload = native::Offload::new();
     loop {
         let read = async {
             match idle {

@@ -3,9 +3,10 @@
 //! A connection reads whatever bytes are available, executes every complete frame in them in
 //! order, and writes all the replies with one `write_all`: pipelined clients then cost one read
 //! and one write syscall per batch rather than per request. A batch's engine calls run on the
-//! connection's task, off the runtime's worker when they may block for long
-//! ([`Offload`]): they are usually short, but a write may wait for an fdatasync or a
-//! full L0 and a read for the device, and other connections must not wait behind them.
+//! connection's task. They are usually short, but a write may wait for an fdatasync or a
+//! full L0, and other connections must not wait behind it: the engine runs such waits off the
+//! runtime's worker ([`off_worker_hook`]); [`Offload`] moves a connection's batches off it for
+//! a while after one was slow for another reason (device reads).
 //!
 //! In cluster mode a write to a region whose backup queue is full ([`Router::must_wait`]) is
 //! not executed until the queue has room: the connection answers what it executed so far and
@@ -139,7 +140,7 @@ pub async fn serve_connection(
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::new();
-    let mut offload = Offload::new(&session.db);
+    let mut offload = Offload::new();
     loop {
         let (consumed, next) = offload.run(|| session.execute_available(&inbuf, &mut out));
         inbuf.drain(..consumed);
@@ -193,30 +194,44 @@ fn multi_threaded() -> bool {
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
-/// A batch that took this long blocked in the engine (an fdatasync, a full L0, the device):
-/// the connection's next batches leave the worker.
+/// The engine's [`halyard_engine::WaitHook`] for a server: a wait that may last long (a writer
+/// stalled on a full L0, the log's device writes, an fdatasync under `sync = always`) runs off
+/// the runtime's worker (`block_in_place`: the worker's queue and I/O driver move to another
+/// thread meanwhile), so that the worker's other connections are served. Outside a
+/// multi-threaded runtime the wait runs where it is.
+pub fn off_worker_hook() -> halyard_engine::WaitHook {
+    halyard_engine::WaitHook(Arc::new(
+        |f: &mut dyn FnMut()| if multi_threaded() { tokio::task::block_in_place(f) } else { f() },
+    ))
+}
+
+/// A batch that took this long in the engine without announcing a wait (cache-miss reads on a
+/// slow device): the connection's next batches leave the worker.
 const SLOW_BATCH: Duration = Duration::from_millis(20);
 /// How many batches a connection keeps leaving the worker after a slow one.
 const SLOW_STAY: u32 = 64;
 
-/// Runs a connection's batches of engine calls, which may block, without holding up the other
-/// tasks of the worker thread: off the worker (`block_in_place`: the worker's queue and I/O
-/// driver move to another thread meanwhile) when the engine syncs every write, and for a while
-/// after a batch that was slow; inline otherwise, because leaving the worker costs a thread
-/// hand-off per batch (a third of pipelined SET/GET throughput when measured). On a
+/// Runs a connection's batches of engine calls. The engine's own long waits leave the worker
+/// through [`off_worker_hook`]; what is left is device reads of cache misses, short one by one,
+/// so a batch runs inline (leaving the worker costs a thread hand-off per batch: a third of
+/// pipelined SET/GET throughput when measured) unless a recent batch was slow anyway. On a
 /// current-thread runtime batches always run inline.
 pub struct Offload {
     multi: bool,
-    always: bool,
     /// Batches left to run off the worker.
     slow: u32,
 }
 
+impl Default for Offload {
+    fn default() -> Self {
+        Offload::new()
+    }
+}
+
 impl Offload {
-    /// For a connection to `db`, on the current runtime.
-    pub fn new(db: &Db) -> Offload {
-        let always = db.options().sync == halyard_engine::SyncMode::Always;
-        Offload { multi: multi_threaded(), always, slow: 0 }
+    /// For a connection on the current runtime.
+    pub fn new() -> Offload {
+        Offload { multi: multi_threaded(), slow: 0 }
     }
 
     /// Runs `f`, which calls the engine.
@@ -224,7 +239,7 @@ impl Offload {
         if !self.multi {
             return f();
         }
-        let off = self.always || self.slow > 0;
+        let off = self.slow > 0;
         self.slow = self.slow.saturating_sub(1);
         let t0 = std::time::Instant::now();
         let r = if off { tokio::task::block_in_place(f) } else { f() };

@@ -1,6 +1,6 @@
-//! A connection whose write is stalled inside the engine (an fdatasync that does not return,
-//! as on a device that stopped answering) holds up no other connection: PING on another
-//! connection answers at once while the writers are still waiting.
+//! A connection whose write is stalled inside the engine (an fdatasync or a log write that does
+//! not return, as on a device that stopped answering) holds up no other connection: PING on
+//! another connection answers at once while the writers are still waiting.
 
 #![allow(
     clippy::unwrap_used,
@@ -20,9 +20,11 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// In-memory storage whose syncs wait while the gate is closed.
+/// In-memory storage whose syncs (or writes) wait while the gate is closed.
 struct Gated {
     inner: MemStorage,
+    /// Writes wait at the gate, not syncs.
+    writes: bool,
     closed: Mutex<bool>,
     opened: Condvar,
     /// Syncs waiting at the gate now.
@@ -34,6 +36,17 @@ impl Gated {
         *self.closed.lock() = closed;
         self.opened.notify_all();
     }
+
+    fn pass(&self) {
+        let mut closed = self.closed.lock();
+        if *closed {
+            self.waiting.fetch_add(1, SeqCst);
+            while *closed {
+                self.opened.wait(&mut closed);
+            }
+            self.waiting.fetch_sub(1, SeqCst);
+        }
+    }
 }
 
 impl Storage for Gated {
@@ -44,18 +57,15 @@ impl Storage for Gated {
         self.inner.read(seg, off, buf)
     }
     fn write(&self, seg: u32, off: u64, buf: &[u8]) -> io::Result<()> {
+        if self.writes {
+            self.pass();
+        }
         self.inner.write(seg, off, buf)
     }
     fn sync(&self) -> io::Result<()> {
-        let mut closed = self.closed.lock();
-        if *closed {
-            self.waiting.fetch_add(1, SeqCst);
-            while *closed {
-                self.opened.wait(&mut closed);
-            }
-            self.waiting.fetch_sub(1, SeqCst);
+        if !self.writes {
+            self.pass();
         }
-        drop(closed);
         self.inner.sync()
     }
     fn len(&self) -> io::Result<u64> {
@@ -113,20 +123,32 @@ fn read_line(s: &mut TcpStream, within: Duration) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&line).into_owned())
 }
 
+/// `sync = always`: every SET waits for an fdatasync that does not return.
 #[test]
-fn ping_answers_while_other_connections_writes_are_stalled() {
+fn ping_answers_while_other_connections_syncs_are_stalled() {
+    stalled_writers_hold_up_no_ping("always", false, 1);
+}
+
+/// `sync = group`: each SET's value fills a log chunk, whose device write does not return.
+#[test]
+fn ping_answers_while_other_connections_log_writes_are_stalled() {
+    stalled_writers_hold_up_no_ping("group", true, 300 << 10);
+}
+
+fn stalled_writers_hold_up_no_ping(sync: &str, gate_writes: bool, value_len: usize) {
     const WORKERS: usize = 2;
     // More stalled writers than the runtime has workers.
     const WRITERS: usize = 2 * WORKERS;
     let seg_bytes = halyard_engine::Options::default().segment_bytes;
     let gated = Arc::new(Gated {
         inner: MemStorage::new(seg_bytes.trailing_zeros()),
+        writes: gate_writes,
         closed: Mutex::new(false),
         opened: Condvar::new(),
         waiting: AtomicUsize::new(0),
     });
     let mut cfg = ServerConfig { resp: free_addr(), listen: free_addr(), http: free_addr(), ..ServerConfig::default() };
-    cfg.engine.sync = "always".into();
+    cfg.engine.sync = sync.into();
     cfg.engine.direct_io = false;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(WORKERS).enable_all().build().expect("runtime");
     // Dropped before the runtime, which waits for its workers.
@@ -145,10 +167,13 @@ fn ping_answers_while_other_connections_writes_are_stalled() {
         assert_eq!(ask(w, &set, Duration::from_secs(10)).expect("set"), "+OK\r\n");
     }
 
-    // Every writer's SET now waits for an fdatasync that does not return.
+    // Every writer's SET now waits for the device, which does not answer.
     gated.set_closed(true);
+    let value = "v".repeat(value_len);
     for (i, w) in writers.iter_mut().enumerate() {
-        w.write_all(format!("SET stalled{i} v\r\n").as_bytes()).expect("send set");
+        let key = format!("stalled{i}");
+        let set = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${value_len}\r\n{value}\r\n", key.len());
+        w.write_all(set.as_bytes()).expect("send set");
     }
     let t0 = Instant::now();
     while gated.waiting.load(SeqCst) == 0 {

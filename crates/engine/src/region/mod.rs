@@ -291,7 +291,7 @@ impl Region {
             return Ok(self.visible.load(Relaxed));
         }
         let pending = {
-            let mut w = self.w.lock();
+            let mut w = self.lock_long(&self.w);
             self.make_room(&mut w)?;
             self.append_locked(&mut w, ops, true)?
         };
@@ -378,7 +378,8 @@ impl Region {
             // Not synced here: a record in the new segment counts as durable only after an
             // fdatasync (the writer's under `SyncMode::Always`, else the group commit's), and
             // that sync makes this catalog record durable too.
-            if let Err(e) = self.sh.manifest.commit_unsynced(self.id, &edits) {
+            // A device write of the catalog's log, under the write lock: through the wait hook.
+            if let Err(e) = self.sh.waiting(|| self.sh.manifest.commit_unsynced(self.id, &edits)) {
                 return self.sh.fail(e);
             }
             let [l0, large] = &reserved;
@@ -590,7 +591,7 @@ impl Region {
                     break Ok(());
                 }
                 stalled.get_or_insert_with(Instant::now);
-                self.w_cv.wait_for(w, pace::WAIT);
+                self.sh.waiting(|| self.w_cv.wait_for(w, pace::WAIT));
                 continue;
             }
             if view.imm.is_none() {
@@ -601,7 +602,7 @@ impl Region {
             }
             stalled.get_or_insert_with(Instant::now);
             self.sh.wake();
-            self.w_cv.wait_for(w, Duration::from_millis(50));
+            self.sh.waiting(|| self.w_cv.wait_for(w, Duration::from_millis(50)));
         };
         if let Some(t) = stalled {
             self.sh.counters.stall_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
@@ -627,7 +628,7 @@ impl Region {
     /// Makes the mutable table immutable and starts a new one; the L0 log continues in a
     /// new segment so that the old table's segments can be freed after its compaction.
     pub(crate) fn switch_memtable(&self, w: &mut WriteState) -> Result<()> {
-        if let Err(e) = w.l0.write_out(&self.sh.dev) {
+        if let Err(e) = self.sh.waiting(|| w.l0.write_out(&self.sh.dev)) {
             return self.sh.fail(e);
         }
         if let Some(l) = self.sh.listener() {
@@ -677,15 +678,24 @@ impl Region {
 
     /// Writes the log chunks queued so far (see [`LogWriter`]).
     pub(crate) fn drain_log_writes(&self) -> Result<()> {
-        if let Err(e) = self.writer.drain(&self.sh.dev) {
+        if let Err(e) = self.sh.waiting(|| self.writer.drain(&self.sh.dev)) {
             return self.sh.fail(e);
         }
         Ok(())
     }
 
+    /// Locks `m`, whose holder may be waiting for the device (a memtable switch writing the log
+    /// out, an fdatasync): a wait past a moment's contention goes through the wait hook.
+    fn lock_long<'a, T>(&self, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        match m.try_lock_for(Duration::from_millis(1)) {
+            Some(g) => g,
+            None => self.sh.waiting(|| m.lock()),
+        }
+    }
+
     /// Makes every record up to `lsn` durable; concurrent callers share one fdatasync.
     pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
-        let mut synced = self.synced.lock();
+        let mut synced = self.lock_long(&self.synced);
         if *synced >= lsn {
             return Ok(());
         }
@@ -695,7 +705,7 @@ impl Region {
             w.next_lsn - 1
         };
         self.drain_log_writes()?;
-        if let Err(e) = self.sh.dev.sync() {
+        if let Err(e) = self.sh.waiting(|| self.sh.dev.sync()) {
             return self.sh.fail(e);
         }
         *synced = upto;

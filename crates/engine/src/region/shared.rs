@@ -104,6 +104,18 @@ impl Shared {
     }
 
     /// Wakes background workers.
+    /// Runs a wait that may last long through [`Options::wait_hook`] (directly if the hook
+    /// did not run it).
+    pub(crate) fn waiting<R>(&self, mut f: impl FnMut() -> R) -> R {
+        let Some(hook) = &self.opts.wait_hook else { return f() };
+        let mut out = None;
+        (hook.0)(&mut || out = Some(f()));
+        match out {
+            Some(r) => r,
+            None => f(),
+        }
+    }
+
     pub(crate) fn wake(&self) {
         *self.work.lock() += 1;
         self.work_cv.notify_all();
