@@ -180,12 +180,12 @@ key_range!(
 fn overlaps(r: &Region, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
     let below_end = match lo {
         Bound::Unbounded => true,
-        Bound::Included(k) | Bound::Excluded(k) => r.end.as_ref().is_none_or(|e| k < e),
+        Bound::Included(k) | Bound::Excluded(k) => r.end().as_ref().is_none_or(|e| k < e),
     };
     let above_start = match hi {
         Bound::Unbounded => true,
-        Bound::Included(k) => k.as_slice() >= r.start.as_slice(),
-        Bound::Excluded(k) => k.as_slice() > r.start.as_slice(),
+        Bound::Included(k) => k.as_slice() >= r.start().as_slice(),
+        Bound::Excluded(k) => k.as_slice() > r.start().as_slice(),
     };
     below_end && above_start
 }
@@ -229,7 +229,7 @@ impl Snapshot {
     }
     /// The LSN the snapshot sees up to, per region id.
     pub fn lsns(&self) -> Vec<(u32, u64)> {
-        self.parts.iter().map(|(r, _, s)| (r.id, *s)).collect()
+        self.parts.iter().map(|(r, _, s)| (r.id(), *s)).collect()
     }
 }
 
@@ -403,7 +403,7 @@ impl Db {
         for (k, _) in &batch.ops {
             if !r.contains(k) {
                 let other = self.route(k)?;
-                return Err(Error::BatchSpansRegions(r.id, other.id));
+                return Err(Error::BatchSpansRegions(r.id(), other.id()));
             }
         }
         r.write(&batch.as_ops()).map(|_| ())
@@ -413,11 +413,11 @@ impl Db {
     fn capture(&self) -> Vec<(Arc<Region>, Arc<View>, u64)> {
         let regions: Vec<Arc<Region>> = self.inner.regions.read().values().cloned().collect();
         // Hold every writer still so that the parts are taken at one moment.
-        let guards: Vec<_> = regions.iter().map(|r| r.w.lock()).collect();
-        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.visible.load(Relaxed))).collect();
+        let guards: Vec<_> = regions.iter().map(|r| r.w().lock()).collect();
+        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.visible().load(Relaxed))).collect();
         drop(guards);
         let mut parts: Vec<(Arc<Region>, Arc<View>, u64)> = parts;
-        parts.sort_by(|a, b| a.0.start.cmp(&b.0.start));
+        parts.sort_by(|a, b| a.0.start().cmp(b.0.start()));
         parts
     }
 
@@ -443,7 +443,7 @@ impl Db {
 
     /// Makes every acknowledged write durable and writes L0 into L1 (waiting for it).
     pub fn flush(&self) -> Result<()> {
-        for r in self.regions_list().iter().filter(|r| !r.backup) {
+        for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
             flush_region(r)?;
         }
         Ok(())
@@ -460,7 +460,7 @@ impl Db {
                 if let Some(job) = compaction::pick(&r) {
                     compaction::run(&r, job)?;
                     ran = true;
-                } else if r.busy.lock().iter().any(|b| *b) || r.view().imm.is_some() {
+                } else if r.busy().lock().iter().any(|b| *b) || r.view().imm.is_some() {
                     busy = true;
                 }
             }
@@ -502,10 +502,10 @@ impl Db {
             return Err(Error::RegionExists(id));
         }
         for r in g.values() {
-            let disjoint =
-                end.is_some_and(|e| e <= r.start.as_slice()) || r.end.as_ref().is_some_and(|re| re.as_slice() <= start);
+            let disjoint = end.is_some_and(|e| e <= r.start().as_slice())
+                || r.end().as_ref().is_some_and(|re| re.as_slice() <= start);
             if !disjoint {
-                return Err(Error::RegionOverlap { new: id, existing: r.id });
+                return Err(Error::RegionOverlap { new: id, existing: r.id() });
             }
         }
         let sh = &self.inner.sh;
@@ -524,7 +524,7 @@ impl Db {
     /// Swaps in a rebuilt region object (a backup promoted to primary).
     pub(crate) fn replace_region(&self, r: Arc<Region>) {
         let mut g = self.inner.regions.write();
-        g.insert(r.id, r);
+        g.insert(r.id(), r);
         self.inner.routes.store(Arc::new(g.values().cloned().collect()));
     }
 
@@ -539,11 +539,11 @@ impl Db {
         self.regions_list()
             .iter()
             .map(|r| RegionInfo {
-                id: r.id,
-                start: r.start.clone(),
-                end: r.end.clone(),
-                backup: r.backup,
-                lsn: r.visible.load(Relaxed),
+                id: r.id(),
+                start: r.start().clone(),
+                end: r.end().clone(),
+                backup: r.is_backup(),
+                lsn: r.visible().load(Relaxed),
             })
             .collect()
     }
@@ -573,7 +573,7 @@ pub struct RegionHandle {
 impl RegionHandle {
     /// The region's id.
     pub fn id(&self) -> u32 {
-        self.region.id
+        self.region.id()
     }
     /// Stores `value` under `key` (which must lie in the region). Returns the write's LSN.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<u64> {
@@ -596,7 +596,7 @@ impl RegionHandle {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
-        let snap = r.visible.load(Relaxed);
+        let snap = r.visible().load(Relaxed);
         scan_parts(&[(r.clone(), view, snap)], lo, hi, opts)
     }
     /// A forward scan of the region that yields each pair's version (the LSN that wrote it);
@@ -605,7 +605,7 @@ impl RegionHandle {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
-        let snap = r.visible.load(Relaxed);
+        let snap = r.visible().load(Relaxed);
         crate::region::iter::VersionedScan(crate::region::iter::RegionScan::new(
             r.clone(),
             view,
@@ -620,27 +620,27 @@ impl RegionHandle {
     pub fn snapshot(&self) -> Snapshot {
         let r = &self.region;
         let view = r.view();
-        let snap = r.visible.load(Relaxed);
+        let snap = r.visible().load(Relaxed);
         Snapshot { parts: vec![(r.clone(), view, snap)] }
     }
     /// Last LSN written.
     pub fn lsn(&self) -> u64 {
-        self.region.visible.load(Relaxed)
+        self.region.visible().load(Relaxed)
     }
 }
 
 /// Writes the region's L0 into L1 (waiting for it) and makes every acknowledged write durable.
 fn flush_region(r: &Region) -> Result<()> {
     loop {
-        let mut w = r.w.lock();
-        r.sh.check()?;
+        let mut w = r.w().lock();
+        r.sh().check()?;
         let v = r.view();
         if v.imm.is_some() {
-            if r.no_space.load(Relaxed) {
+            if r.no_space().load(Relaxed) {
                 return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
             }
-            r.sh.wake();
-            r.w_cv.wait_for(&mut w, Duration::from_millis(20));
+            r.sh().wake();
+            r.w_cv().wait_for(&mut w, Duration::from_millis(20));
             continue;
         }
         if !v.mem.is_empty() {
@@ -649,16 +649,16 @@ fn flush_region(r: &Region) -> Result<()> {
         break;
     }
     loop {
-        r.sh.check()?;
+        r.sh().check()?;
         if r.view().imm.is_none() {
             break;
         }
-        if r.no_space.load(Relaxed) {
+        if r.no_space().load(Relaxed) {
             return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
         }
-        r.sh.wake();
-        let mut w = r.w.lock();
-        r.w_cv.wait_for(&mut w, Duration::from_millis(20));
+        r.sh().wake();
+        let mut w = r.w().lock();
+        r.w_cv().wait_for(&mut w, Duration::from_millis(20));
     }
     r.sync_to(u64::MAX)
 }
@@ -707,10 +707,10 @@ fn compaction_worker(inner: &DbInner) {
             continue;
         };
         match guarded(inner, "compaction", || compaction::run(&r, job)) {
-            Ok(()) => r.no_space.store(false, Relaxed),
+            Ok(()) => r.no_space().store(false, Relaxed),
             Err(Error::NoSpace { .. }) => {
-                r.no_space.store(true, Relaxed);
-                r.w_cv.notify_all();
+                r.no_space().store(true, Relaxed);
+                r.w_cv().notify_all();
                 wait(inner, 200);
             }
             Err(Error::Closed) => {}
@@ -748,8 +748,8 @@ fn commit_worker(inner: &DbInner) {
     while !inner.sh.shutdown.load(Relaxed) {
         std::thread::sleep(period);
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
-        for r in regions.iter().filter(|r| !r.backup) {
-            let _ = r.sync_to(r.visible.load(Relaxed));
+        for r in regions.iter().filter(|r| !r.is_backup()) {
+            let _ = r.sync_to(r.visible().load(Relaxed));
         }
     }
 }
@@ -760,27 +760,27 @@ impl Drop for Db {
         // and a pass of GC: a store that is open only briefly (a command-line tool, a service
         // restarted often) never reaches the background pass's period.
         if !self.inner.sh.is_poisoned() {
-            for r in self.regions_list().iter().filter(|r| !r.backup) {
+            for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
                 if r.flush_on_close() {
                     if let Err(e) = flush_region(r) {
-                        tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id);
+                        tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id());
                     }
                 }
                 if let Err(e) = gc::run(r) {
-                    tracing::warn!("closing: garbage collection of region {} failed ({e})", r.id);
+                    tracing::warn!("closing: garbage collection of region {} failed ({e})", r.id());
                 }
             }
         }
         self.inner.sh.shutdown.store(true, Relaxed);
         self.inner.sh.wake();
         for r in self.regions_list() {
-            r.w_cv.notify_all();
+            r.w_cv().notify_all();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
         if !self.inner.sh.is_poisoned() {
-            for r in self.regions_list().iter().filter(|r| !r.backup) {
+            for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
                 let _ = r.sync_to(u64::MAX);
             }
         }

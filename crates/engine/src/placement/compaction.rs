@@ -48,12 +48,12 @@ impl Job {
 
 /// Picks the most urgent job whose levels are idle, and marks them busy.
 pub(crate) fn pick(r: &Region) -> Option<Job> {
-    if r.backup {
+    if r.is_backup() {
         return None;
     }
     let view = r.view();
-    let o = &r.sh.opts;
-    let mut busy = r.busy.lock();
+    let o = &r.sh().opts;
+    let mut busy = r.busy().lock();
     if view.imm.is_some() && !busy[0] && !busy[1] {
         busy[0] = true;
         busy[1] = true;
@@ -81,11 +81,11 @@ pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
         Job::Level(i) => compact_level(r, i),
     };
     let (a, b) = job.levels();
-    let mut busy = r.busy.lock();
+    let mut busy = r.busy().lock();
     busy[a] = false;
     busy[b] = false;
     drop(busy);
-    r.w_cv.notify_all();
+    r.w_cv().notify_all();
     res
 }
 
@@ -106,7 +106,7 @@ fn warm_heat(warm: &[(Vec<u8>, Vec<u8>, u16)], first: &[u8], last: &[u8]) -> Opt
 /// The least heat an input leaf needs to be carried over: the cached input leaves that reach
 /// it hold at most `budget` bytes (all of them when the hottest alone are more).
 fn warm_threshold(r: &Region, inputs: &[&Arc<Sst>], budget: usize) -> u16 {
-    let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes);
+    let (cache, nb) = (&r.sh().ctx.cache, r.sh().opts.node_bytes);
     let mut by_heat: BTreeMap<u16, usize> = BTreeMap::new();
     for s in inputs {
         for h in (0..s.info.leaf_count as usize).filter_map(|l| s.cached_heat(cache, l, nb, 1)) {
@@ -161,8 +161,8 @@ impl<'a> SstStream<'a> {
                 return Ok(None);
             };
             let img = read_leaves(self.r, &sst)?;
-            self.buf = decode_all(&sst.info, &img, self.r.sh.opts.node_bytes)?.into_iter();
-            let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
+            self.buf = decode_all(&sst.info, &img, self.r.sh().opts.node_bytes)?.into_iter();
+            let (cache, nb) = (&self.r.sh().ctx.cache, self.r.sh().opts.node_bytes);
             let mut warm = self.warm.borrow_mut();
             for l in 0..sst.info.leaf_count as usize {
                 let Some(heat) = sst.cached_heat(cache, l, nb, self.min_heat) else { continue };
@@ -179,7 +179,7 @@ impl<'a> SstStream<'a> {
 /// the cache, and the merge that rewrites the level need not read that part again. With none
 /// cached, the SST is read in one piece as before.
 fn read_leaves(r: &Region, sst: &Sst) -> Result<AlignedBuf> {
-    let (cache, nb, dev) = (&r.sh.ctx.cache, r.sh.opts.node_bytes, &r.sh.dev);
+    let (cache, nb, dev) = (&r.sh().ctx.cache, r.sh().opts.node_bytes, &r.sh().dev);
     let n = sst.info.leaf_count as usize;
     let base = dev.seg_base(sst.info.seg);
     // One look per leaf: what is decided below holds even if the cache changes meanwhile.
@@ -206,7 +206,7 @@ fn read_leaves(r: &Region, sst: &Sst) -> Result<AlignedBuf> {
         let bytes = dev.read(base + (start * nb) as u64, (l - start) * nb, IoKind::CompactionRead)?;
         img[start * nb..l * nb].copy_from_slice(&bytes);
     }
-    r.sh.counters.compaction_cached_bytes.fetch_add(from_cache, Relaxed);
+    r.sh().counters.compaction_cached_bytes.fetch_add(from_cache, Relaxed);
     Ok(img)
 }
 
@@ -221,7 +221,7 @@ const MAX_CHUNKS: usize = 64;
 
 impl ChunkReader {
     fn read(&mut self, r: &Region, ptr: u64, len: u32, salt: u32, key: &[u8]) -> Result<Vec<u8>> {
-        let chunk_len = CHUNK.min(r.sh.dev.seg_bytes() as usize);
+        let chunk_len = CHUNK.min(r.sh().dev.seg_bytes() as usize);
         let base = align_down(ptr as usize, chunk_len) as u64;
         let within = (ptr - base) as usize;
         if within + len as usize > chunk_len {
@@ -231,7 +231,7 @@ impl ChunkReader {
             Some(c) => c.clone(),
             None => {
                 let mut b = AlignedBuf::new(chunk_len);
-                r.sh.dev.read_into(base, &mut b, IoKind::MediumLog)?;
+                r.sh().dev.read_into(base, &mut b, IoKind::MediumLog)?;
                 let b = Arc::new(b);
                 if self.order.len() == MAX_CHUNKS {
                     if let Some(old) = self.order.pop_front() {
@@ -246,8 +246,8 @@ impl ChunkReader {
         match record::decode(&chunk[within..within + len as usize], Some(salt)) {
             Ok(rec) if rec.key == key => Ok(rec.value.to_vec()),
             _ => Err(Error::corrupt(
-                ptr >> r.sh.dev.seg_bits(),
-                ptr & (r.sh.dev.seg_bytes() - 1),
+                ptr >> r.sh().dev.seg_bits(),
+                ptr & (r.sh().dev.seg_bytes() - 1),
                 "medium log record at pointer fails its checks",
             )),
         }
@@ -280,7 +280,7 @@ struct Output<'a> {
 
 impl<'a> Output<'a> {
     fn seg_of(&self, ptr: u64) -> u32 {
-        (ptr >> self.r.sh.dev.seg_bits()) as u32
+        (ptr >> self.r.sh().dev.seg_bits()) as u32
     }
 
     /// An entry that leaves the tree: its log space stops being needed.
@@ -293,13 +293,13 @@ impl<'a> Output<'a> {
     }
 
     fn alloc(&mut self) -> Result<u32> {
-        let s = self.r.sh.alloc.alloc(Purpose::Background)?;
+        let s = self.r.sh().alloc.alloc(Purpose::Background)?;
         self.allocated.push(s);
         Ok(s)
     }
 
     fn emit(&mut self, mut e: Entry) -> Result<()> {
-        let o = &self.r.sh.opts;
+        let o = &self.r.sh().opts;
         let mut full_len = 0;
         match &e.value {
             Value::Tombstone if self.bottom => return Ok(()),
@@ -316,7 +316,7 @@ impl<'a> Output<'a> {
                 let (ptr, len, salt) = (*ptr, *len, *salt);
                 let v = self.chunks.read(self.r, ptr, len, salt, &e.key)?;
                 *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1;
-                self.r.sh.counters.medium_merged.fetch_add(1, Relaxed);
+                self.r.sh().counters.medium_merged.fetch_add(1, Relaxed);
                 e.value = Value::Inline(v);
             }
             Value::Medium { len, .. } => full_len = *len as usize - RECORD_OVERHEAD,
@@ -339,7 +339,7 @@ impl<'a> Output<'a> {
 
     fn append_medium(&mut self, key: &[u8], lsn: u64, v: &[u8]) -> Result<Value> {
         let need = record::encoded_len(key.len(), v.len());
-        let dev = self.r.sh.dev.clone();
+        let dev = self.r.sh().dev.clone();
         if self.medium.as_ref().is_none_or(|t| t.remaining() < need) {
             self.finish_medium_seg()?;
             let seg = self.alloc()?;
@@ -360,9 +360,9 @@ impl<'a> Output<'a> {
     fn finish_medium_seg(&mut self) -> Result<()> {
         if let Some(t) = self.medium.as_mut() {
             if let Some((seg, salt)) = t.seg {
-                t.write_out(&self.r.sh.dev)?;
-                self.r.sh.alloc.trim(seg, t.image().len() as u64);
-                self.r.sh.ship_segment(self.r.id, ShippedSegment::MediumRun { seg, salt, bytes: t.image() });
+                t.write_out(&self.r.sh().dev)?;
+                self.r.sh().alloc.trim(seg, t.image().len() as u64);
+                self.r.sh().ship_segment(self.r.id(), ShippedSegment::MediumRun { seg, salt, bytes: t.image() });
                 t.close();
             }
         }
@@ -379,11 +379,11 @@ impl<'a> Output<'a> {
         let seg = self.alloc()?;
         let (img, info) = b.finish(seg);
         let used = &img[..info.used_bytes as usize];
-        let dev = &self.r.sh.dev;
+        let dev = &self.r.sh().dev;
         dev.write(dev.seg_base(seg), used, IoKind::Compaction)?;
-        self.r.sh.alloc.trim(seg, info.used_bytes as u64);
-        self.r.sh.ship_segment(self.r.id, ShippedSegment::Sst { info: &info, bytes: used });
-        let sst = Sst::from_image(info, used, self.r.sh.opts.node_bytes);
+        self.r.sh().alloc.trim(seg, info.used_bytes as u64);
+        self.r.sh().ship_segment(self.r.id(), ShippedSegment::Sst { info: &info, bytes: used });
+        let sst = Sst::from_image(info, used, self.r.sh().opts.node_bytes);
         self.keep_warm(&sst, used);
         self.fill_room(&sst, used);
         self.ssts.push(Arc::new(sst));
@@ -392,7 +392,7 @@ impl<'a> Output<'a> {
 
     /// Copies the leaves of a new SST that cover warm input leaves, for the cache.
     fn keep_warm(&mut self, sst: &Sst, img: &[u8]) {
-        let nb = self.r.sh.opts.node_bytes;
+        let nb = self.r.sh().opts.node_bytes;
         for l in 0..sst.info.leaf_count as usize {
             if (self.warm.len() + 1) * nb > self.warm_budget {
                 return;
@@ -413,7 +413,7 @@ impl<'a> Output<'a> {
     /// does nothing. The leaves are keyed by the new SST, which no reader sees before the output
     /// is published, and one never published leaves behind entries no key reaches again.
     fn fill_room(&self, sst: &Sst, img: &[u8]) {
-        let (cache, nb) = (&self.r.sh.ctx.cache, self.r.sh.opts.node_bytes);
+        let (cache, nb) = (&self.r.sh().ctx.cache, self.r.sh().opts.node_bytes);
         let n = sst.info.leaf_count as usize;
         if cache.room() < (n * (nb + crate::tree::cache::ENTRY_OVERHEAD)) as u64 {
             return;
@@ -459,14 +459,14 @@ impl<'a> Output<'a> {
 
     fn abort(&self) {
         for &s in &self.allocated {
-            self.r.sh.alloc.release(s);
+            self.r.sh().alloc.release(s);
         }
     }
 }
 
 fn placement(r: &Region, version: &Version, dest: usize) -> (bool, bool) {
     let last = version.deepest().max(dest);
-    let inplace_level = match r.sh.opts.medium_placement {
+    let inplace_level = match r.sh().opts.medium_placement {
         MediumPlacement::Last => last,
         MediumPlacement::LastMinus1 => (last - 1).max(1),
     };
@@ -535,7 +535,7 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: usize, log_medium: boo
         ssts: Vec::new(),
         warm_in: Vec::new(),
         warm: Vec::new(),
-        warm_budget: r.sh.ctx.cache.capacity() as usize / 2,
+        warm_budget: r.sh().ctx.cache.capacity() as usize / 2,
         medium: None,
         medium_segs: Vec::new(),
         medium_delta: HashMap::new(),
@@ -573,9 +573,9 @@ fn compact_l0(r: &Region) -> Result<()> {
         let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
         if inputs.is_empty() {
             // The merge only writes the table out: nothing to pace writers to.
-            r.l0_merge_progress.store(1000, Relaxed);
+            r.l0_merge_progress().store(1000, Relaxed);
         } else {
-            older.progress = Some((&r.l0_merge_progress, inputs.len()));
+            older.progress = Some((r.l0_merge_progress(), inputs.len()));
         }
         out.warm_in.push(older.warm.clone());
         merge(&mut out, &mut newer, &mut older)?;
@@ -596,10 +596,10 @@ fn compact_l0(r: &Region) -> Result<()> {
     // Large values the new L1 points to must be durable before the L0 log that also
     // covered them goes away.
     let l0_segs = {
-        let mut w = r.w.lock();
-        if let Err(e) = w.large.write_out(&r.sh.dev) {
+        let mut w = r.w().lock();
+        if let Err(e) = w.large.write_out(&r.sh().dev) {
             out.abort();
-            return r.sh.fail(e);
+            return r.sh().fail(e);
         }
         std::mem::take(&mut w.imm_l0_segs)
     };
@@ -617,7 +617,7 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
         return Ok(());
     };
     let pick = {
-        let mut cur = r.cursor.lock();
+        let mut cur = r.cursor().lock();
         let at = src.iter().position(|s| s.info.first_key > cur[i]).unwrap_or(0);
         cur[i].clone_from(&src[at].info.last_key);
         src[at].clone()
@@ -626,7 +626,7 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
     let dest_level = view.version.levels.get(i).unwrap_or(&empty);
     let mut overlap = overlapping(dest_level, &pick.info.first_key, &pick.info.last_key);
     let (inplace, _) = placement(r, &view.version, i + 1);
-    let small = (pick.info.used_bytes as u64) < r.sh.dev.seg_bytes() / 2;
+    let small = (pick.info.used_bytes as u64) < r.sh().dev.seg_bytes() / 2;
     if overlap.is_empty() && small {
         // A part-filled SST moved down as it is would hold a whole segment at every level:
         // merge it with its neighbour below instead, so that SSTs fill up as they descend.
@@ -640,7 +640,7 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
             Edit::RemoveSst { level: i as u8, seg: pick.info.seg },
             Edit::AddSst { level: (i + 1) as u8, sst: pick.info.clone() },
         ];
-        r.sh.counters.trivial_moves.fetch_add(1, Relaxed);
+        r.sh().counters.trivial_moves.fetch_add(1, Relaxed);
         let mut out = new_output(r, &view.version, i + 1, false);
         return publish(r, edits, &mut out, Vec::new(), false);
     }
@@ -680,41 +680,41 @@ fn publish(
     merged: Vec<(usize, Arc<Sst>)>,
     drop_imm: bool,
 ) -> Result<()> {
-    if let Err(e) = r.sh.dev.sync() {
+    if let Err(e) = r.sh().dev.sync() {
         out.abort();
-        return r.sh.fail(e);
+        return r.sh().fail(e);
     }
-    let freed = match r.sh.manifest.commit(r.id, &edits) {
+    let freed = match r.sh().manifest.commit(r.id(), &edits) {
         Ok(f) => f,
         Err(e) => {
             out.abort();
-            return r.sh.fail(e);
+            return r.sh().fail(e);
         }
     };
     // Known dead before the view that drops the superseding L0 entries is installed, so that
     // GC, which checks L0 first and then these, never misses both (see `region::dead::DeadRecords`).
-    r.dead.add(r.sh.dev.seg_bits(), &out.large_dead);
+    r.dead().add(r.sh().dev.seg_bits(), &out.large_dead);
     r.install(
         |v| {
             let imm = if drop_imm { None } else { v.imm.clone() };
-            View::new(v.mem.clone(), imm, Arc::new(v.version.apply(&edits, &out.ssts)), r.sh.alloc.clone())
+            View::new(v.mem.clone(), imm, Arc::new(v.version.apply(&edits, &out.ssts)), r.sh().alloc.clone())
         },
         freed,
     );
     // The merged SSTs' leaves give their room to the output leaves that replace them; removed
     // first, so that those enter the cache as hot (see `Warm`).
-    let (cache, nb) = (&r.sh.ctx.cache, r.sh.opts.node_bytes);
+    let (cache, nb) = (&r.sh().ctx.cache, r.sh().opts.node_bytes);
     for (_, s) in &merged {
         for l in 0..s.info.leaf_count as usize {
             cache.remove(s.leaf_key(l, nb));
         }
     }
-    r.sh.counters.warmed_leaves.fetch_add(out.warm.len() as u64, Relaxed);
+    r.sh().counters.warmed_leaves.fetch_add(out.warm.len() as u64, Relaxed);
     for (k, leaf) in out.warm.drain(..) {
         cache.insert(k, leaf);
     }
-    r.sh.counters.compactions.fetch_add(1, Relaxed);
-    r.w_cv.notify_all();
-    r.sh.ship_edits(r.id, &edits);
+    r.sh().counters.compactions.fetch_add(1, Relaxed);
+    r.w_cv().notify_all();
+    r.sh().ship_edits(r.id(), &edits);
     Ok(())
 }

@@ -22,16 +22,16 @@ use std::sync::Arc;
 
 /// One pass over a region: reclaims every candidate segment. Returns how many were freed.
 pub(crate) fn run(r: &Region) -> Result<usize> {
-    if r.backup || r.sh.is_poisoned() {
+    if r.is_backup() || r.sh().is_poisoned() {
         return Ok(0);
     }
-    let _g = r.gc_lock.lock();
-    let Some(meta) = r.sh.manifest.region(r.id) else {
+    let _g = r.gc_lock().lock();
+    let Some(meta) = r.sh().manifest.region(r.id()) else {
         return Ok(0);
     };
-    r.sh.counters.gc_runs.fetch_add(1, Relaxed);
-    let seg_bytes = r.sh.dev.seg_bytes();
-    let tail = r.w.lock().large.seg.map(|s| s.0);
+    r.sh().counters.gc_runs.fetch_add(1, Relaxed);
+    let seg_bytes = r.sh().dev.seg_bytes();
+    let tail = r.w().lock().large.seg.map(|s| s.0);
     let mut candidates: Vec<(u64, crate::catalog::LogSeg)> = meta
         .log(LogKind::Large)
         .iter()
@@ -41,7 +41,7 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
         .map(|s| (meta.large_garbage.get(&s.seg).copied().unwrap_or(0), s.clone()))
         .collect();
     // Without resumed logs (a replicated node) only invalid bytes count (see the option).
-    let leftovers = r.sh.opts.resume_logs;
+    let leftovers = r.sh().opts.resume_logs;
     if leftovers {
         survey(r, &mut candidates)?;
     }
@@ -64,8 +64,8 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     // to `LOW_WATER` of the bound. Under skewed updates the invalid bytes gather in few segments, so this moves far
     // fewer valid pairs than collecting every segment once it passes the threshold (a segment
     // at 10% invalid costs 90% of a segment in moves) for the same bound.
-    let limit = r.sh.opts.gc_threshold * total as f64;
-    let over = wasted > 0 && r.sh.opts.gc_threshold < 1.0 && (wasted as f64) >= limit;
+    let limit = r.sh().opts.gc_threshold * total as f64;
+    let over = wasted > 0 && r.sh().opts.gc_threshold < 1.0 && (wasted as f64) >= limit;
     if !over && !candidates.iter().any(few) {
         return Ok(0);
     }
@@ -95,7 +95,7 @@ const SURVEY_PER_PASS: usize = 16;
 /// Learns the fill of up to [`SURVEY_PER_PASS`] candidates that lack it (one read each, once
 /// per segment: the fill is committed).
 fn survey(r: &Region, candidates: &mut [(u64, crate::catalog::LogSeg)]) -> Result<()> {
-    let dev = &r.sh.dev;
+    let dev = &r.sh().dev;
     let mut edits = Vec::new();
     for (_, s) in candidates.iter_mut().filter(|c| c.1.fill.is_none()).take(SURVEY_PER_PASS) {
         let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
@@ -106,8 +106,8 @@ fn survey(r: &Region, candidates: &mut [(u64, crate::catalog::LogSeg)]) -> Resul
         edits.push(Edit::LogFill { log: LogKind::Large, seg: s.seg, bytes: fill as u32 });
     }
     if !edits.is_empty() {
-        if let Err(e) = r.sh.manifest.commit(r.id, &edits) {
-            return r.sh.fail(e);
+        if let Err(e) = r.sh().manifest.commit(r.id(), &edits) {
+            return r.sh().fail(e);
         }
     }
     Ok(())
@@ -146,8 +146,8 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
     if batch.is_empty() {
         return Ok(0);
     }
-    let base = r.sh.dev.seg_base(seg);
-    let mut w = r.w.lock();
+    let base = r.sh().dev.seg_base(seg);
+    let mut w = r.w().lock();
     r.make_room(&mut w)?;
     // Writers append under the lock but insert into L0 after it: let the ones already
     // appended finish, so that L0 shows every write that could be newer than ours.
@@ -170,7 +170,7 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
                 None if r.may_be_above_last(&now, rec.key)? => {
                     points_here(r.lookup(&now, u64::MAX, rec.key)?.as_ref(), ptr, salt)
                 }
-                None => !r.dead.is_dead(seg, salt, off),
+                None => !r.dead().is_dead(seg, salt, off),
             },
             // Nothing was published since the first look: only L0 can hold a newer write.
             Some((view, e)) if Arc::ptr_eq(&now.version, &view.version) => newest_l0.is_none_or(|lsn| lsn <= e.lsn),
@@ -194,7 +194,7 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
     drop(w);
     // A cached value moves with its record: hot values are what the updates GC chases keep
     // reading, and a move would otherwise cost each of them a miss.
-    let cache = &r.sh.ctx.cache;
+    let cache = &r.sh().ctx.cache;
     for (&(old, _, value), new) in from.iter().zip(pending.values()) {
         let old_key = value_cache_key(old, salt);
         if cache.contains(old_key) {
@@ -214,7 +214,7 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
 
 /// Reclaims one segment; false when it must wait because recovery may still replay it.
 fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<bool> {
-    let dev = &r.sh.dev;
+    let dev = &r.sh().dev;
     let base = dev.seg_base(seg);
     let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
     dev.read_into(base, &mut img, IoKind::Gc)?;
@@ -233,10 +233,10 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
     // The catalog's count now, not the pass's snapshot: compactions go on during a pass. A
     // compaction adds its dead records after its commit, so in between the two differ and
     // the segment is looked up.
-    let garbage = r.sh.manifest.with(|c| c.regions.get(&r.id).and_then(|m| m.large_garbage.get(&seg).copied()));
-    let known = r.dead.complete(seg, salt, garbage.unwrap_or(0));
+    let garbage = r.sh().manifest.with(|c| c.regions.get(&r.id()).and_then(|m| m.large_garbage.get(&seg).copied()));
+    let known = r.dead().complete(seg, salt, garbage.unwrap_or(0));
     if known {
-        r.sh.counters.gc_known_segments.fetch_add(1, Relaxed);
+        r.sh().counters.gc_known_segments.fetch_add(1, Relaxed);
     }
     let mut moved = 0u64;
     let mut batch: Vec<Candidate<'_>> = Vec::with_capacity(MOVES_PER_LOCK);
@@ -248,13 +248,13 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         // Valid = the newest entry of the key still points here. Without the dead records, a
         // first lookup in the whole tree outside the write lock weeds out most dead ones.
         let first = if known {
-            if r.dead.is_dead(seg, salt, off as u32) {
+            if r.dead().is_dead(seg, salt, off as u32) {
                 continue;
             }
             None
         } else {
             let view = r.view();
-            let Some(e) = r.lookup(&view, r.visible.load(Relaxed), rec.key)? else {
+            let Some(e) = r.lookup(&view, r.visible().load(Relaxed), rec.key)? else {
                 continue;
             };
             if !points_here(Some(&e), ptr, salt) {
@@ -271,22 +271,22 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
     // Every LSN up to the moved records must be durable before the old copies go: recovery
     // replays a gap-free prefix only.
     {
-        let mut w = r.w.lock();
+        let mut w = r.w().lock();
         r.write_out(&mut w)?;
     }
     if let Err(e) = dev.sync() {
-        return r.sh.fail(e);
+        return r.sh().fail(e);
     }
     let edits = [Edit::LogRemove { log: LogKind::Large, seg }];
-    let freed = match r.sh.manifest.commit(r.id, &edits) {
+    let freed = match r.sh().manifest.commit(r.id(), &edits) {
         Ok(f) => f,
-        Err(e) => return r.sh.fail(e),
+        Err(e) => return r.sh().fail(e),
     };
     r.install(View::renewed, freed);
-    r.dead.forget(seg, salt);
-    let c = &r.sh.counters;
+    r.dead().forget(seg, salt);
+    let c = &r.sh().counters;
     c.gc_segments.fetch_add(1, Relaxed);
     c.gc_bytes_moved.fetch_add(moved, Relaxed);
-    r.sh.ship_edits(r.id, &edits);
+    r.sh().ship_edits(r.id(), &edits);
     Ok(true)
 }

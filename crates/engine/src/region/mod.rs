@@ -79,16 +79,16 @@ pub(crate) struct WriteState {
 }
 
 pub(crate) struct Region {
-    pub id: u32,
-    pub start: Vec<u8>,
-    pub end: Option<Vec<u8>>,
-    pub backup: bool,
-    pub sh: Arc<Shared>,
+    id: u32,
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+    backup: bool,
+    sh: Arc<Shared>,
     view: ArcSwap<View>,
     install_lock: Mutex<()>,
-    pub w: Mutex<WriteState>,
-    pub w_cv: Condvar,
-    pub visible: AtomicU64,
+    w: Mutex<WriteState>,
+    w_cv: Condvar,
+    visible: AtomicU64,
     /// Writes inserted into L0 but not yet visible because an earlier one is still being
     /// inserted: first LSN -> last LSN. The writer that closes the gap publishes them.
     done: Mutex<std::collections::BTreeMap<u64, u64>>,
@@ -96,20 +96,20 @@ pub(crate) struct Region {
     published: Condvar,
     synced: Mutex<u64>,
     /// Levels (0 = L0) taking part in a running compaction.
-    pub busy: Mutex<Vec<bool>>,
+    busy: Mutex<Vec<bool>>,
     /// Per level: the last key compacted, for round-robin SST choice.
-    pub cursor: Mutex<Vec<Vec<u8>>>,
+    cursor: Mutex<Vec<Vec<u8>>>,
     /// Compaction could not get space; writers that would stall fail with NoSpace.
-    pub no_space: AtomicBool,
+    no_space: AtomicBool,
     /// How far the running L0->L1 merge has read its L1 inputs, in thousandths: writers that
     /// fill the next table faster than the merge goes are slowed to its pace (`make_room`).
-    pub l0_merge_progress: AtomicU32,
+    l0_merge_progress: AtomicU32,
     /// Backup: segments received that no committed edit names yet.
-    pub reserved: Mutex<crate::region::Reserved>,
+    reserved: Mutex<crate::region::Reserved>,
     /// Held by a GC pass; taken to keep GC out (a snapshot for a new backup).
-    pub gc_lock: Mutex<()>,
+    gc_lock: Mutex<()>,
     /// Large-log records that committed compactions superseded (GC's validity check).
-    pub dead: crate::region::dead::DeadRecords,
+    dead: crate::region::dead::DeadRecords,
     /// The log tails' device writes, done after the write lock is released.
     writer: Arc<LogWriter>,
     /// Identity of this region object in the row cache: a region rebuilt (promotion, a backup
@@ -156,6 +156,81 @@ impl Op<'_> {
 }
 
 impl Region {
+    /// The region's id in the catalog.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The region's first key.
+    pub(crate) fn start(&self) -> &Vec<u8> {
+        &self.start
+    }
+
+    /// The key after the region's last (`None`: the end of the key space).
+    pub(crate) fn end(&self) -> &Option<Vec<u8>> {
+        &self.end
+    }
+
+    /// Whether this node holds the region as a backup (replicated writes only).
+    pub(crate) fn is_backup(&self) -> bool {
+        self.backup
+    }
+
+    /// What the store's regions share (device, catalog, options, counters, workers).
+    pub(crate) fn sh(&self) -> &Arc<Shared> {
+        &self.sh
+    }
+
+    /// The single writer's state; see the lock order in the crate's documentation.
+    pub(crate) fn w(&self) -> &Mutex<WriteState> {
+        &self.w
+    }
+
+    /// Signalled when writers waiting for room may go on.
+    pub(crate) fn w_cv(&self) -> &Condvar {
+        &self.w_cv
+    }
+
+    /// The last LSN readers may see.
+    pub(crate) fn visible(&self) -> &AtomicU64 {
+        &self.visible
+    }
+
+    /// Levels (0 = L0) taking part in a running compaction.
+    pub(crate) fn busy(&self) -> &Mutex<Vec<bool>> {
+        &self.busy
+    }
+
+    /// Per level: the last key compacted, for round-robin SST choice.
+    pub(crate) fn cursor(&self) -> &Mutex<Vec<Vec<u8>>> {
+        &self.cursor
+    }
+
+    /// Set when compaction could not get space: writers that would stall fail with NoSpace.
+    pub(crate) fn no_space(&self) -> &AtomicBool {
+        &self.no_space
+    }
+
+    /// How far the running L0->L1 merge has read its L1 inputs, in thousandths.
+    pub(crate) fn l0_merge_progress(&self) -> &AtomicU32 {
+        &self.l0_merge_progress
+    }
+
+    /// Backup: segments received that no committed edit names yet.
+    pub(crate) fn reserved(&self) -> &Mutex<Reserved> {
+        &self.reserved
+    }
+
+    /// Held by a GC pass; taken to keep GC out.
+    pub(crate) fn gc_lock(&self) -> &Mutex<()> {
+        &self.gc_lock
+    }
+
+    /// Large-log records that committed compactions superseded.
+    pub(crate) fn dead(&self) -> &crate::region::dead::DeadRecords {
+        &self.dead
+    }
+
     pub(crate) fn new(id: u32, meta: &RegionMeta, sh: Arc<Shared>, mem: Memtable, next_lsn: u64) -> Region {
         let version = Arc::new(Version::default().rebuilt(meta));
         let view = View::new(Arc::new(mem), None, version, sh.alloc.clone());

@@ -55,7 +55,7 @@ pub struct Promotion {
 impl Replication<'_> {
     fn backup_region(&self, region: u32) -> Result<RegionHandle> {
         let h = self.db.region(region)?;
-        if !h.region.backup {
+        if !h.region.is_backup() {
             return Err(Error::InvalidOptions(format!("region {region} is not a backup")));
         }
         Ok(h)
@@ -81,7 +81,7 @@ impl Replication<'_> {
         if let Some(&l) = meta.log_map.get(&(primary, salt)) {
             return Ok((l, true));
         }
-        let mut res = r.reserved.lock();
+        let mut res = r.reserved().lock();
         if let Some(&l) = res.log.get(&(primary, salt)) {
             return Ok((l, false));
         }
@@ -96,7 +96,7 @@ impl Replication<'_> {
     pub fn backup_log_segment(&self, region: u32, log: LogKind, primary: u32, salt: u32, bytes: &[u8]) -> Result<u32> {
         let h = self.backup_region(region)?;
         let r = &h.region;
-        let sh = &r.sh;
+        let sh = &r.sh();
         sh.check()?;
         if log == LogKind::Medium {
             return Err(Error::InvalidOptions("medium-log segments arrive as compaction output".into()));
@@ -121,7 +121,7 @@ impl Replication<'_> {
                 return sh.fail(e);
             }
         }
-        r.reserved.lock().log.remove(&(primary, salt));
+        r.reserved().lock().log.remove(&(primary, salt));
         Ok(local)
     }
 
@@ -131,9 +131,9 @@ impl Replication<'_> {
     pub fn backup_stage_tail(&self, region: u32, primary: u32, salt: u32, bytes: &[u8]) -> Result<()> {
         let h = self.backup_region(region)?;
         let r = &h.region;
-        let meta = r.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let meta = r.sh().manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mapped = meta.log_map.get(&(primary, salt)).copied();
-        let local = mapped.or_else(|| r.reserved.lock().log.get(&(primary, salt)).copied());
+        let local = mapped.or_else(|| r.reserved().lock().log.get(&(primary, salt)).copied());
         match local {
             Some(l) => self.write_image(l, bytes),
             None => Ok(()),
@@ -145,13 +145,13 @@ impl Replication<'_> {
     pub fn backup_medium_run(&self, region: u32, primary: u32, salt: u32, bytes: &[u8]) -> Result<u32> {
         let h = self.backup_region(region)?;
         let r = &h.region;
-        r.sh.check()?;
-        let meta = r.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        r.sh().check()?;
+        let meta = r.sh().manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let (local, _) = self.log_local(r, &meta, primary, salt)?;
         if let Err(e) = self.write_image(local, bytes) {
-            return r.sh.fail(e);
+            return r.sh().fail(e);
         }
-        r.sh.alloc.trim(local, bytes.len() as u64);
+        r.sh().alloc.trim(local, bytes.len() as u64);
         Ok(local)
     }
 
@@ -161,7 +161,7 @@ impl Replication<'_> {
     pub fn backup_sst(&self, region: u32, info: &SstInfo, bytes: &[u8]) -> Result<u32> {
         let h = self.backup_region(region)?;
         let r = &h.region;
-        let sh = &r.sh;
+        let sh = &r.sh();
         sh.check()?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         check_shipped(info, bytes.len(), sh.dev.seg_bytes(), sh.opts.node_bytes)?;
@@ -184,7 +184,7 @@ impl Replication<'_> {
             return sh.fail(e);
         }
         sh.alloc.trim(local, img.len() as u64);
-        if let Some(old) = r.reserved.lock().index.insert(info.seg, local) {
+        if let Some(old) = r.reserved().lock().index.insert(info.seg, local) {
             // The same primary segment shipped twice before its edit: the first copy is void.
             sh.alloc.release(old);
         }
@@ -196,10 +196,10 @@ impl Replication<'_> {
     pub fn backup_edits(&self, region: u32, edits: &[Edit]) -> Result<()> {
         let h = self.backup_region(region)?;
         let r = &h.region;
-        let sh = &r.sh;
+        let sh = &r.sh();
         sh.check()?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let mut res = r.reserved.lock();
+        let mut res = r.reserved().lock();
         let missing = |what: &str, seg: u32| {
             Error::corrupt(seg as u64, 0, format!("shipped edit names {what} segment {seg} this backup never received"))
         };
@@ -315,15 +315,15 @@ impl Replication<'_> {
     /// running compaction and GC; its writes must have stopped.
     pub fn demote_to_backup(&self, region: u32) -> Result<()> {
         let h = self.db.region(region)?;
-        if h.region.backup {
+        if h.region.is_backup() {
             return self.reset_backup(region);
         }
         let r = &h.region;
-        let sh = r.sh.clone();
-        let _gc = r.gc_lock.lock();
+        let sh = r.sh().clone();
+        let _gc = r.gc_lock().lock();
         // Claimed for good: this region object is about to be replaced.
         r.claim_all_levels()?;
-        let mut w = r.w.lock();
+        let mut w = r.w().lock();
         // Nothing of the old log tails may reach a segment after it is freed.
         r.write_out(&mut w)?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
@@ -347,7 +347,7 @@ impl Replication<'_> {
     pub fn reset_backup(&self, region: u32) -> Result<()> {
         let h = self.backup_region(region)?;
         let r = &h.region;
-        let sh = &r.sh;
+        let sh = &r.sh();
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mut edits = removal_edits(&meta);
         for &(primary, salt) in meta.log_map.keys() {
@@ -363,7 +363,7 @@ impl Replication<'_> {
         // Map targets never added to a log (reserved for SSTs) are not freed by the edits.
         let mut extra: Vec<u32> = meta.log_map.values().copied().filter(|l| !freed.contains(l)).collect();
         {
-            let mut res = r.reserved.lock();
+            let mut res = r.reserved().lock();
             extra.extend(res.log.drain().map(|(_, l)| l));
             extra.extend(res.index.drain().map(|(_, l)| l));
         }
@@ -397,7 +397,7 @@ impl Replication<'_> {
     /// the new primary lacks are dropped.
     pub fn remap(&self, region: u32, new_primary: &ReplicaMaps) -> Result<()> {
         let h = self.backup_region(region)?;
-        let sh = &h.region.sh;
+        let sh = &h.region.sh();
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let plog: HashMap<(u32, u32), u32> = new_primary.log.iter().copied().collect();
         let pindex: HashMap<u32, u32> = new_primary.index.iter().copied().collect();
@@ -433,7 +433,7 @@ impl Replication<'_> {
             self.backup_log_segment(region, t.log, t.primary, t.salt, t.bytes)?;
         }
         let h = self.backup_region(region)?;
-        let sh = h.region.sh.clone();
+        let sh = h.region.sh().clone();
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let role = Edit::CreateRegion { start: meta.start.clone(), end: meta.end.clone(), backup: false };
         if let Err(e) = sh.manifest.commit(region, &[role]) {
@@ -456,11 +456,11 @@ impl Replication<'_> {
 impl Replication<'_> {
     pub(crate) fn reload_levels(&self, h: &RegionHandle, freed: Vec<u32>) {
         let r = &h.region;
-        let Some(meta) = r.sh.manifest.region(r.id) else {
+        let Some(meta) = r.sh().manifest.region(r.id()) else {
             return;
         };
         r.install(
-            |v| View::new(v.mem.clone(), v.imm.clone(), Arc::new(v.version.rebuilt(&meta)), r.sh.alloc.clone()),
+            |v| View::new(v.mem.clone(), v.imm.clone(), Arc::new(v.version.rebuilt(&meta)), r.sh().alloc.clone()),
             freed,
         );
     }

@@ -24,7 +24,7 @@ impl Replication<'_> {
     pub fn read_segment(&self, region: u32, seg: u32) -> Result<Vec<u8>> {
         let h = self.db.region(region)?;
         {
-            let mut w = h.region.w.lock();
+            let mut w = h.region.w().lock();
             h.region.write_out(&mut w)?;
         }
         let dev = &self.db.inner.sh.dev;
@@ -73,24 +73,24 @@ impl Replication<'_> {
         use crate::catalog::Edit;
         let h = self.db.region(region)?;
         let r = &h.region;
-        if r.backup {
+        if r.is_backup() {
             return Err(Error::BackupRegion(region));
         }
-        let _gc = r.gc_lock.lock();
+        let _gc = r.gc_lock().lock();
         // Claim every level so that no compaction starts, once the running ones finish.
         r.claim_all_levels()?;
         struct Release<'a>(&'a crate::region::Region);
         impl Drop for Release<'_> {
             fn drop(&mut self) {
-                self.0.busy.lock().iter_mut().for_each(|b| *b = false);
-                self.0.sh.wake();
+                self.0.busy().lock().iter_mut().for_each(|b| *b = false);
+                self.0.sh().wake();
             }
         }
         let _release = Release(r);
-        let mut w = r.w.lock();
+        let mut w = r.w().lock();
         r.write_out(&mut w)?;
-        let meta = r.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let dev = &r.sh.dev;
+        let meta = r.sh().manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let dev = &r.sh().dev;
         let tails = [w.l0.seg.map(|s| (s.0, w.l0.image().len())), w.large.seg.map(|s| (s.0, w.large.image().len()))];
         let mut logs = Vec::new();
         for kind in [LogKind::L0, LogKind::Large, LogKind::Medium] {
