@@ -54,7 +54,7 @@ mod region;
 mod replication;
 mod tree;
 
-pub use catalog::{Edit, LogKind, LogSeg, MapKind, SstInfo};
+pub use catalog::{Edit, Level, LogKind, LogSeg, MapKind, SstInfo};
 pub use db::stats::{LevelStats, Stats};
 pub use db::{data_files, Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::fault::{FaultPlan, FaultStorage};

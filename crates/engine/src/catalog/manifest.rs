@@ -527,11 +527,14 @@ mod tests {
         let mut cat = Catalog::default();
         cat.apply(7, &[Edit::CreateRegion { start: vec![], end: None, backup: false }]);
         // ~3000 SSTs of ~150 bytes each: about 7 segments of 64 KiB.
-        let edits: Vec<Edit> = (10_000..13_000).map(|s| Edit::AddSst { level: 2, sst: sst(s) }).collect();
+        let edits: Vec<Edit> = (10_000..13_000)
+            .map(|s| Edit::AddSst { level: crate::catalog::Level::new(2).unwrap(), sst: sst(s) })
+            .collect();
         cat.apply(7, &edits);
         let m = Manifest::create(dev.clone(), alloc.clone(), cat, None, 2048, &[]).expect("create");
         for s in 20_000..21_500u32 {
-            m.commit(7, &[Edit::AddSst { level: 3, sst: sst(s) }]).expect("commit");
+            m.commit(7, &[Edit::AddSst { level: crate::catalog::Level::new(3).unwrap(), sst: sst(s) }])
+                .expect("commit");
         }
         let want = m.region(7).expect("region");
         drop(m);

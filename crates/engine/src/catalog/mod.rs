@@ -95,6 +95,37 @@ mod tag {
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
 pub(crate) const MAX_LEVEL: u8 = 32;
 
+/// A level of SSTs: 1..=32. Level 0 is the L0 log, never a level of SSTs; none is deeper
+/// than `Options::max_levels` may make. Made only through [`Level::new`] (decoding included),
+/// so a level from a disk or a peer indexes a region's levels without a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Level(u8);
+
+impl Level {
+    /// Level 1, where L0 compacts to.
+    pub const L1: Level = Level(1);
+
+    /// Level `n`, if it is one (1..=32).
+    pub fn new(n: usize) -> Option<Level> {
+        u8::try_from(n).ok().filter(|n| (1..=MAX_LEVEL).contains(n)).map(Level)
+    }
+
+    /// The level whose SSTs are at `index` of a region's list of levels.
+    pub fn at_index(index: usize) -> Option<Level> {
+        Level::new(index.checked_add(1)?)
+    }
+
+    /// The level's number.
+    pub fn get(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// Where the level's SSTs are in a region's list of levels (`get() - 1`).
+    pub fn index(self) -> usize {
+        usize::from(self.0).saturating_sub(1)
+    }
+}
+
 impl SstInfo {
     /// Checks that the description fits a segment of `seg_bytes` with nodes of `node_bytes`,
     /// so that no offset computed from it overflows or reaches past the SST. A description
@@ -175,8 +206,8 @@ pub enum Edit {
     },
     /// An SST joins a level.
     AddSst {
-        /// Level (1..).
-        level: u8,
+        /// Level.
+        level: Level,
         /// The SST.
         sst: SstInfo,
     },
@@ -184,7 +215,7 @@ pub enum Edit {
     /// (a move to another level).
     RemoveSst {
         /// Level.
-        level: u8,
+        level: Level,
         /// Segment of the SST.
         seg: u32,
     },
@@ -293,11 +324,11 @@ impl Edit {
                 e.u8(*backup as u8);
             }
             Edit::AddSst { level, sst } => {
-                e.u8(tag::ADD_SST).u8(*level);
+                e.u8(tag::ADD_SST).u8(level.0);
                 sst.encode(e);
             }
             Edit::RemoveSst { level, seg } => {
-                e.u8(tag::REMOVE_SST).u8(*level).u32(*seg);
+                e.u8(tag::REMOVE_SST).u8(level.0).u32(*seg);
             }
             Edit::LogAdd { log, seg, salt } => {
                 e.u8(tag::LOG_ADD).u8(*log as u8).u32(*seg).u32(*salt);
@@ -335,7 +366,7 @@ impl Edit {
     pub(crate) fn decode(d: &mut Reader<'_>) -> Result<Edit, Short> {
         let log = |v: u8| LogKind::from_u8(v).ok_or(Short);
         // Level 0 is the L0 log, never a level of SSTs.
-        let level = |v: u8| if (1..=MAX_LEVEL).contains(&v) { Ok(v) } else { Err(Short) };
+        let level = |v: u8| Level::new(usize::from(v)).ok_or(Short);
         let map_kind = |v: u8| match v {
             0 => Ok(MapKind::Log),
             1 => Ok(MapKind::Index),
@@ -458,21 +489,16 @@ impl RegionMeta {
                 self.backup = *backup;
             }
             Edit::AddSst { level, sst } => {
-                // Decoding admits levels 1..=MAX_LEVEL only; another made in process is void.
-                if !(1..=MAX_LEVEL).contains(level) {
-                    return;
-                }
-                let l = usize::from(*level);
-                while self.levels.len() < l {
+                while self.levels.len() < level.get() {
                     self.levels.push(Vec::new());
                 }
-                if let Some(lv) = self.levels.get_mut(l - 1) {
+                if let Some(lv) = self.levels.get_mut(level.index()) {
                     let at = lv.partition_point(|s| s.first_key < sst.first_key);
                     lv.insert(at, sst.clone());
                 }
             }
             Edit::RemoveSst { level, seg } => {
-                if let Some(lv) = self.levels.get_mut((*level as usize).wrapping_sub(1)) {
+                if let Some(lv) = self.levels.get_mut(level.index()) {
                     if let Some(i) = lv.iter().position(|s| s.seg == *seg) {
                         lv.remove(i);
                         freed.push(*seg);
@@ -562,8 +588,9 @@ impl RegionMeta {
             }
         }
         for (i, lv) in self.levels.iter().enumerate() {
+            let Some(level) = Level::at_index(i) else { continue };
             for s in lv {
-                v.push(Edit::AddSst { level: (i + 1) as u8, sst: s.clone() });
+                v.push(Edit::AddSst { level, sst: s.clone() });
             }
         }
         for (&(primary, salt), &local) in &self.log_map {
@@ -647,8 +674,8 @@ mod tests {
         let sst = sample_sst();
         let edits = vec![
             Edit::CreateRegion { start: vec![], end: Some(b"z".to_vec()), backup: true },
-            Edit::AddSst { level: 2, sst },
-            Edit::RemoveSst { level: 1, seg: 4 },
+            Edit::AddSst { level: Level::new(2).unwrap(), sst },
+            Edit::RemoveSst { level: Level::L1, seg: 4 },
             Edit::LogAdd { log: LogKind::Large, seg: 5, salt: 77 },
             Edit::LogRemove { log: LogKind::L0, seg: 6 },
             Edit::LogSeal { log: LogKind::L0, seg: 6, max_lsn: 10 },
@@ -691,17 +718,19 @@ mod tests {
     }
 
     #[test]
-    fn levels_outside_1_to_max_do_not_decode_or_apply() {
-        for level in [0, MAX_LEVEL + 1, u8::MAX] {
+    fn levels_outside_1_to_max_do_not_decode_or_exist() {
+        for n in [0, MAX_LEVEL + 1, u8::MAX] {
+            assert_eq!(Level::new(usize::from(n)), None);
+            // Bytes naming such a level (as a disk or a peer could send) do not decode.
+            let level = Level(n);
             for e in [Edit::AddSst { level, sst: sample_sst() }, Edit::RemoveSst { level, seg: 9 }] {
                 assert!(decode_edits(&encode_edits(1, std::slice::from_ref(&e))).is_err(), "{e:?}");
-                // Made in process, it changes nothing (and does not panic).
-                let mut c = Catalog::default();
-                c.apply(1, &[e]);
-                assert!(c.regions[&1].levels.iter().all(Vec::is_empty));
             }
         }
-        assert!(decode_edits(&encode_edits(1, &[Edit::AddSst { level: MAX_LEVEL, sst: sample_sst() }])).is_ok());
+        let deepest = Level::new(usize::from(MAX_LEVEL)).unwrap();
+        assert!(decode_edits(&encode_edits(1, &[Edit::AddSst { level: deepest, sst: sample_sst() }])).is_ok());
+        assert_eq!((Level::L1.index(), deepest.index()), (0, usize::from(MAX_LEVEL) - 1));
+        assert_eq!(Level::at_index(usize::from(MAX_LEVEL)), None);
     }
 
     #[test]
@@ -727,7 +756,7 @@ mod tests {
         let mut c = Catalog::default();
         let mut s = sample_sst();
         s.bloom_len = u32::MAX;
-        c.apply(1, &[Edit::AddSst { level: 1, sst: s }]);
+        c.apply(1, &[Edit::AddSst { level: Level::L1, sst: s }]);
         assert_eq!(c.check(seg_bytes, 4096).map_err(|e| e.0), Err(9));
     }
 

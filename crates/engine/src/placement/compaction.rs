@@ -7,8 +7,8 @@
     reason = "levels and output buffers are indexed within the sizes this module gave them"
 )]
 
-use crate::catalog::Edit;
 use crate::catalog::LogKind;
+use crate::catalog::{Edit, Level};
 use crate::device::aligned::{align_down, AlignedBuf};
 use crate::device::alloc::Purpose;
 use crate::device::IoKind;
@@ -257,7 +257,7 @@ impl ChunkReader {
 /// Builds a compaction's output and the edits describing it.
 struct Output<'a> {
     r: &'a Region,
-    dest: u8,
+    dest: Level,
     inplace: bool,
     bottom: bool,
     log_medium: bool,
@@ -523,11 +523,11 @@ fn merge(
     }
 }
 
-fn new_output<'a>(r: &'a Region, version: &Version, dest: usize, log_medium: bool) -> Output<'a> {
-    let (inplace, bottom) = placement(r, version, dest);
+fn new_output<'a>(r: &'a Region, version: &Version, dest: Level, log_medium: bool) -> Output<'a> {
+    let (inplace, bottom) = placement(r, version, dest.get());
     Output {
         r,
-        dest: dest as u8,
+        dest,
         inplace,
         bottom,
         log_medium,
@@ -555,7 +555,7 @@ fn compact_l0(r: &Region) -> Result<()> {
     // From here the table is fixed: versions it dropped early are garbage this merge reports.
     let mut table_dead = imm.freeze();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
-    let mut out = new_output(r, &view.version, 1, true);
+    let mut out = new_output(r, &view.version, Level::L1, true);
     let inputs = imm.key_range().map_or_else(Vec::new, |(f, l)| overlapping(l1, &f, &l));
     let result = (|| {
         let mut it = imm.iter_all().peekable();
@@ -590,7 +590,7 @@ fn compact_l0(r: &Region) -> Result<()> {
         }
     };
     for s in &inputs {
-        edits.push(Edit::RemoveSst { level: 1, seg: s.info.seg });
+        edits.push(Edit::RemoveSst { level: Level::L1, seg: s.info.seg });
     }
     edits.push(Edit::L1Lsn(imm.max_lsn()));
     // Large values the new L1 points to must be durable before the L0 log that also
@@ -612,6 +612,9 @@ fn compact_l0(r: &Region) -> Result<()> {
 }
 
 fn compact_level(r: &Region, i: usize) -> Result<()> {
+    let (Some(from), Some(to)) = (Level::new(i), Level::new(i + 1)) else {
+        return Err(Error::InvalidOptions(format!("no level {} to compact level {i} into", i + 1)));
+    };
     let view = r.view();
     let Some(src) = view.version.levels.get(i - 1).filter(|l| !l.is_empty()) else {
         return Ok(());
@@ -637,14 +640,14 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
     if overlap.is_empty() && (pick.info.medium_ptrs == 0 || !inplace) {
         // Nothing to merge with: move the SST down as it is.
         let edits = vec![
-            Edit::RemoveSst { level: i as u8, seg: pick.info.seg },
-            Edit::AddSst { level: (i + 1) as u8, sst: pick.info.clone() },
+            Edit::RemoveSst { level: from, seg: pick.info.seg },
+            Edit::AddSst { level: to, sst: pick.info.clone() },
         ];
         r.sh().counters.trivial_moves.fetch_add(1, Relaxed);
-        let mut out = new_output(r, &view.version, i + 1, false);
+        let mut out = new_output(r, &view.version, to, false);
         return publish(r, edits, &mut out, Vec::new(), false);
     }
-    let mut out = new_output(r, &view.version, i + 1, false);
+    let mut out = new_output(r, &view.version, to, false);
     let result = (|| {
         let min_heat = warm_threshold(r, &overlap.iter().chain([&pick]).collect::<Vec<_>>(), out.warm_budget);
         let mut upper = SstStream::new(r, VecDeque::from([pick.clone()]), min_heat);
@@ -662,9 +665,9 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
             return Err(e);
         }
     };
-    edits.push(Edit::RemoveSst { level: i as u8, seg: pick.info.seg });
+    edits.push(Edit::RemoveSst { level: from, seg: pick.info.seg });
     for s in &overlap {
-        edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.info.seg });
+        edits.push(Edit::RemoveSst { level: to, seg: s.info.seg });
     }
     let merged = std::iter::once((i, pick)).chain(overlap.into_iter().map(|s| (i + 1, s))).collect();
     publish(r, edits, &mut out, merged, false)

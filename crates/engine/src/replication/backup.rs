@@ -7,7 +7,7 @@
 #![expect(clippy::indexing_slicing, reason = "images are checked against the segment size before they are copied")]
 
 use crate::catalog::LogKind;
-use crate::catalog::{Edit, MapKind, RegionMeta, SstInfo};
+use crate::catalog::{Edit, Level, MapKind, RegionMeta, SstInfo};
 use crate::db::RegionHandle;
 use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::alloc::Purpose;
@@ -469,9 +469,10 @@ impl Replication<'_> {
 /// Edits that remove every SST and every log segment of a region (freeing them).
 fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
     let mut edits = Vec::new();
-    for (i, level) in meta.levels.iter().enumerate() {
-        for s in level {
-            edits.push(Edit::RemoveSst { level: (i + 1) as u8, seg: s.seg });
+    for (i, ssts) in meta.levels.iter().enumerate() {
+        let Some(level) = Level::at_index(i) else { continue };
+        for s in ssts {
+            edits.push(Edit::RemoveSst { level, seg: s.seg });
         }
     }
     for (k, log) in meta.logs.iter().enumerate() {

@@ -4,7 +4,7 @@
 #![expect(clippy::indexing_slicing, reason = "lengths come from records found within the same image")]
 
 use crate::catalog::LogKind;
-use crate::catalog::SstInfo;
+use crate::catalog::{Level, SstInfo};
 use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
@@ -104,12 +104,13 @@ impl Replication<'_> {
         }
         let mut ssts = Vec::new();
         let mut edits = vec![Edit::L1Lsn(meta.l1_lsn)];
-        for (i, level) in meta.levels.iter().enumerate() {
-            for info in level {
+        for (i, ssts_of_level) in meta.levels.iter().enumerate() {
+            let Some(level) = Level::at_index(i) else { continue };
+            for info in ssts_of_level {
                 let mut img = AlignedBuf::new(info.used_bytes as usize);
                 dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Read)?;
                 ssts.push((info.clone(), img.to_vec()));
-                edits.push(Edit::AddSst { level: (i + 1) as u8, sst: info.clone() });
+                edits.push(Edit::AddSst { level, sst: info.clone() });
             }
         }
         for s in meta.log(LogKind::Medium) {

@@ -5,7 +5,7 @@
 //! every older view is: a segment is reused only once no reader, iterator or snapshot that
 //! could see it remains.
 
-use crate::catalog::{Edit, RegionMeta, MAX_LEVEL};
+use crate::catalog::{Edit, RegionMeta};
 use crate::device::alloc::Allocator;
 use crate::tree::memtable::Memtable;
 use crate::tree::sst::Sst;
@@ -55,20 +55,19 @@ impl Version {
         for e in edits {
             match e {
                 Edit::RemoveSst { level, seg } => {
-                    if let Some(lv) = usize::from(*level).checked_sub(1).and_then(|i| levels.get_mut(i)) {
+                    if let Some(lv) = levels.get_mut(level.index()) {
                         lv.retain(|s| s.info.seg != *seg);
                     }
                 }
-                Edit::AddSst { level, sst } if (1..=MAX_LEVEL).contains(level) => {
-                    let l = usize::from(*level);
-                    while levels.len() < l {
+                Edit::AddSst { level, sst } => {
+                    while levels.len() < level.get() {
                         levels.push(Vec::new());
                     }
                     let s = match known.get(&sst.seg) {
                         Some(s) if s.info == *sst => Arc::clone(s),
                         _ => Arc::new(Sst::new(sst.clone())),
                     };
-                    if let Some(lv) = levels.get_mut(l - 1) {
+                    if let Some(lv) = levels.get_mut(level.index()) {
                         let at = lv.partition_point(|x| x.info.first_key < s.info.first_key);
                         lv.insert(at, s);
                     }
