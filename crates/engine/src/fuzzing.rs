@@ -21,7 +21,7 @@ pub fn record(data: &[u8]) -> bool {
     if let Ok(r) = crate::format::record::decode(data, None) {
         let mut out = vec![0u8; r.len];
         let salt = halyard_codec::get_u32(data, 4).unwrap_or(0);
-        crate::format::record::encode(&mut out, r.kind, salt, r.lsn, r.key, r.value, r.batch_remaining);
+        crate::format::record::encode(&mut out, r.body(), salt, r.lsn, r.batch_remaining);
         assert_eq!(&out[..], &data[..r.len]);
     }
     for _ in crate::format::record::scan(data, 0) {}

@@ -107,6 +107,19 @@ pub struct Options {
     /// serve others meanwhile (an async runtime's workers) moves the wait off them here; the
     /// hook must call the function it is given (if it does not, the engine does).
     pub wait_hook: Option<WaitHook>,
+    /// The clock expiry is judged by: milliseconds since the Unix epoch. `None`: the system
+    /// clock. Tests set a clock they move by hand.
+    pub clock: Option<Clock>,
+}
+
+/// See [`Options::clock`].
+#[derive(Clone)]
+pub struct Clock(pub std::sync::Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
 }
 
 /// Runs the wait it is given (see [`Options::wait_hook`]).
@@ -152,6 +165,7 @@ impl Default for Options {
             tolerate_log_damage: false,
             resume_logs: true,
             wait_hook: None,
+            clock: None,
         }
     }
 }

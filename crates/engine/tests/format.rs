@@ -51,6 +51,16 @@ fn every_fixture_opens_and_reads_back_its_workload() {
         for (k, v) in &want {
             assert_eq!(db.get(k).expect("get").as_ref(), Some(v), "{}: get {k:?}", a.display());
         }
+        // Since format 3 some pairs carry an expiry time, and only they.
+        let expiring = want.iter().filter(|(k, _)| db.get_with_expiry(k).expect("get").is_some_and(|e| e.1 != 0));
+        let times: std::collections::BTreeSet<u64> =
+            want.iter().filter_map(|(k, _)| db.get_with_expiry(k).expect("get")).map(|e| e.1).collect();
+        if a.to_string_lossy().contains("format-1") || a.to_string_lossy().contains("format-2") {
+            assert_eq!(expiring.count(), 0, "{}: an old format with expiry times", a.display());
+        } else {
+            assert!(expiring.count() > 0, "{}: no pair expires", a.display());
+            assert!(times.iter().all(|t| *t == 0 || *t == fixture::EXPIRES_AT), "{}: times {times:?}", a.display());
+        }
         // It takes writes and reopens.
         fixture::write_round(&db, fixture::ROUNDS + 1).expect("write");
         drop(db);

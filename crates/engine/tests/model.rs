@@ -1,6 +1,7 @@
 //! Model-based tests: random operation sequences against a `BTreeMap`, under several option
 //! sets that move the placement thresholds, the in-place level, the growth factor and the
-//! sync mode (one operation log, many configurations, same answers).
+//! sync mode (one operation log, many configurations, same answers). Pairs may expire: the
+//! store runs on a clock the test moves, and the model forgets a pair when its time comes.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,16 +12,36 @@
     reason = "test code: a failure stops where it happened"
 )]
 
-use halyard_engine::{Db, MediumPlacement, Options, ScanOptions, Snapshot, SyncMode, WriteBatch};
+use halyard_engine::{Clock, Db, MediumPlacement, Options, ScanOptions, Snapshot, SyncMode, WriteBatch};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+/// Keys of the model whose pair expires, and when.
+type Expiry = BTreeMap<Vec<u8>, u64>;
+
+/// The test's clock, in milliseconds since the Unix epoch (it starts in 2023).
+const EPOCH: u64 = 1_700_000_000_000;
+
+/// The pairs of `model` still live at `now`.
+fn live(model: &Model, expiry: &Expiry, now: u64) -> Model {
+    model
+        .iter()
+        .filter(|(k, _)| expiry.get(*k).is_none_or(|at| *at > now))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
 
 #[derive(Debug, Clone)]
 enum Op {
     Put(u16, usize),
+    /// A put that expires after this many milliseconds.
+    PutTtl(u16, usize, u64),
+    /// The clock moves on by this many milliseconds.
+    Tick(u64),
     Delete(u16),
     Batch(Vec<(u16, Option<usize>)>),
     Get(u16),
@@ -56,6 +77,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     let k = 0u16..300;
     prop_oneof![
         30 => (k.clone(), len_strategy()).prop_map(|(k, l)| Op::Put(k, l)),
+        6 => (k.clone(), len_strategy(), 1u64..60).prop_map(|(k, l, t)| Op::PutTtl(k, l, t)),
+        4 => (0u64..40).prop_map(Op::Tick),
         6 => k.clone().prop_map(Op::Delete),
         4 => prop::collection::vec((k.clone(), prop::option::weighted(0.8, len_strategy())), 1..12).prop_map(Op::Batch),
         10 => k.clone().prop_map(Op::Get),
@@ -135,10 +158,13 @@ fn check_space(stats: &halyard_engine::Stats, model: &Model, opts: &Options) {
 
 fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = options(variant);
+    let clock = Arc::new(AtomicU64::new(EPOCH));
+    let c = clock.clone();
+    let opts = Options { clock: Some(Clock(Arc::new(move || c.load(SeqCst)))), ..options(variant) };
+    let mut expiry = Expiry::new();
     let mut db = Some(Db::open(dir.path(), opts.clone()).expect("open"));
     let mut model = Model::new();
-    let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
+    let mut snaps: Vec<(Snapshot, Model, Expiry)> = Vec::new();
     // Counters restart with each open; add them up over the whole run.
     let mut totals = [0u64; 3];
     let add = |t: &mut [u64; 3], s: &halyard_engine::Stats| {
@@ -153,10 +179,24 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
                 let v = value(seq, l);
                 d.put(&key(k), &v).expect("put");
                 model.insert(key(k), v);
+                expiry.remove(&key(k));
+            }
+            Op::PutTtl(k, l, ttl) => {
+                let v = value(seq, l);
+                let at = clock.load(SeqCst) + ttl;
+                d.put_expiring(&key(k), &v, at).expect("put expiring");
+                model.insert(key(k), v);
+                expiry.insert(key(k), at);
+            }
+            Op::Tick(ms) => {
+                let now = clock.fetch_add(ms, SeqCst) + ms;
+                model = live(&model, &expiry, now);
+                expiry.retain(|_, at| *at > now);
             }
             Op::Delete(k) => {
                 d.delete(&key(k)).expect("delete");
                 model.remove(&key(k));
+                expiry.remove(&key(k));
             }
             Op::Batch(items) => {
                 let mut b = WriteBatch::new();
@@ -172,6 +212,7 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
                             model.remove(&key(*k));
                         }
                     }
+                    expiry.remove(&key(*k));
                 }
                 d.write(&b).expect("batch");
             }
@@ -182,7 +223,7 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
                     full_scan(d.scan_with(lo.clone()..=hi.clone(), ScanOptions { reverse, limit: Some(limit) }));
                 check_scan(found, &model, &lo, &hi, reverse, limit);
             }
-            Op::Snapshot => snaps.push((d.snapshot(), model.clone())),
+            Op::Snapshot => snaps.push((d.snapshot(), model.clone(), expiry.clone())),
             Op::Flush => d.flush().expect("flush"),
             Op::Compact => d.compact().expect("compact"),
             Op::Gc => {
@@ -198,9 +239,11 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
         }
     }
     let d = db.as_ref().expect("db");
-    for (snap, m) in &snaps {
+    // A snapshot reads at its LSN, but expiry by the clock of now.
+    let now = clock.load(SeqCst);
+    for (snap, m, e) in &snaps {
         let got = full_scan(snap.scan(..));
-        let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let want: Vec<_> = live(m, e, now).into_iter().collect();
         assert!(got == want, "snapshot scan differs from its model ({} vs {} keys)", got.len(), want.len());
     }
     let got = full_scan(d.scan(..));
@@ -270,6 +313,9 @@ fn long_sequence_every_variant() {
                 // operations (weight 1 of 59) and check the restart bound (see `run`).
                 3 if i % 5000 == 3 => Op::Reopen,
                 4 => Op::Scan(k, k.saturating_add(40), i % 3 == 0, 25),
+                // Pairs that expire over older versions, at every level the workload reaches.
+                5 | 6 => Op::PutTtl(k, [10, 60, 900][(i % 3) as usize], 20 + u64::from(i % 7) * 10),
+                7 => Op::Tick(5),
                 _ => Op::Put(k, [10, 60, 120, 300, 900][(i % 5) as usize]),
             });
         }

@@ -7,7 +7,8 @@
 //! process is killed (every completed write stays). A clean reopen must then find:
 //! - with `sync = always`, every acknowledged write;
 //! - with any sync mode, every write a `flush` covered, and the writes of the run as a prefix of the keys written, without a
-//!   hole, each with its value, and everything earlier runs verified.
+//!   hole, each with its value (and, for the third of them that expire, its expiry time), and
+//!   everything earlier runs verified.
 //!
 //! `HALYARD_POWER_LOSS_RUNS` sets the runs per mode (default 700); a failure prints the seed,
 //! and `HALYARD_POWER_LOSS_SEED` replays one seed alone.
@@ -39,6 +40,16 @@ fn value(key: u64) -> Vec<u8> {
     (0..len).map(|i| (key as u8).wrapping_mul(7).wrapping_add(i as u8)).collect()
 }
 
+/// Every third key expires, far in the future (2100): its record (kind 3) must come back with
+/// its time.
+fn expiry(k: u64) -> u64 {
+    if k.is_multiple_of(3) {
+        4_102_444_800_000
+    } else {
+        0
+    }
+}
+
 fn key(k: u64) -> Vec<u8> {
     // Spread over the key space so that compactions merge into existing SSTs.
     format!("k{:04}-{k:08}", k.wrapping_mul(2_654_435_761) % 10_000).into_bytes()
@@ -49,7 +60,7 @@ fn key(k: u64) -> Vec<u8> {
 fn write_run(db: &Db, from: u64) -> (u64, u64) {
     let mut durable = 0;
     for k in from..from + KEYS_PER_RUN {
-        if db.put(&key(k), &value(k)).is_err() {
+        if db.put_expiring(&key(k), &value(k), expiry(k)).is_err() {
             return (k - from, durable);
         }
         if (k - from) % 15 == 14 {
@@ -69,9 +80,10 @@ fn verify(db: &Db, sync: SyncMode, verified: u64, from: u64, (acked, durable): (
     }
     let mut present = 0;
     for k in from..from + KEYS_PER_RUN {
-        match db.get(&key(k)).expect("get") {
-            Some(v) => {
+        match db.get_with_expiry(&key(k)).expect("get") {
+            Some((v, at)) => {
                 assert_eq!(v, value(k), "seed {seed}: key {k} has a wrong value");
+                assert_eq!(at, expiry(k), "seed {seed}: key {k} has a wrong expiry time");
                 assert_eq!(present, k - from, "seed {seed}: key {k} present after a hole");
                 present += 1;
             }

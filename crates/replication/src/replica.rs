@@ -907,7 +907,7 @@ fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
     let mut failed = None;
     *next = replay_batches(pending, *next, upto, |x| {
         match x.value {
-            Some(v) => batch.put(x.key, v),
+            Some(v) => batch.put_expiring(x.key, v, x.expire_at),
             None => batch.delete(x.key),
         };
         if x.batch_remaining == 0 && failed.is_none() {

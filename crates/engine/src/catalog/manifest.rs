@@ -21,9 +21,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 const SB_MAGIC: &[u8; 8] = b"HALYARD1";
-/// The format this build writes. Version 2 added the `LogFill` edit (tag 13); a store of
-/// version 1 opens unchanged and is written as version 2 from its first checkpoint on.
-const FORMAT_VERSION: u32 = 2;
+/// The format this build writes. Version 2 added the `LogFill` edit (tag 13); version 3 pairs
+/// that expire (log record kind 3, leaf cell flag 0x10). A store of an older version opens
+/// unchanged and is written as the current version from its first checkpoint on, so that a
+/// build that cannot read the new records refuses it.
+const FORMAT_VERSION: u32 = 3;
 /// The oldest format this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 const SB_LEN: usize = 44;

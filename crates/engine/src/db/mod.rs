@@ -59,7 +59,8 @@ pub struct Db {
 /// An atomic group of writes (within one region).
 #[derive(Default, Debug, Clone)]
 pub struct WriteBatch {
-    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Key, value (None: a delete), expiry time (0: never).
+    ops: Vec<(Vec<u8>, Option<Vec<u8>>, u64)>,
 }
 
 impl WriteBatch {
@@ -69,12 +70,19 @@ impl WriteBatch {
     }
     /// Adds a put.
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
-        self.ops.push((key.into(), Some(value.into())));
+        self.ops.push((key.into(), Some(value.into()), 0));
+        self
+    }
+    /// Adds a put that no reader sees from `expire_at` on (milliseconds since the Unix epoch,
+    /// as [`Db::now_ms`] counts them; 0 = never). An absolute time, so that every copy of the
+    /// pair expires at the same moment.
+    pub fn put_expiring(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, expire_at: u64) -> &mut Self {
+        self.ops.push((key.into(), Some(value.into()), expire_at));
         self
     }
     /// Adds a delete.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut Self {
-        self.ops.push((key.into(), None));
+        self.ops.push((key.into(), None, 0));
         self
     }
     /// Number of operations.
@@ -87,10 +95,10 @@ impl WriteBatch {
     }
     /// The keys written, in order.
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.ops.iter().map(|(k, _)| k.as_slice())
+        self.ops.iter().map(|(k, ..)| k.as_slice())
     }
     fn as_ops(&self) -> Vec<Op<'_>> {
-        self.ops.iter().map(|(k, v)| v.as_ref().map_or(Op::Delete(k), |v| Op::Put(k, v))).collect()
+        self.ops.iter().map(|(k, v, at)| v.as_ref().map_or(Op::Delete(k), |v| Op::Put(k, v, *at))).collect()
     }
 }
 
@@ -381,12 +389,33 @@ impl Db {
 
     /// Stores `value` under `key`.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.on_region(key, |r| r.write(&[Op::Put(key, value)]).map(|_| ()))
+        self.on_region(key, |r| r.write(&[Op::Put(key, value, 0)]).map(|_| ()))
+    }
+
+    /// Stores `value` under `key` until `expire_at` (see [`WriteBatch::put_expiring`]).
+    pub fn put_expiring(&self, key: &[u8], value: &[u8], expire_at: u64) -> Result<()> {
+        self.on_region(key, |r| r.write(&[Op::Put(key, value, expire_at)]).map(|_| ()))
+    }
+
+    /// Stores `value` under `key` for `ttl` from now.
+    pub fn put_with_ttl(&self, key: &[u8], value: &[u8], ttl: std::time::Duration) -> Result<()> {
+        let at = self.now_ms().saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)).max(1);
+        self.put_expiring(key, value, at)
+    }
+
+    /// The store's clock: milliseconds since the Unix epoch ([`Options::clock`] when set).
+    pub fn now_ms(&self) -> u64 {
+        self.inner.sh.now_ms()
     }
 
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.on_region(key, |r| r.get(key))
+    }
+
+    /// The value of `key` and when it expires (ms since the Unix epoch; 0: never).
+    pub fn get_with_expiry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        self.on_region(key, |r| r.get_with_expiry(key))
     }
 
     /// Removes `key`.
@@ -396,11 +425,11 @@ impl Db {
 
     /// Applies a batch atomically: after a crash either all of it or none of it is there.
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
-        let Some((first, _)) = batch.ops.first() else {
+        let Some((first, ..)) = batch.ops.first() else {
             return Ok(());
         };
         let r = self.route(first)?;
-        for (k, _) in &batch.ops {
+        for (k, ..) in &batch.ops {
             if !r.contains(k) {
                 let other = self.route(k)?;
                 return Err(Error::BatchSpansRegions(r.id(), other.id()));
@@ -577,7 +606,7 @@ impl RegionHandle {
     }
     /// Stores `value` under `key` (which must lie in the region). Returns the write's LSN.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<u64> {
-        self.region.write(&[Op::Put(key, value)])
+        self.region.write(&[Op::Put(key, value, 0)])
     }
     /// Removes `key`. Returns the write's LSN.
     pub fn delete(&self, key: &[u8]) -> Result<u64> {

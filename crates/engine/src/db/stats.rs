@@ -67,6 +67,8 @@ pub struct Stats {
     pub compactions: u64,
     /// Compactions that moved an SST down without rewriting it.
     pub trivial_moves: u64,
+    /// Expired pairs compactions dropped (or replaced by a tombstone above older versions).
+    pub expired_dropped: u64,
     /// Medium pairs merged back in place.
     pub medium_merged: u64,
     /// Leaves compactions put in the cache in place of cached input leaves they rewrote.
@@ -155,6 +157,7 @@ impl Db {
             stall_seconds: c.stall_ns.load(Relaxed) as f64 / 1e9,
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
+            expired_dropped: c.expired_dropped.load(Relaxed),
             medium_merged: c.medium_merged.load(Relaxed),
             warmed_leaves: c.warmed_leaves.load(Relaxed),
             compaction_cached_bytes: c.compaction_cached_bytes.load(Relaxed),

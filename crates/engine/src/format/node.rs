@@ -4,8 +4,10 @@
 //! header  0 u8 type (1 leaf, 2 index) | 1 u8 0 | 2 u16 count | 4 u32 crc32c | 8 u16 data_start | 10 u16 0
 //! slots   12.. count × u16 cell offset, growing forward
 //! cells   growing backward from the node's end
-//! leaf cell:  u8 kind | u16 key_len | u64 lsn | key | payload
-//!             kind 0 inline: u32 value_len, value; 1 medium / 2 large: u64 ptr, u32 len, u32 salt; 3 tombstone
+//! leaf cell:  u8 kind | u16 key_len | u64 lsn | key | [u64 expire_at if kind & 0x10] | payload
+//!             kind & 0x0f: 0 inline: u32 value_len, value; 1 medium / 2 large: u64 ptr, u32 len,
+//!             u32 salt; 3 tombstone. Flag 0x10 (format 3): the pair expires at expire_at (ms since
+//!             the Unix epoch); never with a tombstone.
 //! index cell: u16 key_len | key | u32 child offset within the segment
 //! ```
 //! The checksum covers the whole node with the crc field taken as zero.
@@ -81,19 +83,26 @@ pub(crate) fn verify(node: &[u8]) -> bool {
     crc == stored
 }
 
+/// Leaf cell kind flag: an expiry time follows the key.
+pub(crate) const EXPIRES: u8 = 0x10;
+
 pub(crate) fn leaf_cell(e: &Entry, out: &mut Vec<u8>) {
     out.clear();
-    let kind = match e.value {
+    let at = e.value.expire_at();
+    let kind = match e.value.base() {
         Value::Inline(_) => 0,
         Value::Medium { .. } => 1,
         Value::Large { .. } => 2,
-        Value::Tombstone => 3,
+        Value::Tombstone | Value::Expiring { .. } => 3,
     };
-    out.push(kind);
+    out.push(if at != 0 { kind | EXPIRES } else { kind });
     out.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
     out.extend_from_slice(&e.lsn.to_le_bytes());
     out.extend_from_slice(&e.key);
-    match &e.value {
+    if at != 0 {
+        out.extend_from_slice(&at.to_le_bytes());
+    }
+    match e.value.base() {
         Value::Inline(v) => {
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);
@@ -103,7 +112,7 @@ pub(crate) fn leaf_cell(e: &Entry, out: &mut Vec<u8>) {
             out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(&salt.to_le_bytes());
         }
-        Value::Tombstone => {}
+        Value::Tombstone | Value::Expiring { .. } => {}
     }
 }
 
@@ -160,8 +169,13 @@ impl<'a> Node<'a> {
         let n = get_u16(c, 1).ok_or(BadNode)? as usize;
         let lsn = get_u64(c, 3).ok_or(BadNode)?;
         let key = c.get(11..11 + n).ok_or(BadNode)?.to_vec();
-        let p = 11 + n;
-        let value = match kind {
+        let mut p = 11 + n;
+        let mut at = 0;
+        if kind & EXPIRES != 0 {
+            at = get_u64(c, p).filter(|a| *a != 0).ok_or(BadNode)?;
+            p += 8;
+        }
+        let value = match kind & !EXPIRES {
             0 => {
                 let vl = get_u32(c, p).ok_or(BadNode)? as usize;
                 Value::Inline(c.get(p + 4..p + 4 + vl).ok_or(BadNode)?.to_vec())
@@ -176,10 +190,11 @@ impl<'a> Node<'a> {
                     Value::Large { ptr, len, salt }
                 }
             }
-            3 => Value::Tombstone,
+            // One meaning, one encoding: a tombstone does not expire.
+            3 if at == 0 => Value::Tombstone,
             _ => return Err(BadNode),
         };
-        Ok(Entry { key, lsn, value })
+        Ok(Entry { key, lsn, value: Value::expiring(at, value) })
     }
 
     /// Index of the first key >= `key` (count if none).
@@ -224,9 +239,9 @@ impl<'a> Node<'a> {
         for i in 0..count {
             let off = get_u16(node, NODE_HEADER + 2 * i).ok_or(BadNode)? as usize;
             let kind = *node.get(off).ok_or(BadNode)?;
-            if kind == 1 || kind == 2 {
+            if kind & !EXPIRES == 1 || kind & !EXPIRES == 2 {
                 let n = get_u16(node, off + 1).ok_or(BadNode)? as usize;
-                let p = off + 11 + n;
+                let p = off + 11 + n + if kind & EXPIRES != 0 { 8 } else { 0 };
                 let ptr = get_u64(node, p).ok_or(BadNode)?;
                 let salt = get_u32(node, p + 12).ok_or(BadNode)?;
                 let seg = (ptr >> seg_bits) as u32;

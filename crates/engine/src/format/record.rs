@@ -2,13 +2,13 @@
 //!
 //! ```text
 //! 0  u16 start marker 0x4B56
-//! 2  u8  kind (1 put, 2 delete)
+//! 2  u8  kind (1 put, 2 delete, 3 put that expires: format 3)
 //! 3  u8  reserved (must be 0)
 //! 4  u32 salt of the segment the record was written into
 //! 8  u64 LSN
 //! 16 u16 key length K
 //! 18 u32 value length V
-//! 22 [K] key, [V] value
+//! 22 [K] key, [V] value (kind 3: u64 expire_at, ms since the Unix epoch, non-zero, then the value)
 //! .. u32 batch_remaining: records of the same atomic batch that follow this one
 //! .. u32 crc32c of everything above
 //! .. u32 end marker 0x21444E45
@@ -30,11 +30,25 @@ pub const RECORD_OVERHEAD: usize = HEADER + TRAILER;
 
 pub(crate) const KIND_PUT: u8 = 1;
 pub(crate) const KIND_DELETE: u8 = 2;
+/// A put whose value field starts with its expiry time (u64, non-zero).
+pub(crate) const KIND_PUT_EXPIRING: u8 = 3;
+
+/// Bytes the expiry time adds to a put's value field (0 for a put that never expires).
+pub(crate) fn expiry_len(expire_at: u64) -> usize {
+    if expire_at != 0 {
+        8
+    } else {
+        0
+    }
+}
 
 /// A decoded record, borrowing from the buffer it was read from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record<'a> {
+    /// [`KIND_PUT`] or [`KIND_DELETE`]: a put that expires is a put with `expire_at` set.
     pub kind: u8,
+    /// When the put expires (ms since the Unix epoch); 0 for never.
+    pub expire_at: u64,
     pub lsn: u64,
     pub key: &'a [u8],
     pub value: &'a [u8],
@@ -43,22 +57,52 @@ pub(crate) struct Record<'a> {
     pub len: usize,
 }
 
+impl<'a> Record<'a> {
+    /// What the record holds, to write it again (GC, a fuzz check).
+    pub(crate) fn body(&self) -> Body<'a> {
+        Body { kind: self.kind, key: self.key, value: self.value, expire_at: self.expire_at }
+    }
+}
+
 pub(crate) fn encoded_len(key: usize, value: usize) -> usize {
     HEADER + key + value + TRAILER
 }
 
-/// Encodes a record into `out` (which must be `encoded_len` long).
-pub(crate) fn encode(out: &mut [u8], kind: u8, salt: u32, lsn: u64, key: &[u8], value: &[u8], batch_remaining: u32) {
+/// What a record holds besides its salt and LSN.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Body<'a> {
+    /// [`KIND_PUT`] or [`KIND_DELETE`].
+    pub kind: u8,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    /// A put's expiry time (0: never); written as a [`KIND_PUT_EXPIRING`] record.
+    pub expire_at: u64,
+}
+
+impl Body<'_> {
+    /// The record's encoded length.
+    pub(crate) fn encoded_len(&self) -> usize {
+        encoded_len(self.key.len(), self.value.len() + expiry_len(self.expire_at))
+    }
+}
+
+/// Encodes a record into `out` (which must be `b.encoded_len()` long).
+pub(crate) fn encode(out: &mut [u8], b: Body<'_>, salt: u32, lsn: u64, batch_remaining: u32) {
+    let (key, value) = (b.key, b.value);
+    let expires = b.kind == KIND_PUT && b.expire_at != 0;
     put_u16(out, 0, START);
-    out[2] = kind;
+    out[2] = if expires { KIND_PUT_EXPIRING } else { b.kind };
     out[3] = 0;
     put_u32(out, 4, salt);
     put_u64(out, 8, lsn);
     put_u16(out, 16, key.len() as u16);
-    put_u32(out, 18, value.len() as u32);
-    let k = HEADER;
-    out[k..k + key.len()].copy_from_slice(key);
-    let v = k + key.len();
+    let mut v = HEADER + key.len();
+    put_u32(out, 18, (value.len() + if expires { 8 } else { 0 }) as u32);
+    out[HEADER..v].copy_from_slice(key);
+    if expires {
+        put_u64(out, v, b.expire_at);
+        v += 8;
+    }
     out[v..v + value.len()].copy_from_slice(value);
     let t = v + value.len();
     put_u32(out, t, batch_remaining);
@@ -105,11 +149,20 @@ pub(crate) fn decode(buf: &[u8], salt: Option<u32>) -> Result<Record<'_>, Invali
         return Err(Invalid::Torn);
     }
     // One meaning, one encoding: the reserved byte is 0 (the fuzzer forged a record that
-    // passed its CRC with another value there).
-    if (kind != KIND_PUT && kind != KIND_DELETE) || buf[3] != 0 {
+    // passed its CRC with another value there), and an expiry time is not 0.
+    let key = &buf[HEADER..HEADER + klen];
+    let (kind, expire_at, value) = match kind {
+        KIND_PUT | KIND_DELETE => (kind, 0, &buf[HEADER + klen..t]),
+        KIND_PUT_EXPIRING => match get_u64(buf, HEADER + klen) {
+            Some(at) if at != 0 && vlen >= 8 => (KIND_PUT, at, &buf[HEADER + klen + 8..t]),
+            _ => return Err(Invalid::Torn),
+        },
+        _ => return Err(Invalid::Torn),
+    };
+    if buf[3] != 0 || (kind == KIND_DELETE && vlen != 0) {
         return Err(Invalid::Torn);
     }
-    Ok(Record { kind, lsn, key: &buf[HEADER..HEADER + klen], value: &buf[HEADER + klen..t], batch_remaining, len })
+    Ok(Record { kind, expire_at, lsn, key, value, batch_remaining, len })
 }
 
 /// Iterates the valid records of a segment image from its start.
@@ -172,12 +225,31 @@ pub(crate) fn any_valid_after(seg: &[u8], from: usize, salt: u32, lsns: std::ops
 mod tests {
     use super::*;
 
+    fn put<'a>(key: &'a [u8], value: &'a [u8]) -> Body<'a> {
+        Body { kind: KIND_PUT, key, value, expire_at: 0 }
+    }
+
+    #[test]
+    fn an_expiring_put_roundtrips_and_a_zero_expiry_does_not_decode() {
+        let b = Body { expire_at: 1_700_000_000_123, ..put(b"key", b"value") };
+        let mut buf = vec![0u8; b.encoded_len()];
+        encode(&mut buf, b, 7, 42, 0);
+        let r = decode(&buf, Some(7)).expect("valid");
+        assert_eq!((r.kind, r.expire_at, r.key, r.value), (KIND_PUT, 1_700_000_000_123, &b"key"[..], &b"value"[..]));
+        // A kind-3 record whose expiry is 0 (a forged one, CRC recomputed) is refused.
+        buf[HEADER + 3..HEADER + 11].fill(0);
+        let t = buf.len() - TRAILER;
+        let crc = crc32c::crc32c(&buf[..t + 4]);
+        put_u32(&mut buf, t + 4, crc);
+        assert_eq!(decode(&buf, Some(7)).unwrap_err(), Invalid::Torn);
+    }
+
     #[test]
     fn damage_in_the_middle_is_not_a_clean_end() {
         let n = encoded_len(3, 5);
         let mut b = vec![0u8; 4 * n];
         for i in 0..3 {
-            encode(&mut b[i * n..(i + 1) * n], KIND_PUT, 0xABCD_1234, i as u64, b"key", b"value", 0);
+            encode(&mut b[i * n..(i + 1) * n], put(b"key", b"value"), 0xABCD_1234, i as u64, 0);
         }
         assert_eq!(scan_checked(&b, 0xABCD_1234).0.len(), 3);
         assert!(scan_checked(&b, 0xABCD_1234).1);
@@ -190,7 +262,7 @@ mod tests {
         }
         // Bytes of another incarnation after the end are a clean end.
         let mut d = b.clone();
-        encode(&mut d[3 * n..4 * n], KIND_PUT, 0x5555_0000, 9, b"key", b"value", 0);
+        encode(&mut d[3 * n..4 * n], put(b"key", b"value"), 0x5555_0000, 9, 0);
         assert!(scan_checked(&d, 0xABCD_1234).1);
     }
 
@@ -198,7 +270,7 @@ mod tests {
     fn roundtrip_and_every_truncation_is_detected() {
         let n = encoded_len(3, 5);
         let mut b = vec![0u8; n];
-        encode(&mut b, KIND_PUT, 7, 42, b"key", b"value", 2);
+        encode(&mut b, put(b"key", b"value"), 7, 42, 2);
         let r = decode(&b, Some(7)).expect("valid");
         assert_eq!((r.lsn, r.key, r.value, r.batch_remaining, r.len), (42, &b"key"[..], &b"value"[..], 2, n));
         assert_eq!(decode(&b, Some(8)).unwrap_err(), Invalid::End);

@@ -73,21 +73,18 @@ impl LogTail {
     }
 
     /// Appends a record; the caller made sure it fits. Returns its device offset and length.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn append(
         &mut self,
         dev: &Device,
-        kind: u8,
+        body: record::Body<'_>,
         lsn: u64,
-        key: &[u8],
-        value: &[u8],
         batch_remaining: u32,
     ) -> Result<(u64, u32)> {
         #[expect(clippy::expect_used, reason = "every caller opens a segment before appending")]
         let (seg, salt) = self.seg.expect("append without a segment");
-        let len = record::encoded_len(key.len(), value.len());
+        let len = body.encoded_len();
         let at = self.pos;
-        record::encode(&mut self.buf[at..at + len], kind, salt, lsn, key, value, batch_remaining);
+        record::encode(&mut self.buf[at..at + len], body, salt, lsn, batch_remaining);
         self.pos += len;
         self.last_lsn = lsn;
         // Write whole chunks as soon as they are complete.

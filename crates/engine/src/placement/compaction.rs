@@ -276,6 +276,11 @@ struct Output<'a> {
     large_dead: Vec<(u64, u32, u32)>,
     chunks: ChunkReader,
     allocated: Vec<u32>,
+    /// The clock as the compaction started: pairs expired by then are dropped.
+    now: u64,
+    /// The bytes the value being placed counts for in its SST (a medium value moved to the
+    /// log: its whole length).
+    full_len: usize,
 }
 
 impl<'a> Output<'a> {
@@ -285,7 +290,7 @@ impl<'a> Output<'a> {
 
     /// An entry that leaves the tree: its log space stops being needed.
     fn dropped(&mut self, e: &Entry) {
-        match e.value {
+        match *e.value.base() {
             Value::Medium { ptr, salt, .. } => *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1,
             Value::Large { ptr, len, salt } => self.large_dead.push((ptr, salt, len)),
             _ => {}
@@ -299,8 +304,34 @@ impl<'a> Output<'a> {
     }
 
     fn emit(&mut self, mut e: Entry) -> Result<()> {
+        // A pair expired by the time the merge started leaves the tree (its log space too); a
+        // tombstone takes its place while an older version may lie below. One that has not
+        // expired is placed as any other and keeps its expiry.
+        let mut at = e.value.expire_at();
+        if at != 0 && at <= self.now {
+            self.dropped(&e);
+            self.r.sh().counters.expired_dropped.fetch_add(1, Relaxed);
+            if self.bottom {
+                return Ok(());
+            }
+            e.value = Value::Tombstone;
+            at = 0;
+        } else if at != 0 {
+            if let Value::Expiring { value, .. } = std::mem::replace(&mut e.value, Value::Tombstone) {
+                e.value = *value;
+            }
+        }
+        self.place(&mut e)?;
+        let placed = std::mem::replace(&mut e.value, Value::Tombstone);
+        e.value = Value::expiring(at, placed);
+        self.add(e)
+    }
+
+    /// Where a value goes at the output's level: a medium value moves to the medium log when
+    /// the level keeps them there, or back in place when it merges them in place.
+    fn place(&mut self, e: &mut Entry) -> Result<()> {
         let o = &self.r.sh().opts;
-        let mut full_len = 0;
+        self.full_len = 0;
         match &e.value {
             Value::Tombstone if self.bottom => return Ok(()),
             Value::Inline(v)
@@ -308,7 +339,7 @@ impl<'a> Output<'a> {
                     && !self.inplace
                     && category(o.small_threshold, o.large_threshold, e.key.len() + v.len()) == Category::Medium =>
             {
-                full_len = e.key.len() + v.len();
+                self.full_len = e.key.len() + v.len();
                 let v = v.clone();
                 e.value = self.append_medium(&e.key, e.lsn, &v)?;
             }
@@ -319,9 +350,16 @@ impl<'a> Output<'a> {
                 self.r.sh().counters.medium_merged.fetch_add(1, Relaxed);
                 e.value = Value::Inline(v);
             }
-            Value::Medium { len, .. } => full_len = *len as usize - RECORD_OVERHEAD,
+            Value::Medium { len, .. } => self.full_len = *len as usize - RECORD_OVERHEAD,
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Adds a placed entry to the SST being built, starting another when it is full.
+    fn add(&mut self, e: Entry) -> Result<()> {
+        let o = &self.r.sh().opts;
+        let full_len = self.full_len;
         let b = self.builder.get_or_insert_with(|| {
             SstBuilder::new(o.node_bytes, o.segment_bytes as usize, o.bloom_bits_per_key, o.max_key_bytes)
         });
@@ -352,7 +390,8 @@ impl<'a> Output<'a> {
         }
         let t = self.medium.as_mut().ok_or(Error::Poisoned("medium run missing".into()))?;
         let salt = t.seg.map_or(0, |s| s.1);
-        let (ptr, len) = t.append(&dev, record::KIND_PUT, lsn, key, v, 0)?;
+        let (ptr, len) =
+            t.append(&dev, record::Body { kind: record::KIND_PUT, key, value: v, expire_at: 0 }, lsn, 0)?;
         *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() += 1;
         Ok(Value::Medium { ptr, len, salt })
     }
@@ -542,6 +581,8 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: Level, log_medium: boo
         large_dead: Vec::new(),
         chunks: ChunkReader { chunks: HashMap::new(), order: VecDeque::new() },
         allocated: Vec::new(),
+        now: r.sh().now_ms(),
+        full_len: 0,
     }
 }
 
@@ -563,7 +604,7 @@ fn compact_l0(r: &Region) -> Result<()> {
         let mut newer = || -> Result<Option<Entry>> {
             let Some(e) = it.next() else { return Ok(None) };
             while it.peek().is_some_and(|n| n.key == e.key) {
-                if let Some(Entry { value: Value::Large { ptr, len, salt }, .. }) = it.next() {
+                if let Some(Value::Large { ptr, len, salt }) = it.next().map(|x| x.value.base().clone()) {
                     table_dead.push((ptr, salt, len));
                 }
             }

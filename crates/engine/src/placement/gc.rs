@@ -136,7 +136,7 @@ struct Candidate<'a> {
 }
 
 fn points_here(e: Option<&Entry>, ptr: u64, salt: u32) -> bool {
-    e.is_some_and(|x| matches!(x.value, Value::Large { ptr: p, salt: s, .. } if p == ptr && s == salt))
+    e.is_some_and(|x| matches!(x.value.base(), Value::Large { ptr: p, salt: s, .. } if *p == ptr && *s == salt))
 }
 
 /// Re-appends the batch's records that are still valid, deciding and appending under one hold
@@ -183,7 +183,7 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
             debug_assert_eq!(valid, by_lookup, "GC validity of the record at {ptr:#x} (lsn {})", rec.lsn);
         }
         if valid {
-            ops.push(Op::Put(rec.key, rec.value));
+            ops.push(Op::Put(rec.key, rec.value, rec.expire_at));
             from.push((ptr, rec.len as u64, rec.value));
         }
     }
@@ -198,7 +198,7 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
     for (&(old, _, value), new) in from.iter().zip(pending.values()) {
         let old_key = value_cache_key(old, salt);
         if cache.contains(old_key) {
-            if let Value::Large { ptr, salt, .. } = new {
+            if let Value::Large { ptr, salt, .. } = new.base() {
                 cache.insert(value_cache_key(*ptr, *salt), Arc::new(value.to_vec()));
             }
             cache.remove(old_key);

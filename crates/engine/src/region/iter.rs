@@ -80,6 +80,8 @@ pub(crate) struct RegionScan {
     region: Arc<Region>,
     _view: Arc<View>,
     snap: u64,
+    /// The clock as the scan started: pairs expired by then are not returned.
+    now: u64,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     reverse: bool,
@@ -128,6 +130,7 @@ impl RegionScan {
         }
         let batch = limit.map_or(FIRST_VALUE_BATCH, |l| l.clamp(1, MAX_VALUE_BATCH));
         RegionScan {
+            now: region.sh.now_ms(),
             region,
             _view: view,
             snap,
@@ -252,8 +255,8 @@ impl RegionScan {
         while batch.len() < want && bytes < MAX_BATCH_BYTES {
             match self.next_entry() {
                 Ok(Some(e)) => {
-                    if let Value::Medium { len, .. } | Value::Large { len, .. } = e.value {
-                        bytes += len as usize;
+                    if let Value::Medium { len, .. } | Value::Large { len, .. } = e.value.base() {
+                        bytes += *len as usize;
                     }
                     batch.push(e);
                 }
@@ -316,7 +319,7 @@ impl RegionScan {
                     s.buf.pop_front();
                 }
             }
-            if matches!(e.value, Value::Tombstone) {
+            if e.value.is_gone(self.now) {
                 continue;
             }
             return Ok(Some(e));

@@ -143,14 +143,23 @@ impl Pending {
 
 /// A write the caller issues.
 pub(crate) enum Op<'a> {
-    Put(&'a [u8], &'a [u8]),
+    /// Key, value, expiry time (0: never).
+    Put(&'a [u8], &'a [u8], u64),
     Delete(&'a [u8]),
 }
 
-impl Op<'_> {
+impl<'a> Op<'a> {
+    /// The op's log record, without salt and LSN.
+    fn body(&self) -> record::Body<'a> {
+        match *self {
+            Op::Put(key, value, expire_at) => record::Body { kind: KIND_PUT, key, value, expire_at },
+            Op::Delete(key) => record::Body { kind: KIND_DELETE, key, value: &[], expire_at: 0 },
+        }
+    }
+
     fn key(&self) -> &[u8] {
         match self {
-            Op::Put(k, _) | Op::Delete(k) => k,
+            Op::Put(k, ..) | Op::Delete(k) => k,
         }
     }
 }
@@ -342,7 +351,7 @@ impl Region {
         if key.len() > o.max_key_bytes {
             return Err(Error::KeyTooLarge { len: key.len(), limit: o.max_key_bytes });
         }
-        if let Op::Put(_, v) = op {
+        if let Op::Put(_, v, _) = op {
             let limit = o.value_limit(key.len());
             if v.len() > limit {
                 return Err(Error::ValueTooLarge { len: v.len(), limit });
@@ -417,10 +426,8 @@ impl Region {
         let mut lens: [Vec<(u64, usize)>; 2] = [Vec::new(), Vec::new()];
         let mut cats = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            let (k, v) = match op {
-                Op::Put(k, v) => (*k, *v),
-                Op::Delete(k) => (*k, &[][..]),
-            };
+            let body = op.body();
+            let (k, v) = (body.key, body.value);
             let c = if matches!(op, Op::Delete(_)) {
                 Category::Small
             } else {
@@ -428,7 +435,7 @@ impl Region {
             };
             cats.push(c);
             let log = if c == Category::Large { &mut lens[1] } else { &mut lens[0] };
-            log.push((i as u64, record::encoded_len(k.len(), v.len())));
+            log.push((i as u64, body.encoded_len()));
         }
         (cats, lens)
     }
@@ -523,13 +530,11 @@ impl Region {
         let [res_l0, res_large] = reserved;
         for (i, (op, &cat)) in ops.iter().zip(cats).enumerate() {
             lsn = w.next_lsn;
-            let (k, v, kind) = match op {
-                Op::Put(k, v) => (*k, *v, KIND_PUT),
-                Op::Delete(k) => (*k, &[][..], KIND_DELETE),
-            };
+            let body = op.body();
+            let (k, v, kind) = (body.key, body.value, body.kind);
             let (tail, res) =
                 if cat == Category::Large { (&mut w.large, &mut *res_large) } else { (&mut w.l0, &mut *res_l0) };
-            if tail.remaining() < record::encoded_len(k.len(), v.len()) {
+            if tail.remaining() < body.encoded_len() {
                 let Some((seg, salt)) = res.pop_front() else {
                     // LSNs were handed out without records: no later write could be published.
                     let why = "log reservation miscounted".to_string();
@@ -543,7 +548,7 @@ impl Region {
                     return self.sh.fail(e);
                 }
             }
-            let (ptr, len) = match tail.append(dev, kind, lsn, k, v, n - 1 - i as u32) {
+            let (ptr, len) = match tail.append(dev, body, lsn, n - 1 - i as u32) {
                 Ok(x) => x,
                 Err(e) => return self.sh.fail(e),
             };
@@ -551,8 +556,8 @@ impl Region {
             w.next_lsn += 1;
             values.push(match (kind, cat) {
                 (KIND_DELETE, _) => Value::Tombstone,
-                (_, Category::Large) => Value::Large { ptr, len, salt },
-                _ => Value::Inline(v.to_vec()),
+                (_, Category::Large) => Value::expiring(body.expire_at, Value::Large { ptr, len, salt }),
+                _ => Value::expiring(body.expire_at, Value::Inline(v.to_vec())),
             });
             if user {
                 self.count_user_write(kind, cat, k.len() + v.len());
@@ -843,9 +848,14 @@ impl Region {
     fn get_l0(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
         for m in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
             if let Some(v) = m.get_value(key, snap) {
+                let v = match v {
+                    Value::Expiring { at, .. } if at <= self.sh.now_ms() => Value::Tombstone,
+                    Value::Expiring { value, .. } => *value,
+                    v => v,
+                };
                 return match v {
                     Value::Inline(v) => Ok(Some(Some(v))),
-                    Value::Tombstone => Ok(Some(None)),
+                    Value::Tombstone | Value::Expiring { .. } => Ok(Some(None)),
                     Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
                         self.read_value(ptr, len, salt, key).map(|v| Some(Some(v)))
                     }
@@ -870,6 +880,14 @@ impl Region {
         self.get_levels(&view, key, Some(epoch))
     }
 
+    /// The value of `key` and its expiry time, from the newest entry (no row cache).
+    pub(crate) fn get_with_expiry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        let view = self.view();
+        let snap = self.visible.load(Relaxed);
+        let Some(e) = self.lookup(&view, snap, key)? else { return Ok(None) };
+        Ok(self.resolve(&e)?.map(|v| (v, e.value.expire_at())))
+    }
+
     /// The value of `key` in the levels. With the row epoch taken before `view`, through the
     /// row cache (see `rowcache`); without, as of `view` only (snapshots, backups).
     fn get_levels(&self, view: &View, key: &[u8], row_epoch: Option<u64>) -> Result<Option<Vec<u8>>> {
@@ -884,6 +902,8 @@ impl Region {
             return Ok(None);
         };
         let value = self.resolve(&e)?;
+        // A pair that expires is not cached as a row: the row would outlive it.
+        let rk = rk.filter(|_| e.value.expire_at() == 0);
         if let (Some(v), Some(rk), Some(epoch)) = (&value, rk, row_epoch) {
             let _gate = self.row_gate.read();
             if self.row_epoch.load(SeqCst) == epoch {
@@ -911,11 +931,14 @@ impl Region {
         });
     }
 
-    /// The value of an entry, reading the log for pointers.
+    /// The value of an entry, reading the log for pointers (`None`: deleted or expired).
     pub(crate) fn resolve(&self, e: &Entry) -> Result<Option<Vec<u8>>> {
-        match &e.value {
+        if e.value.is_gone(self.sh.now_ms()) {
+            return Ok(None);
+        }
+        match e.value.base() {
             Value::Inline(v) => Ok(Some(v.clone())),
-            Value::Tombstone => Ok(None),
+            Value::Tombstone | Value::Expiring { .. } => Ok(None),
             Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
                 self.read_value(*ptr, *len, *salt, &e.key).map(Some)
             }
@@ -932,9 +955,9 @@ impl Region {
         // (index in out, ptr, len, salt) of the values to read
         let mut misses: Vec<(usize, u64, u32, u32)> = Vec::new();
         for e in entries {
-            let value = match &e.value {
+            let value = match e.value.base() {
                 Value::Inline(v) => v.clone(),
-                Value::Tombstone => Vec::new(),
+                Value::Tombstone | Value::Expiring { .. } => Vec::new(),
                 Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt } => {
                     match ctx.cache.get(value_cache_key(*ptr, *salt)) {
                         Some(v) => v.to_vec(),

@@ -102,6 +102,7 @@ fn read_log(
                 (LogKind::Large, _) => Value::Large { ptr: base + off as u64, len: r.len as u32, salt: s.salt },
                 _ => Value::Inline(r.value.to_vec()),
             };
+            let value = Value::expiring(r.expire_at, value);
             recs.push(Rec { lsn: r.lsn, key: r.key.to_vec(), value, batch_remaining: r.batch_remaining });
         }
         if resumable {
@@ -153,7 +154,7 @@ fn apply_prefix(mem: &Memtable, recs: Vec<Rec>, l1_lsn: u64) -> (u64, usize, u64
             for p in pending.drain(..) {
                 last = p.lsn;
                 applied += 1;
-                if let Value::Large { len, .. } = p.value {
+                if let Value::Large { len, .. } = *p.value.base() {
                     large += len as u64;
                 }
                 mem.insert(&p.key, p.lsn, p.value);

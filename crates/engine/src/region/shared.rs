@@ -22,6 +22,7 @@ pub(crate) struct Counters {
     pub stall_ns: AtomicU64,
     pub compactions: AtomicU64,
     pub trivial_moves: AtomicU64,
+    pub expired_dropped: AtomicU64,
     pub medium_merged: AtomicU64,
     pub warmed_leaves: AtomicU64,
     pub compaction_cached_bytes: AtomicU64,
@@ -104,6 +105,16 @@ impl Shared {
     }
 
     /// Wakes background workers.
+    /// Milliseconds since the Unix epoch, by [`Options::clock`] or the system clock.
+    pub(crate) fn now_ms(&self) -> u64 {
+        match &self.opts.clock {
+            Some(c) => (c.0)(),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+
     /// Runs a wait that may last long through [`Options::wait_hook`] (directly if the hook
     /// did not run it).
     pub(crate) fn waiting<R>(&self, mut f: impl FnMut() -> R) -> R {

@@ -586,6 +586,8 @@ pub struct LogRecord {
     pub key: Vec<u8>,
     /// Value (None: a delete).
     pub value: Option<Vec<u8>>,
+    /// When a put expires (ms since the Unix epoch; 0: never).
+    pub expire_at: u64,
     /// Records after this one in the same atomic batch.
     pub batch_remaining: u32,
 }
@@ -603,6 +605,7 @@ pub fn decode_log_records(img: &[u8], salt: u32, from: usize) -> (Vec<LogRecord>
             lsn: r.lsn,
             key: r.key.to_vec(),
             value: (r.kind != crate::format::record::KIND_DELETE).then(|| r.value.to_vec()),
+            expire_at: r.expire_at,
             batch_remaining: r.batch_remaining,
         });
         at += r.len;

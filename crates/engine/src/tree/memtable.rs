@@ -112,7 +112,7 @@ impl Superseded {
     /// `None` for a medium-log pointer (L0 holds medium values inline; a pointer's live count
     /// is the compaction's to keep), which then stays until the compaction drops it.
     fn of(key: &[u8], lsn: u64, by: u64, value: &Value) -> Option<Superseded> {
-        let large = match *value {
+        let large = match *value.base() {
             Value::Large { ptr, len, salt } => Some((ptr, salt, len)),
             Value::Medium { .. } => return None,
             _ => None,

@@ -128,7 +128,7 @@ impl SstBuilder {
         i.max_lsn = i.max_lsn.max(e.lsn);
         let stored = e.key.len() + e.value.stored_len();
         i.stored_bytes += stored as u64;
-        match e.value {
+        match e.value.base() {
             Value::Medium { .. } => {
                 i.medium_ptrs += 1;
                 i.full_bytes += full_len as u64;
