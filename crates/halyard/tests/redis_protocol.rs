@@ -29,7 +29,9 @@ fn every_command_answers_like_redis() {
     assert_eq!(c.cmd(&["SET", "k", "w", "NX"]), R::Bulk(None));
     assert_eq!(c.cmd(&["SET", "k", "w", "XX", "GET"]), bulk("v"));
     assert_eq!(c.cmd(&["SET", "k2", "w", "XX"]), R::Bulk(None));
-    assert!(matches!(c.cmd(&["SET", "k", "v", "EX", "10"]), R::Err(e) if e.contains("expiry")));
+    assert_eq!(c.cmd(&["SET", "kx", "v", "EX", "10"]), ok());
+    assert_eq!(c.cmd(&["TTL", "kx"]), R::Int(10));
+    assert_eq!(c.cmd(&["DEL", "kx"]), R::Int(1));
     assert_eq!(c.cmd(&["SETNX", "k", "z"]), R::Int(0));
     assert_eq!(c.cmd(&["GETSET", "k", "x"]), bulk("w"));
     assert_eq!(c.cmd(&["APPEND", "k", "yz"]), R::Int(3));
@@ -153,6 +155,42 @@ fn concurrent_incr_is_atomic() {
         }
     });
     assert_eq!(srv.conn().cmd(&["GET", "counter"]), bulk("2000"));
+}
+
+/// Keys expire by the clock, survive a restart with their times, and INFO counts them.
+#[test]
+fn keys_expire_in_real_time_and_keep_their_times_over_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["SET", "short", "v", "PX", "300"]), R::Simple("OK".into()));
+    assert_eq!(c.cmd(&["SET", "long", "v", "EX", "1000"]), R::Simple("OK".into()));
+    assert_eq!(c.cmd(&["HSET", "h", "f", "v"]), R::Int(1));
+    assert_eq!(c.cmd(&["PEXPIRE", "h", "300"]), R::Int(1));
+    assert_eq!(c.cmd(&["SET", "plain", "v"]), R::Simple("OK".into()));
+    let info = |c: &mut Resp| match c.cmd(&["INFO", "keyspace"]) {
+        R::Bulk(Some(b)) => String::from_utf8(b).expect("utf8"),
+        other => panic!("INFO: {other:?}"),
+    };
+    assert!(info(&mut c).contains("db0:keys=4,expires=3,"), "{}", info(&mut c));
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(c.cmd(&["GET", "short"]), R::Bulk(None));
+    assert_eq!(c.cmd(&["TTL", "short"]), R::Int(-2));
+    assert_eq!(c.cmd(&["HGETALL", "h"]), R::Array(Some(vec![])));
+    assert_eq!(c.cmd(&["HGET", "h", "f"]), R::Bulk(None));
+    assert_eq!(c.cmd(&["EXISTS", "short", "h", "long", "plain"]), R::Int(2));
+    assert!(info(&mut c).contains("db0:keys=2,expires=1,"), "{}", info(&mut c));
+    let at = match c.cmd(&["PEXPIRETIME", "long"]) {
+        R::Int(t) => t,
+        other => panic!("PEXPIRETIME: {other:?}"),
+    };
+    drop(c);
+    assert!(srv.stop().success());
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["PEXPIRETIME", "long"]), R::Int(at), "the time survives a restart");
+    assert_eq!(c.cmd(&["GET", "short"]), R::Bulk(None));
+    assert_eq!(c.cmd(&["TTL", "plain"]), R::Int(-1));
 }
 
 #[test]
@@ -328,6 +366,89 @@ fn conformance_with_redis_server() {
         &["DEL", "h", "s", "zz"],
         &["UNLINK", "a"],
         &["EXISTS", "h", "s", "a"],
+        // Expiry: relative times checked through TTL (whole seconds), absolute ones exactly.
+        &["SET", "e1", "v", "EX", "100"],
+        &["TTL", "e1"],
+        &["SET", "e1", "v", "EX", "0"],
+        &["SET", "e1", "v", "EX", "x"],
+        &["SET", "e1", "v", "EX"],
+        &["SET", "e1", "v", "EX", "10", "PX", "100"],
+        &["SET", "e1", "v", "EX", "10", "KEEPTTL"],
+        &["SET", "e1", "w", "KEEPTTL"],
+        &["TTL", "e1"],
+        &["GET", "e1"],
+        &["SET", "e1", "v"],
+        &["TTL", "e1"],
+        &["SET", "e1", "v", "EX", "9223372036854775807"],
+        &["SET", "e2", "v", "EXAT", "4102444800"],
+        &["EXPIRETIME", "e2"],
+        &["PEXPIRETIME", "e2"],
+        &["SET", "e3", "v", "PXAT", "4102444800123", "GET"],
+        &["PEXPIRETIME", "e3"],
+        &["EXPIRETIME", "e3"],
+        &["SET", "e3", "w", "NX", "PX", "5000"],
+        &["SET", "e3", "w", "XX", "PX", "100000", "GET"],
+        &["TTL", "e3"],
+        &["SETEX", "e4", "100", "v"],
+        &["TTL", "e4"],
+        &["SETEX", "e4", "0", "v"],
+        &["SETEX", "e4", "x", "v"],
+        &["PSETEX", "e5", "100000", "v"],
+        &["TTL", "e5"],
+        &["GETEX", "e5", "PERSIST"],
+        &["TTL", "e5"],
+        &["GETEX", "e5", "EX", "50"],
+        &["TTL", "e5"],
+        &["GETEX", "e5", "EX", "0"],
+        &["GETEX", "e5", "BOGUS"],
+        &["GETEX", "e5"],
+        &["GETEX", "nokey", "EX", "5"],
+        &["EXPIRE", "e5", "100", "NX"],
+        &["EXPIRE", "e5", "100", "XX"],
+        &["EXPIRE", "e5", "50", "GT"],
+        &["EXPIRE", "e5", "200", "GT"],
+        &["EXPIRE", "e5", "300", "LT"],
+        &["EXPIRE", "e5", "10", "LT"],
+        &["TTL", "e5"],
+        &["EXPIRE", "e5", "10", "NX", "XX"],
+        &["EXPIRE", "e5", "10", "GT", "LT"],
+        &["EXPIRE", "e5", "10", "FOO"],
+        &["EXPIRE", "e5", "x"],
+        &["EXPIRE", "e5", "9223372036854775807"],
+        &["PERSIST", "e5"],
+        &["PERSIST", "e5"],
+        &["PERSIST", "nokey"],
+        &["TTL", "nokey"],
+        &["PTTL", "nokey"],
+        &["PTTL", "e5"],
+        &["EXPIRETIME", "e5"],
+        &["EXPIRETIME", "nokey"],
+        &["EXPIRE", "e5", "100", "GT"],
+        &["EXPIRE", "e5", "100", "LT"],
+        &["PEXPIREAT", "e5", "4102444800000"],
+        &["EXPIRETIME", "e5"],
+        &["PEXPIRE", "e5", "100000"],
+        &["TTL", "e5"],
+        &["EXPIREAT", "e5", "1"],
+        &["EXISTS", "e5"],
+        &["EXPIRE", "e4", "-5"],
+        &["GET", "e4"],
+        &["EXPIRE", "nokey", "10"],
+        &["HSET", "eh", "f", "v"],
+        &["EXPIRE", "eh", "100"],
+        &["HSET", "eh", "g", "w"],
+        &["TTL", "eh"],
+        &["HDEL", "eh", "g"],
+        &["TTL", "eh"],
+        &["HGETALL", "eh"],
+        &["GETEX", "eh"],
+        &["INCR", "ei"],
+        &["EXPIRE", "ei", "100"],
+        &["INCR", "ei"],
+        &["APPEND", "ei", "0"],
+        &["TTL", "ei"],
+        &["GETSET", "ei", "1"],
+        &["TTL", "ei"],
         &["SELECT", "0"],
         &["AUTH", "x"],
         &["CLIENT", "SETNAME", "bad name"],

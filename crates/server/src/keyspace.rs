@@ -19,6 +19,11 @@
 //! leaves every record readable in one layout or the other and the next open finishes.
 //! Writers take a striped lock on the user key, so read-modify-write commands are atomic
 //! against every other writer of that key.
+//!
+//! A key that expires carries its expiry time in the engine (`put_expiring`, an absolute time
+//! in milliseconds that the node running the command decides, so every copy agrees). A hash
+//! expires as a whole: its record and every field carry the same time, so that compactions drop
+//! them together; EXPIRE on a hash rewrites its fields.
 
 #![expect(
     clippy::indexing_slicing,
@@ -266,13 +271,58 @@ impl Keyspace {
         }
     }
 
-    /// Stores a string, replacing whatever the key held. Caller holds the key's lock.
+    /// Stores a string, replacing whatever the key held (its expiry too). Caller holds the
+    /// key's lock.
     pub fn set_locked(&self, user: &[u8], v: &[u8]) -> Result<(), KsError> {
+        self.set_expiring_locked(user, v, 0)
+    }
+
+    /// Stores a string that expires at `at` (ms since the Unix epoch; 0: never), replacing
+    /// whatever the key held. Caller holds the key's lock.
+    pub fn set_expiring_locked(&self, user: &[u8], v: &[u8], at: u64) -> Result<(), KsError> {
         if let Some(Value::Hash(_)) = self.get(user)? {
             self.delete_locked(user)?;
         }
-        self.db.put(&key(user), &string_value(v))?;
+        self.db.put_expiring(&key(user), &string_value(v), at)?;
         Ok(())
+    }
+
+    /// Stores a string keeping the key's expiry (INCR, APPEND and KEEPTTL do). Caller holds
+    /// the key's lock.
+    pub fn set_keep_ttl_locked(&self, user: &[u8], v: &[u8]) -> Result<(), KsError> {
+        let at = self.expiry(user)?.unwrap_or(0);
+        self.set_expiring_locked(user, v, at)
+    }
+
+    /// The store's clock, which expiry times are judged by (ms since the Unix epoch).
+    pub fn now_ms(&self) -> u64 {
+        self.db.now_ms()
+    }
+
+    /// When `user` expires: None if there is no such key, Some(0) if it does not expire.
+    pub fn expiry(&self, user: &[u8]) -> Result<Option<u64>, KsError> {
+        Ok(self.db.get_with_expiry(&key(user))?.map(|(_, at)| at))
+    }
+
+    /// Sets `user`'s expiry to `at` (0: removes it; a time already past deletes the key).
+    /// Returns whether the key exists. Caller holds the key's lock.
+    pub fn expire_locked(&self, user: &[u8], at: u64) -> Result<bool, KsError> {
+        let Some((v, _)) = self.db.get_with_expiry(&key(user))? else { return Ok(false) };
+        if at != 0 && at <= self.now_ms() {
+            return self.delete_locked(user);
+        }
+        if let Value::Hash(_) = decode(v.clone())? {
+            let fields: Pairs = self.db.scan(fields_range(user)).collect::<Result<_, _>>()?;
+            for chunk in fields.chunks(1000) {
+                let mut b = WriteBatch::new();
+                for (f, fv) in chunk {
+                    b.put_expiring(f.clone(), fv.clone(), at);
+                }
+                self.db.write(&b)?;
+            }
+        }
+        self.db.put_expiring(&key(user), &v, at)?;
+        Ok(true)
     }
 
     /// Stores a string; while no hash exists it skips reading the old value (the SET fast
@@ -324,6 +374,7 @@ impl Keyspace {
             mark(&self.db, HASHES_FILE, b"")?;
         }
         let mut n = self.hash_len(user)?.unwrap_or(0);
+        let at = if n > 0 { self.expiry(user)?.unwrap_or(0) } else { 0 };
         let mut added = 0;
         let mut b = WriteBatch::new();
         let mut seen = std::collections::HashSet::new();
@@ -332,10 +383,10 @@ impl Keyspace {
             if seen.insert(fk.clone()) && self.db.get(&fk)?.is_none() {
                 added += 1;
             }
-            b.put(fk, v.to_vec());
+            b.put_expiring(fk, v.to_vec(), at);
         }
         n += added;
-        b.put(key(user).to_vec(), hash_meta(n));
+        b.put_expiring(key(user).to_vec(), hash_meta(n), at);
         self.db.write(&b)?;
         Ok(added)
     }
@@ -376,7 +427,8 @@ impl Keyspace {
         if removed == n {
             b.delete(key(user).to_vec());
         } else {
-            b.put(key(user).to_vec(), hash_meta(n - removed));
+            let at = self.expiry(user)?.unwrap_or(0);
+            b.put_expiring(key(user).to_vec(), hash_meta(n - removed), at);
         }
         self.db.write(&b)?;
         Ok(removed)
@@ -450,6 +502,24 @@ impl Keyspace {
             }
         }
         Ok(out)
+    }
+
+    /// Number of user keys that expire (walks the key space, reading each key's expiry).
+    pub fn count_expiring(&self) -> Result<u64, KsError> {
+        let mut n = 0;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let (keys, more) = self.keys_after(after.as_deref(), 4096, None)?;
+            for k in &keys {
+                if self.expiry(k)?.is_some_and(|at| at != 0) {
+                    n += 1;
+                }
+            }
+            if !more {
+                return Ok(n);
+            }
+            after = keys.into_iter().last();
+        }
     }
 
     /// Number of user keys within `span` (walks the key space).

@@ -157,7 +157,8 @@ impl Shared {
             let n = self.ks.count(None).unwrap_or(0);
             let _ = write!(o, "# Keyspace\r\n");
             if n > 0 {
-                let _ = write!(o, "db0:keys={n},expires=0,avg_ttl=0\r\n");
+                let e = self.ks.count_expiring().unwrap_or(0);
+                let _ = write!(o, "db0:keys={n},expires={e},avg_ttl=0\r\n");
             }
             let _ = write!(o, "\r\n");
         }

@@ -4,6 +4,7 @@
 
 mod args;
 mod connection;
+mod expiry;
 mod glob;
 mod hashes;
 mod keys;
@@ -17,6 +18,7 @@ use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use args::{lower, wrong_args};
 use connection::*;
+use expiry::*;
 use hashes::*;
 use keys::*;
 use std::sync::atomic::Ordering::Relaxed;
@@ -93,6 +95,18 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "decr", arity: 2, flags: WRITE, handler: cmd_decr },
     Command { name: "incrby", arity: 3, flags: WRITE, handler: cmd_incrby },
     Command { name: "decrby", arity: 3, flags: WRITE, handler: cmd_decrby },
+    Command { name: "setex", arity: 4, flags: WRITE, handler: cmd_setex },
+    Command { name: "psetex", arity: 4, flags: WRITE, handler: cmd_psetex },
+    Command { name: "getex", arity: -2, flags: WRITE, handler: cmd_getex },
+    Command { name: "expire", arity: -3, flags: WRITE, handler: cmd_expire },
+    Command { name: "pexpire", arity: -3, flags: WRITE, handler: cmd_pexpire },
+    Command { name: "expireat", arity: -3, flags: WRITE, handler: cmd_expireat },
+    Command { name: "pexpireat", arity: -3, flags: WRITE, handler: cmd_pexpireat },
+    Command { name: "ttl", arity: 2, flags: READONLY, handler: cmd_ttl },
+    Command { name: "pttl", arity: 2, flags: READONLY, handler: cmd_pttl },
+    Command { name: "expiretime", arity: 2, flags: READONLY, handler: cmd_expiretime },
+    Command { name: "pexpiretime", arity: 2, flags: READONLY, handler: cmd_pexpiretime },
+    Command { name: "persist", arity: 2, flags: WRITE, handler: cmd_persist },
     Command { name: "scan", arity: -2, flags: READONLY, handler: cmd_scan },
     Command { name: "keys", arity: 2, flags: READONLY, handler: cmd_keys },
     Command { name: "hset", arity: -4, flags: WRITE, handler: cmd_hset },

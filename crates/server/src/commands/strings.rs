@@ -1,7 +1,8 @@
 //! String commands: GET, SET and its variants, MGET, MSET, STRLEN, APPEND, GETRANGE, and the
 //! INCR family.
 
-use super::args::{int_arg, ks, lower, not_int, pairs, syntax, wrong_args};
+use super::args::{int_arg, ks, not_int, pairs, wrong_args};
+use super::expiry::{set_options, store, Ttl};
 use crate::keyspace::{KsError, Value};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
@@ -11,28 +12,21 @@ pub(super) fn cmd_get(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     ks(sh.ks.get_str(key).map(Reply::opt))
 }
 
-/// SET key value [NX | XX] [GET]; the expiry options are refused.
+/// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL].
 pub(super) fn cmd_set(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, value, opts @ ..] = a else { return wrong_args("set") };
-    let (mut nx, mut xx, mut get) = (false, false, false);
-    for opt in opts {
-        match lower(opt).as_str() {
-            "nx" => nx = true,
-            "xx" => xx = true,
-            "get" => get = true,
-            "ex" | "px" | "exat" | "pxat" | "keepttl" => {
-                return Reply::err("ERR key expiry (EX/PX/EXAT/PXAT/KEEPTTL) is not supported by Halyard yet")
-            }
-            _ => return syntax(),
+    let (nx, xx, get, ttl) = if opts.is_empty() {
+        (false, false, false, Ttl::Unset)
+    } else {
+        match set_options(sh.ks.now_ms(), opts) {
+            Ok(o) => o,
+            Err(r) => return r,
         }
-    }
-    if nx && xx {
-        return syntax();
-    }
+    };
     let k = &sh.ks;
     ks((|| {
         let _g = k.lock(key);
-        if !nx && !xx && !get {
+        if !nx && !xx && !get && ttl == Ttl::Unset {
             k.set(key, value)?;
             return Ok(Reply::ok());
         }
@@ -48,7 +42,7 @@ pub(super) fn cmd_set(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
         if (nx && exists) || (xx && !exists) {
             return Ok(if get { Reply::opt(old) } else { Reply::Nil });
         }
-        k.set_locked(key, value)?;
+        store(sh, key, value, ttl)?;
         Ok(if get { Reply::opt(old) } else { Reply::ok() })
     })())
 }
@@ -137,7 +131,7 @@ pub(super) fn cmd_append(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
         let _g = k.lock(key);
         let mut v = k.get_str(key)?.unwrap_or_default();
         v.extend_from_slice(tail);
-        k.set_locked(key, &v)?;
+        k.set_keep_ttl_locked(key, &v)?;
         Ok(Reply::Int(v.len() as i64))
     })())
 }
@@ -201,7 +195,7 @@ fn add(sh: &Shared, key: &[u8], by: i64) -> Reply {
         let Some(n) = cur.checked_add(by) else {
             return Ok(Reply::err("ERR increment or decrement would overflow"));
         };
-        k.set_locked(key, n.to_string().as_bytes())?;
+        k.set_keep_ttl_locked(key, n.to_string().as_bytes())?;
         Ok(Reply::Int(n))
     })())
 }
