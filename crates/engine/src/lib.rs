@@ -55,6 +55,7 @@ mod replication;
 mod tree;
 
 pub use catalog::{Edit, Level, LogKind, LogSeg, MapKind, SstInfo};
+pub use db::checkpoint::{restore, CopyReport};
 pub use db::stats::{LevelStats, Stats};
 pub use db::{data_files, Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
 pub use device::fault::{FaultPlan, FaultStorage};

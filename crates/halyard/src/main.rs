@@ -47,6 +47,38 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Add a backup of a store directory (not in use by a server) to DIR: only the segments
+    /// earlier backups there lack are copied. A running server backs itself up with the Redis
+    /// command HALYARD.BACKUP into its --backup-dir.
+    Backup {
+        /// Store directory.
+        #[arg(long, default_value = "halyard-data")]
+        dir: PathBuf,
+        /// Backup directory (made if missing; holds every backup of the store).
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Build a store from a backup, checking every segment against the backup's checksums.
+    Restore {
+        /// Backup directory.
+        #[arg(long)]
+        from: PathBuf,
+        /// Which backup (its number; default: the newest).
+        #[arg(long)]
+        backup: Option<u32>,
+        /// The new store's directory (must not hold a store).
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Write an openable copy of a store directory (not in use by a server) to DIR.
+    Checkpoint {
+        /// Store directory.
+        #[arg(long, default_value = "halyard-data")]
+        dir: PathBuf,
+        /// The copy's directory (must not hold a store).
+        #[arg(long)]
+        to: PathBuf,
+    },
     /// Print the value of a key (native protocol).
     Get {
         /// Key.
@@ -266,6 +298,32 @@ fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Opens a store directory that no server uses (for the offline tools).
+fn open_store(dir: &std::path::Path) -> Result<halyard_engine::Db, String> {
+    let opts = halyard_engine::Options { create_if_missing: false, ..Default::default() };
+    halyard_engine::Db::open(dir, opts).map_err(|e| format!("{e} (is a server using {}? stop it first)", dir.display()))
+}
+
+/// Prints what a backup, checkpoint or restore did.
+fn copy_report(
+    r: halyard_engine::Result<halyard_engine::CopyReport>,
+    what: &str,
+    to: &std::path::Path,
+) -> Result<(), String> {
+    let r = r.map_err(|e| format!("{what} to {}: {e}", to.display()))?;
+    let lsns: Vec<String> = r.lsns.iter().map(|(id, lsn)| format!("region {id} at LSN {lsn}")).collect();
+    let number = if r.backup > 0 { format!(" {}", r.backup) } else { String::new() };
+    println!(
+        "{what}{number} in {}: {} segments, {} bytes copied, {} bytes already there; {}",
+        to.display(),
+        r.segments,
+        r.bytes_copied,
+        r.bytes_reused,
+        lsns.join(", ")
+    );
+    Ok(())
+}
+
 /// `halyard inspect`: the store's own account of its last open (see `Stats::open_seconds`).
 fn inspect(dir: &std::path::Path, json: bool) -> Result<(), String> {
     let opts = halyard_engine::Options { create_if_missing: false, ..Default::default() };
@@ -298,6 +356,9 @@ fn tool(cmd: &Cmd) -> Result<(), String> {
     use std::ops::Bound;
     match cmd {
         Cmd::Inspect { dir, json } => inspect(dir, *json),
+        Cmd::Backup { dir, to } => copy_report(open_store(dir)?.backup(to), "backup", to),
+        Cmd::Checkpoint { dir, to } => copy_report(open_store(dir)?.checkpoint(to), "checkpoint", to),
+        Cmd::Restore { from, backup, to } => copy_report(halyard_engine::restore(from, *backup, to), "restore", to),
         Cmd::Get { key, conn } => match conn.client()?.get(key).map_err(|e| e.to_string())? {
             Some(v) => {
                 println!("{}", show(&v));
@@ -343,6 +404,9 @@ struct ServeArgs {
     /// Require clients to AUTH with this password.
     #[arg(long)]
     requirepass: Option<String>,
+    /// Where the Redis command HALYARD.BACKUP adds backups of this node's store.
+    #[arg(long)]
+    backup_dir: Option<PathBuf>,
     /// Most concurrent clients [default: 10000].
     #[arg(long)]
     max_clients: Option<usize>,
@@ -439,6 +503,9 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
     }
     if a.requirepass.is_some() {
         cfg.requirepass.clone_from(&a.requirepass);
+    }
+    if a.backup_dir.is_some() {
+        cfg.backup_dir.clone_from(&a.backup_dir);
     }
     let workers =
         if cfg.workers == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { cfg.workers };

@@ -58,6 +58,9 @@ pub struct ServerConfig {
     /// Copies of a region (the primary counted) its group must hold for writes to run (Kafka's
     /// `min.insync.replicas`).
     pub min_replicas: usize,
+    /// Where `HALYARD.BACKUP` adds backups (None: the command is refused). Backups of one
+    /// store go in one directory: each copies only the segments earlier ones lack.
+    pub backup_dir: Option<PathBuf>,
     /// Engine settings.
     pub engine: EngineConfig,
 }
@@ -111,6 +114,7 @@ impl Default for ServerConfig {
             lease_ttl_secs: 2,
             cluster_secret: None,
             min_replicas: 1,
+            backup_dir: None,
             engine: EngineConfig::default(),
         }
     }

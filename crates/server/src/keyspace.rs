@@ -220,6 +220,11 @@ impl Keyspace {
         let hashes = if single {
             migrate_v1(&db)?;
             if !db.path().join(LAYOUT_FILE).exists() {
+                // A store that holds keys without the marker files came from elsewhere (a
+                // backup, a checkpoint, a copy of the data files): it may hold hashes.
+                if db.scan_with(all_keys(), ScanOptions { reverse: false, limit: Some(1) }).next().is_some() {
+                    mark(&db, HASHES_FILE, b"")?;
+                }
                 mark(&db, LAYOUT_FILE, b"2")?;
             }
             db.path().join(HASHES_FILE).exists()

@@ -139,6 +139,9 @@ pub async fn run_with(
     };
     let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
     let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
+    if let Some(d) = &cfg.backup_dir {
+        let _ = sh.backup_dir.set(d.clone());
+    }
     if let Some(c) = &cluster {
         let _ = sh.cluster.set(c.clone());
         forward::install(&sh, c);

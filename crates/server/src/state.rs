@@ -74,6 +74,8 @@ pub struct Shared {
     /// only.
     pub protect_resp: std::sync::atomic::AtomicBool,
     pub protect_native: std::sync::atomic::AtomicBool,
+    /// Where `HALYARD.BACKUP` writes (the server's `backup_dir`).
+    pub backup_dir: std::sync::OnceLock<std::path::PathBuf>,
     next_id: AtomicU64,
 }
 
@@ -90,6 +92,7 @@ impl Shared {
             cluster: std::sync::OnceLock::new(),
             protect_resp: Default::default(),
             protect_native: Default::default(),
+            backup_dir: std::sync::OnceLock::new(),
             next_id: AtomicU64::new(1),
         }
     }

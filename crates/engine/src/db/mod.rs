@@ -1,5 +1,6 @@
 //! The store: opening and recovery, routing to regions, background work, the public API.
 
+pub(crate) mod checkpoint;
 pub(crate) mod stats;
 
 use crate::catalog::manifest::{self, Manifest};

@@ -34,6 +34,10 @@ struct Inner {
     /// Segments the data file currently spans.
     file_segments: u64,
     used: u64,
+    /// Copies in progress (checkpoints, backups): while any is, released segments wait in
+    /// `deferred` instead of being reused or given back, so that a copy reads what it captured.
+    pins: usize,
+    deferred: Vec<u32>,
 }
 
 pub(crate) struct Allocator {
@@ -77,6 +81,8 @@ impl Allocator {
                 partial: BTreeSet::new(),
                 file_segments,
                 used: used + 1,
+                pins: 0,
+                deferred: Vec::new(),
             }),
             max_segments,
             reserve,
@@ -143,9 +149,19 @@ impl Allocator {
         if seg == 0 || g.free.contains(&seg) || g.holes.contains(&seg) {
             return;
         }
+        if g.pins > 0 {
+            g.deferred.push(seg);
+            return;
+        }
         g.used -= 1;
         g.free.insert(seg);
         self.shrink_pool(&mut g);
+    }
+
+    /// Keeps every segment released from now on until the returned pin is dropped.
+    pub(crate) fn pin(self: &Arc<Self>) -> Pin {
+        self.inner.lock().pins += 1;
+        Pin(self.clone())
     }
 
     /// Space that stays free goes back to the file system, so that the store's size on disk
@@ -181,5 +197,24 @@ impl Allocator {
     pub(crate) fn usage(&self) -> (u64, u64) {
         let g = self.inner.lock();
         (g.used, g.file_segments)
+    }
+}
+
+/// See [`Allocator::pin`].
+pub(crate) struct Pin(Arc<Allocator>);
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let deferred = {
+            let mut g = self.0.inner.lock();
+            g.pins = g.pins.saturating_sub(1);
+            if g.pins > 0 {
+                return;
+            }
+            std::mem::take(&mut g.deferred)
+        };
+        for seg in deferred {
+            self.0.release(seg);
+        }
     }
 }

@@ -165,3 +165,38 @@ pub(super) fn cmd_halyard_range(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Re
         .range(start, end, limit, reverse, s.span.as_ref())
         .map(|pairs| Reply::Array(pairs.into_iter().flat_map(|(k, v)| [Reply::Bulk(k), Reply::Bulk(v)]).collect())))
 }
+
+/// HALYARD.BACKUP: adds a backup of this node's store to its `backup_dir` (only segments earlier
+/// backups lack are copied) and answers with the backup's number, each region's LSN, and the
+/// bytes copied and reused. Writes go on meanwhile; the copy runs off the network worker.
+pub(super) fn cmd_halyard_backup(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_] = a else { return wrong_args("halyard.backup") };
+    let Some(dir) = sh.backup_dir.get() else {
+        return Reply::err(
+            "ERR no backup directory: start the server with --backup-dir DIR (or backup_dir in its config file)",
+        );
+    };
+    let mut result = None;
+    (crate::native::off_worker_hook().0)(&mut || result = Some(sh.ks.db.backup(dir)));
+    match result {
+        Some(Ok(r)) => Reply::Array(vec![
+            Reply::bulk("backup"),
+            Reply::Int(i64::from(r.backup)),
+            Reply::bulk("lsns"),
+            Reply::Array(
+                r.lsns
+                    .iter()
+                    .map(|(id, lsn)| Reply::Array(vec![Reply::Int(i64::from(*id)), Reply::Int(*lsn as i64)]))
+                    .collect(),
+            ),
+            Reply::bulk("bytes_copied"),
+            Reply::Int(r.bytes_copied as i64),
+            Reply::bulk("bytes_reused"),
+            Reply::Int(r.bytes_reused as i64),
+            Reply::bulk("pause_us"),
+            Reply::Int(r.longest_pause.as_micros() as i64),
+        ]),
+        Some(Err(e)) => Reply::err(format!("ERR backup failed: {e}")),
+        None => Reply::err("ERR backup did not run"),
+    }
+}

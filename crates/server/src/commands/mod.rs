@@ -119,6 +119,7 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "hlen", arity: 2, flags: READONLY, handler: cmd_hlen },
     Command { name: "halyard.range", arity: -3, flags: READONLY, handler: cmd_halyard_range },
     Command { name: "halyard.keysafter", arity: -2, flags: READONLY, handler: cmd_halyard_keysafter },
+    Command { name: "halyard.backup", arity: 1, flags: 0, handler: cmd_halyard_backup },
     Command { name: "cluster", arity: -2, flags: 0, handler: cmd_cluster },
     Command { name: "readonly", arity: 1, flags: 0, handler: cmd_readonly },
     Command { name: "readwrite", arity: 1, flags: 0, handler: cmd_readonly },
