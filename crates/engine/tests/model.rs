@@ -47,6 +47,8 @@ enum Op {
     Get(u16),
     Scan(u16, u16, bool, usize),
     Snapshot,
+    /// A checkpoint, opened and compared with the model.
+    Checkpoint,
     Flush,
     Compact,
     Gc,
@@ -84,6 +86,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         10 => k.clone().prop_map(Op::Get),
         4 => (k.clone(), k, any::<bool>(), 0usize..40).prop_map(|(a, b, r, l)| Op::Scan(a, b, r, l)),
         1 => Just(Op::Snapshot),
+        1 => Just(Op::Checkpoint),
         1 => Just(Op::Flush),
         1 => Just(Op::Compact),
         1 => Just(Op::Gc),
@@ -224,6 +227,16 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
                 check_scan(found, &model, &lo, &hi, reverse, limit);
             }
             Op::Snapshot => snaps.push((d.snapshot(), model.clone(), expiry.clone())),
+            Op::Checkpoint => {
+                let to = dir.path().join(format!("checkpoint-{seq}"));
+                let report = d.checkpoint(&to).expect("checkpoint");
+                let copy = Db::open(&to, opts.clone()).expect("open the checkpoint");
+                let got = full_scan(copy.scan(..));
+                let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                assert!(got == want, "checkpoint {report:?}: {} keys, the model {}", got.len(), want.len());
+                drop(copy);
+                std::fs::remove_dir_all(&to).expect("remove the checkpoint");
+            }
             Op::Flush => d.flush().expect("flush"),
             Op::Compact => d.compact().expect("compact"),
             Op::Gc => {
