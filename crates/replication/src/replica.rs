@@ -865,7 +865,7 @@ fn log_kind(v: u8) -> Result<LogKind> {
 
 /// Build-Index: what the buffers hold beyond the applied LSN (received but not yet known to
 /// be on every backup): the newest value per key of the complete batches, in LSN order.
-fn build_overlay(r: &ReplicaRegion) -> halyard_engine::Overlay {
+fn build_overlay(r: &ReplicaRegion, now: u64) -> halyard_engine::Overlay {
     let build = r.build.lock();
     let mut recs = build.0.clone();
     for b in r.bufs.lock().values() {
@@ -874,7 +874,9 @@ fn build_overlay(r: &ReplicaRegion) -> halyard_engine::Overlay {
     }
     let mut out = BTreeMap::new();
     replay_batches(&mut recs, build.1, u64::MAX, |x| {
-        out.insert(x.key, (x.lsn, x.value));
+        // A put past its time reads as a delete, as on the primary.
+        let value = x.value.filter(|_| x.expire_at == 0 || x.expire_at > now);
+        out.insert(x.key, (x.lsn, value));
     });
     out
 }
@@ -949,7 +951,7 @@ impl Replica {
                     .collect();
                 db.replication().backup_overlay(region, &tails)?
             }
-            Some(r) => build_overlay(&r),
+            Some(r) => build_overlay(&r, db.now_ms()),
             None => BTreeMap::new(),
         };
         // The levels' scan and the logs' overlay, merged lazily in key order; the overlay is

@@ -303,8 +303,11 @@ impl Replication<'_> {
             recs.extend(found.into_iter().filter(|r| r.lsn > meta.l1_lsn).map(|r| (r.lsn, r)));
         }
         let mut out = BTreeMap::new();
+        let now = sh.now_ms();
         replay_batches(&mut recs, meta.l1_lsn + 1, u64::MAX, |r| {
-            out.insert(r.key, (r.lsn, r.value));
+            // A put past its time reads as a delete, as on the primary.
+            let value = r.value.filter(|_| r.expire_at == 0 || r.expire_at > now);
+            out.insert(r.key, (r.lsn, value));
         });
         Ok(out)
     }
@@ -574,7 +577,8 @@ pub fn replay_batches(
     next
 }
 
-/// What a backup's logs say beyond its levels: key → (LSN, value; None for a delete).
+/// What a backup's logs say beyond its levels: key → (LSN, value; None for a delete, or for a
+/// put whose time has passed).
 pub type Overlay = BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>;
 
 /// A log record as a Build-Index backup replays it.
