@@ -337,7 +337,7 @@ fn min_replicas_refuses_writes_while_the_group_is_short() {
 #[test]
 fn redis_port_on_any_node_serves_the_whole_cluster() {
     let (dir, _etcd, url) = etcd_common::new_cluster_with(3, 2, &["--split", "g,p", "--redis"]);
-    let _nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let mut s = wait_settled(&url, 2, Duration::from_secs(60));
     let t = Instant::now();
     // The regions settle once two nodes are up; the third may register a moment later.
@@ -495,6 +495,34 @@ fn redis_port_on_any_node_serves_the_whole_cluster() {
     for r in 1..=3 {
         let (ok, out) = halyard(&["admin", "verify", "--region", &r.to_string(), "--etcd", &url]);
         assert!(ok, "every copy of region {r} is equal: {out}");
+    }
+
+    // Expiry times are decided by the primary and absolute: a promoted backup has the same.
+    let at = "4102444800123";
+    for k in ["a-exp", "m-exp", "t-exp"] {
+        assert_eq!(conns[0].cmd(&["SET", k, "e", "PXAT", at]), common::R::Simple("OK".into()), "{k}");
+    }
+    let st = status(&url);
+    let victim = st["regions"].as_array().unwrap().iter().find(|r| r["id"] == 2).unwrap()["primary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = nodes.iter().position(|n| n.name == victim).unwrap();
+    nodes[v].proc.kill9();
+    let t = Instant::now();
+    loop {
+        let st = wait_settled(&url, 2, Duration::from_secs(60));
+        if st["regions"].as_array().unwrap().iter().all(|r| r["primary"] != victim.as_str()) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "region 2 kept its dead primary: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let live = nodes.iter().find(|n| n.name != victim).unwrap();
+    let mut c = common::Resp::connect(live.resp.rsplit_once(':').unwrap().1.parse().unwrap());
+    for k in ["a-exp", "m-exp", "t-exp"] {
+        assert_eq!(c.cmd(&["PEXPIRETIME", k]), common::R::Int(at.parse().unwrap()), "{k} after the failover");
+        assert_eq!(c.cmd(&["GET", k]), common::bulk("e"), "{k} after the failover");
     }
 }
 
