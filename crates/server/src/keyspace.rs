@@ -295,8 +295,18 @@ impl Keyspace {
     /// Stores a string keeping the key's expiry (INCR, APPEND and KEEPTTL do). Caller holds
     /// the key's lock.
     pub fn set_keep_ttl_locked(&self, user: &[u8], v: &[u8]) -> Result<(), KsError> {
-        let at = self.expiry(user)?.unwrap_or(0);
-        self.set_expiring_locked(user, v, at)
+        // One read gives both what the key holds and its time.
+        let at = match self.db.get_with_expiry(&key(user))? {
+            None => 0,
+            Some((old, at)) => {
+                if let Value::Hash(_) = decode(old)? {
+                    self.delete_locked(user)?;
+                }
+                at
+            }
+        };
+        self.db.put_expiring(&key(user), &string_value(v), at)?;
+        Ok(())
     }
 
     /// The store's clock, which expiry times are judged by (ms since the Unix epoch).
@@ -509,33 +519,32 @@ impl Keyspace {
         Ok(out)
     }
 
-    /// Number of user keys that expire (walks the key space, reading each key's expiry).
-    pub fn count_expiring(&self) -> Result<u64, KsError> {
-        let mut n = 0;
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let (keys, more) = self.keys_after(after.as_deref(), 4096, None)?;
-            for k in &keys {
-                if self.expiry(k)?.is_some_and(|at| at != 0) {
-                    n += 1;
-                }
-            }
-            if !more {
-                return Ok(n);
-            }
-            after = keys.into_iter().last();
-        }
-    }
-
     /// Number of user keys within `span` (walks the key space).
     pub fn count(&self, span: Option<&Span>) -> Result<u64, KsError> {
-        let mut n = 0;
+        self.walk(span, |_| Ok(false)).map(|(n, _)| n)
+    }
+
+    /// Number of user keys, and of those that expire (one walk, reading each key's expiry).
+    pub fn count_with_expiring(&self) -> Result<(u64, u64), KsError> {
+        self.walk(None, |k| Ok(self.expiry(k)?.is_some_and(|at| at != 0)))
+    }
+
+    /// Walks the user keys within `span`: how many there are, and for how many `f` says yes.
+    fn walk(
+        &self,
+        span: Option<&Span>,
+        mut f: impl FnMut(&[u8]) -> Result<bool, KsError>,
+    ) -> Result<(u64, u64), KsError> {
+        let (mut n, mut yes) = (0, 0);
         let mut after: Option<Vec<u8>> = None;
         loop {
             let (keys, more) = self.keys_after(after.as_deref(), 4096, span)?;
             n += keys.len() as u64;
+            for k in &keys {
+                yes += u64::from(f(k)?);
+            }
             if !more {
-                return Ok(n);
+                return Ok((n, yes));
             }
             after = keys.into_iter().last();
         }

@@ -157,10 +157,9 @@ impl Shared {
             );
         }
         if want("keyspace") {
-            let n = self.ks.count(None).unwrap_or(0);
+            let (n, e) = self.ks.count_with_expiring().unwrap_or((0, 0));
             let _ = write!(o, "# Keyspace\r\n");
             if n > 0 {
-                let e = self.ks.count_expiring().unwrap_or(0);
                 let _ = write!(o, "db0:keys={n},expires={e},avg_ttl=0\r\n");
             }
             let _ = write!(o, "\r\n");

@@ -32,15 +32,18 @@ fn when(now: u64, unit: &str, n: &[u8], cmd: &str) -> Result<u64, Reply> {
     if n <= 0 {
         return Err(invalid_time(cmd));
     }
-    let ms = match unit {
-        "ex" | "exat" => n.checked_mul(1000),
-        _ => Some(n),
-    };
-    let at = match unit {
-        "ex" | "px" => ms.and_then(|ms| ms.checked_add(i64::try_from(now).ok()?)),
-        _ => ms,
-    };
-    at.and_then(|at| u64::try_from(at).ok()).ok_or_else(|| invalid_time(cmd))
+    absolute(now, unit, n).and_then(|at| u64::try_from(at).ok()).ok_or_else(|| invalid_time(cmd))
+}
+
+/// `n` in `unit` as milliseconds since the Unix epoch (None on overflow): seconds ("ex",
+/// "exat") are multiplied by 1000, relative units ("ex", "px") added to `now`.
+fn absolute(now: u64, unit: &str, n: i64) -> Option<i64> {
+    let ms = if unit.starts_with('e') { n.checked_mul(1000)? } else { n };
+    if unit.ends_with("at") {
+        Some(ms)
+    } else {
+        ms.checked_add(i64::try_from(now).ok()?)
+    }
 }
 
 /// Parses SET's options: NX, XX, GET and one of EX/PX/EXAT/PXAT/KEEPTTL.
@@ -165,9 +168,7 @@ fn expire(sh: &Shared, a: &[&[u8]], cmd: &str, unit: &str) -> Reply {
     };
     let now = sh.ks.now_ms();
     // Redis accepts negative times (the key is then deleted); it refuses only overflows.
-    let ms = if unit.starts_with('e') { n.checked_mul(1000) } else { Some(n) };
-    let at = if unit.ends_with("at") { ms } else { ms.and_then(|ms| ms.checked_add(i64::try_from(now).ok()?)) };
-    let Some(at) = at else { return invalid_time(cmd) };
+    let Some(at) = absolute(now, unit, n) else { return invalid_time(cmd) };
     ks((|| {
         let _g = sh.ks.lock(key);
         let Some(cur) = sh.ks.expiry(key)? else { return Ok(Reply::Int(0)) };
