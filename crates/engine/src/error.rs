@@ -59,6 +59,9 @@ pub enum Error {
     /// No region covers the key.
     #[error("no region covers this key; create one with Db::create_region")]
     NoRegionForKey,
+    /// A range delete whose end is not after its start.
+    #[error("empty key range: the end of a range delete must be greater than its start")]
+    EmptyRange,
     /// The key is outside the region the handle is for.
     #[error("key is outside region {0}'s key range")]
     KeyOutOfRegion(u32),

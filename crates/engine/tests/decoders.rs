@@ -62,6 +62,7 @@ proptest! {
             seg: 0, used_bytes: used * 2048, leaf_count: leaves, root_off: root * 2048, height,
             bloom_off: bloom * 1024, bloom_len, entries, stored_bytes: 0, full_bytes: 0,
             medium_ptrs: 0, large_ptrs: 0, min_lsn: 0, max_lsn: 0, first_key: vec![], last_key: vec![0xff],
+            range_lsn: u64::from(height),
         };
         let desc = info.to_bytes();
         let mut data = (desc.len() as u16).to_le_bytes().to_vec();

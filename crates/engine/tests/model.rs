@@ -43,6 +43,8 @@ enum Op {
     /// The clock moves on by this many milliseconds.
     Tick(u64),
     Delete(u16),
+    /// Deletes the keys of `[key(a), key(b))`.
+    DeleteRange(u16, u16),
     Batch(Vec<(u16, Option<usize>)>),
     Get(u16),
     Scan(u16, u16, bool, usize),
@@ -82,6 +84,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         6 => (k.clone(), len_strategy(), 1u64..60).prop_map(|(k, l, t)| Op::PutTtl(k, l, t)),
         4 => (0u64..40).prop_map(Op::Tick),
         6 => k.clone().prop_map(Op::Delete),
+        2 => (k.clone(), 1u16..60).prop_map(|(a, w)| Op::DeleteRange(a, a.saturating_add(w))),
         4 => prop::collection::vec((k.clone(), prop::option::weighted(0.8, len_strategy())), 1..12).prop_map(Op::Batch),
         10 => k.clone().prop_map(Op::Get),
         4 => (k.clone(), k, any::<bool>(), 0usize..40).prop_map(|(a, b, r, l)| Op::Scan(a, b, r, l)),
@@ -169,11 +172,13 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model, Expiry)> = Vec::new();
     // Counters restart with each open; add them up over the whole run.
-    let mut totals = [0u64; 3];
-    let add = |t: &mut [u64; 3], s: &halyard_engine::Stats| {
+    let mut totals = [0u64; 5];
+    let add = |t: &mut [u64; 5], s: &halyard_engine::Stats| {
         t[0] += s.compactions;
         t[1] += s.medium_merged;
         t[2] += s.gc_segments;
+        t[3] += s.range_covered_dropped;
+        t[4] += s.range_ssts_freed;
     };
     for (seq, op) in ops.into_iter().enumerate() {
         let d = db.as_ref().expect("db");
@@ -200,6 +205,19 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
                 d.delete(&key(k)).expect("delete");
                 model.remove(&key(k));
                 expiry.remove(&key(k));
+            }
+            Op::DeleteRange(a, b) => {
+                let (lo, hi) = (key(a), key(b));
+                if lo < hi {
+                    d.delete_range(&lo, &hi).expect("delete range");
+                    let gone: Vec<Vec<u8>> = model.range(lo.clone()..hi.clone()).map(|(k, _)| k.clone()).collect();
+                    for k in gone {
+                        model.remove(&k);
+                        expiry.remove(&k);
+                    }
+                } else {
+                    assert!(d.delete_range(&lo, &hi).is_err(), "an empty range is refused");
+                }
             }
             Op::Batch(items) => {
                 let mut b = WriteBatch::new();
@@ -293,7 +311,8 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
         check_space(&stats, &model, &opts);
     }
     add(&mut totals, &stats);
-    [stats.compactions, stats.medium_merged, stats.gc_segments] = totals;
+    [stats.compactions, stats.medium_merged, stats.gc_segments, stats.range_covered_dropped, stats.range_ssts_freed] =
+        totals;
     snaps.clear();
     drop(db);
     let d = Db::open(dir.path(), opts).expect("final reopen");
@@ -314,6 +333,7 @@ proptest! {
 /// A long fixed workload under every option set: many levels, medium merges and GC happen.
 #[test]
 fn long_sequence_every_variant() {
+    let mut freed = 0;
     for variant in 0..6 {
         let mut ops = Vec::new();
         for i in 0..16000u32 {
@@ -329,6 +349,9 @@ fn long_sequence_every_variant() {
                 // Pairs that expire over older versions, at every level the workload reaches.
                 5 | 6 => Op::PutTtl(k, [10, 60, 900][(i % 3) as usize], 20 + u64::from(i % 7) * 10),
                 7 => Op::Tick(5),
+                // Wide ones that hide whole SSTs, narrow ones that cut through them.
+                8 if i % 1500 == 8 => Op::DeleteRange(k, k.saturating_add(400)),
+                8 if i % 200 == 8 => Op::DeleteRange(k, k.saturating_add(12)),
                 _ => Op::Put(k, [10, 60, 120, 300, 900][(i % 5) as usize]),
             });
         }
@@ -341,5 +364,8 @@ fn long_sequence_every_variant() {
             assert!(s.medium_merged > 0, "variant {variant}: no medium pair merged in place");
         }
         assert!(s.gc_segments > 0, "variant {variant}: GC reclaimed nothing");
+        assert!(s.range_covered_dropped > 0, "variant {variant}: no compaction dropped a version a range delete hides");
+        freed += s.range_ssts_freed;
     }
+    assert!(freed > 0, "no range delete freed a whole SST");
 }

@@ -8,7 +8,9 @@
 //! - with `sync = always`, every acknowledged write;
 //! - with any sync mode, every write a `flush` covered, and the writes of the run as a prefix of the keys written, without a
 //!   hole, each with its value (and, for the third of them that expire, its expiry time), and
-//!   everything earlier runs verified.
+//!   everything earlier runs verified;
+//! - for every tenth key, a pair written and then removed by a range delete before the key:
+//!   gone whenever the key is there.
 //!
 //! `HALYARD_POWER_LOSS_RUNS` sets the runs per mode (default 700); a failure prints the seed,
 //! and `HALYARD_POWER_LOSS_SEED` replays one seed alone.
@@ -50,6 +52,18 @@ fn expiry(k: u64) -> u64 {
     }
 }
 
+/// The pair written before key `k` (for every tenth key) and range-deleted right after.
+fn doomed(k: u64) -> Option<Vec<u8>> {
+    (k % 10 == 5).then(|| format!("d{:04}-{k:08}", k.wrapping_mul(40_503) % 10_000).into_bytes())
+}
+
+/// The range delete that removes `doomed(k)`, and nothing else.
+fn doomed_range(d: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut end = d.to_vec();
+    end.push(0xff);
+    (d.to_vec(), end)
+}
+
 fn key(k: u64) -> Vec<u8> {
     // Spread over the key space so that compactions merge into existing SSTs.
     format!("k{:04}-{k:08}", k.wrapping_mul(2_654_435_761) % 10_000).into_bytes()
@@ -60,6 +74,12 @@ fn key(k: u64) -> Vec<u8> {
 fn write_run(db: &Db, from: u64) -> (u64, u64) {
     let mut durable = 0;
     for k in from..from + KEYS_PER_RUN {
+        if let Some(d) = doomed(k) {
+            let (lo, hi) = doomed_range(&d);
+            if db.put(&d, &value(k)).is_err() || db.delete_range(&lo, &hi).is_err() {
+                return (k - from, durable);
+            }
+        }
         if db.put_expiring(&key(k), &value(k), expiry(k)).is_err() {
             return (k - from, durable);
         }
@@ -77,6 +97,9 @@ fn write_run(db: &Db, from: u64) -> (u64, u64) {
 fn verify(db: &Db, sync: SyncMode, verified: u64, from: u64, (acked, durable): (u64, u64), seed: u64) -> u64 {
     for k in 0..verified {
         assert_eq!(db.get(&key(k)).expect("get"), Some(value(k)), "seed {seed}: key {k} of an earlier run lost");
+        if let Some(d) = doomed(k) {
+            assert_eq!(db.get(&d).expect("get"), None, "seed {seed}: a range delete before key {k} undone");
+        }
     }
     let mut present = 0;
     for k in from..from + KEYS_PER_RUN {
@@ -85,6 +108,9 @@ fn verify(db: &Db, sync: SyncMode, verified: u64, from: u64, (acked, durable): (
                 assert_eq!(v, value(k), "seed {seed}: key {k} has a wrong value");
                 assert_eq!(at, expiry(k), "seed {seed}: key {k} has a wrong expiry time");
                 assert_eq!(present, k - from, "seed {seed}: key {k} present after a hole");
+                if let Some(d) = doomed(k) {
+                    assert_eq!(db.get(&d).expect("get"), None, "seed {seed}: the range delete before key {k} lost");
+                }
                 present += 1;
             }
             None => {

@@ -147,6 +147,16 @@ fn write_round(db: &Db, round: u32, model: &mut BTreeMap<Vec<u8>, Vec<u8>>) {
             db.put(&k, &v).expect("put");
             model.insert(k, v);
         }
+        // A range delete now and then: shipped as a log record, then as the catalog's range
+        // deletes once compacted; each copy must drop the same keys.
+        if i % 1000 == 500 {
+            let (lo, hi) = (format!("user{:06}", i - 200 + round * 37), format!("user{:06}", i + round * 37));
+            db.delete_range(lo.as_bytes(), hi.as_bytes()).expect("delete range");
+            let gone: Vec<Vec<u8>> = model.range(lo.into_bytes()..hi.into_bytes()).map(|(k, _)| k.clone()).collect();
+            for k in gone {
+                model.remove(&k);
+            }
+        }
     }
 }
 

@@ -22,10 +22,11 @@ use std::sync::Arc;
 
 const SB_MAGIC: &[u8; 8] = b"HALYARD1";
 /// The format this build writes. Version 2 added the `LogFill` edit (tag 13); version 3 pairs
-/// that expire (log record kind 3, leaf cell flag 0x10). A store of an older version opens
+/// that expire (log record kind 3, leaf cell flag 0x10); version 4 range deletes (log record
+/// kind 4, edits `AddRangeDel` and `DropRangeDel`, tags 14 and 15). A store of an older version opens
 /// unchanged and is written as the current version from its first checkpoint on, so that a
 /// build that cannot read the new records refuses it.
-const FORMAT_VERSION: u32 = 3;
+const FORMAT_VERSION: u32 = 4;
 /// The oldest format this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 const SB_LEN: usize = 44;
@@ -517,6 +518,7 @@ mod tests {
             max_lsn: 1,
             first_key: format!("first-{seg:08}-{}", "k".repeat(40)).into_bytes(),
             last_key: format!("last-{seg:08}-{}", "k".repeat(40)).into_bytes(),
+            range_lsn: u64::from(seg % 2),
         }
     }
 

@@ -5,6 +5,7 @@
 pub(crate) mod manifest;
 
 use crate::device::IoKind;
+use crate::format::rangedel::{self, RangeDel};
 use halyard_codec::{Reader, Short, Writer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -72,6 +73,9 @@ pub struct SstInfo {
     pub first_key: Vec<u8>,
     /// Last key.
     pub last_key: Vec<u8>,
+    /// No range delete with an LSN up to this one hides an entry of the SST: the merge that
+    /// wrote it applied them all (0: none applied). Encoded only when not 0 (format 4).
+    pub range_lsn: u64,
 }
 
 /// The first byte of an encoded [`Edit`]: which edit follows (`docs/format.md` §3.3). Each is
@@ -90,6 +94,10 @@ mod tag {
     pub(super) const UNMAP: u8 = 11;
     pub(super) const CLEAR_L1_LSN: u8 = 12;
     pub(super) const LOG_FILL: u8 = 13;
+    pub(super) const ADD_RANGE_DEL: u8 = 14;
+    pub(super) const DROP_RANGE_DEL: u8 = 15;
+    /// `ADD_SST` whose SST has a `range_lsn`, which follows the description.
+    pub(super) const ADD_SST_RANGED: u8 = 16;
 }
 
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
@@ -170,6 +178,15 @@ impl SstInfo {
         e.u32(self.medium_ptrs).u32(self.large_ptrs).u64(self.min_lsn).u64(self.max_lsn);
         e.bytes(&self.first_key).bytes(&self.last_key);
     }
+    /// The footer body: the description, and `range_lsn` when it is not 0 (the footer's
+    /// length says which).
+    pub(crate) fn encode_footer(&self, e: &mut Writer) {
+        self.encode(e);
+        if self.range_lsn != 0 {
+            e.u64(self.range_lsn);
+        }
+    }
+
     pub(crate) fn decode(d: &mut Reader<'_>) -> Result<SstInfo, Short> {
         Ok(SstInfo {
             seg: d.u32()?,
@@ -188,6 +205,7 @@ impl SstInfo {
             max_lsn: d.u64()?,
             first_key: d.bytes()?.to_vec(),
             last_key: d.bytes()?.to_vec(),
+            range_lsn: 0,
         })
     }
 }
@@ -292,6 +310,22 @@ pub enum Edit {
         /// The backup's segment.
         local: u32,
     },
+    /// A range delete leaves L0 for the levels (format 4): it hides the older versions of the
+    /// keys of `[start, end)` in every level until no SST holds any.
+    AddRangeDel {
+        /// First key deleted.
+        start: Vec<u8>,
+        /// First key past the range (greater than `start`).
+        end: Vec<u8>,
+        /// LSN of the delete.
+        lsn: u64,
+    },
+    /// The range delete of this LSN hides nothing any more: no SST holds a version older
+    /// than it among its keys.
+    DropRangeDel {
+        /// LSN of the delete.
+        lsn: u64,
+    },
     /// Drops a map entry (a backup remapping to a new primary's segments).
     Unmap {
         /// Log or index map.
@@ -323,9 +357,16 @@ impl Edit {
                 };
                 e.u8(*backup as u8);
             }
-            Edit::AddSst { level, sst } => {
+            // The tag of format 3 while no range delete was applied: stores without range
+            // deletes write what they wrote before.
+            Edit::AddSst { level, sst } if sst.range_lsn == 0 => {
                 e.u8(tag::ADD_SST).u8(level.0);
                 sst.encode(e);
+            }
+            Edit::AddSst { level, sst } => {
+                e.u8(tag::ADD_SST_RANGED).u8(level.0);
+                sst.encode(e);
+                e.u64(sst.range_lsn);
             }
             Edit::RemoveSst { level, seg } => {
                 e.u8(tag::REMOVE_SST).u8(level.0).u32(*seg);
@@ -360,6 +401,12 @@ impl Edit {
             Edit::LogFill { log, seg, bytes } => {
                 e.u8(tag::LOG_FILL).u8(*log as u8).u32(*seg).u32(*bytes);
             }
+            Edit::AddRangeDel { start, end, lsn } => {
+                e.u8(tag::ADD_RANGE_DEL).bytes(start).bytes(end).u64(*lsn);
+            }
+            Edit::DropRangeDel { lsn } => {
+                e.u8(tag::DROP_RANGE_DEL).u64(*lsn);
+            }
         }
     }
 
@@ -389,6 +436,11 @@ impl Edit {
                 Edit::CreateRegion { start, end, backup }
             }
             tag::ADD_SST => Edit::AddSst { level: level(d.u8()?)?, sst: SstInfo::decode(d)? },
+            tag::ADD_SST_RANGED => {
+                let (level, mut sst) = (level(d.u8()?)?, SstInfo::decode(d)?);
+                sst.range_lsn = d.u64()?;
+                Edit::AddSst { level, sst }
+            }
             tag::REMOVE_SST => Edit::RemoveSst { level: level(d.u8()?)?, seg: d.u32()? },
             tag::LOG_ADD => Edit::LogAdd { log: log(d.u8()?)?, seg: d.u32()?, salt: d.u32()? },
             tag::LOG_REMOVE => Edit::LogRemove { log: log(d.u8()?)?, seg: d.u32()? },
@@ -400,6 +452,15 @@ impl Edit {
             tag::UNMAP => Edit::Unmap { kind: map_kind(d.u8()?)?, primary: d.u32()?, salt: d.u32()? },
             tag::CLEAR_L1_LSN => Edit::ClearL1Lsn,
             tag::LOG_FILL => Edit::LogFill { log: log(d.u8()?)?, seg: d.u32()?, bytes: d.u32()? },
+            tag::ADD_RANGE_DEL => {
+                let (start, end, lsn) = (d.bytes()?.to_vec(), d.bytes()?.to_vec(), d.u64()?);
+                // An empty or inverted range is never written.
+                if end <= start {
+                    return Err(Short);
+                }
+                Edit::AddRangeDel { start, end, lsn }
+            }
+            tag::DROP_RANGE_DEL => Edit::DropRangeDel { lsn: d.u64()? },
             _ => return Err(Short),
         })
     }
@@ -455,6 +516,8 @@ pub(crate) struct RegionMeta {
     pub log_map: BTreeMap<(u32, u32), u32>,
     /// Backup: primary SST segment -> local segment.
     pub index_map: BTreeMap<u32, u32>,
+    /// Range deletes that left L0, by LSN.
+    pub range_dels: Vec<RangeDel>,
 }
 
 impl RegionMeta {
@@ -556,6 +619,10 @@ impl RegionMeta {
             Edit::Unmap { kind: MapKind::Index, primary, .. } => {
                 self.index_map.remove(primary);
             }
+            Edit::AddRangeDel { start, end, lsn } => {
+                rangedel::add(&mut self.range_dels, RangeDel { start: start.clone(), end: end.clone(), lsn: *lsn })
+            }
+            Edit::DropRangeDel { lsn } => self.range_dels.retain(|d| d.lsn != *lsn),
         }
     }
 
@@ -598,6 +665,9 @@ impl RegionMeta {
         }
         for (&primary, &local) in &self.index_map {
             v.push(Edit::Map { kind: MapKind::Index, primary, salt: 0, local });
+        }
+        for d in &self.range_dels {
+            v.push(Edit::AddRangeDel { start: d.start.clone(), end: d.end.clone(), lsn: d.lsn });
         }
         v
     }
@@ -674,7 +744,8 @@ mod tests {
         let sst = sample_sst();
         let edits = vec![
             Edit::CreateRegion { start: vec![], end: Some(b"z".to_vec()), backup: true },
-            Edit::AddSst { level: Level::new(2).unwrap(), sst },
+            Edit::AddSst { level: Level::new(2).unwrap(), sst: sst.clone() },
+            Edit::AddSst { level: Level::L1, sst: SstInfo { range_lsn: 7, ..sst } },
             Edit::RemoveSst { level: Level::L1, seg: 4 },
             Edit::LogAdd { log: LogKind::Large, seg: 5, salt: 77 },
             Edit::LogRemove { log: LogKind::L0, seg: 6 },
@@ -687,6 +758,8 @@ mod tests {
             Edit::Map { kind: MapKind::Log, primary: 5, salt: 77, local: 40 },
             Edit::Map { kind: MapKind::Index, primary: 9, salt: 0, local: 41 },
             Edit::Unmap { kind: MapKind::Log, primary: 5, salt: 77 },
+            Edit::AddRangeDel { start: b"a".to_vec(), end: b"b".to_vec(), lsn: 40 },
+            Edit::DropRangeDel { lsn: 40 },
         ];
         let b = encode_edits(3, &edits);
         let (r, back) = decode_edits(&b).expect("decodes");
@@ -714,6 +787,7 @@ mod tests {
             max_lsn: 3,
             first_key: b"a".to_vec(),
             last_key: b"c".to_vec(),
+            range_lsn: 0,
         }
     }
 

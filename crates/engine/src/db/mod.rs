@@ -60,8 +60,24 @@ pub struct Db {
 /// An atomic group of writes (within one region).
 #[derive(Default, Debug, Clone)]
 pub struct WriteBatch {
-    /// Key, value (None: a delete), expiry time (0: never).
-    ops: Vec<(Vec<u8>, Option<Vec<u8>>, u64)>,
+    ops: Vec<BatchOp>,
+}
+
+#[derive(Debug, Clone)]
+enum BatchOp {
+    /// Key, value, expiry time (0: never).
+    Put(Vec<u8>, Vec<u8>, u64),
+    Delete(Vec<u8>),
+    /// First key, first key past the range.
+    DeleteRange(Vec<u8>, Vec<u8>),
+}
+
+impl BatchOp {
+    fn key(&self) -> &[u8] {
+        match self {
+            BatchOp::Put(k, ..) | BatchOp::Delete(k) | BatchOp::DeleteRange(k, _) => k,
+        }
+    }
 }
 
 impl WriteBatch {
@@ -71,19 +87,25 @@ impl WriteBatch {
     }
     /// Adds a put.
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
-        self.ops.push((key.into(), Some(value.into()), 0));
+        self.ops.push(BatchOp::Put(key.into(), value.into(), 0));
         self
     }
     /// Adds a put that no reader sees from `expire_at` on (milliseconds since the Unix epoch,
     /// as [`Db::now_ms`] counts them; 0 = never). An absolute time, so that every copy of the
     /// pair expires at the same moment.
     pub fn put_expiring(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, expire_at: u64) -> &mut Self {
-        self.ops.push((key.into(), Some(value.into()), expire_at));
+        self.ops.push(BatchOp::Put(key.into(), value.into(), expire_at));
         self
     }
     /// Adds a delete.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut Self {
-        self.ops.push((key.into(), None, 0));
+        self.ops.push(BatchOp::Delete(key.into()));
+        self
+    }
+    /// Adds a delete of every key in `[start, end)`: one record however many keys it covers.
+    /// The range must lie within one region, as every write of a batch.
+    pub fn delete_range(&mut self, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(BatchOp::DeleteRange(start.into(), end.into()));
         self
     }
     /// Number of operations.
@@ -94,12 +116,19 @@ impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
-    /// The keys written, in order.
+    /// The keys written, in order (the first key of a range delete).
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.ops.iter().map(|(k, ..)| k.as_slice())
+        self.ops.iter().map(BatchOp::key)
     }
     fn as_ops(&self) -> Vec<Op<'_>> {
-        self.ops.iter().map(|(k, v, at)| v.as_ref().map_or(Op::Delete(k), |v| Op::Put(k, v, *at))).collect()
+        self.ops
+            .iter()
+            .map(|op| match op {
+                BatchOp::Put(k, v, at) => Op::Put(k, v, *at),
+                BatchOp::Delete(k) => Op::Delete(k),
+                BatchOp::DeleteRange(s, e) => Op::DeleteRange(s, e),
+            })
+            .collect()
     }
 }
 
@@ -424,13 +453,32 @@ impl Db {
         self.on_region(key, |r| r.write(&[Op::Delete(key)]).map(|_| ()))
     }
 
+    /// Removes every key in `[start, end)`. Within a region it is one record, atomic and
+    /// independent of the number of keys; a range over several regions is one delete per
+    /// region, each atomic on its own.
+    pub fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        if end <= start {
+            return Err(Error::EmptyRange);
+        }
+        let mut parts: Vec<Arc<Region>> = self.inner.regions.read().values().cloned().collect();
+        parts.sort_by(|a, b| a.start().cmp(b.start()));
+        for r in parts {
+            let from = start.max(r.start().as_slice());
+            let to = r.end().as_deref().map_or(end, |e| end.min(e));
+            if from < to && !r.is_backup() {
+                r.write(&[Op::DeleteRange(from, to)])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Applies a batch atomically: after a crash either all of it or none of it is there.
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
-        let Some((first, ..)) = batch.ops.first() else {
+        let Some(first) = batch.keys().next() else {
             return Ok(());
         };
         let r = self.route(first)?;
-        for (k, ..) in &batch.ops {
+        for k in batch.keys() {
             if !r.contains(k) {
                 let other = self.route(k)?;
                 return Err(Error::BatchSpansRegions(r.id(), other.id()));
@@ -487,7 +535,7 @@ impl Db {
             let mut ran = false;
             let mut busy = false;
             for r in self.regions_list() {
-                if let Some(job) = compaction::pick(&r) {
+                if let Some(job) = compaction::pick_with(&r, true) {
                     compaction::run(&r, job)?;
                     ran = true;
                 } else if r.busy().lock().iter().any(|b| *b) || r.view().imm.is_some() {
@@ -612,6 +660,11 @@ impl RegionHandle {
     /// Removes `key`. Returns the write's LSN.
     pub fn delete(&self, key: &[u8]) -> Result<u64> {
         self.region.write(&[Op::Delete(key)])
+    }
+    /// Removes every key of `[start, end)` (within the region) in one record. Returns the
+    /// write's LSN.
+    pub fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<u64> {
+        self.region.write(&[Op::DeleteRange(start, end)])
     }
     /// Applies a batch atomically. Returns the LSN of its last write.
     pub fn write(&self, batch: &WriteBatch) -> Result<u64> {

@@ -47,6 +47,15 @@ pub struct Stats {
     pub put_bytes: [u64; 3],
     /// Deletes.
     pub deletes: u64,
+    /// Range deletes.
+    pub range_deletes: u64,
+    /// Versions compactions dropped because a range delete hides them.
+    pub range_covered_dropped: u64,
+    /// SSTs freed whole because a range delete hides all they hold (none of them rewritten).
+    pub range_ssts_freed: u64,
+    /// Range deletes held now (in L0 and in the levels): each stays until no older version of
+    /// a key of its range is left, and reads of its keys check it.
+    pub range_dels: u64,
     /// Bytes in L0 (mutable and immutable tables).
     pub l0_bytes: u64,
     /// Levels L1.. (index 0 = L1).
@@ -154,6 +163,9 @@ impl Db {
             puts: [0, 1, 2].map(|i| c.puts[i].load(Relaxed)),
             put_bytes: [0, 1, 2].map(|i| c.put_bytes[i].load(Relaxed)),
             deletes: c.deletes.load(Relaxed),
+            range_deletes: c.range_deletes.load(Relaxed),
+            range_covered_dropped: c.range_covered_dropped.load(Relaxed),
+            range_ssts_freed: c.range_ssts_freed.load(Relaxed),
             stall_seconds: c.stall_ns.load(Relaxed) as f64 / 1e9,
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
@@ -183,6 +195,7 @@ impl Db {
         for r in self.inner.regions.read().values() {
             let v = r.view();
             s.l0_bytes += (v.mem.bytes() + v.imm.as_ref().map_or(0, |m| m.bytes())) as u64;
+            s.range_dels += v.range_dels(u64::MAX).len() as u64;
             for (i, l) in v.version.levels.iter().enumerate() {
                 if s.levels.len() <= i {
                     s.levels.push(LevelStats::default());

@@ -4,4 +4,5 @@
 pub(crate) mod bloom;
 pub(crate) mod entry;
 pub(crate) mod node;
+pub(crate) mod rangedel;
 pub(crate) mod record;

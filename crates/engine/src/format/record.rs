@@ -2,13 +2,14 @@
 //!
 //! ```text
 //! 0  u16 start marker 0x4B56
-//! 2  u8  kind (1 put, 2 delete, 3 put that expires: format 3)
+//! 2  u8  kind (1 put, 2 delete, 3 put that expires: format 3, 4 range delete: format 4)
 //! 3  u8  reserved (must be 0)
 //! 4  u32 salt of the segment the record was written into
 //! 8  u64 LSN
 //! 16 u16 key length K
 //! 18 u32 value length V
-//! 22 [K] key, [V] value (kind 3: u64 expire_at, ms since the Unix epoch, non-zero, then the value)
+//! 22 [K] key, [V] value (kind 3: u64 expire_at, ms since the Unix epoch, non-zero, then the value;
+//!        kind 4: key = first key deleted, value = first key past the range, greater than the key)
 //! .. u32 batch_remaining: records of the same atomic batch that follow this one
 //! .. u32 crc32c of everything above
 //! .. u32 end marker 0x21444E45
@@ -32,6 +33,8 @@ pub(crate) const KIND_PUT: u8 = 1;
 pub(crate) const KIND_DELETE: u8 = 2;
 /// A put whose value field starts with its expiry time (u64, non-zero).
 pub(crate) const KIND_PUT_EXPIRING: u8 = 3;
+/// Deletes every key in `[key, value)`: one record whatever the number of keys it covers.
+pub(crate) const KIND_RANGE_DELETE: u8 = 4;
 
 /// Bytes the expiry time adds to a put's value field (0 for a put that never expires).
 pub(crate) fn expiry_len(expire_at: u64) -> usize {
@@ -45,7 +48,8 @@ pub(crate) fn expiry_len(expire_at: u64) -> usize {
 /// A decoded record, borrowing from the buffer it was read from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record<'a> {
-    /// [`KIND_PUT`] or [`KIND_DELETE`]: a put that expires is a put with `expire_at` set.
+    /// [`KIND_PUT`], [`KIND_DELETE`] or [`KIND_RANGE_DELETE`]: a put that expires is a put
+    /// with `expire_at` set.
     pub kind: u8,
     /// When the put expires (ms since the Unix epoch); 0 for never.
     pub expire_at: u64,
@@ -71,7 +75,7 @@ pub(crate) fn encoded_len(key: usize, value: usize) -> usize {
 /// What a record holds besides its salt and LSN.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Body<'a> {
-    /// [`KIND_PUT`] or [`KIND_DELETE`].
+    /// [`KIND_PUT`], [`KIND_DELETE`] or [`KIND_RANGE_DELETE`] (`key..value` is the range).
     pub kind: u8,
     pub key: &'a [u8],
     pub value: &'a [u8],
@@ -153,6 +157,8 @@ pub(crate) fn decode(buf: &[u8], salt: Option<u32>) -> Result<Record<'_>, Invali
     let key = &buf[HEADER..HEADER + klen];
     let (kind, expire_at, value) = match kind {
         KIND_PUT | KIND_DELETE => (kind, 0, &buf[HEADER + klen..t]),
+        // An empty or inverted range deletes nothing and is never written.
+        KIND_RANGE_DELETE if buf[HEADER + klen..t] > *key => (kind, 0, &buf[HEADER + klen..t]),
         KIND_PUT_EXPIRING => match get_u64(buf, HEADER + klen) {
             Some(at) if at != 0 && vlen >= 8 => (KIND_PUT, at, &buf[HEADER + klen + 8..t]),
             _ => return Err(Invalid::Torn),

@@ -14,6 +14,7 @@ use crate::device::alloc::Purpose;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::format::node::Node;
+use crate::format::rangedel::{self, RangeDel};
 use crate::format::record::{self, RECORD_OVERHEAD};
 use crate::log::listener::ShippedSegment;
 use crate::log::tail::LogTail;
@@ -35,19 +36,35 @@ pub(crate) enum Job {
     L0,
     /// Part of level i (1-based) into level i+1.
     Level(usize),
+    /// Frees the SSTs that range deletes hide whole, rewrites (with `true`) those that keep a
+    /// range delete alive, and drops the range deletes that hide nothing any more (every level
+    /// taking part).
+    Reclaim(bool),
 }
+
+/// Range deletes a region keeps before the SSTs that keep them alive are rewritten: every read
+/// of a key in a range checks it, so they must not pile up; a few wait for the merges that
+/// come anyway.
+const IDLE_RANGE_DELS: usize = 8;
 
 impl Job {
     fn levels(self) -> (usize, usize) {
         match self {
             Job::L0 => (0, 1),
             Job::Level(i) => (i, i + 1),
+            Job::Reclaim(_) => (0, usize::MAX),
         }
     }
 }
 
 /// Picks the most urgent job whose levels are idle, and marks them busy.
 pub(crate) fn pick(r: &Region) -> Option<Job> {
+    pick_with(r, false)
+}
+
+/// [`pick`]; with `thorough`, range deletes are let go as soon as rewrites can (a manual
+/// compaction), not only once more than [`IDLE_RANGE_DELS`] are held.
+pub(crate) fn pick_with(r: &Region, thorough: bool) -> Option<Job> {
     if r.is_backup() {
         return None;
     }
@@ -58,6 +75,14 @@ pub(crate) fn pick(r: &Region) -> Option<Job> {
         busy[0] = true;
         busy[1] = true;
         return Some(Job::L0);
+    }
+    if !view.version.range_dels.is_empty() && busy.iter().all(|b| !*b) {
+        let plan = view.version.range_reclaim();
+        let rewrite = thorough || view.version.range_dels.len() > IDLE_RANGE_DELS;
+        if !plan.hidden.is_empty() || !plan.drops.is_empty() || (rewrite && !plan.blocking.is_empty()) {
+            busy.iter_mut().for_each(|b| *b = true);
+            return Some(Job::Reclaim(rewrite));
+        }
     }
     let mut best: Option<(f64, usize)> = None;
     for i in 1..o.max_levels {
@@ -79,11 +104,15 @@ pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
     let res = match job {
         Job::L0 => compact_l0(r),
         Job::Level(i) => compact_level(r, i),
+        Job::Reclaim(rewrite) => reclaim(r, rewrite),
     };
     let (a, b) = job.levels();
     let mut busy = r.busy().lock();
-    busy[a] = false;
-    busy[b] = false;
+    for (i, flag) in busy.iter_mut().enumerate() {
+        if i == a || i == b || b == usize::MAX {
+            *flag = false;
+        }
+    }
     drop(busy);
     r.w_cv().notify_all();
     res
@@ -278,6 +307,9 @@ struct Output<'a> {
     allocated: Vec<u32>,
     /// The clock as the compaction started: pairs expired by then are dropped.
     now: u64,
+    /// The durable range deletes (the levels', and the L0 table's being merged): the versions
+    /// they hide are dropped.
+    dels: Vec<RangeDel>,
     /// The bytes the value being placed counts for in its SST (a medium value moved to the
     /// log: its whole length).
     full_len: usize,
@@ -304,6 +336,13 @@ impl<'a> Output<'a> {
     }
 
     fn emit(&mut self, mut e: Entry) -> Result<()> {
+        // Hidden from every reader of the output (older snapshots read the inputs): it goes,
+        // with no tombstone, as the range delete stays until no older version is left.
+        if rangedel::hides(&self.dels, &e.key, e.lsn, u64::MAX) {
+            self.dropped(&e);
+            self.r.sh().counters.range_covered_dropped.fetch_add(1, Relaxed);
+            return Ok(());
+        }
         // A pair expired by the time the merge started leaves the tree (its log space too); a
         // tombstone takes its place while an older version may lie below. One that has not
         // expired is placed as any other and keeps its expiry.
@@ -409,12 +448,15 @@ impl<'a> Output<'a> {
     }
 
     fn finish_sst(&mut self) -> Result<()> {
-        let Some(b) = self.builder.take() else {
+        let Some(mut b) = self.builder.take() else {
             return Ok(());
         };
         if b.is_empty() {
             return Ok(());
         }
+        // The range deletes applied are every one up to the newest of them (the durable ones
+        // are a prefix by LSN: those of L1 and below, then those of the table merged).
+        b.set_range_lsn(self.dels.iter().map(|d| d.lsn).max().unwrap_or(0));
         let seg = self.alloc()?;
         let (img, info) = b.finish(seg);
         let used = &img[..info.used_bytes as usize];
@@ -582,6 +624,7 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: Level, log_medium: boo
         chunks: ChunkReader { chunks: HashMap::new(), order: VecDeque::new() },
         allocated: Vec::new(),
         now: r.sh().now_ms(),
+        dels: version.range_dels.clone(),
         full_len: 0,
     }
 }
@@ -597,6 +640,8 @@ fn compact_l0(r: &Region) -> Result<()> {
     let mut table_dead = imm.freeze();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
     let mut out = new_output(r, &view.version, Level::L1, true);
+    let table_dels = imm.range_dels().map(|d| d.to_vec()).unwrap_or_default();
+    out.dels.extend(table_dels.iter().cloned());
     let inputs = imm.key_range().map_or_else(Vec::new, |(f, l)| overlapping(l1, &f, &l));
     let result = (|| {
         let mut it = imm.iter_all().peekable();
@@ -633,6 +678,8 @@ fn compact_l0(r: &Region) -> Result<()> {
     for s in &inputs {
         edits.push(Edit::RemoveSst { level: Level::L1, seg: s.info.seg });
     }
+    // The table's range deletes leave with its log: the catalog keeps them from here.
+    edits.extend(table_dels.into_iter().map(|d| Edit::AddRangeDel { start: d.start, end: d.end, lsn: d.lsn }));
     edits.push(Edit::L1Lsn(imm.max_lsn()));
     // Large values the new L1 points to must be durable before the L0 log that also
     // covered them goes away.
@@ -712,6 +759,84 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
     }
     let merged = std::iter::once((i, pick)).chain(overlap.into_iter().map(|s| (i + 1, s))).collect();
     publish(r, edits, &mut out, merged, false)
+}
+
+/// Frees the SSTs range deletes hide whole without rewriting them: only those that point
+/// into the medium or large log have their leaves read, for the log space they release. With
+/// `rewrite`, rewrites each SST that keeps a range delete alive in its level (the merge drops
+/// the versions the deletes hide). Then drops the range deletes that hide nothing any more.
+fn reclaim(r: &Region, rewrite: bool) -> Result<()> {
+    let view = r.view();
+    let plan = view.version.range_reclaim();
+    let mut edits = Vec::new();
+    let mut out = new_output(r, &view.version, Level::L1, false);
+    let freed = (|| {
+        for (i, sst) in &plan.hidden {
+            if sst.info.medium_ptrs + sst.info.large_ptrs > 0 {
+                let mut leaves = SstStream::new(r, VecDeque::from([sst.clone()]), u16::MAX);
+                while let Some(e) = leaves.next()? {
+                    out.dropped(&e);
+                }
+            }
+            edits.push(Edit::RemoveSst { level: level_at(*i)?, seg: sst.info.seg });
+        }
+        out.finish()
+    })();
+    match freed {
+        Ok(e) => edits.extend(e),
+        Err(e) => {
+            out.abort();
+            return Err(e);
+        }
+    }
+    let c = &r.sh().counters;
+    c.range_ssts_freed.fetch_add(plan.hidden.len() as u64, Relaxed);
+    c.range_covered_dropped.fetch_add(plan.hidden.iter().map(|(_, s)| s.info.entries).sum::<u64>(), Relaxed);
+    let mut drops = plan.drops;
+    if rewrite && !plan.blocking.is_empty() {
+        // Rewritten, no SST keeps any of them: every one goes.
+        drops = view.version.range_dels.iter().map(|d| d.lsn).collect();
+    }
+    edits.extend(drops.iter().map(|&lsn| Edit::DropRangeDel { lsn }));
+    let merged = plan.hidden.into_iter().map(|(i, s)| (i + 1, s)).collect();
+    if rewrite {
+        for (i, sst) in &plan.blocking {
+            rewrite_sst(r, &view.version, *i, sst)?;
+        }
+    }
+    publish(r, edits, &mut out, merged, false)?;
+    if !drops.is_empty() {
+        // Rows cached before a dropped delete must not come back with it gone.
+        r.forget_rows();
+    }
+    Ok(())
+}
+
+fn level_at(i: usize) -> Result<Level> {
+    Level::at_index(i).ok_or(Error::Poisoned(format!("a level at index {i}, past the deepest")))
+}
+
+/// Merges one SST with nothing into its own level: the versions the range deletes hide (and
+/// expired pairs) leave it.
+fn rewrite_sst(r: &Region, version: &Version, i: usize, sst: &Arc<Sst>) -> Result<()> {
+    let level = level_at(i)?;
+    let mut out = new_output(r, version, level, false);
+    let result = (|| {
+        let mut upper = SstStream::new(r, VecDeque::from([sst.clone()]), u16::MAX);
+        let mut older = SstStream::new(r, VecDeque::new(), u16::MAX);
+        let mut newer = || upper.next();
+        merge(&mut out, &mut newer, &mut older)?;
+        out.finish()
+    })();
+    let mut edits = match result {
+        Ok(e) => e,
+        Err(e) => {
+            out.abort();
+            return Err(e);
+        }
+    };
+    edits.push(Edit::RemoveSst { level, seg: sst.info.seg });
+    publish(r, edits, &mut out, vec![(i + 1, sst.clone())], false)
 }
 
 /// Makes the output durable, commits the edits, installs the new view, ships the edits.

@@ -177,6 +177,7 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
             // A compaction published since: a newer write may have moved into the levels.
             Some(_) => points_here(r.lookup(&now, u64::MAX, rec.key)?.as_ref(), ptr, salt),
         };
+        let valid = valid && now.deleted_at(rec.key, u64::MAX) <= rec.lsn; // no newer range delete
         #[cfg(debug_assertions)]
         {
             let by_lookup = points_here(r.lookup(&now, u64::MAX, rec.key)?.as_ref(), ptr, salt);

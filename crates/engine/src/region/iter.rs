@@ -7,6 +7,7 @@
 )]
 
 use crate::error::Result;
+use crate::format::rangedel::{self, RangeDel};
 use crate::region::Region;
 use crate::tree::memtable::{Entry, Memtable, Value};
 use crate::tree::sst::Sst;
@@ -67,6 +68,14 @@ fn after(b: &Bound<Vec<u8>>, k: &[u8]) -> bool {
     }
 }
 
+/// The key of a bound (empty for none).
+fn bound_key(b: &Bound<Vec<u8>>) -> &[u8] {
+    match b {
+        Bound::Included(x) | Bound::Excluded(x) => x,
+        Bound::Unbounded => &[],
+    }
+}
+
 fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     match b {
         Bound::Included(x) => Bound::Included(x),
@@ -82,6 +91,8 @@ pub(crate) struct RegionScan {
     snap: u64,
     /// The clock as the scan started: pairs expired by then are not returned.
     now: u64,
+    /// The range deletes the snapshot sees that overlap the scan's bounds.
+    dels: Vec<RangeDel>,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     reverse: bool,
@@ -129,7 +140,12 @@ impl RegionScan {
             }
         }
         let batch = limit.map_or(FIRST_VALUE_BATCH, |l| l.clamp(1, MAX_VALUE_BATCH));
+        let mut dels = view.range_dels(snap);
+        // Only those that can hide a key of the scan (one whose end is at or below the lower
+        // bound cannot).
+        dels.retain(|d| !after(&hi, &d.start) && d.end.as_slice() > bound_key(&lo));
         RegionScan {
+            dels,
             now: region.sh.now_ms(),
             region,
             _view: view,
@@ -319,7 +335,7 @@ impl RegionScan {
                     s.buf.pop_front();
                 }
             }
-            if e.value.is_gone(self.now) {
+            if e.value.is_gone(self.now) || rangedel::hides(&self.dels, &e.key, e.lsn, self.snap) {
                 continue;
             }
             return Ok(Some(e));

@@ -16,7 +16,8 @@ use crate::catalog::{Edit, RegionMeta};
 use crate::device::alloc::Purpose;
 use crate::error::{Error, Result};
 use crate::format::bloom;
-use crate::format::record::{self, KIND_DELETE, KIND_PUT};
+use crate::format::rangedel::RangeDel;
+use crate::format::record::{self, KIND_DELETE, KIND_PUT, KIND_RANGE_DELETE};
 use crate::log::listener::ShipListener;
 use crate::log::tail::LogTail;
 use crate::log::writer::LogWriter;
@@ -112,9 +113,10 @@ pub(crate) struct Region {
     dead: crate::region::dead::DeadRecords,
     /// The log tails' device writes, done after the write lock is released.
     writer: Arc<LogWriter>,
-    /// Identity of this region object in the row cache: a region rebuilt (promotion, a backup
-    /// reset) starts with no rows.
-    uid: u64,
+    /// Identity of this region's rows in the row cache: a region rebuilt (promotion, a backup
+    /// reset) starts with no rows, and a new one is taken when every row must go at once
+    /// ([`Region::forget_rows`]).
+    uid: AtomicU64,
     /// Bumped by every L0->L1 compaction before it removes the rows of the keys it moves.
     row_epoch: AtomicU64,
     /// Readers insert a row only under this (shared) and only if the epoch has not moved; the
@@ -152,6 +154,8 @@ pub(crate) enum Op<'a> {
     /// Key, value, expiry time (0: never).
     Put(&'a [u8], &'a [u8], u64),
     Delete(&'a [u8]),
+    /// Every key of `[start, end)`.
+    DeleteRange(&'a [u8], &'a [u8]),
 }
 
 impl<'a> Op<'a> {
@@ -160,13 +164,21 @@ impl<'a> Op<'a> {
         match *self {
             Op::Put(key, value, expire_at) => record::Body { kind: KIND_PUT, key, value, expire_at },
             Op::Delete(key) => record::Body { kind: KIND_DELETE, key, value: &[], expire_at: 0 },
+            Op::DeleteRange(start, end) => {
+                record::Body { kind: KIND_RANGE_DELETE, key: start, value: end, expire_at: 0 }
+            }
         }
     }
 
     fn key(&self) -> &[u8] {
         match self {
-            Op::Put(k, ..) | Op::Delete(k) => k,
+            Op::Put(k, ..) | Op::Delete(k) | Op::DeleteRange(k, _) => k,
         }
+    }
+
+    /// A delete of one key or of a range: it may use the space kept for compaction.
+    fn deletes(&self) -> bool {
+        matches!(self, Op::Delete(_) | Op::DeleteRange(..))
     }
 }
 
@@ -281,7 +293,7 @@ impl Region {
             gc_lock: Mutex::new(()),
             dead: Default::default(),
             writer,
-            uid: NEXT_REGION_UID.fetch_add(1, Relaxed),
+            uid: AtomicU64::new(NEXT_REGION_UID.fetch_add(1, Relaxed)),
             row_epoch: AtomicU64::new(0),
             row_gate: parking_lot::RwLock::new(()),
             sh,
@@ -366,6 +378,18 @@ impl Region {
         if !self.contains(key) {
             return Err(Error::KeyOutOfRegion(self.id));
         }
+        if let Op::DeleteRange(start, end) = op {
+            if end.len() > o.max_key_bytes {
+                return Err(Error::KeyTooLarge { len: end.len(), limit: o.max_key_bytes });
+            }
+            if end <= start {
+                return Err(Error::EmptyRange);
+            }
+            // The range ends inside the region or at its end (the caller splits a longer one).
+            if self.end.as_ref().is_some_and(|e| *end > e.as_slice()) {
+                return Err(Error::KeyOutOfRegion(self.id));
+            }
+        }
         Ok(())
     }
 
@@ -434,7 +458,7 @@ impl Region {
         for (i, op) in ops.iter().enumerate() {
             let body = op.body();
             let (k, v) = (body.key, body.value);
-            let c = if matches!(op, Op::Delete(_)) {
+            let c = if op.deletes() {
                 Category::Small
             } else {
                 category(o.small_threshold, o.large_threshold, k.len() + v.len())
@@ -491,8 +515,7 @@ impl Region {
         let seg_bytes = self.sh.dev.seg_bytes() as usize;
         // Deletes may use the space kept for compaction: on a full device they are how a user
         // makes room, and the compactions they allow free more than they take.
-        let purpose =
-            if ops.iter().all(|o| matches!(o, Op::Delete(_))) { Purpose::Background } else { Purpose::Writes };
+        let purpose = if ops.iter().all(Op::deletes) { Purpose::Background } else { Purpose::Writes };
         for ((tail, lens), reserved) in [&w.l0, &w.large].into_iter().zip(lens).zip(reserved.iter_mut()) {
             let mut rem = tail.remaining();
             // The segment being filled and the LSN of its last record.
@@ -561,7 +584,8 @@ impl Region {
             let salt = tail.seg.map_or(0, |s| s.1);
             w.next_lsn += 1;
             values.push(match (kind, cat) {
-                (KIND_DELETE, _) => Value::Tombstone,
+                // A range delete enters L0 as a range (`finish`), never as an entry.
+                (KIND_DELETE | KIND_RANGE_DELETE, _) => Value::Tombstone,
                 (_, Category::Large) => Value::expiring(body.expire_at, Value::Large { ptr, len, salt }),
                 _ => Value::expiring(body.expire_at, Value::Inline(v.to_vec())),
             });
@@ -575,7 +599,9 @@ impl Region {
     fn count_user_write(&self, kind: u8, cat: Category, bytes: usize) {
         let c = &self.sh.counters;
         c.user_bytes.fetch_add(bytes as u64, Relaxed);
-        if kind == KIND_DELETE {
+        if kind == KIND_RANGE_DELETE {
+            c.range_deletes.fetch_add(1, Relaxed);
+        } else if kind == KIND_DELETE {
             c.deletes.fetch_add(1, Relaxed);
         } else {
             c.puts[cat as usize].fetch_add(1, Relaxed);
@@ -612,7 +638,12 @@ impl Region {
     pub(crate) fn finish(&self, p: Pending, ops: &[Op<'_>]) -> Result<u64> {
         let last = p.first + p.values.len() as u64 - 1;
         for ((op, value), lsn) in ops.iter().zip(p.values).zip(p.first..) {
-            p.mem.insert(op.key(), lsn, value);
+            match op {
+                Op::DeleteRange(start, end) => {
+                    p.mem.insert_range_del(RangeDel { start: start.to_vec(), end: end.to_vec(), lsn })
+                }
+                _ => p.mem.insert(op.key(), lsn, value),
+            }
         }
         p.mem.writer_exit();
         let mut g = self.done.lock();
@@ -803,17 +834,22 @@ impl Region {
         Ok(())
     }
 
-    /// The newest entry for `key` visible at `snap` in `view` (tombstones included).
+    /// The newest entry for `key` visible at `snap` in `view` (tombstones included: a version
+    /// a range delete hides comes back as a tombstone at the range delete's LSN).
     pub(crate) fn lookup(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Entry>> {
-        if let Some(e) = view.mem.get(key, snap) {
-            return Ok(Some(e));
+        let e = match view.mem.get(key, snap) {
+            Some(e) => Some(e),
+            None => match view.imm.as_ref().and_then(|imm| imm.get(key, snap)) {
+                Some(e) => Some(e),
+                None => self.lookup_levels(view, key)?,
+            },
+        };
+        let Some(e) = e else { return Ok(None) };
+        let deleted = view.deleted_at(key, snap);
+        if deleted > e.lsn {
+            return Ok(Some(Entry { key: e.key, lsn: deleted, value: Value::Tombstone }));
         }
-        if let Some(imm) = &view.imm {
-            if let Some(e) = imm.get(key, snap) {
-                return Ok(Some(e));
-            }
-        }
-        self.lookup_levels(view, key)
+        Ok(Some(e))
     }
 
     /// Whether `key` may have an entry in a level above the deepest non-empty one, by the
@@ -848,6 +884,9 @@ impl Region {
     }
 
     pub(crate) fn get_at(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if view.deleted_at(key, snap) != 0 {
+            return self.get_covered(view, snap, key);
+        }
         if let Some(v) = self.get_l0(view, snap, key)? {
             return Ok(v);
         }
@@ -885,10 +924,22 @@ impl Region {
         if self.backup {
             return self.get_at(&view, snap, key);
         }
+        if view.deleted_at(key, snap) != 0 {
+            return self.get_covered(&view, snap, key);
+        }
         if let Some(v) = self.get_l0(&view, snap, key)? {
             return Ok(v);
         }
         self.get_levels(&view, key, Some(epoch))
+    }
+
+    /// The value of a key a range delete covers: only a version newer than the delete is
+    /// live, so the entry's LSN decides, and the row cache (which has no LSNs) is left out.
+    fn get_covered(&self, view: &View, snap: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.lookup(view, snap, key)? {
+            Some(e) => self.resolve(&e),
+            None => Ok(None),
+        }
     }
 
     /// The value of `key` and its expiry time, from the newest entry (no row cache).
@@ -903,7 +954,7 @@ impl Region {
     /// row cache (see `rowcache`); without, as of `view` only (snapshots, backups).
     fn get_levels(&self, view: &View, key: &[u8], row_epoch: Option<u64>) -> Result<Option<Vec<u8>>> {
         let cache = &self.sh.ctx.cache;
-        let rk = row_epoch.map(|_| rowcache::row_key(self.uid, key));
+        let rk = row_epoch.map(|_| rowcache::row_key(self.uid.load(SeqCst), key));
         if let Some(row) = rk.and_then(|rk| cache.get(rk)) {
             if let Some(v) = rowcache::value_of(&row, key) {
                 return Ok(Some(v.to_vec()));
@@ -924,6 +975,15 @@ impl Region {
         Ok(value)
     }
 
+    /// Makes every cached row unreachable: a range delete that stops hiding its keys (they
+    /// left the tree) must not let rows cached before it come back. Rows cached under the old
+    /// identity age out of the cache.
+    pub(crate) fn forget_rows(&self) {
+        let _gate = self.row_gate.write();
+        self.row_epoch.fetch_add(1, SeqCst);
+        self.uid.store(NEXT_REGION_UID.fetch_add(1, Relaxed), SeqCst);
+    }
+
     /// Before an L0->L1 compaction makes its output visible: the rows of the keys it moves
     /// out of L0 may hold older values. A cached row takes the table's value where it is at
     /// hand (so hot keys stay cached across compactions) and goes otherwise.
@@ -934,7 +994,7 @@ impl Region {
         }
         let cache = &self.sh.ctx.cache;
         table.for_each_newest(|k, v| {
-            let rk = rowcache::row_key(self.uid, k);
+            let rk = rowcache::row_key(self.uid.load(SeqCst), k);
             match v {
                 Value::Inline(v) => cache.refresh(rk, Arc::new(rowcache::encode(k, v))),
                 _ => cache.remove(rk),

@@ -15,13 +15,16 @@ use crate::catalog::{Edit, LogSeg, RegionMeta};
 use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::format::record::{self, KIND_DELETE};
+use crate::format::rangedel::RangeDel;
+use crate::format::record::{self, KIND_DELETE, KIND_RANGE_DELETE};
 use crate::tree::memtable::{Memtable, Value};
 
 struct Rec {
     lsn: u64,
     key: Vec<u8>,
     value: Value,
+    /// A range delete: the end of its range (`key` is the start).
+    range_end: Option<Vec<u8>>,
     batch_remaining: u32,
 }
 
@@ -98,12 +101,14 @@ fn read_log(
                 continue;
             }
             let value = match (kind, r.kind) {
-                (_, KIND_DELETE) => Value::Tombstone,
+                (_, KIND_DELETE | KIND_RANGE_DELETE) => Value::Tombstone,
                 (LogKind::Large, _) => Value::Large { ptr: base + off as u64, len: r.len as u32, salt: s.salt },
                 _ => Value::Inline(r.value.to_vec()),
             };
             let value = Value::expiring(r.expire_at, value);
-            recs.push(Rec { lsn: r.lsn, key: r.key.to_vec(), value, batch_remaining: r.batch_remaining });
+            let range_end = (r.kind == KIND_RANGE_DELETE).then(|| r.value.to_vec());
+            let (lsn, key, batch_remaining) = (r.lsn, r.key.to_vec(), r.batch_remaining);
+            recs.push(Rec { lsn, key, value, range_end, batch_remaining });
         }
         if resumable {
             last = Some(Last { seg: s.clone(), image: img, records: kept });
@@ -157,7 +162,10 @@ fn apply_prefix(mem: &Memtable, recs: Vec<Rec>, l1_lsn: u64) -> (u64, usize, u64
                 if let Value::Large { len, .. } = *p.value.base() {
                     large += len as u64;
                 }
-                mem.insert(&p.key, p.lsn, p.value);
+                match p.range_end {
+                    Some(end) => mem.insert_range_del(RangeDel { start: p.key, end, lsn: p.lsn }),
+                    None => mem.insert(&p.key, p.lsn, p.value),
+                }
             }
         }
     }

@@ -253,6 +253,8 @@ impl Replication<'_> {
                     }
                 }
                 Edit::L1Lsn(l) => local.push(Edit::L1Lsn(*l)),
+                // Keys, not segments: as the primary wrote them.
+                Edit::AddRangeDel { .. } | Edit::DropRangeDel { .. } => local.push(e.clone()),
                 Edit::ClearL1Lsn => local.push(Edit::ClearL1Lsn),
                 // The backup's own copies of the L0 and large logs arrive whole
                 // (`backup_log_segment`); the rest is never shipped.
@@ -302,13 +304,9 @@ impl Replication<'_> {
             let (found, _) = decode_log_records(t.bytes, t.salt, 0);
             recs.extend(found.into_iter().filter(|r| r.lsn > meta.l1_lsn).map(|r| (r.lsn, r)));
         }
-        let mut out = BTreeMap::new();
+        let mut out = Overlay::default();
         let now = sh.now_ms();
-        replay_batches(&mut recs, meta.l1_lsn + 1, u64::MAX, |r| {
-            // A put past its time reads as a delete, as on the primary.
-            let value = r.value.filter(|_| r.expire_at == 0 || r.expire_at > now);
-            out.insert(r.key, (r.lsn, value));
-        });
+        replay_batches(&mut recs, meta.l1_lsn + 1, u64::MAX, |r| out.apply(r, now));
         Ok(out)
     }
 
@@ -469,7 +467,8 @@ impl Replication<'_> {
     }
 }
 
-/// Edits that remove every SST and every log segment of a region (freeing them).
+/// Edits that remove every SST, every log segment (freeing them) and every range delete of a
+/// region.
 fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
     let mut edits = Vec::new();
     for (i, ssts) in meta.levels.iter().enumerate() {
@@ -484,6 +483,7 @@ fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
             edits.push(Edit::LogRemove { log: kind, seg: s.seg });
         }
     }
+    edits.extend(meta.range_dels.iter().map(|d| Edit::DropRangeDel { lsn: d.lsn }));
     edits
 }
 
@@ -540,14 +540,18 @@ impl SstInfo {
     /// The SST description as bytes (the footer body of `docs/format.md` §5).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut e = halyard_codec::Writer::new();
-        self.encode(&mut e);
+        self.encode_footer(&mut e);
         e.into_inner()
     }
 
     /// Decodes [`SstInfo::to_bytes`]; every byte must be used.
     pub fn from_bytes(bytes: &[u8]) -> Result<SstInfo> {
         let mut d = halyard_codec::Reader::new(bytes);
-        let info = SstInfo::decode(&mut d).map_err(|_| Error::corrupt(0, 0, "malformed SST description"))?;
+        let malformed = |_| Error::corrupt(0, 0, "malformed SST description");
+        let mut info = SstInfo::decode(&mut d).map_err(malformed)?;
+        if !d.is_empty() {
+            info.range_lsn = d.u64().map_err(malformed)?;
+        }
         d.finish().map_err(|_| Error::corrupt(0, 0, "trailing bytes after an SST description"))?;
         Ok(info)
     }
@@ -577,9 +581,37 @@ pub fn replay_batches(
     next
 }
 
-/// What a backup's logs say beyond its levels: key → (LSN, value; None for a delete, or for a
-/// put whose time has passed).
-pub type Overlay = BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>;
+/// What a backup's logs say beyond its levels, all of it newer than anything the levels hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overlay {
+    /// Key → (LSN, value; None for a delete, or for a put whose time has passed).
+    pub pairs: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>,
+    /// Range deletes: (first key, first key past the range, LSN). They hide every key of
+    /// their range in the levels, and the pairs above written before them.
+    pub ranges: Vec<(Vec<u8>, Vec<u8>, u64)>,
+}
+
+impl Overlay {
+    /// Adds a record replayed in LSN order; `now` decides which puts have expired.
+    pub fn apply(&mut self, r: LogRecord, now: u64) {
+        if let Some(end) = r.range_end {
+            let hidden: Vec<Vec<u8>> = self.pairs.range(r.key.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
+            for k in hidden {
+                self.pairs.remove(&k);
+            }
+            self.ranges.push((r.key, end, r.lsn));
+            return;
+        }
+        // A put past its time reads as a delete, as on the primary.
+        let value = r.value.filter(|_| r.expire_at == 0 || r.expire_at > now);
+        self.pairs.insert(r.key, (r.lsn, value));
+    }
+
+    /// Whether a range delete of the overlay hides `key` in the levels below it.
+    pub fn hides(&self, key: &[u8]) -> bool {
+        self.ranges.iter().any(|(s, e, _)| key >= s.as_slice() && key < e.as_slice())
+    }
+}
 
 /// A log record as a Build-Index backup replays it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -588,8 +620,10 @@ pub struct LogRecord {
     pub lsn: u64,
     /// Key.
     pub key: Vec<u8>,
-    /// Value (None: a delete).
+    /// Value (None: a delete, or a range delete).
     pub value: Option<Vec<u8>>,
+    /// A range delete: the first key past its range (`key` is its first key).
+    pub range_end: Option<Vec<u8>>,
     /// When a put expires (ms since the Unix epoch; 0: never).
     pub expire_at: u64,
     /// Records after this one in the same atomic batch.
@@ -608,7 +642,8 @@ pub fn decode_log_records(img: &[u8], salt: u32, from: usize) -> (Vec<LogRecord>
         out.push(LogRecord {
             lsn: r.lsn,
             key: r.key.to_vec(),
-            value: (r.kind != crate::format::record::KIND_DELETE).then(|| r.value.to_vec()),
+            value: (r.kind == crate::format::record::KIND_PUT).then(|| r.value.to_vec()),
+            range_end: (r.kind == crate::format::record::KIND_RANGE_DELETE).then(|| r.value.to_vec()),
             expire_at: r.expire_at,
             batch_remaining: r.batch_remaining,
         });

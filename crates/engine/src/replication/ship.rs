@@ -124,6 +124,9 @@ impl Replication<'_> {
                 edits.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
             }
         }
+        for d in &meta.range_dels {
+            edits.push(Edit::AddRangeDel { start: d.start.clone(), end: d.end.clone(), lsn: d.lsn });
+        }
         let out = f(RegionSnapshot { logs, ssts, edits });
         drop(w);
         Ok(out)

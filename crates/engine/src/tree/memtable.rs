@@ -3,9 +3,11 @@
 #![expect(clippy::indexing_slicing, reason = "shard indexes are reduced modulo the shard count")]
 
 pub(crate) use crate::format::entry::{Entry, Value};
+use crate::format::rangedel::{self, RangeDel};
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Keys up to this size live inside the tree's nodes: a search compares keys without chasing a
 /// pointer per key.
@@ -102,6 +104,11 @@ pub(crate) struct Memtable {
     max_lsn: AtomicU64,
     /// Writers that appended records for this table and are still inserting them.
     writers: AtomicUsize,
+    /// Range deletes written into this table, by LSN: the versions they hide stay in the
+    /// table (and in the levels) until compactions drop them.
+    range_dels: parking_lot::RwLock<Arc<Vec<RangeDel>>>,
+    /// Whether `range_dels` holds any: most tables hold none, and every read asks.
+    has_range_dels: AtomicBool,
 }
 
 fn shard_of(key: &[u8]) -> usize {
@@ -133,7 +140,28 @@ impl Memtable {
             removal: Default::default(),
             max_lsn: AtomicU64::new(0),
             writers: AtomicUsize::new(0),
+            range_dels: Default::default(),
+            has_range_dels: AtomicBool::new(false),
         }
+    }
+
+    /// Adds a range delete (its record is in the table's log).
+    pub(crate) fn insert_range_del(&self, d: RangeDel) {
+        self.bytes.fetch_add(d.start.len() + d.end.len() + 48, Relaxed);
+        self.max_lsn.fetch_max(d.lsn, Relaxed);
+        let mut g = self.range_dels.write();
+        let mut v = Vec::clone(&g);
+        rangedel::add(&mut v, d);
+        *g = Arc::new(v);
+        self.has_range_dels.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The table's range deletes, by LSN (`None` when it has none).
+    pub(crate) fn range_dels(&self) -> Option<Arc<Vec<RangeDel>>> {
+        if !self.has_range_dels.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        Some(self.range_dels.read().clone())
     }
 
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Value) {
@@ -267,8 +295,9 @@ impl Memtable {
         self.max_lsn.load(Relaxed)
     }
 
+    /// Whether the table holds no write: no version and no range delete.
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.read().is_empty()
+        self.map.read().is_empty() && !self.has_range_dels.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The newest version of `key` with LSN <= `snap`.

@@ -78,12 +78,18 @@ impl SstBuilder {
                 max_lsn: 0,
                 first_key: Vec::new(),
                 last_key: Vec::new(),
+                range_lsn: 0,
             },
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.info.entries == 0
+    }
+
+    /// Records that every range delete up to `lsn` was applied to the entries added.
+    pub(crate) fn set_range_lsn(&mut self, lsn: u64) {
+        self.info.range_lsn = lsn;
     }
 
     /// Bytes the index, filter and footer need if the SST gets `extra` more pivots and keys.
@@ -193,14 +199,14 @@ impl SstBuilder {
         i.bloom_off = bloom_off as u32;
         i.bloom_len = filter.len() as u32;
         let mut e = Writer::new();
-        i.encode(&mut e);
+        i.encode_footer(&mut e);
         let footer_off = self.next_off;
         let body = e.into_inner();
         let footer_len = 8 + 4 + body.len() + 4;
         i.used_bytes = align_up(footer_off + footer_len, ALIGN) as u32;
         // used_bytes is part of the encoded info; encode again now that it is known.
         let mut e = Writer::new();
-        i.encode(&mut e);
+        i.encode_footer(&mut e);
         let body = e.into_inner();
         let f = &mut self.buf[footer_off..footer_off + footer_len];
         f[..8].copy_from_slice(FOOTER_MAGIC);

@@ -7,16 +7,32 @@
 
 use crate::catalog::{Edit, RegionMeta};
 use crate::device::alloc::Allocator;
+use crate::format::rangedel::{self, RangeDel};
 use crate::tree::memtable::Memtable;
 use crate::tree::sst::Sst;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+/// What a region's range deletes let go: `hidden`, the SSTs one of them hides whole (every key
+/// inside its range, every version older than it), freed without a merge; `blocking`, the
+/// other SSTs that may still hold a version one of them hides (they reach into its range, hold
+/// versions older than it, and no merge applied it to them), rewritten to let it go; `drops`,
+/// the LSNs of those that hide nothing once `hidden` is gone. SSTs are given with the index of
+/// their level.
+#[derive(Default)]
+pub(crate) struct RangeReclaim {
+    pub hidden: Vec<(usize, Arc<Sst>)>,
+    pub blocking: Vec<(usize, Arc<Sst>)>,
+    pub drops: Vec<u64>,
+}
+
 /// The levels of a region: `levels[0]` is L1. Each level is sorted by key and non-overlapping.
 #[derive(Default, Clone)]
 pub(crate) struct Version {
     pub levels: Vec<Vec<Arc<Sst>>>,
+    /// Range deletes that left L0 (the catalog's), by LSN.
+    pub range_dels: Vec<RangeDel>,
 }
 
 impl Version {
@@ -42,7 +58,7 @@ impl Version {
                     .collect()
             })
             .collect();
-        Version { levels }
+        Version { levels, range_dels: meta.range_dels.clone() }
     }
 
     /// This version with the SST edits of a committed list applied, as the catalog applies
@@ -50,6 +66,7 @@ impl Version {
     /// else from this version (a move between levels), else opened from its description.
     pub(crate) fn apply(&self, edits: &[Edit], made: &[Arc<Sst>]) -> Version {
         let mut levels = self.levels.clone();
+        let mut range_dels = self.range_dels.clone();
         let known: HashMap<u32, Arc<Sst>> =
             self.levels.iter().flatten().chain(made).map(|s| (s.info.seg, Arc::clone(s))).collect();
         for e in edits {
@@ -72,10 +89,45 @@ impl Version {
                         lv.insert(at, s);
                     }
                 }
+                Edit::AddRangeDel { start, end, lsn } => {
+                    rangedel::add(&mut range_dels, RangeDel { start: start.clone(), end: end.clone(), lsn: *lsn })
+                }
+                Edit::DropRangeDel { lsn } => range_dels.retain(|d| d.lsn != *lsn),
                 _ => {}
             }
         }
-        Version { levels }
+        Version { levels, range_dels }
+    }
+
+    /// What the levels' range deletes let go, and what keeps them (see [`RangeReclaim`]).
+    pub(crate) fn range_reclaim(&self) -> RangeReclaim {
+        let mut out = RangeReclaim::default();
+        if self.range_dels.is_empty() {
+            return out;
+        }
+        let mut blocked = vec![false; self.range_dels.len()];
+        for (i, level) in self.levels.iter().enumerate() {
+            for s in level {
+                let (first, last) = (&s.info.first_key, &s.info.last_key);
+                if self.range_dels.iter().any(|d| d.lsn > s.info.max_lsn && d.holds(first, last)) {
+                    out.hidden.push((i, Arc::clone(s)));
+                    continue;
+                }
+                let mut blocks = false;
+                for (d, b) in self.range_dels.iter().zip(blocked.iter_mut()) {
+                    // It may hold a version the delete hides: older than it, not cleaned by it.
+                    if s.info.min_lsn < d.lsn && s.info.range_lsn < d.lsn && d.overlaps(first, last) {
+                        *b = true;
+                        blocks = true;
+                    }
+                }
+                if blocks {
+                    out.blocking.push((i, Arc::clone(s)));
+                }
+            }
+        }
+        out.drops = self.range_dels.iter().zip(blocked).filter(|(_, b)| !b).map(|(d, _)| d.lsn).collect();
+        out
     }
 
     /// 1-based number of the deepest level holding data (0 when there is none).
@@ -111,6 +163,28 @@ impl View {
             on_drop: Mutex::new(Vec::new()),
             alloc,
         }
+    }
+
+    /// The LSN of the newest range delete a reader at `snap` sees over `key`; 0 for none.
+    pub(crate) fn deleted_at(&self, key: &[u8], snap: u64) -> u64 {
+        let mut at = rangedel::deleted_at(&self.version.range_dels, key, snap);
+        for m in std::iter::once(&self.mem).chain(self.imm.as_ref()) {
+            if let Some(d) = m.range_dels() {
+                at = at.max(rangedel::deleted_at(&d, key, snap));
+            }
+        }
+        at
+    }
+
+    /// Every range delete a reader at `snap` sees (L0's and the levels').
+    pub(crate) fn range_dels(&self, snap: u64) -> Vec<RangeDel> {
+        let mut out: Vec<RangeDel> = self.version.range_dels.iter().filter(|d| d.lsn <= snap).cloned().collect();
+        for m in std::iter::once(&self.mem).chain(self.imm.as_ref()) {
+            if let Some(d) = m.range_dels() {
+                out.extend(d.iter().filter(|d| d.lsn <= snap).cloned());
+            }
+        }
+        out
     }
 
     /// A new view of the same tables and levels (for a change that frees segments or releases

@@ -80,6 +80,17 @@ pub fn write_round(db: &Db, round: u32) -> halyard_engine::Result<()> {
         }
         db.write(&b)?;
     }
+    // Since format 4: pairs that a range delete removes again, in round 0 (into the catalog
+    // with the flush) and every fourth round (the last of them stays in the L0 log). They are
+    // not in `expected`, which older fixtures, written without them, match as well.
+    if round % 4 == 3 || round == 0 {
+        let prefix = format!("gone{round:02}");
+        for i in 0..12u32 {
+            let len = [16usize, 300, 2000][(i % 3) as usize];
+            db.put(format!("{prefix}-{i:03}").as_bytes(), &value(round, i, len))?;
+        }
+        db.delete_range(prefix.as_bytes(), format!("{prefix}~").as_bytes())?;
+    }
     Ok(())
 }
 
