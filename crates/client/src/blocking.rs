@@ -53,6 +53,11 @@ impl Client {
         self.rt.block_on(self.inner.delete(key))
     }
 
+    /// Deletes every key of `[start, end)`.
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        self.rt.block_on(self.inner.delete_range(start, end))
+    }
+
     /// Applies all of `batch` atomically, or none of it.
     pub fn write_batch(&self, batch: &Batch) -> Result<()> {
         self.rt.block_on(self.inner.write_batch(batch))
@@ -106,6 +111,11 @@ impl ClusterClient {
     /// Deletes `key`.
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
         self.rt.block_on(self.inner.delete(key))
+    }
+
+    /// Deletes every key of `[start, end)`.
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        self.rt.block_on(self.inner.delete_range(start, end))
     }
 
     /// Applies `batch` atomically (its keys in one region).

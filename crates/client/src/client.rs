@@ -99,6 +99,13 @@ impl Client {
         self.done(Request::Delete { key: key.as_ref() }).await
     }
 
+    /// Deletes every key of `[start, end)` (`end` after `start`). On a single node it is one
+    /// record per region; in a cluster the range must lie in one region
+    /// (`ClusterClient::delete_range` splits a longer one).
+    pub async fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        self.done(Request::DeleteRange { start: start.as_ref(), end: end.as_ref() }).await
+    }
+
     /// Applies all of `batch` atomically, or none of it.
     pub async fn write_batch(&self, batch: &Batch) -> Result<()> {
         let ops = batch
@@ -185,6 +192,7 @@ impl Client {
                 Request::Get { .. }
                 | Request::Put { .. }
                 | Request::Delete { .. }
+                | Request::DeleteRange { .. }
                 | Request::Batch { .. }
                 | Request::Scan(_),
             ) => Request::Routed { region, epoch, inner: Box::new(req) },

@@ -202,6 +202,30 @@ impl ClusterClient {
         self.at(key, false, |c| async move { c.delete(key).await }).await
     }
 
+    /// Deletes every key of `[start, end)`: one delete per region the range reaches, each
+    /// atomic on its own (the ranges of regions the map does not know yet are not reached).
+    pub async fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        let (start, end) = (start.as_ref(), end.as_ref());
+        let parts: Vec<(Vec<u8>, Vec<u8>)> = match self.map() {
+            None => vec![(start.to_vec(), end.to_vec())],
+            Some(map) => map
+                .regions
+                .iter()
+                .map(|r| {
+                    let from = start.max(r.start_bytes().as_slice()).to_vec();
+                    let to = r.end_bytes().map_or(end.to_vec(), |e| end.min(e.as_slice()).to_vec());
+                    (from, to)
+                })
+                .filter(|(from, to)| from < to)
+                .collect(),
+        };
+        for (from, to) in &parts {
+            let (f, t) = (from.as_slice(), to.as_slice());
+            self.at(f, false, |c| async move { c.delete_range(f, t).await }).await?;
+        }
+        Ok(())
+    }
+
     /// Applies all of `batch` atomically; its keys must lie in one region
     /// ([`Error::CrossRegion`] otherwise).
     pub async fn write_batch(&self, batch: &Batch) -> Result<()> {

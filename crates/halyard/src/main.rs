@@ -102,6 +102,16 @@ enum Cmd {
         #[command(flatten)]
         conn: ConnArgs,
     },
+    /// Delete every key of [START, END) in one record per region, whatever their number
+    /// (native protocol; Redis: HALYARD.DELRANGE).
+    Delrange {
+        /// First key deleted.
+        start: String,
+        /// First key past the range (must be after START).
+        end: String,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
     /// Print the pairs of a key range in order, one "key<TAB>value" per line (native protocol).
     Scan {
         /// First key (inclusive); empty = from the first key.
@@ -368,6 +378,7 @@ fn tool(cmd: &Cmd) -> Result<(), String> {
         },
         Cmd::Put { key, value, conn } => conn.client()?.put(key, value).map_err(|e| e.to_string()),
         Cmd::Del { key, conn } => conn.client()?.delete(key).map_err(|e| e.to_string()),
+        Cmd::Delrange { start, end, conn } => conn.client()?.delete_range(start, end).map_err(|e| e.to_string()),
         Cmd::Scan { start, end, limit, reverse, conn } => {
             let end = end.as_deref().map_or(Bound::Unbounded, |e| Bound::Excluded(e.as_bytes()));
             let pairs = conn

@@ -158,11 +158,53 @@ fn writers(
                     if clients[&addr].put(&k, &v).is_ok() {
                         acked.lock().expect("lock").insert(k, v);
                     }
+                    range_deletes(&c, &mut clients, t, i, &acked);
                     i += 3;
                 }
             })
         })
         .collect()
+}
+
+/// Range deletes in the writers' workload: now and then thread `t` writes a pair into a key
+/// range only it writes (one per region), and every fifth time deletes that whole range. An
+/// acknowledged delete leaves the range's keys out of `acked` with no value (they must read as
+/// absent); one whose outcome is unknown drops them from the check.
+fn range_deletes(
+    c: &ClusterFile,
+    clients: &mut BTreeMap<String, Client>,
+    t: u64,
+    i: u64,
+    acked: &Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+) {
+    let step = i / 3;
+    if !step.is_multiple_of(10) {
+        return;
+    }
+    let ns = format!("key{:02}-T{t}-", (step / 10 % 4) * 25 + 1).into_bytes();
+    let Some(addr) = c.region_for(&ns).and_then(|r| c.node(&r.primary)).map(|n| n.native.clone()) else { return };
+    let Some(cl) = clients.get(&addr) else { return };
+    if !step.is_multiple_of(50) {
+        let mut k = ns.clone();
+        k.extend_from_slice(format!("{i:08}").as_bytes());
+        let v = value(i);
+        if cl.put(&k, &v).is_ok() {
+            acked.lock().expect("lock").insert(k, v);
+        }
+        return;
+    }
+    let mut end = ns.clone();
+    end.push(b'~');
+    let done = cl.delete_range(&ns, &end).is_ok();
+    let mut a = acked.lock().expect("lock");
+    let gone: Vec<Vec<u8>> = a.range(ns.clone()..end).map(|(k, _)| k.clone()).collect();
+    for k in gone {
+        a.remove(&k);
+        if done {
+            // An empty value: the key must read as absent.
+            a.insert(k, Vec::new());
+        }
+    }
 }
 
 fn run(mode: &str) {
@@ -208,10 +250,13 @@ fn run(mode: &str) {
         let r = c.region_for(k).expect("region");
         let addr = c.node(&r.primary).expect("node").native.clone();
         let cl = cls.entry(addr.clone()).or_insert_with(|| client(&addr));
-        assert_eq!(cl.get(k).expect("get").as_ref(), Some(v), "acknowledged write {} lost", String::from_utf8_lossy(k));
+        let want = (!v.is_empty()).then_some(v);
+        assert_eq!(cl.get(k).expect("get").as_ref(), want, "acknowledged write {} lost", String::from_utf8_lossy(k));
         checked += 1;
     }
     assert_eq!(checked, acked.len());
+    let deleted = acked.values().filter(|v| v.is_empty()).count();
+    assert!(deleted > 0, "no key was removed by an acknowledged range delete");
     // The promoted regions take writes, and their remaining backup follows.
     let n2 = c.node("n2").expect("n2").native.clone();
     let cl = client(&n2);

@@ -55,6 +55,14 @@ fn rust_client_and_cli_against_a_real_server() {
         }
     });
     assert_eq!(c.scan_all(Bound::Included(&b"t"[..]), Bound::Excluded(&b"u"[..]), false).expect("scan").len(), 1000);
+    // A range delete: one request, the end excluded; an inverted range is refused.
+    c.delete_range("t1-", "t2-").expect("delete range");
+    assert_eq!(c.scan_all(Bound::Included(&b"t"[..]), Bound::Excluded(&b"u"[..]), false).expect("scan").len(), 750);
+    let err = c.delete_range("t3", "t2").expect_err("an inverted range");
+    assert_eq!(err.code(), Some(halyard_client::ErrorCode::InvalidArgument), "{err}");
+    assert_eq!(cli(&srv, &["delrange", "t2-", "t3-"]), (true, String::new()));
+    assert_eq!(c.get("t2-5").expect("get"), None);
+    assert_eq!(c.get("t3-5").expect("get"), Some(b"x".to_vec()));
 
     assert_eq!(cli(&srv, &["put", "cli-key", "hello world"]), (true, String::new()));
     assert_eq!(cli(&srv, &["get", "cli-key"]), (true, "hello world\n".into()));
@@ -73,6 +81,7 @@ fn rust_client_and_cli_against_a_real_server() {
     assert_eq!(c.get("batch-b").expect("get"), Some(b"2".to_vec()));
     let (ok, out) = cli(&srv, &["get", "t3-249"]);
     assert!(ok && out == "x\n", "{out}");
+    assert_eq!(c.get("t1-100").expect("get"), None, "a range delete survives the restart");
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub mod kind {
     pub const RESP: u8 = 0x0a;
     /// ROUTED: another request, for a region at an epoch (cluster clients send every request so).
     pub const ROUTED: u8 = 0x0b;
+    /// Delete every key of a range `[start, end)`.
+    pub const DELETE_RANGE: u8 = 0x0c;
 }
 
 const OP_PUT: u8 = 1;
@@ -69,6 +71,14 @@ pub enum Request<'a> {
         key: &'a [u8],
         /// The value.
         value: &'a [u8],
+    },
+    /// Delete every key of `[start, end)` (`end` greater than `start`). Payload:
+    /// `u32 len | start | end` (the end runs to the end of the payload).
+    DeleteRange {
+        /// First key deleted.
+        start: &'a [u8],
+        /// First key past the range.
+        end: &'a [u8],
     },
     /// Delete one key.
     Delete {
@@ -159,6 +169,7 @@ impl<'a> Request<'a> {
             Request::Get { .. } => kind::GET,
             Request::Put { .. } => kind::PUT,
             Request::Delete { .. } => kind::DELETE,
+            Request::DeleteRange { .. } => kind::DELETE_RANGE,
             Request::Batch { .. } => kind::BATCH,
             Request::Scan(_) => kind::SCAN,
             Request::RegionMap => kind::REGION_MAP,
@@ -181,6 +192,7 @@ impl<'a> Request<'a> {
             kind::GET => Request::Get { key: r.rest() },
             kind::PUT => Request::Put { key: r.bytes("put key")?, value: r.rest() },
             kind::DELETE => Request::Delete { key: r.rest() },
+            kind::DELETE_RANGE => Request::DeleteRange { start: r.bytes("delete range start")?, end: r.rest() },
             kind::BATCH => Request::Batch { ops: decode_batch(&mut r)? },
             kind::SCAN => {
                 let flags = r.u8("scan flags")?;
@@ -199,8 +211,13 @@ impl<'a> Request<'a> {
                 let region = r.u32("routed region")?;
                 let epoch = r.u64("routed epoch")?;
                 let inner = r.u8("routed kind")?;
-                if !matches!(inner, kind::GET | kind::PUT | kind::DELETE | kind::BATCH | kind::SCAN) {
-                    return Err(ProtoError::Invalid("a routed request holds a GET, PUT, DELETE, BATCH or SCAN"));
+                if !matches!(
+                    inner,
+                    kind::GET | kind::PUT | kind::DELETE | kind::BATCH | kind::SCAN | kind::DELETE_RANGE
+                ) {
+                    return Err(ProtoError::Invalid(
+                        "a routed request holds a GET, PUT, DELETE, BATCH, SCAN or DELETE_RANGE",
+                    ));
                 }
                 Request::Routed { region, epoch, inner: Box::new(Request::decode(inner, r.rest())?) }
             }
@@ -227,6 +244,9 @@ impl<'a> Request<'a> {
             }
             Request::Put { key, value } => {
                 w.bytes(key).raw(value);
+            }
+            Request::DeleteRange { start, end } => {
+                w.bytes(start).raw(end);
             }
             Request::Batch { ops } => {
                 w.u32(ops.len() as u32);
@@ -344,6 +364,7 @@ mod tests {
         round_trip(Request::Get { key: b"k" });
         round_trip(Request::Put { key: b"", value: b"v" });
         round_trip(Request::Delete { key: b"key" });
+        round_trip(Request::DeleteRange { start: b"a", end: b"b" });
         round_trip(Request::Batch { ops: vec![] });
         round_trip(Request::RegionMap);
         round_trip(Request::Auth { password: b"secret" });

@@ -872,12 +872,8 @@ fn build_overlay(r: &ReplicaRegion, now: u64) -> halyard_engine::Overlay {
         let (found, _) = decode_log_records(&b.bytes, b.salt, b.decoded);
         recs.extend(found.into_iter().map(|x| (x.lsn, x)));
     }
-    let mut out = BTreeMap::new();
-    replay_batches(&mut recs, build.1, u64::MAX, |x| {
-        // A put past its time reads as a delete, as on the primary.
-        let value = x.value.filter(|_| x.expire_at == 0 || x.expire_at > now);
-        out.insert(x.key, (x.lsn, value));
-    });
+    let mut out = halyard_engine::Overlay::default();
+    replay_batches(&mut recs, build.1, u64::MAX, |x| out.apply(x, now));
     out
 }
 
@@ -908,9 +904,10 @@ fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Result<()> {
     let mut batch = WriteBatch::new();
     let mut failed = None;
     *next = replay_batches(pending, *next, upto, |x| {
-        match x.value {
-            Some(v) => batch.put_expiring(x.key, v, x.expire_at),
-            None => batch.delete(x.key),
+        match (x.value, x.range_end) {
+            (_, Some(end)) => batch.delete_range(x.key, end),
+            (Some(v), None) => batch.put_expiring(x.key, v, x.expire_at),
+            (None, None) => batch.delete(x.key),
         };
         if x.batch_remaining == 0 && failed.is_none() {
             if let Err(e) = handle.write(&batch) {
@@ -952,23 +949,26 @@ impl Replica {
                 db.replication().backup_overlay(region, &tails)?
             }
             Some(r) => build_overlay(&r, db.now_ms()),
-            None => BTreeMap::new(),
+            None => halyard_engine::Overlay::default(),
         };
         // The levels' scan and the logs' overlay, merged lazily in key order; the overlay is
         // newer where both hold a key.
-        let mut overlay = overlay.into_iter().filter(|(k, _)| after.as_ref().is_none_or(|a| k > a)).peekable();
-        let mut scan = h.scan_versions((start, Bound::<&[u8]>::Unbounded)).peekable();
+        let mut pairs =
+            overlay.pairs.clone().into_iter().filter(|(k, _)| after.as_ref().is_none_or(|a| k > a)).peekable();
+        // The levels' pairs a range delete of the overlay hides are not there once promoted.
+        let scan = h.scan_versions((start, Bound::<&[u8]>::Unbounded));
+        let mut scan = scan.filter(|x| x.as_ref().map_or(true, |(k, ..)| !overlay.hides(k))).peekable();
         // (key, version, value; None for a delete).
         type Entry = (Vec<u8>, u64, Option<Vec<u8>>);
         let mut next = || -> Result<Option<Entry>> {
-            let take_overlay = match (scan.peek(), overlay.peek()) {
+            let take_overlay = match (scan.peek(), pairs.peek()) {
                 (_, None) => false,
                 (None, Some(_)) => true,
                 (Some(Err(_)), _) => false,
                 (Some(Ok((k, ..))), Some((o, _))) => o <= k,
             };
             if take_overlay {
-                let Some((k, (lsn, v))) = overlay.next() else { return Ok(None) };
+                let Some((k, (lsn, v))) = pairs.next() else { return Ok(None) };
                 if scan.peek().is_some_and(|x| x.as_ref().is_ok_and(|x| x.0 == k)) {
                     scan.next();
                 }

@@ -1,8 +1,8 @@
 //! Redis clients on any node of a cluster. A command whose keys lie in a region another node
 //! leads is forwarded to that primary over the native protocol (a RESP request carrying the
 //! region and its epoch) and the reply relayed as the primary encoded it; a multi-key read
-//! spanning regions (MGET, EXISTS) is split by key; SCAN, KEYS, DBSIZE and HALYARD.RANGE walk
-//! every region in key order, each part confined to its region. A multi-key write spanning
+//! spanning regions (MGET, EXISTS) is split by key; SCAN, KEYS, DBSIZE, HALYARD.RANGE and
+//! HALYARD.DELRANGE walk every region in key order, each part confined to its region. A multi-key write spanning
 //! regions is refused (CROSSSLOT) before anything runs.
 //!
 //! A forwarded request that fails because the region changed hands (`NotLeader`,
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 pub const RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// The commands that read the whole key space and are answered region by region.
-const WHOLE: [&str; 4] = ["scan", "keys", "dbsize", "halyard.range"];
+const WHOLE: [&str; 5] = ["scan", "keys", "dbsize", "halyard.range", "halyard.delrange"];
 
 /// Whether `args` must be answered by [`run`] (asynchronously, through other nodes) rather than
 /// executed here: cluster mode only, never for a command forwarded to this node.
@@ -96,6 +96,7 @@ pub async fn run(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> io::Resul
         }
         "scan" => scan(c, sh, sess, rest).await,
         "halyard.range" => range(c, sh, sess, &a).await,
+        "halyard.delrange" => delrange(c, sh, sess, &a).await,
         _ => on_key(c, sh, sess, &a).await,
     }
 }
@@ -285,6 +286,25 @@ async fn range(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]]) ->
         parts.push(part);
     }
     Ok(concat(parts))
+}
+
+/// HALYARD.DELRANGE on every region the range meets, in key order: atomic within each region,
+/// not across them. The first refusal is the reply.
+async fn delrange(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> io::Result<Vec<u8>> {
+    let [_, start, end] = a else { return Ok(encode(sess.proto, Reply::err("ERR syntax error"))) };
+    let lo = key(start).to_vec();
+    let hi = (!end.is_empty()).then(|| key(end).to_vec());
+    let targets = c
+        .targets()
+        .into_iter()
+        .filter(|t| hi.as_ref().is_none_or(|h| t.span.start < *h) && t.span.end.as_ref().is_none_or(|e| *e > lo));
+    for t in targets {
+        let part = on_region(c, sh, sess, t.id, a, false).await?;
+        if part.starts_with(b"-") {
+            return Ok(part);
+        }
+    }
+    Ok(encode(sess.proto, Reply::ok()))
 }
 
 fn encode(proto: u8, r: Reply) -> Vec<u8> {

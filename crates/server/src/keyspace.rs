@@ -519,6 +519,22 @@ impl Keyspace {
         Ok(out)
     }
 
+    /// Deletes every user key in [start, end) (end None = to the last key), hashes whole,
+    /// within `span`: one engine range delete per region, whatever the number of keys. Every
+    /// key's lock is held meanwhile, so no read-modify-write of a key in the range straddles it.
+    pub fn delete_range(&self, start: &[u8], end: Option<&[u8]>, span: Option<&Span>) -> Result<(), KsError> {
+        let lo = Bound::Included(key(start).to_vec());
+        let hi = end.map_or(all_keys().1, |e| Bound::Excluded(key(e).to_vec()));
+        let (Bound::Included(lo), Bound::Excluded(hi)) = clip(span, lo, hi) else {
+            return Ok(());
+        };
+        if lo >= hi {
+            return Ok(());
+        }
+        let _all: Vec<MutexGuard<'_, ()>> = self.locks.iter().map(|l| l.lock()).collect();
+        Ok(self.db.delete_range(&lo, &hi)?)
+    }
+
     /// Number of user keys within `span` (walks the key space).
     pub fn count(&self, span: Option<&Span>) -> Result<u64, KsError> {
         self.walk(span, |_| Ok(false)).map(|(n, _)| n)

@@ -369,6 +369,7 @@ impl Session {
         let router = self.router.as_ref()?;
         let key = match req {
             Request::Put { key, .. } | Request::Delete { key } => *key,
+            Request::DeleteRange { start, .. } => *start,
             Request::Batch { ops } => match ops.first()? {
                 BatchOp::Put { key, .. } | BatchOp::Delete { key } => *key,
             },
@@ -397,6 +398,11 @@ impl Session {
             Request::Get { key } if self.router.is_some() => self.routed(key, |h| h.get(key).map(Response::Value)),
             Request::Put { key, value } if self.router.is_some() => self.routed_write(key, |h| h.put(key, value)),
             Request::Delete { key } if self.router.is_some() => self.routed_write(key, |h| h.delete(key)),
+            // Cluster mode: the range lies in the region of its first key (clients split it).
+            Request::DeleteRange { start, end } if self.router.is_some() => {
+                self.routed_write(start, |h| h.delete_range(start, end))
+            }
+            Request::DeleteRange { start, end } => self.db.delete_range(start, end).map(|()| Response::Done),
             Request::Get { key } => self.db.get(key).map(Response::Value),
             Request::Put { key, value } => self.db.put(key, value).map(|()| Response::Done),
             Request::Delete { key } => self.db.delete(key).map(|()| Response::Done),
@@ -633,7 +639,7 @@ fn engine_code(e: &halyard_engine::Error) -> ErrorCode {
         E::Io { .. } => ErrorCode::Io,
         E::NoRegionForKey | E::NoSuchRegion(_) | E::KeyOutOfRegion(_) => ErrorCode::NoRegion,
         E::BatchSpansRegions(..) => ErrorCode::BatchSpansRegions,
-        E::InvalidOptions(_) => ErrorCode::InvalidArgument,
+        E::InvalidOptions(_) | E::EmptyRange => ErrorCode::InvalidArgument,
         _ => ErrorCode::Internal,
     }
 }

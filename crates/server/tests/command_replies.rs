@@ -211,6 +211,19 @@ const HASHES_AND_KEYS: &[&[&str]] = &[
     &["HALYARD.RANGE", "a"],
     &["DEL", "h", "s", "zz"],
     &["EXISTS", "h", "s"],
+    // Range deletes: strings and hashes whole, the end excluded, an empty end for no bound.
+    &["MSET", "d1", "1", "d2", "2", "d3", "3", "e1", "4"],
+    &["HSET", "d2h", "f", "v", "g", "w"],
+    &["HALYARD.DELRANGE", "d2", "d3"],
+    &["KEYS", "d*"],
+    &["HGETALL", "d2h"],
+    &["HALYARD.DELRANGE", "d3", ""],
+    &["KEYS", "*"],
+    &["HALYARD.DELRANGE", "b", "a"],
+    &["HALYARD.DELRANGE", "a", "a"],
+    &["HALYARD.DELRANGE", "a"],
+    &["HSET", "d2h", "f", "again"],
+    &["HGETALL", "d2h"],
 ];
 
 const CONNECTION: &[&[&str]] = &[

@@ -1,5 +1,5 @@
-//! Commands on keys of any type: DEL, UNLINK, EXISTS, TYPE, DBSIZE, SCAN, KEYS, and
-//! HALYARD.RANGE.
+//! Commands on keys of any type: DEL, UNLINK, EXISTS, TYPE, DBSIZE, SCAN, KEYS,
+//! HALYARD.RANGE and HALYARD.DELRANGE.
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
 use super::glob;
@@ -164,6 +164,18 @@ pub(super) fn cmd_halyard_range(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Re
         .ks
         .range(start, end, limit, reverse, s.span.as_ref())
         .map(|pairs| Reply::Array(pairs.into_iter().flat_map(|(k, v)| [Reply::Bulk(k), Reply::Bulk(v)]).collect())))
+}
+
+/// HALYARD.DELRANGE start end: deletes every key in [start, end) (an empty end means no upper
+/// bound), hashes whole, in one record per region whatever the number of keys; answers OK.
+pub(super) fn cmd_halyard_delrange(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, start, end] = a else { return wrong_args("halyard.delrange") };
+    let end = (!end.is_empty()).then_some(*end);
+    // As RocksDB's DeleteRange: an empty range deletes nothing, an inverted one is an error.
+    if end.is_some_and(|e| e < *start) {
+        return Reply::err("ERR the end of the range is before its start");
+    }
+    ks(sh.ks.delete_range(start, end, s.span.as_ref()).map(|()| Reply::ok()))
 }
 
 /// HALYARD.BACKUP: adds a backup of this node's store to its `backup_dir` (only segments earlier

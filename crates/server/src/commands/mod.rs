@@ -118,6 +118,7 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "hexists", arity: 3, flags: READONLY, handler: cmd_hexists },
     Command { name: "hlen", arity: 2, flags: READONLY, handler: cmd_hlen },
     Command { name: "halyard.range", arity: -3, flags: READONLY, handler: cmd_halyard_range },
+    Command { name: "halyard.delrange", arity: 3, flags: WRITE, handler: cmd_halyard_delrange },
     Command { name: "halyard.keysafter", arity: -2, flags: READONLY, handler: cmd_halyard_keysafter },
     Command { name: "halyard.backup", arity: 1, flags: 0, handler: cmd_halyard_backup },
     Command { name: "cluster", arity: -2, flags: 0, handler: cmd_cluster },
@@ -177,7 +178,7 @@ pub(crate) fn command_keys<'a>(name: &str, args: &[&'a [u8]]) -> Vec<&'a [u8]> {
     match name {
         "del" | "unlink" | "exists" | "mget" => rest.to_vec(),
         "mset" | "msetnx" => rest.iter().step_by(2).copied().collect(),
-        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" => Vec::new(),
+        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" | "halyard.delrange" => Vec::new(),
         _ => rest.first().copied().into_iter().collect(),
     }
 }
@@ -267,7 +268,7 @@ fn command_info(c: &Command) -> Reply {
     let (first, last, step) = match c.name {
         "del" | "unlink" | "exists" | "mget" => (1, -1, 1),
         "mset" | "msetnx" => (1, -1, 2),
-        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" => (0, 0, 0),
+        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" | "halyard.delrange" => (0, 0, 0),
         _ if c.flags & (WRITE | READONLY) != 0 => (1, 1, 1),
         _ => (0, 0, 0),
     };
