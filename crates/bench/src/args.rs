@@ -76,6 +76,11 @@ pub struct BenchArgs {
     /// Cache budget of every engine (MiB).
     #[arg(long, default_value_t = 256)]
     pub cache_mb: u64,
+    /// Halyard's LSM bypass (MiB), taken out of its cache budget so that every engine has
+    /// the same memory: point reads of keys whose values are in its logs skip the SSTs.
+    /// 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub lsm_bypass_mb: u64,
     /// L0 / memtable budget of every engine (MiB; in --cluster runs, of each region).
     #[arg(long, default_value_t = 64)]
     pub l0_mb: u64,
@@ -267,6 +272,8 @@ pub struct Config {
     pub threads: usize,
     /// Cache budget in bytes.
     pub cache_bytes: u64,
+    /// Halyard's LSM bypass budget in bytes (within `cache_bytes`).
+    pub lsm_bypass_bytes: u64,
     /// L0 / memtable budget in bytes.
     pub l0_bytes: u64,
     /// Level size ratio.
@@ -392,6 +399,9 @@ impl Config {
         if a.threads == 0 || a.threads > 1024 {
             return Err(format!("--threads {} must be in 1..=1024", a.threads));
         }
+        if a.lsm_bypass_mb >= a.cache_mb {
+            return Err(format!("--lsm-bypass-mb {} must leave some of --cache-mb {}", a.lsm_bypass_mb, a.cache_mb));
+        }
         if a.cache_mb == 0 {
             return Err("--cache-mb must be at least 1".into());
         }
@@ -432,6 +442,7 @@ impl Config {
             ops: a.ops,
             threads: a.threads,
             cache_bytes: a.cache_mb << 20,
+            lsm_bypass_bytes: a.lsm_bypass_mb << 20,
             l0_bytes: a.l0_mb << 20,
             growth_factor: a.growth_factor,
             sync,

@@ -76,6 +76,12 @@ pub struct Options {
     /// puts its output leaves in whatever room the cache has left (a cache nobody reads from,
     /// as during a load, fills up to this budget with the newest leaves).
     pub cache_bytes: usize,
+    /// Memory of the LSM bypass (KV-Tandem's direct mode, `tree/bypass.rs`): a map from each
+    /// key whose newest version keeps its value in the medium or large log to that record, so
+    /// that a point read that misses L0 and the cache reads the value in one device read
+    /// instead of an SST leaf and then the log. About `Stats::bypass_bytes / bypass_slots`
+    /// bytes per key; keys beyond the budget read through the tree. 0 turns it off.
+    pub lsm_bypass_bytes: usize,
     /// Open the data file with O_DIRECT (falls back to buffered I/O where unsupported).
     pub direct_io: bool,
     /// Largest size the data file may grow to; `None` = the file system's limit.
@@ -155,6 +161,7 @@ impl Default for Options {
             group_commit_ms: 5,
             log_chunk_bytes: 256 << 10,
             cache_bytes: 256 << 20,
+            lsm_bypass_bytes: 0,
             direct_io: true,
             max_device_bytes: None,
             max_key_bytes: 1024,

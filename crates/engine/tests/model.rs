@@ -162,23 +162,26 @@ fn check_space(stats: &halyard_engine::Stats, model: &Model, opts: &Options) {
     assert_eq!(stats.partly_filled_log_segments, 0, "partly filled log segments left behind");
 }
 
-fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
+/// Runs `ops` under option set `variant`, with or without the LSM bypass.
+fn run(variant: usize, bypass: bool, ops: Vec<Op>) -> halyard_engine::Stats {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = Arc::new(AtomicU64::new(EPOCH));
     let c = clock.clone();
-    let opts = Options { clock: Some(Clock(Arc::new(move || c.load(SeqCst)))), ..options(variant) };
+    let lsm_bypass_bytes = if bypass { 1 << 20 } else { 0 };
+    let opts = Options { clock: Some(Clock(Arc::new(move || c.load(SeqCst)))), lsm_bypass_bytes, ..options(variant) };
     let mut expiry = Expiry::new();
     let mut db = Some(Db::open(dir.path(), opts.clone()).expect("open"));
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model, Expiry)> = Vec::new();
     // Counters restart with each open; add them up over the whole run.
-    let mut totals = [0u64; 5];
-    let add = |t: &mut [u64; 5], s: &halyard_engine::Stats| {
+    let mut totals = [0u64; 6];
+    let add = |t: &mut [u64; 6], s: &halyard_engine::Stats| {
         t[0] += s.compactions;
         t[1] += s.medium_merged;
         t[2] += s.gc_segments;
         t[3] += s.range_covered_dropped;
         t[4] += s.range_ssts_freed;
+        t[5] += s.bypass_hits;
     };
     for (seq, op) in ops.into_iter().enumerate() {
         let d = db.as_ref().expect("db");
@@ -311,8 +314,14 @@ fn run(variant: usize, ops: Vec<Op>) -> halyard_engine::Stats {
         check_space(&stats, &model, &opts);
     }
     add(&mut totals, &stats);
-    [stats.compactions, stats.medium_merged, stats.gc_segments, stats.range_covered_dropped, stats.range_ssts_freed] =
-        totals;
+    [
+        stats.compactions,
+        stats.medium_merged,
+        stats.gc_segments,
+        stats.range_covered_dropped,
+        stats.range_ssts_freed,
+        stats.bypass_hits,
+    ] = totals;
     snaps.clear();
     drop(db);
     let d = Db::open(dir.path(), opts).expect("final reopen");
@@ -325,8 +334,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, max_shrink_iters: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn matches_btreemap(variant in 0usize..6, ops in prop::collection::vec(op_strategy(), 50..400)) {
-        let _ = run(variant, ops);
+    fn matches_btreemap(variant in 0usize..6, bypass: bool, ops in prop::collection::vec(op_strategy(), 50..400)) {
+        let _ = run(variant, bypass, ops);
     }
 }
 
@@ -355,7 +364,8 @@ fn long_sequence_every_variant() {
                 _ => Op::Put(k, [10, 60, 120, 300, 900][(i % 5) as usize]),
             });
         }
-        let s = run(variant, ops);
+        // With the bypass on: the option sets without it run in the property test above.
+        let s = run(variant, true, ops);
         // The workload must have exercised what it is meant to test.
         assert!(s.levels.iter().filter(|l| l.ssts > 0).count() >= 2, "variant {variant}: levels {:?}", s.levels);
         assert!(s.compactions > 10, "variant {variant}: {} compactions", s.compactions);
@@ -366,6 +376,7 @@ fn long_sequence_every_variant() {
         assert!(s.gc_segments > 0, "variant {variant}: GC reclaimed nothing");
         assert!(s.range_covered_dropped > 0, "variant {variant}: no compaction dropped a version a range delete hides");
         freed += s.range_ssts_freed;
+        assert!(s.bypass_hits > 0, "variant {variant}: no read went through the bypass");
     }
     assert!(freed > 0, "no range delete freed a whole SST");
 }

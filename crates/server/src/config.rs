@@ -73,6 +73,8 @@ pub struct EngineConfig {
     pub sync: String,
     /// Cache budget in MiB.
     pub cache_mb: usize,
+    /// Memory of the LSM bypass in MiB (`Options::lsm_bypass_bytes`; 0: off).
+    pub lsm_bypass_mb: usize,
     /// L0 size in MiB.
     pub l0_mb: usize,
     /// Level growth factor.
@@ -126,6 +128,7 @@ impl Default for EngineConfig {
         EngineConfig {
             sync: "group".into(),
             cache_mb: o.cache_bytes >> 20,
+            lsm_bypass_mb: o.lsm_bypass_bytes >> 20,
             l0_mb: o.l0_bytes >> 20,
             growth_factor: o.growth_factor,
             small_threshold: o.small_threshold,
@@ -164,6 +167,7 @@ impl ServerConfig {
         Ok(Options {
             sync,
             cache_bytes: e.cache_mb << 20,
+            lsm_bypass_bytes: e.lsm_bypass_mb << 20,
             l0_bytes: (e.l0_mb << 20).max(4096),
             growth_factor: e.growth_factor,
             small_threshold: e.small_threshold,

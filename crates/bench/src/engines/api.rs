@@ -55,6 +55,8 @@ pub(crate) fn bench_thread() -> usize {
 pub struct EngineConfig {
     /// Cache bytes (Halyard's node/value cache, RocksDB's block cache incl. index and filters).
     pub cache_bytes: u64,
+    /// Halyard's LSM bypass bytes, part of `cache_bytes`.
+    pub lsm_bypass_bytes: u64,
     /// L0 / memtable bytes.
     pub l0_bytes: u64,
     /// Level size ratio.
@@ -74,6 +76,7 @@ impl EngineConfig {
     pub fn from_config(c: &Config) -> EngineConfig {
         EngineConfig {
             cache_bytes: c.cache_bytes,
+            lsm_bypass_bytes: c.lsm_bypass_bytes,
             l0_bytes: c.l0_bytes,
             growth_factor: c.growth_factor,
             sync: c.sync,

@@ -17,7 +17,8 @@ pub(super) struct Halyard {
 impl Halyard {
     pub(super) fn open(dir: &Path, cfg: &EngineConfig, fail_after: Option<u64>) -> Result<Halyard, String> {
         let opts = Options {
-            cache_bytes: cfg.cache_bytes as usize,
+            cache_bytes: (cfg.cache_bytes - cfg.lsm_bypass_bytes) as usize,
+            lsm_bypass_bytes: cfg.lsm_bypass_bytes as usize,
             l0_bytes: cfg.l0_bytes as usize,
             growth_factor: cfg.growth_factor,
             sync: match cfg.sync {
@@ -84,6 +85,8 @@ impl Engine for Halyard {
                     ("gc_known_segments".to_string(), s.gc_known_segments),
                     ("gc_bytes_moved".to_string(), s.gc_bytes_moved),
                     ("syncs".to_string(), s.syncs),
+                    ("bypass_hits".to_string(), s.bypass_hits),
+                    ("bypass_fallbacks".to_string(), s.bypass_fallbacks),
                 ])
                 .collect(),
             gauges: [
@@ -95,6 +98,8 @@ impl Engine for Halyard {
                 ("file_bytes", s.file_bytes),
                 ("l0_bytes", s.l0_bytes),
                 ("cache_bytes", s.cache_bytes),
+                ("bypass_slots", s.bypass_slots),
+                ("bypass_bytes", s.bypass_bytes),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -113,6 +118,7 @@ impl Engine for Halyard {
         let o = &self.opts;
         let mut v: Vec<(String, String)> = [
             ("cache_bytes", o.cache_bytes.to_string()),
+            ("lsm_bypass_bytes", o.lsm_bypass_bytes.to_string()),
             ("l0_bytes", o.l0_bytes.to_string()),
             (
                 "max_l0_log_bytes",

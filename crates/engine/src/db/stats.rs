@@ -53,6 +53,14 @@ pub struct Stats {
     pub range_covered_dropped: u64,
     /// SSTs freed whole because a range delete hides all they hold (none of them rewritten).
     pub range_ssts_freed: u64,
+    /// Point reads the LSM bypass answered (`Options::lsm_bypass_bytes`).
+    pub bypass_hits: u64,
+    /// Reads through a bypass slot that found another record there and went through the tree.
+    pub bypass_fallbacks: u64,
+    /// Keys with a bypass slot, and the memory they take (`bypass_bytes / bypass_slots` per key).
+    pub bypass_slots: u64,
+    /// See `bypass_slots`.
+    pub bypass_bytes: u64,
     /// Range deletes held now (in L0 and in the levels): each stays until no older version of
     /// a key of its range is left, and reads of its keys check it.
     pub range_dels: u64,
@@ -166,6 +174,8 @@ impl Db {
             range_deletes: c.range_deletes.load(Relaxed),
             range_covered_dropped: c.range_covered_dropped.load(Relaxed),
             range_ssts_freed: c.range_ssts_freed.load(Relaxed),
+            bypass_hits: c.bypass_hits.load(Relaxed),
+            bypass_fallbacks: c.bypass_fallbacks.load(Relaxed),
             stall_seconds: c.stall_ns.load(Relaxed) as f64 / 1e9,
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
@@ -196,6 +206,11 @@ impl Db {
             let v = r.view();
             s.l0_bytes += (v.mem.bytes() + v.imm.as_ref().map_or(0, |m| m.bytes())) as u64;
             s.range_dels += v.range_dels(u64::MAX).len() as u64;
+            if let Some(b) = r.bypass() {
+                let (n, bytes) = b.usage();
+                s.bypass_slots += n;
+                s.bypass_bytes += bytes;
+            }
             for (i, l) in v.version.levels.iter().enumerate() {
                 if s.levels.len() <= i {
                     s.levels.push(LevelStats::default());

@@ -20,6 +20,7 @@ use crate::log::listener::ShippedSegment;
 use crate::log::tail::LogTail;
 use crate::options::MediumPlacement;
 use crate::region::{category, Category, Region};
+use crate::tree::bypass::{self, Change, Slot};
 use crate::tree::memtable::{Entry, Value};
 use crate::tree::sst::{decode_all, Sst, SstBuilder};
 use crate::tree::view::{Version, View};
@@ -40,6 +41,9 @@ pub(crate) enum Job {
     /// range delete alive, and drops the range deletes that hide nothing any more (every level
     /// taking part).
     Reclaim(bool),
+    /// Fills the LSM bypass from the levels (after an open or a promotion), every level
+    /// taking part so that none changes meanwhile.
+    BuildBypass,
 }
 
 /// Range deletes a region keeps before the SSTs that keep them alive are rewritten: every read
@@ -52,7 +56,7 @@ impl Job {
         match self {
             Job::L0 => (0, 1),
             Job::Level(i) => (i, i + 1),
-            Job::Reclaim(_) => (0, usize::MAX),
+            Job::Reclaim(_) | Job::BuildBypass => (0, usize::MAX),
         }
     }
 }
@@ -71,6 +75,10 @@ pub(crate) fn pick_with(r: &Region, thorough: bool) -> Option<Job> {
     let view = r.view();
     let o = &r.sh().opts;
     let mut busy = r.busy().lock();
+    if r.bypass().is_some_and(|b| !b.is_ready()) && busy.iter().all(|b| !*b) {
+        busy.iter_mut().for_each(|b| *b = true);
+        return Some(Job::BuildBypass);
+    }
     if view.imm.is_some() && !busy[0] && !busy[1] {
         busy[0] = true;
         busy[1] = true;
@@ -105,6 +113,7 @@ pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
         Job::L0 => compact_l0(r),
         Job::Level(i) => compact_level(r, i),
         Job::Reclaim(rewrite) => reclaim(r, rewrite),
+        Job::BuildBypass => build_bypass(r),
     };
     let (a, b) = job.levels();
     let mut busy = r.busy().lock();
@@ -310,6 +319,10 @@ struct Output<'a> {
     /// The durable range deletes (the levels', and the L0 table's being merged): the versions
     /// they hide are dropped.
     dels: Vec<RangeDel>,
+    /// The LSM bypass's changes (`tree/bypass.rs`), when the region keeps one.
+    bypass: Option<Vec<Change>>,
+    /// This is the L0->L1 merge: it sets the bypass slots of what it writes.
+    sets_slots: bool,
     /// The bytes the value being placed counts for in its SST (a medium value moved to the
     /// log: its whole length).
     full_len: usize,
@@ -322,6 +335,9 @@ impl<'a> Output<'a> {
 
     /// An entry that leaves the tree: its log space stops being needed.
     fn dropped(&mut self, e: &Entry) {
+        if let (Some(ch), Value::Medium { .. } | Value::Large { .. }) = (&mut self.bypass, e.value.base()) {
+            ch.push(Change::Clear(bypass::hashes(&e.key).0, e.lsn));
+        }
         match *e.value.base() {
             Value::Medium { ptr, salt, .. } => *self.medium_delta.entry((self.seg_of(ptr), salt)).or_default() -= 1,
             Value::Large { ptr, len, salt } => self.large_dead.push((ptr, salt, len)),
@@ -335,7 +351,9 @@ impl<'a> Output<'a> {
         Ok(s)
     }
 
-    fn emit(&mut self, mut e: Entry) -> Result<()> {
+    /// Places `e` in the output; `newer`: it comes from the newer input of the merge.
+    fn emit(&mut self, mut e: Entry, newer: bool) -> Result<()> {
+        let was = e.value.base().clone();
         // Hidden from every reader of the output (older snapshots read the inputs): it goes,
         // with no tombstone, as the range delete stays until no older version is left.
         if rangedel::hides(&self.dels, &e.key, e.lsn, u64::MAX) {
@@ -363,7 +381,29 @@ impl<'a> Output<'a> {
         self.place(&mut e)?;
         let placed = std::mem::replace(&mut e.value, Value::Tombstone);
         e.value = Value::expiring(at, placed);
+        self.note_slot(&e, &was, newer);
         self.add(e)
+    }
+
+    /// The bypass change an entry written makes: the L0->L1 merge sets the slot of each key
+    /// it brings in or moves to the log, and clears it for one that is no log value; a deeper
+    /// merge clears the slot of a value it merges back in place.
+    fn note_slot(&mut self, e: &Entry, was: &Value, newer: bool) {
+        let Some(ch) = &mut self.bypass else { return };
+        let (fp, check) = bypass::hashes(&e.key);
+        match *e.value.base() {
+            Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt }
+                if self.sets_slots && (newer || was != e.value.base()) =>
+            {
+                let expire_at = e.value.expire_at();
+                ch.push(Change::Set(fp, Slot { lsn: e.lsn, ptr, len, salt, expire_at, check }));
+            }
+            Value::Medium { .. } | Value::Large { .. } => {}
+            _ if (self.sets_slots && newer) || matches!(was, Value::Medium { .. } | Value::Large { .. }) => {
+                ch.push(Change::Clear(fp, e.lsn));
+            }
+            _ => {}
+        }
     }
 
     /// Where a value goes at the output's level: a medium value moves to the medium log when
@@ -575,27 +615,27 @@ fn merge(
         match (a.take(), b.take()) {
             (None, None) => return Ok(()),
             (Some(x), None) => {
-                out.emit(x)?;
+                out.emit(x, true)?;
                 a = newer()?;
             }
             (None, Some(y)) => {
-                out.emit(y)?;
+                out.emit(y, false)?;
                 b = older.next()?;
             }
             (Some(x), Some(y)) => match x.key.cmp(&y.key) {
                 std::cmp::Ordering::Less => {
-                    out.emit(x)?;
+                    out.emit(x, true)?;
                     a = newer()?;
                     b = Some(y);
                 }
                 std::cmp::Ordering::Greater => {
-                    out.emit(y)?;
+                    out.emit(y, false)?;
                     b = older.next()?;
                     a = Some(x);
                 }
                 std::cmp::Ordering::Equal => {
                     out.dropped(&y);
-                    out.emit(x)?;
+                    out.emit(x, true)?;
                     a = newer()?;
                     b = older.next()?;
                 }
@@ -625,6 +665,8 @@ fn new_output<'a>(r: &'a Region, version: &Version, dest: Level, log_medium: boo
         allocated: Vec::new(),
         now: r.sh().now_ms(),
         dels: version.range_dels.clone(),
+        bypass: r.bypass().map(|_| Vec::new()),
+        sets_slots: dest == Level::L1 && log_medium,
         full_len: 0,
     }
 }
@@ -812,6 +854,44 @@ fn reclaim(r: &Region, rewrite: bool) -> Result<()> {
     Ok(())
 }
 
+/// Fills the bypass from the levels, deepest first, so that each key's last change comes from
+/// its newest version: a slot for a log value, none for anything else or a version a range
+/// delete hides. SSTs without log pointers are read only once a deeper level set a slot.
+fn build_bypass(r: &Region) -> Result<()> {
+    let Some(b) = r.bypass() else { return Ok(()) };
+    let view = r.view();
+    let v = &view.version;
+    let mut any_set = false;
+    for level in v.levels.iter().rev() {
+        for sst in level {
+            if !any_set && sst.info.medium_ptrs + sst.info.large_ptrs == 0 {
+                continue;
+            }
+            let img = read_leaves(r, sst)?;
+            let entries = decode_all(&sst.info, &img, r.sh().opts.node_bytes)?;
+            let changes: Vec<Change> = entries
+                .iter()
+                .map(|e| {
+                    let (fp, check) = bypass::hashes(&e.key);
+                    match *e.value.base() {
+                        Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt }
+                            if !rangedel::hides(&v.range_dels, &e.key, e.lsn, u64::MAX) =>
+                        {
+                            let expire_at = e.value.expire_at();
+                            Change::Set(fp, Slot { lsn: e.lsn, ptr, len, salt, expire_at, check })
+                        }
+                        _ => Change::Clear(fp, e.lsn),
+                    }
+                })
+                .collect();
+            any_set |= changes.iter().any(|c| matches!(c, Change::Set(..)));
+            b.apply(&changes);
+        }
+    }
+    b.set_ready();
+    Ok(())
+}
+
 fn level_at(i: usize) -> Result<Level> {
     Level::at_index(i).ok_or(Error::Poisoned(format!("a level at index {i}, past the deepest")))
 }
@@ -863,6 +943,10 @@ fn publish(
     // Known dead before the view that drops the superseding L0 entries is installed, so that
     // GC, which checks L0 first and then these, never misses both (see `region::dead::DeadRecords`).
     r.dead().add(r.sh().dev.seg_bits(), &out.large_dead);
+    // Committed, not yet visible: see `tree/bypass.rs` on exactness.
+    if let (Some(b), Some(ch)) = (r.bypass(), out.bypass.take()) {
+        b.apply(&ch);
+    }
     r.install(
         |v| {
             let imm = if drop_imm { None } else { v.imm.clone() };

@@ -22,6 +22,7 @@ use crate::log::listener::ShipListener;
 use crate::log::tail::LogTail;
 use crate::log::writer::LogWriter;
 use crate::region::shared::Shared;
+use crate::tree::bypass::Bypass;
 use crate::tree::memtable::{Entry, Memtable, Value};
 use crate::tree::rowcache;
 use crate::tree::sst::Sst;
@@ -123,6 +124,8 @@ pub(crate) struct Region {
     /// bump takes it exclusively. Checking the epoch after inserting would let another reader
     /// hit the stale row in between.
     row_gate: parking_lot::RwLock<()>,
+    /// The LSM bypass (`tree/bypass.rs`): None when off, and for backup regions.
+    bypass: Option<Bypass>,
 }
 
 static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
@@ -254,6 +257,10 @@ impl Region {
     }
 
     /// Large-log records that committed compactions superseded.
+    pub(crate) fn bypass(&self) -> Option<&Bypass> {
+        self.bypass.as_ref()
+    }
+
     pub(crate) fn dead(&self) -> &crate::region::dead::DeadRecords {
         &self.dead
     }
@@ -296,6 +303,7 @@ impl Region {
             uid: AtomicU64::new(NEXT_REGION_UID.fetch_add(1, Relaxed)),
             row_epoch: AtomicU64::new(0),
             row_gate: parking_lot::RwLock::new(()),
+            bypass: (sh.opts.lsm_bypass_bytes > 0 && !meta.backup).then(|| Bypass::new(sh.opts.lsm_bypass_bytes)),
             sh,
         }
     }
@@ -930,7 +938,40 @@ impl Region {
         if let Some(v) = self.get_l0(&view, snap, key)? {
             return Ok(v);
         }
+        if let Some(v) = self.get_bypassed(key)? {
+            return Ok(v);
+        }
         self.get_levels(&view, key, Some(epoch))
+    }
+
+    /// The value of `key` through the LSM bypass, when it has a slot whose record is still
+    /// the key's (`Some(None)`: the pair expired); None sends the read through the tree. The
+    /// caller checked L0 and the range deletes first.
+    fn get_bypassed(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        let Some(slot) = self.bypass.as_ref().filter(|b| b.is_ready()).and_then(|b| b.get(key)) else {
+            return Ok(None);
+        };
+        let c = &self.sh.counters;
+        if slot.expire_at != 0 && slot.expire_at <= self.sh.now_ms() {
+            return Ok(Some(None));
+        }
+        let ck = value_cache_key(slot.ptr, slot.salt);
+        if let Some(v) = self.sh.ctx.cache.get(ck) {
+            c.bypass_hits.fetch_add(1, Relaxed);
+            return Ok(Some(Some(v.to_vec())));
+        }
+        let bytes = self.sh.ctx.dev.read(slot.ptr, slot.len as usize, crate::device::IoKind::Read)?;
+        match record::decode(&bytes, Some(slot.salt)) {
+            Ok(r) if r.key == key && r.lsn == slot.lsn => {
+                c.bypass_hits.fetch_add(1, Relaxed);
+                self.sh.ctx.cache.insert(ck, Arc::new(r.value.to_vec()));
+                Ok(Some(Some(r.value.to_vec())))
+            }
+            _ => {
+                c.bypass_fallbacks.fetch_add(1, Relaxed);
+                Ok(None)
+            }
+        }
     }
 
     /// The value of a key a range delete covers: only a version newer than the delete is

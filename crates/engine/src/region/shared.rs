@@ -22,6 +22,8 @@ pub(crate) struct Counters {
     pub range_deletes: AtomicU64,
     pub range_covered_dropped: AtomicU64,
     pub range_ssts_freed: AtomicU64,
+    pub bypass_hits: AtomicU64,
+    pub bypass_fallbacks: AtomicU64,
     pub stall_ns: AtomicU64,
     pub compactions: AtomicU64,
     pub trivial_moves: AtomicU64,
