@@ -353,7 +353,7 @@ impl<'a> Output<'a> {
 
     /// Places `e` in the output; `newer`: it comes from the newer input of the merge.
     fn emit(&mut self, mut e: Entry, newer: bool) -> Result<()> {
-        let was = e.value.base().clone();
+        let was = log_ptr(&e.value);
         // Hidden from every reader of the output (older snapshots read the inputs): it goes,
         // with no tombstone, as the range delete stays until no older version is left.
         if rangedel::hides(&self.dels, &e.key, e.lsn, u64::MAX) {
@@ -381,26 +381,26 @@ impl<'a> Output<'a> {
         self.place(&mut e)?;
         let placed = std::mem::replace(&mut e.value, Value::Tombstone);
         e.value = Value::expiring(at, placed);
-        self.note_slot(&e, &was, newer);
+        self.note_slot(&e, was, newer);
         self.add(e)
     }
 
     /// The bypass change an entry written makes: the L0->L1 merge sets the slot of each key
     /// it brings in or moves to the log, and clears it for one that is no log value; a deeper
     /// merge clears the slot of a value it merges back in place.
-    fn note_slot(&mut self, e: &Entry, was: &Value, newer: bool) {
+    fn note_slot(&mut self, e: &Entry, was: Option<(u64, u32)>, newer: bool) {
         let Some(ch) = &mut self.bypass else { return };
-        let (fp, check) = bypass::hashes(&e.key);
         match *e.value.base() {
             Value::Medium { ptr, len, salt } | Value::Large { ptr, len, salt }
-                if self.sets_slots && (newer || was != e.value.base()) =>
+                if self.sets_slots && (newer || was != Some((ptr, salt))) =>
             {
+                let (fp, check) = bypass::hashes(&e.key);
                 let expire_at = e.value.expire_at();
                 ch.push(Change::Set(fp, Slot { lsn: e.lsn, ptr, len, salt, expire_at, check }));
             }
             Value::Medium { .. } | Value::Large { .. } => {}
-            _ if (self.sets_slots && newer) || matches!(was, Value::Medium { .. } | Value::Large { .. }) => {
-                ch.push(Change::Clear(fp, e.lsn));
+            _ if (self.sets_slots && newer) || was.is_some() => {
+                ch.push(Change::Clear(bypass::hashes(&e.key).0, e.lsn));
             }
             _ => {}
         }
@@ -601,6 +601,14 @@ fn overlapping(level: &[Arc<Sst>], first: &[u8], last: &[u8]) -> Vec<Arc<Sst>> {
         .filter(|s| s.info.last_key.as_slice() >= first && s.info.first_key.as_slice() <= last)
         .cloned()
         .collect()
+}
+
+/// Where a log value is (pointer, salt); None for a value that is not in a log.
+fn log_ptr(v: &Value) -> Option<(u64, u32)> {
+    match *v.base() {
+        Value::Medium { ptr, salt, .. } | Value::Large { ptr, salt, .. } => Some((ptr, salt)),
+        _ => None,
+    }
 }
 
 /// Merges `newer` over `older` (both sorted, one entry per key) into `out`.
