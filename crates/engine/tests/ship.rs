@@ -303,6 +303,16 @@ fn backups_follow_restart_promote_and_remap() {
     assert_same(&b1, &model, "promoted backup");
     // Backup 2 stores its buffers and re-keys its maps to the new primary's segments.
     buf2.flush_all(&b2);
+    // A backup taken from a backup node (the primary plays no part) restores into a store whose
+    // region, once promoted, holds everything the backup node held.
+    let (bk, restored) = (root.path().join("bk"), root.path().join("restored"));
+    let report = b2.backup(&bk).expect("backup of a backup node");
+    assert!(report.bytes_copied > 0, "{report:?}");
+    halyard_engine::restore(&bk, None, &restored).expect("restore");
+    let copy = open_backup(&restored, false);
+    copy.replication().promote(0, &[]).expect("promote the restored copy");
+    assert_same(&copy, &model, "restored backup of a backup node");
+    drop(copy);
     b2.replication().remap(0, &b1.replication().replica_maps(0).expect("maps")).expect("remap");
     let rec2 = Arc::new(Recorder::default());
     b1.replication().set_ship_listener(Some(rec2.clone()));

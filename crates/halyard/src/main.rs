@@ -69,6 +69,11 @@ enum Cmd {
         /// The new store's directory (must not hold a store).
         #[arg(long)]
         to: PathBuf,
+        /// Turn the regions a cluster backup node held as backups into ordinary ones (as a
+        /// promotion does: their replicated logs are replayed), so that the restored store
+        /// serves them on its own.
+        #[arg(long)]
+        promote: bool,
     },
     /// Write an openable copy of a store directory (not in use by a server) to DIR.
     Checkpoint {
@@ -315,6 +320,17 @@ fn open_store(dir: &std::path::Path) -> Result<halyard_engine::Db, String> {
 }
 
 /// Prints what a backup, checkpoint or restore did.
+/// Promotes every backup region of the store at `dir` (a restored backup of a backup node).
+fn promote_all(dir: &std::path::Path) -> Result<(), String> {
+    let opts = halyard_engine::Options { default_region: false, ..halyard_engine::Options::default() };
+    let db = halyard_engine::Db::open(dir, opts).map_err(|e| format!("open {}: {e}", dir.display()))?;
+    for r in db.regions().into_iter().filter(|r| r.backup) {
+        let p = db.replication().promote(r.id, &[]).map_err(|e| format!("promote region {}: {e}", r.id))?;
+        println!("region {} promoted at LSN {}", r.id, p.last_lsn);
+    }
+    db.flush().map_err(|e| format!("flush {}: {e}", dir.display()))
+}
+
 fn copy_report(
     r: halyard_engine::Result<halyard_engine::CopyReport>,
     what: &str,
@@ -368,7 +384,13 @@ fn tool(cmd: &Cmd) -> Result<(), String> {
         Cmd::Inspect { dir, json } => inspect(dir, *json),
         Cmd::Backup { dir, to } => copy_report(open_store(dir)?.backup(to), "backup", to),
         Cmd::Checkpoint { dir, to } => copy_report(open_store(dir)?.checkpoint(to), "checkpoint", to),
-        Cmd::Restore { from, backup, to } => copy_report(halyard_engine::restore(from, *backup, to), "restore", to),
+        Cmd::Restore { from, backup, to, promote } => {
+            copy_report(halyard_engine::restore(from, *backup, to), "restore", to)?;
+            if *promote {
+                promote_all(to)?;
+            }
+            Ok(())
+        }
         Cmd::Get { key, conn } => match conn.client()?.get(key).map_err(|e| e.to_string())? {
             Some(v) => {
                 println!("{}", show(&v));
