@@ -199,18 +199,19 @@ fn range_deletes(
     let mut a = acked.lock().expect("lock");
     let gone: Vec<Vec<u8>> = a.range(ns.clone()..end).map(|(k, _)| k.clone()).collect();
     for k in gone {
-        a.remove(&k);
-        if done {
-            // An empty value: the key must read as absent.
-            a.insert(k, Vec::new());
-        }
+        // Empty: the key must read as absent; UNKNOWN: either may hold.
+        a.insert(k, if done { Vec::new() } else { UNKNOWN.to_vec() });
     }
 }
 
+/// The value a key of `acked` is recorded with when a range delete over it has an unknown
+/// outcome (values are never this short).
+const UNKNOWN: &[u8] = b"?";
+
 /// What a key of `acked` must read as: its value, or nothing for a key an acknowledged range
-/// delete removed (recorded with an empty value).
-fn wanted(v: &Vec<u8>) -> Option<&Vec<u8>> {
-    (!v.is_empty()).then_some(v)
+/// delete removed (recorded with an empty value); None when either may hold.
+fn wanted(v: &Vec<u8>) -> Option<Option<&Vec<u8>>> {
+    (v.as_slice() != UNKNOWN).then_some((!v.is_empty()).then_some(v))
 }
 
 fn run(mode: &str) {
@@ -253,18 +254,15 @@ fn run(mode: &str) {
     let mut cls: BTreeMap<String, Client> = BTreeMap::new();
     let mut checked = 0;
     for (k, v) in &acked {
+        let Some(want) = wanted(v) else { continue };
         let r = c.region_for(k).expect("region");
         let addr = c.node(&r.primary).expect("node").native.clone();
         let cl = cls.entry(addr.clone()).or_insert_with(|| client(&addr));
-        assert_eq!(
-            cl.get(k).expect("get").as_ref(),
-            wanted(v),
-            "acknowledged write {} lost",
-            String::from_utf8_lossy(k)
-        );
+        assert_eq!(cl.get(k).expect("get").as_ref(), want, "acknowledged write {} lost", String::from_utf8_lossy(k));
         checked += 1;
     }
-    assert_eq!(checked, acked.len());
+    // Only the keys of range deletes whose outcome is unknown (cut off by the kill) are not.
+    assert!(checked * 10 >= acked.len() * 9, "{checked} of {} acknowledged keys checked", acked.len());
     let deleted = acked.values().filter(|v| v.is_empty()).count();
     assert!(deleted > 0, "no key was removed by an acknowledged range delete");
     // The promoted regions take writes, and their remaining backup follows.
@@ -396,9 +394,10 @@ fn restarted_backup_catches_up(mode: &str) {
         if r.primary == "n3" {
             continue;
         }
+        let Some(want) = wanted(v) else { continue };
         let addr = c.node(&r.primary).expect("node").native.clone();
         let cl = cls.entry(addr.clone()).or_insert_with(|| client(&addr));
-        assert_eq!(cl.get(k).expect("get").as_ref(), wanted(v), "acknowledged write lost");
+        assert_eq!(cl.get(k).expect("get").as_ref(), want, "acknowledged write lost");
     }
     drop(nodes);
 }
@@ -498,14 +497,10 @@ fn added_backup_catches_up_and_takes_over(mode: &str) {
     for (k, v) in &acked {
         let r = c.region_for(k).expect("region");
         on_n4 += usize::from(r.primary == "n4");
+        let Some(want) = wanted(v) else { continue };
         let addr = c.node(&r.primary).expect("node").native.clone();
         let cl = cls.entry(addr.clone()).or_insert_with(|| client(&addr));
-        assert_eq!(
-            cl.get(k).expect("get").as_ref(),
-            wanted(v),
-            "acknowledged write {} lost",
-            String::from_utf8_lossy(k)
-        );
+        assert_eq!(cl.get(k).expect("get").as_ref(), want, "acknowledged write {} lost", String::from_utf8_lossy(k));
     }
     assert!(on_n4 > 1000, "only {on_n4} acknowledged writes in region 1");
     drop(procs);
