@@ -115,7 +115,7 @@ pub enum Request<'a> {
         /// The command's name and arguments.
         args: Vec<&'a [u8]>,
     },
-    /// `inner` (GET, PUT, DELETE, BATCH or SCAN) for the region `region` at `epoch` in the
+    /// `inner` (GET, PUT, DELETE, BATCH, SCAN or DELETE_RANGE) for the region `region` at `epoch` in the
     /// sender's map: the receiver runs it only if that is its own epoch for the region, and
     /// answers ERROR `StaleEpoch` (naming its epoch) otherwise.
     ///
@@ -430,7 +430,7 @@ mod tests {
         nested.push(kind::ROUTED);
         assert_eq!(
             Request::decode(kind::ROUTED, &nested),
-            Err(ProtoError::Invalid("a routed request holds a GET, PUT, DELETE, BATCH or SCAN"))
+            Err(ProtoError::Invalid("a routed request holds a GET, PUT, DELETE, BATCH, SCAN or DELETE_RANGE"))
         );
     }
 }
