@@ -6,7 +6,7 @@
 
 #![expect(clippy::indexing_slicing, reason = "indexes within argument lists whose lengths are checked")]
 
-use crate::workload::{Dist, Mix, Workload};
+use crate::workload::{Dist, KeyScheme, Mix, Workload};
 use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -58,12 +58,29 @@ pub struct BenchArgs {
     #[arg(long, default_value = "load-a,run-a,run-b,run-c,run-d,run-e,run-f")]
     pub workloads: String,
     /// KV size mixes, comma-separated: S, M, L, SD, MD, LD or custom:S%,M%,L% (33 / 148 /
-    /// 1228 B pairs with 24 B keys). A custom mix must be the only or the last entry.
+    /// 1228 B pairs with 24 B keys), or YCSB-CXX's ycsb-cxx-sd, ycsb-cxx-md, ycsb-cxx-ld
+    /// (values of 5 / 100 / 2000 B, sizes cycling per thread through six of the main size,
+    /// two of the next and two of the last, as Parallax's harness makes them). A custom mix
+    /// must be the only or the last entry.
     #[arg(long, default_value = "SD")]
     pub mix: String,
-    /// Request distribution: zipfian (0.99), uniform or latest. Run D always uses latest.
+    /// Key scheme: ycsb ("user" + 20 zero-padded digits of FNV-64, 24 B) or fnv (YCSB-CXX's
+    /// bare decimal FNV-64, 19.4 B on average).
+    #[arg(long, default_value = "ycsb")]
+    pub keys: String,
+    /// Request distribution: zipfian (0.99), uniform or latest, optionally followed by
+    /// per-workload choices (`zipfian,run-a=uniform` is YCSB-CXX's workloads A and C). Run D
+    /// uses latest unless told otherwise.
     #[arg(long, default_value = "zipfian")]
     pub dist: String,
+    /// Updates of Run A and Run B read the pair first (a read-modify-write, as YCSB-CXX's
+    /// updates of ten-field records do).
+    #[arg(long)]
+    pub update_rmw: bool,
+    /// Close the engines and open them again between phases (in-process engines only), as
+    /// YCSB-CXX does; each phase then reports the reopen before it and the close after it.
+    #[arg(long)]
+    pub reopen_between_phases: bool,
     /// Records inserted by load-a.
     #[arg(long, default_value_t = 100_000)]
     pub records: u64,
@@ -264,6 +281,14 @@ pub struct Config {
     pub mixes: Vec<Mix>,
     /// Request distribution.
     pub dist: Dist,
+    /// Per-workload request distributions that override `dist`.
+    pub dist_by: Vec<(Workload, Dist)>,
+    /// Key scheme.
+    pub keys: KeyScheme,
+    /// Updates are read-modify-writes.
+    pub update_rmw: bool,
+    /// Close and reopen between phases.
+    pub reopen: bool,
     /// Records of load-a.
     pub records: u64,
     /// Operations per run workload.
@@ -298,6 +323,20 @@ pub struct Config {
 
 fn list(s: &str) -> impl Iterator<Item = &str> {
     s.split(',').map(str::trim).filter(|x| !x.is_empty())
+}
+
+/// Parses `--dist`: a distribution, then `workload=distribution` overrides.
+pub fn parse_dist(s: &str) -> Result<(Dist, Vec<(Workload, Dist)>), String> {
+    let mut dist = None;
+    let mut by = Vec::new();
+    for item in list(s) {
+        match item.split_once('=') {
+            Some((w, d)) => by.push((Workload::parse(w.trim())?, Dist::parse(d.trim())?)),
+            None if dist.is_none() => dist = Some(Dist::parse(item)?),
+            None => return Err(format!("--dist `{s}`: one default distribution, then WORKLOAD=DIST items")),
+        }
+    }
+    Ok((dist.unwrap_or(Dist::Zipfian), by))
 }
 
 /// Parses `--engines`.
@@ -386,7 +425,7 @@ pub fn parse_mixes(s: &str) -> Result<Vec<Mix>, String> {
 impl Config {
     /// Checks the arguments.
     pub fn from_args(a: &BenchArgs) -> Result<Config, String> {
-        let dist = Dist::parse(&a.dist)?;
+        let (dist, dist_by) = parse_dist(&a.dist)?;
         let sync = match a.sync.to_ascii_lowercase().as_str() {
             "none" => Sync::None,
             "group" => Sync::Group,
@@ -431,6 +470,14 @@ impl Config {
         if cluster.is_some() {
             add_cluster_runs(&a.replication, &mut engines)?;
         }
+        if let Some(e) =
+            engines.iter().find(|e| a.reopen_between_phases && (e.is_server() || **e == EngineKind::Faulty))
+        {
+            return Err(format!(
+                "--reopen-between-phases reopens in-process engines only (halyard, rocksdb, blobdb), not {}",
+                e.name()
+            ));
+        }
         Ok(Config {
             dir: a.dir.clone(),
             engines,
@@ -438,6 +485,10 @@ impl Config {
             workloads: parse_workloads(&a.workloads)?,
             mixes: parse_mixes(&a.mix)?,
             dist,
+            dist_by,
+            keys: KeyScheme::parse(&a.keys)?,
+            update_rmw: a.update_rmw,
+            reopen: a.reopen_between_phases,
             records: a.records,
             ops: a.ops,
             threads: a.threads,
@@ -453,6 +504,17 @@ impl Config {
             keep: a.keep,
             metrics: a.metrics.clone(),
         })
+    }
+}
+
+impl Config {
+    /// The request distribution of workload `w`.
+    pub fn dist_of(&self, w: Workload) -> Dist {
+        match self.dist_by.iter().find(|(x, _)| *x == w) {
+            Some((_, d)) => *d,
+            None if w == Workload::RunD => Dist::Latest,
+            None => self.dist,
+        }
     }
 }
 
@@ -548,6 +610,21 @@ mod tests {
         assert_eq!(c.mixes.len(), 3);
         assert_eq!(c.mixes[2].percent, [10, 20, 70]);
         assert_eq!(c.workloads, vec![Workload::LoadA, Workload::RunC, Workload::RunE]);
+    }
+
+    #[test]
+    fn ycsb_cxx_settings_parse() {
+        let c =
+            cfg(&["--dist", "zipfian,run-a=uniform", "--keys", "fnv", "--mix", "ycsb-cxx-sd", "--update-rmw"]).unwrap();
+        assert_eq!((c.dist_of(Workload::RunA), c.dist_of(Workload::RunC)), (Dist::Uniform, Dist::Zipfian));
+        assert_eq!(c.dist_of(Workload::RunD), Dist::Latest);
+        assert_eq!(c.keys, KeyScheme::Fnv);
+        assert!(c.update_rmw && !c.reopen);
+        assert!(cfg(&["--dist", "zipfian,uniform"]).unwrap_err().contains("WORKLOAD=DIST"));
+        assert!(cfg(&["--dist", "run-q=uniform"]).unwrap_err().contains("run-q"));
+        let e = cfg(&["--reopen-between-phases", "--target", "resp://h:1"]).unwrap_err();
+        assert!(e.contains("in-process"), "{e}");
+        assert!(cfg(&["--reopen-between-phases", "--workloads", "load-a,verify"]).unwrap().reopen);
     }
 
     #[test]

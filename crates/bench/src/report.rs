@@ -87,11 +87,15 @@ pub fn table(cfg: &Config, runs: &[EngineRun], ratios: &[Ratio]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "halyard bench: records {} ops {} threads {} dist {:?} cache {} MiB l0 {} MiB growth {} sync {:?} seed {}",
+        "halyard bench: records {} ops {} threads {} dist {:?}{} keys {:?}{}{} cache {} MiB l0 {} MiB growth {} sync {:?} seed {}",
         cfg.records,
         cfg.ops,
         cfg.threads,
         cfg.dist,
+        cfg.dist_by.iter().map(|(w, d)| format!(",{w}={d:?}")).collect::<String>(),
+        cfg.keys,
+        if cfg.update_rmw { " updates read-modify-write" } else { "" },
+        if cfg.reopen { " reopen between phases" } else { "" },
         cfg.cache_bytes >> 20,
         cfg.l0_bytes >> 20,
         cfg.growth_factor,
@@ -200,6 +204,20 @@ fn result_row(s: &mut String, r: &PhaseResult, ew: usize) {
     );
     if let Some(note) = cross_check(r) {
         let _ = writeln!(s, "  note: {note}");
+    }
+    if let Some(x) = &r.reopen {
+        let _ = writeln!(
+            s,
+            "  {} reopen: open before {:.2} s (read {:.1} MB), close after {:.2} s (wrote {:.1} MB), \
+             cpu {:.2} s; ops/s over open..close {:.0}",
+            r.workload,
+            x.open_seconds,
+            mb(x.open_read_bytes),
+            x.close_seconds,
+            mb(x.close_write_bytes),
+            x.cpu_seconds,
+            x.ops_per_sec_open_to_close
+        );
     }
     if let Some(x) = &r.roles {
         let f = |v: Option<f64>| v.map_or("NaN".to_string(), |v| format!("{v:.2}"));

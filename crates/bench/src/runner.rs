@@ -5,7 +5,7 @@
 use crate::args::{Config, EngineKind};
 use crate::engines::{self, disk_bytes, Engine, EngineConfig, EngineStats};
 use crate::measure::{self, ProcIo};
-use crate::workload::{key, Chooser, Dist, Mix, Op, OpGen, Workload, KEY_BYTES, PAIR_BYTES};
+use crate::workload::{Chooser, KeyScheme, Mix, Op, OpGen, Workload, KEY_BYTES};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -102,6 +102,8 @@ pub struct PhaseResult {
     /// Cluster runs (`--cluster`): the backup nodes' work, summed; the other figures are
     /// the primary's.
     pub roles: Option<Roles>,
+    /// `--reopen-between-phases`: the open before the phase and the close after it.
+    pub reopen: Option<Reopen>,
 }
 
 /// Primary and backup work of a cluster run, for one phase.
@@ -208,7 +210,8 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
         halyard: *kind == EngineKind::Halyard,
     };
     let dir = engine_dir(cfg, kind, mix);
-    let engine = match open_fresh(cfg, kind, &dir) {
+    let (opened, mut open_cost) = timed(|| open_fresh(cfg, kind, &dir));
+    let mut engine = match opened {
         Ok(e) => e,
         Err(e) => {
             run.failure = Some(("open".into(), e));
@@ -218,7 +221,7 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
     run.settings = engine.settings();
     run.halyard |= engine.halyard_server();
     let sizes: Vec<AtomicU8> = (0..record_capacity(cfg)).map(|_| AtomicU8::new(0)).collect();
-    let mut base = 0;
+    let (mut base, mut just_opened) = (0, true);
     for (i, &w) in cfg.workloads.iter().enumerate() {
         // Skipped rather than failed: the engine is fine, the workload has no equivalent on
         // it, and the phases after it still run.
@@ -229,16 +232,33 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
             run.unsupported.push((w.name().into(), why));
             continue;
         }
+        if cfg.reopen && !just_opened {
+            let closed = close(engine, &mut run);
+            let (opened, cost) =
+                timed(|| closed.and_then(|()| engines::open(kind, &dir, &EngineConfig::from_config(cfg))));
+            engine = match opened {
+                Ok(e) => e,
+                Err(e) => {
+                    run.failure.get_or_insert((format!("reopen before {w}"), e));
+                    return finish(cfg, &dir, run);
+                }
+            };
+            open_cost = cost;
+        }
+        just_opened = false;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_phase(cfg, kind, mix, &*engine, &dir, &sizes, i, w, base)
         }));
         match r {
-            Ok(Ok((res, new_base))) => {
+            Ok(Ok((mut res, new_base))) => {
                 if !cfg.quiet {
                     eprintln!(
                         "{} {} {}: {} ops in {:.1} s, {:.0} ops/s, I/O amp {:.2} (NaN: unknown)",
                         res.engine, res.mix, res.workload, res.ops, res.seconds, res.ops_per_sec, res.io_amplification
                     );
+                }
+                if cfg.reopen {
+                    res.reopen = Some(Reopen::opened(&open_cost));
                 }
                 run.results.push(res);
                 base = new_base;
@@ -253,15 +273,78 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
             }
         }
     }
-    // Closing can panic in a broken engine too; the results are kept either way.
-    let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(engine)));
-    if let (Err(p), None) = (closed, &run.failure) {
-        run.failure = Some(("close".into(), format!("panicked: {}", panic_text(&*p))));
+    // Closing can fail in a broken engine too; the results are kept either way.
+    if let Err(e) = close(engine, &mut run) {
+        run.failure.get_or_insert(("close".into(), e));
     }
+    finish(cfg, &dir, run)
+}
+
+/// Closes the engine, charging the close to the last phase when it reports reopens.
+fn close(engine: Box<dyn Engine>, run: &mut EngineRun) -> Result<(), String> {
+    let (closed, cost) = timed(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(engine))));
+    if let Some(last) = run.results.last_mut() {
+        if let Some(r) = &mut last.reopen {
+            r.closed(&cost, last.ops, last.seconds);
+        }
+    }
+    closed.map_err(|p| format!("panicked: {}", panic_text(&*p)))
+}
+
+fn finish(cfg: &Config, dir: &std::path::Path, run: EngineRun) -> EngineRun {
     if !cfg.keep {
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(dir);
     }
     run
+}
+
+/// What a piece of work outside the phases cost this process.
+struct Cost {
+    seconds: f64,
+    io: ProcIo,
+    cpu: Duration,
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Cost) {
+    let (t, io, cpu) = (Instant::now(), ProcIo::now(), measure::cpu_time());
+    let r = f();
+    (r, Cost { seconds: t.elapsed().as_secs_f64(), io: ProcIo::now().since(&io), cpu: measure::cpu_time() - cpu })
+}
+
+/// The open before a phase and the close after it (`--reopen-between-phases`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Reopen {
+    /// Seconds the open before the phase took (before the first phase: a fresh store's).
+    pub open_seconds: f64,
+    /// Device bytes that open read.
+    pub open_read_bytes: u64,
+    /// Seconds the close after the phase took.
+    pub close_seconds: f64,
+    /// Device bytes that close wrote.
+    pub close_write_bytes: u64,
+    /// CPU seconds of the open and the close.
+    pub cpu_seconds: f64,
+    /// Operations per second over open..close (the phase's operations over the open, the
+    /// phase and the close).
+    pub ops_per_sec_open_to_close: f64,
+}
+
+impl Reopen {
+    fn opened(c: &Cost) -> Reopen {
+        Reopen {
+            open_seconds: c.seconds,
+            open_read_bytes: c.io.read_bytes,
+            cpu_seconds: c.cpu.as_secs_f64(),
+            ..Reopen::default()
+        }
+    }
+
+    fn closed(&mut self, c: &Cost, ops: u64, phase_seconds: f64) {
+        self.close_seconds = c.seconds;
+        self.close_write_bytes = c.io.write_bytes;
+        self.cpu_seconds += c.cpu.as_secs_f64();
+        self.ops_per_sec_open_to_close = ops as f64 / (self.open_seconds + phase_seconds + c.seconds).max(1e-9);
+    }
 }
 
 /// Opens `kind` on an empty `dir`.
@@ -310,17 +393,24 @@ fn run_phase(
     w: Workload,
     base: u64,
 ) -> Result<(PhaseResult, u64), String> {
-    let total = if w == Workload::LoadA { cfg.records } else { cfg.ops };
-    let dist = if w == Workload::RunD { Dist::Latest } else { cfg.dist };
+    let total = match w {
+        Workload::LoadA => cfg.records,
+        Workload::Verify => base,
+        _ => cfg.ops,
+    };
     // Load A never draws from it; its expected inserts only size a count nothing uses.
-    let chooser = Chooser::new(dist, base.max(1), total * w.insert_percent() / 100);
-    let gen = |t| OpGen::new(cfg.seed, phase, w, mix, chooser.clone(), t, cfg.threads, base, total);
+    let chooser = Chooser::new(cfg.dist_of(w), base.max(1), total * w.insert_percent() / 100);
+    let gen = |t| {
+        OpGen::new(cfg.seed, phase, w, mix, chooser.clone(), t, cfg.threads, base, total)
+            .reading_updates(cfg.update_rmw)
+    };
+    let shape = Shape { keys: cfg.keys, mix };
     let pb = progress(cfg, total, format!("{} {} {}", kind.name(), mix.name, w));
 
     let (est0, io0, cpu0) = (engine.stats(), ProcIo::now(), measure::cpu_time());
     measure::reset_peak_rss();
     engine.begin_phase();
-    let Ran { workers, samples, seconds, error } = run_workers(cfg.threads, engine, sizes, &pb, gen);
+    let Ran { workers, samples, seconds, error } = run_workers(cfg.threads, engine, shape, sizes, &pb, gen);
     pb.finish_and_clear();
     let (cpu, io, est) = (measure::cpu_time() - cpu0, ProcIo::now().since(&io0), engine.stats());
     let peak_rss_bytes = measure::peak_rss();
@@ -328,8 +418,7 @@ fn run_phase(
         return Err(e);
     }
     let totals = Totals::merge(workers)?;
-    let live_bytes: u64 =
-        sizes.iter().map(|c| c.load(Relaxed)).filter(|&c| c > 0).map(|c| PAIR_BYTES[c as usize - 1] as u64).sum();
+    let live_bytes = shape.live_bytes(sizes);
     let m = Measured::new(&est0, &est, io, cpu, peak_rss_bytes, dir);
     let new_base = match w {
         Workload::LoadA => cfg.records,
@@ -355,6 +444,7 @@ struct Ran {
 fn run_workers(
     threads: usize,
     engine: &dyn Engine,
+    shape: Shape<'_>,
     sizes: &[AtomicU8],
     pb: &ProgressBar,
     gen: impl Fn(usize) -> OpGen,
@@ -375,7 +465,7 @@ fn run_workers(
                 let (counter, stop, error, done) = (&counters[t].0, &stop, &error, done_tx.clone());
                 s.spawn(move || {
                     engines::set_bench_thread(t);
-                    let r = worker(engine, gen, sizes, counter, stop);
+                    let r = worker(engine, gen, shape, sizes, counter, stop);
                     if let Err(e) = &r {
                         stop.store(true, Relaxed);
                         error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.clone());
@@ -493,6 +583,7 @@ fn phase_result(kind: &EngineKind, mix: &Mix, w: Workload, raw: Raw, m: Measured
         client_cpu_us_per_op: client_cpu,
         server_measures: m.server,
         roles: if matches!(kind, EngineKind::Cluster(_)) { Roles::new(&est0, &est, ops, user_bytes) } else { None },
+        reopen: None,
     }
 }
 
@@ -550,10 +641,27 @@ impl Measured {
     }
 }
 
+/// How record numbers become pairs: the key scheme and the mix's value sizes.
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    keys: KeyScheme,
+    mix: &'a Mix,
+}
+
+impl Shape<'_> {
+    /// Bytes of the live pairs: every record written, at the size it was last written with.
+    fn live_bytes(&self, sizes: &[AtomicU8]) -> u64 {
+        let mut k = [0u8; KEY_BYTES];
+        let pair = |(n, c): (usize, u8)| (self.keys.write(n as u64, &mut k) + self.mix.value_bytes(c - 1)) as u64;
+        sizes.iter().map(|c| c.load(Relaxed)).enumerate().filter(|&(_, c)| c > 0).map(pair).sum()
+    }
+}
+
 /// One client thread: issues its operations, timing each.
 fn worker(
     engine: &dyn Engine,
     mut gen: OpGen,
+    shape: Shape<'_>,
     sizes: &[AtomicU8],
     counter: &AtomicU64,
     stop: &AtomicBool,
@@ -562,46 +670,52 @@ fn worker(
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
     let pool = gen.value_pool();
     let (mut user_bytes, mut misses) = (0u64, 0u64);
-    let mut k = [0u8; KEY_BYTES];
-    let put = |gen: &mut OpGen, n: u64, cat: u8, k: &[u8; KEY_BYTES]| -> Result<u64, String> {
-        let len = PAIR_BYTES[cat as usize] - KEY_BYTES;
+    let mut kb = [0u8; KEY_BYTES];
+    let put = |gen: &mut OpGen, n: u64, cat: u8, k: &[u8]| -> Result<u64, String> {
+        let len = shape.mix.value_bytes(cat);
         let off = gen.value_offset(len);
         engine.put(k, &pool[off..off + len])?;
         if let Some(s) = sizes.get(n as usize) {
             s.store(cat + 1, Relaxed);
         }
-        Ok(PAIR_BYTES[cat as usize] as u64)
+        Ok((k.len() + len) as u64)
     };
+    let written = |n: u64| sizes.get(n as usize).map_or(0, |s| s.load(Relaxed));
     while let Some(op) = gen.next() {
         if stop.load(Relaxed) {
             break;
         }
+        // Verify checks the records written, whatever the phases before it made.
+        if matches!(op, Op::Check(n) if written(n) == 0) {
+            continue;
+        }
+        let klen = shape.keys.write(op.record(), &mut kb);
+        let k = &kb[..klen];
         let t = Instant::now();
         match op {
-            Op::Read(n) => {
-                key(n, &mut k);
-                // The key is issued whether or not the pair exists.
-                let len = engine.get(&k)?;
+            // The key is issued whether or not the pair exists.
+            Op::Read(_) => {
+                let len = engine.get(k)?;
                 misses += u64::from(len.is_none());
-                user_bytes += (KEY_BYTES + len.unwrap_or(0)) as u64;
+                user_bytes += (klen + len.unwrap_or(0)) as u64;
             }
-            Op::Update(n, c) | Op::Insert(n, c) => {
-                key(n, &mut k);
-                user_bytes += put(&mut gen, n, c, &k)?;
-            }
-            Op::Scan(n, len) => {
-                key(n, &mut k);
-                let (pairs, bytes) = engine.scan(&k, len)?;
+            Op::Update(n, c) | Op::Insert(n, c) => user_bytes += put(&mut gen, n, c, k)?,
+            Op::Scan(_, len) => {
+                let (pairs, bytes) = engine.scan(k, len)?;
                 misses += u64::from(pairs == 0);
-                user_bytes += KEY_BYTES as u64 + bytes;
+                user_bytes += klen as u64 + bytes;
             }
             Op::ReadModifyWrite(n, c) => {
-                key(n, &mut k);
-                // The key is issued whether or not the pair exists.
-                let len = engine.get(&k)?;
+                let len = engine.get(k)?;
                 misses += u64::from(len.is_none());
-                user_bytes += (KEY_BYTES + len.unwrap_or(0)) as u64;
-                user_bytes += put(&mut gen, n, c, &k)?;
+                user_bytes += (klen + len.unwrap_or(0)) as u64;
+                user_bytes += put(&mut gen, n, c, k)?;
+            }
+            Op::Check(n) => {
+                let len = engine.get(k)?;
+                // Lost: missing, or not the value last written.
+                misses += u64::from(len != Some(shape.mix.value_bytes(written(n) - 1)));
+                user_bytes += (klen + len.unwrap_or(0)) as u64;
             }
         }
         hist.saturating_record(t.elapsed().as_nanos() as u64);

@@ -4,7 +4,9 @@
 //! The generators follow YCSB's `CoreWorkload` so that figures compare with published ones:
 //! keys are `"user"` + FNV-1a-64 of the record number (so Load A inserts in hashed, not
 //! sorted, order), Zipfian is YCSB's `ScrambledZipfianGenerator` and `latest` its
-//! `SkewedLatestGenerator`.
+//! `SkewedLatestGenerator`. YCSB-CXX's scheme (Parallax's own harness) is there too: keys
+//! that are the bare decimal FNV-64 of the record number ([`KeyScheme::Fnv`]) and value
+//! sizes that cycle per thread (the `ycsb-cxx-*` mixes).
 
 #![expect(clippy::indexing_slicing, reason = "key and value pools are indexed modulo their sizes")]
 
@@ -21,6 +23,8 @@ pub const PAIR_BYTES: [usize; 3] = [33, 148, 1228];
 pub const MAX_SCAN: usize = 100;
 /// Zipfian constant of YCSB.
 pub const ZIPF_THETA: f64 = 0.99;
+/// Value sizes of the S, M and L categories of YCSB-CXX's mixes (its `parallax_db.h`).
+pub const YCSB_CXX_VALUE_BYTES: [usize; 3] = [5, 100, 2000];
 
 /// A YCSB workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -46,11 +50,15 @@ pub enum Workload {
     /// 50% reads, 50% read-modify-writes.
     #[serde(rename = "run-f")]
     RunF,
+    /// Reads every record written so far once and checks its value's size: the misses
+    /// are lost keys (after `--reopen-between-phases`, the store as reopened).
+    #[serde(rename = "verify")]
+    Verify,
 }
 
 impl Workload {
     /// All workloads.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::LoadA,
         Workload::RunA,
         Workload::RunB,
@@ -58,6 +66,7 @@ impl Workload {
         Workload::RunD,
         Workload::RunE,
         Workload::RunF,
+        Workload::Verify,
     ];
 
     /// Name as on the command line.
@@ -70,6 +79,7 @@ impl Workload {
             Workload::RunD => "run-d",
             Workload::RunE => "run-e",
             Workload::RunF => "run-f",
+            Workload::Verify => "verify",
         }
     }
 
@@ -77,7 +87,7 @@ impl Workload {
     pub fn parse(s: &str) -> Result<Workload, String> {
         let l = s.to_ascii_lowercase();
         Workload::ALL.into_iter().find(|w| w.name() == l).ok_or_else(|| {
-            format!("unknown workload `{s}` (expected load-a, run-a, run-b, run-c, run-d, run-e or run-f)")
+            format!("unknown workload `{s}` (expected load-a, run-a, run-b, run-c, run-d, run-e, run-f or verify)")
         })
     }
 
@@ -129,15 +139,39 @@ impl Dist {
 /// A KV size mix: percentages of S, M and L pairs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Mix {
-    /// Name (S, M, L, SD, MD, LD or custom:s,m,l).
+    /// Name (S, M, L, SD, MD, LD, custom:s,m,l or ycsb-cxx-sd|md|ld).
     pub name: String,
     /// Percent of S, M, L pairs; sums to 100.
     pub percent: [u32; 3],
+    /// YCSB-CXX's mixes: the categories of ten writes in a row, repeated by each thread
+    /// (its thread-local counter modulo 10), values of [`YCSB_CXX_VALUE_BYTES`]. `None`:
+    /// categories are drawn at random and pairs are [`PAIR_BYTES`] long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<[u8; 10]>,
+}
+
+/// The categories of YCSB-CXX's `choose_wl`: six of the main size, two of the next and two
+/// of the last, in that order.
+const fn ycsb_cxx_cycle(main: u8, next: u8, last: u8) -> [u8; 10] {
+    [main, main, main, main, main, main, next, next, last, last]
 }
 
 impl Mix {
     /// Parses a mix name.
     pub fn parse(s: &str) -> Result<Mix, String> {
+        let cycle = match s.to_ascii_lowercase().as_str() {
+            "ycsb-cxx-sd" => Some(ycsb_cxx_cycle(0, 1, 2)),
+            "ycsb-cxx-md" => Some(ycsb_cxx_cycle(1, 0, 2)),
+            "ycsb-cxx-ld" => Some(ycsb_cxx_cycle(2, 0, 1)),
+            _ => None,
+        };
+        if let Some(c) = cycle {
+            let mut percent = [0u32; 3];
+            for cat in c {
+                percent[cat as usize] += 10;
+            }
+            return Ok(Mix { name: s.to_ascii_lowercase(), percent, cycle });
+        }
         let percent = match s.to_ascii_uppercase().as_str() {
             "S" => [100, 0, 0],
             "M" => [0, 100, 0],
@@ -145,34 +179,29 @@ impl Mix {
             "SD" => [60, 20, 20],
             "MD" => [20, 60, 20],
             "LD" => [20, 20, 60],
-            u if u.starts_with("CUSTOM:") => {
-                let parts: Vec<&str> =
-                    s["custom:".len()..].split(',').map(|p| p.trim().trim_end_matches('%')).collect();
-                let bad = || format!("bad mix `{s}`: expected custom:S%,M%,L% with three percentages summing to 100");
-                if parts.len() != 3 {
-                    return Err(bad());
-                }
-                let mut p = [0u32; 3];
-                for (d, x) in p.iter_mut().zip(&parts) {
-                    *d = x.parse().map_err(|_| bad())?;
-                }
-                if p.iter().sum::<u32>() != 100 {
-                    return Err(bad());
-                }
-                p
+            u if u.starts_with("CUSTOM:") => custom_percent(s)?,
+            _ => {
+                return Err(format!(
+                    "unknown mix `{s}` (expected S, M, L, SD, MD, LD, custom:S%,M%,L% or ycsb-cxx-sd|md|ld)"
+                ))
             }
-            _ => return Err(format!("unknown mix `{s}` (expected S, M, L, SD, MD, LD or custom:S%,M%,L%)")),
         };
         let name = if s.to_ascii_lowercase().starts_with("custom:") {
             format!("custom:{},{},{}", percent[0], percent[1], percent[2])
         } else {
             s.to_ascii_uppercase()
         };
-        Ok(Mix { name, percent })
+        Ok(Mix { name, percent, cycle: None })
     }
 
-    /// Draws a size category (0 = S, 1 = M, 2 = L).
-    pub fn draw(&self, rng: &mut impl Rng) -> u8 {
+    /// Draws a size category (0 = S, 1 = M, 2 = L). `writes` counts the calling thread's
+    /// draws, for the cyclic mixes.
+    pub fn draw(&self, rng: &mut impl Rng, writes: &mut u64) -> u8 {
+        if let Some(c) = &self.cycle {
+            let cat = c[(*writes % 10) as usize];
+            *writes += 1;
+            return cat;
+        }
         let x = rng.gen_range(0..100u32);
         if x < self.percent[0] {
             0
@@ -182,18 +211,88 @@ impl Mix {
             2
         }
     }
+
+    /// Bytes of the value of a pair of category `cat`.
+    pub fn value_bytes(&self, cat: u8) -> usize {
+        let cat = cat as usize % 3;
+        match self.cycle {
+            Some(_) => YCSB_CXX_VALUE_BYTES[cat],
+            None => PAIR_BYTES[cat] - KEY_BYTES,
+        }
+    }
+}
+
+fn custom_percent(s: &str) -> Result<[u32; 3], String> {
+    let parts: Vec<&str> = s["custom:".len()..].split(',').map(|p| p.trim().trim_end_matches('%')).collect();
+    let bad = || format!("bad mix `{s}`: expected custom:S%,M%,L% with three percentages summing to 100");
+    if parts.len() != 3 {
+        return Err(bad());
+    }
+    let mut p = [0u32; 3];
+    for (d, x) in p.iter_mut().zip(&parts) {
+        *d = x.parse().map_err(|_| bad())?;
+    }
+    if p.iter().sum::<u32>() != 100 {
+        return Err(bad());
+    }
+    Ok(p)
+}
+
+/// How a record number becomes a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyScheme {
+    /// YCSB's: "user" + FNV-64 made non-negative, zero-padded to 20 digits (24 B).
+    Ycsb,
+    /// YCSB-CXX's: the bare decimal FNV-64 of the record number (1..=20 B, 19.4 on average).
+    Fnv,
+}
+
+impl KeyScheme {
+    /// Parses `--keys`.
+    pub fn parse(s: &str) -> Result<KeyScheme, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ycsb" => Ok(KeyScheme::Ycsb),
+            "fnv" => Ok(KeyScheme::Fnv),
+            _ => Err(format!("unknown --keys `{s}` (expected ycsb or fnv)")),
+        }
+    }
+
+    /// Writes the key of record `n` to the front of `out`; returns its length.
+    pub fn write(self, n: u64, out: &mut [u8; KEY_BYTES]) -> usize {
+        match self {
+            KeyScheme::Ycsb => {
+                key(n, out);
+                KEY_BYTES
+            }
+            KeyScheme::Fnv => {
+                let mut h = fnv64_unsigned(n);
+                let digits = h.checked_ilog10().map_or(1, |d| d as usize + 1);
+                for i in (0..digits).rev() {
+                    out[i] = b'0' + (h % 10) as u8;
+                    h /= 10;
+                }
+                digits
+            }
+        }
+    }
 }
 
 /// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 little-endian bytes, made non-negative.
-pub fn fnv64(mut v: u64) -> u64 {
+pub fn fnv64(v: u64) -> u64 {
+    // Java's Math.abs on a long.
+    (fnv64_unsigned(v) as i64).wrapping_abs() as u64
+}
+
+/// YCSB-CXX's `utils::FNVHash64`: the same hash, kept unsigned.
+pub fn fnv64_unsigned(mut v: u64) -> u64 {
     let mut h: u64 = 0xCBF2_9CE4_8422_2325;
     for _ in 0..8 {
         h ^= v & 0xff;
         h = h.wrapping_mul(1_099_511_628_211);
         v >>= 8;
     }
-    // Java's Math.abs on a long.
-    (h as i64).wrapping_abs() as u64
+    h
 }
 
 /// The key of record `n`: "user" + its hash, zero-padded to [`KEY_BYTES`].
@@ -329,6 +428,18 @@ pub enum Op {
     Scan(u64, usize),
     /// Read, then overwrite.
     ReadModifyWrite(u64, u8),
+    /// Read a record that may have been written and check its value's size (Verify).
+    Check(u64),
+}
+
+impl Op {
+    /// The record the operation starts at.
+    pub fn record(self) -> u64 {
+        match self {
+            Op::Read(n) | Op::Update(n, _) | Op::Insert(n, _) | Op::Scan(n, _) => n,
+            Op::ReadModifyWrite(n, _) | Op::Check(n) => n,
+        }
+    }
 }
 
 /// The operation sequence of one client thread: a function of the seed, the phase, the
@@ -347,6 +458,10 @@ pub struct OpGen {
     /// Operations this thread issues.
     pub count: u64,
     done: u64,
+    /// Size draws so far (the cyclic mixes' counter).
+    writes: u64,
+    /// Updates read the pair first.
+    update_rmw: bool,
 }
 
 impl OpGen {
@@ -378,7 +493,16 @@ impl OpGen {
             inserts: 0,
             count,
             done: 0,
+            writes: 0,
+            update_rmw: false,
         }
+    }
+
+    /// Makes the updates of Run A and Run B read-modify-writes, as YCSB-CXX's do (it reads
+    /// the record to change one of its ten fields).
+    pub fn reading_updates(mut self, yes: bool) -> OpGen {
+        self.update_rmw = yes;
+        self
     }
 
     /// Records this thread may choose from: the phase's base plus the inserts made at the
@@ -395,7 +519,11 @@ impl OpGen {
             self.inserts += 1;
             n
         };
-        Op::Insert(n, self.mix.draw(&mut self.rng))
+        Op::Insert(n, self.draw())
+    }
+
+    fn draw(&mut self) -> u8 {
+        self.mix.draw(&mut self.rng, &mut self.writes)
     }
 
     /// Uniform bytes for values, drawn once per thread. Large enough (8 MiB) that values near
@@ -425,6 +553,7 @@ impl Iterator for OpGen {
         let pct = self.rng.gen_range(0..100u32);
         let op = match self.workload {
             Workload::LoadA => self.insert(),
+            Workload::Verify => Op::Check(self.done * self.threads + self.thread),
             Workload::RunA | Workload::RunB | Workload::RunC | Workload::RunF => {
                 let write_pct = match self.workload {
                     Workload::RunA | Workload::RunF => 50,
@@ -435,10 +564,10 @@ impl Iterator for OpGen {
                 let k = self.chooser.next(&mut self.rng, n);
                 if pct >= write_pct {
                     Op::Read(k)
-                } else if self.workload == Workload::RunF {
-                    Op::ReadModifyWrite(k, self.mix.draw(&mut self.rng))
+                } else if self.workload == Workload::RunF || self.update_rmw {
+                    Op::ReadModifyWrite(k, self.draw())
                 } else {
-                    Op::Update(k, self.mix.draw(&mut self.rng))
+                    Op::Update(k, self.draw())
                 }
             }
             Workload::RunD | Workload::RunE => {
@@ -486,6 +615,62 @@ mod tests {
         assert_eq!(fnv64(0), 6_284_781_860_667_377_211);
         key(0, &mut a);
         assert_eq!(&a, b"user06284781860667377211");
+    }
+
+    #[test]
+    fn fnv_keys_are_ycsb_cxx_keys() {
+        let mut k = [0u8; KEY_BYTES];
+        // YCSB-CXX's BuildKeyName(0): the unsigned FNV-64 of 0, in decimal, no prefix.
+        let n = KeyScheme::Fnv.write(0, &mut k);
+        assert_eq!(&k[..n], b"12161962213042174405".as_slice());
+        assert_eq!(fnv64_unsigned(0), 12_161_962_213_042_174_405);
+        // The sign bit set: Java's abs differs from the unsigned value.
+        assert_ne!(fnv64(0), fnv64_unsigned(0));
+        let lens: Vec<usize> = (0..10_000).map(|i| KeyScheme::Fnv.write(i, &mut k)).collect();
+        let mean = lens.iter().sum::<usize>() as f64 / lens.len() as f64;
+        assert!((19.2..19.6).contains(&mean), "{mean}");
+        assert!(lens.iter().all(|&l| (1..=20).contains(&l)));
+        assert_eq!(KeyScheme::Ycsb.write(0, &mut k), KEY_BYTES);
+        assert_eq!(&k, b"user06284781860667377211");
+        assert!(KeyScheme::parse("murmur").unwrap_err().contains("fnv"));
+    }
+
+    #[test]
+    fn ycsb_cxx_mixes_cycle_per_thread() {
+        let m = Mix::parse("ycsb-cxx-sd").unwrap();
+        assert_eq!(m.percent, [60, 20, 20]);
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut writes = 0;
+        let sizes: Vec<usize> = (0..20).map(|_| m.value_bytes(m.draw(&mut rng, &mut writes))).collect();
+        let ten = [5, 5, 5, 5, 5, 5, 100, 100, 2000, 2000];
+        assert_eq!(sizes[..10], ten);
+        assert_eq!(sizes[10..], ten);
+        let md = Mix::parse("YCSB-CXX-MD").unwrap();
+        assert_eq!((md.name.as_str(), md.percent), ("ycsb-cxx-md", [20, 60, 20]));
+        let mut w = 6;
+        assert_eq!(md.value_bytes(md.draw(&mut rng, &mut w)), 5);
+        let ld = Mix::parse("ycsb-cxx-ld").unwrap();
+        let mut w = 8;
+        assert_eq!(ld.value_bytes(ld.draw(&mut rng, &mut w)), 100);
+        assert_eq!(Mix::parse("SD").unwrap().value_bytes(2), PAIR_BYTES[2] - KEY_BYTES);
+    }
+
+    #[test]
+    fn updates_can_read_first_and_verify_reads_every_record() {
+        let m = Mix::parse("ycsb-cxx-sd").unwrap();
+        let ops: Vec<Op> =
+            OpGen::new(3, 1, Workload::RunA, &m, Chooser::Uniform, 0, 1, 100, 1000).reading_updates(true).collect();
+        assert!(ops.iter().all(|o| matches!(o, Op::Read(_) | Op::ReadModifyWrite(..))));
+        assert!(ops.iter().filter(|o| matches!(o, Op::ReadModifyWrite(..))).count() > 400);
+        let mut all: Vec<u64> = (0..3)
+            .flat_map(|t| OpGen::new(3, 2, Workload::Verify, &m, Chooser::Uniform, t, 3, 10, 10))
+            .map(|op| match op {
+                Op::Check(n) => n,
+                _ => unreachable!(),
+            })
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
     }
 
     #[test]
@@ -559,9 +744,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(11);
         for (name, want) in [("SD", [60, 20, 20]), ("MD", [20, 60, 20]), ("custom:5,15,80", [5, 15, 80])] {
             let m = Mix::parse(name).unwrap();
-            let mut got = [0u32; 3];
+            let (mut got, mut writes) = ([0u32; 3], 0);
             for _ in 0..100_000 {
-                got[m.draw(&mut rng) as usize] += 1;
+                got[m.draw(&mut rng, &mut writes) as usize] += 1;
             }
             for i in 0..3 {
                 let pct = got[i] as f64 / 1000.0;

@@ -143,3 +143,55 @@ fn a_failing_engine_is_reported_and_the_others_still_written() {
     assert_eq!(results.len(), 2);
     assert!(results.iter().all(|r| r["engine"] == "halyard"));
 }
+
+#[test]
+fn ycsb_cxx_run_reopens_between_phases_and_verifies_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, doc) = bench(
+        dir.path(),
+        &[
+            "--engines",
+            engines(),
+            "--workloads",
+            "load-a,run-a,run-c,run-e,verify",
+            "--mix",
+            "ycsb-cxx-sd",
+            "--keys",
+            "fnv",
+            "--dist",
+            "zipfian,run-a=uniform",
+            "--update-rmw",
+            "--reopen-between-phases",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("reopen between phases") && stdout.contains("ops/s over open..close"), "{stdout}");
+    let doc = doc.expect("json written");
+    let results = doc["results"].as_array().unwrap();
+    assert_eq!(results.len(), 5 * engines().split(',').count());
+    for r in results {
+        let x = &r["reopen"];
+        assert!(num(x, "open_seconds") > 0.0 && num(x, "close_seconds") > 0.0, "{r}");
+        let around = num(x, "ops_per_sec_open_to_close");
+        assert!(around > 0.0 && around < num(r, "ops_per_sec"), "{r}");
+        match r["workload"].as_str().unwrap() {
+            // Every key is read back after the last reopen, at its last written size: load-a's
+            // 2000 and run-e's inserts (5% of 2000 operations).
+            "verify" => {
+                assert_eq!(num(r, "misses"), 0.0, "{r}");
+                assert!((2050.0..2150.0).contains(&num(r, "ops")), "{r}");
+            }
+            // A read-modify-write reads the pair it updates: Run A reads all 2000 keys' worth.
+            "run-a" => assert!(num(r, "user_bytes") > 2000.0 * 19.0, "{r}"),
+            _ => {}
+        }
+        // YCSB-CXX's sd mix: 6 of every 10 values are 5 B, 2 are 100 B, 2 are 2000 B; keys
+        // are about 19.4 B. Live bytes after the load: 2000 * (19.4 + 423) within 2%.
+        if r["workload"] == "load-a" {
+            let live = num(r, "live_bytes");
+            assert!((live - 2000.0 * 442.4).abs() < 2000.0 * 442.4 * 0.02, "{live}");
+        }
+    }
+}
