@@ -318,8 +318,12 @@ pub struct Reopen {
     pub open_seconds: f64,
     /// Device bytes that open read.
     pub open_read_bytes: u64,
+    /// Device bytes that open wrote.
+    pub open_write_bytes: u64,
     /// Seconds the close after the phase took.
     pub close_seconds: f64,
+    /// Device bytes that close read.
+    pub close_read_bytes: u64,
     /// Device bytes that close wrote.
     pub close_write_bytes: u64,
     /// CPU seconds of the open and the close.
@@ -334,6 +338,7 @@ impl Reopen {
         Reopen {
             open_seconds: c.seconds,
             open_read_bytes: c.io.read_bytes,
+            open_write_bytes: c.io.write_bytes,
             cpu_seconds: c.cpu.as_secs_f64(),
             ..Reopen::default()
         }
@@ -341,6 +346,7 @@ impl Reopen {
 
     fn closed(&mut self, c: &Cost, ops: u64, phase_seconds: f64) {
         self.close_seconds = c.seconds;
+        self.close_read_bytes = c.io.read_bytes;
         self.close_write_bytes = c.io.write_bytes;
         self.cpu_seconds += c.cpu.as_secs_f64();
         self.ops_per_sec_open_to_close = ops as f64 / (self.open_seconds + phase_seconds + c.seconds).max(1e-9);
