@@ -82,6 +82,11 @@ pub struct Options {
     /// instead of an SST leaf and then the log. About `Stats::bypass_bytes / bypass_slots`
     /// bytes per key; keys beyond the budget read through the tree. 0 turns it off.
     pub lsm_bypass_bytes: usize,
+    /// After open, read the SSTs and then the large log's live values into the cache in
+    /// whole-segment reads on a background thread, while the cache has room (it never
+    /// evicts for this). A restarted store then serves its reads from memory within seconds
+    /// instead of one random device read per first touch.
+    pub warm_cache: bool,
     /// Open the data file with O_DIRECT (falls back to buffered I/O where unsupported).
     pub direct_io: bool,
     /// Largest size the data file may grow to; `None` = the file system's limit.
@@ -162,6 +167,7 @@ impl Default for Options {
             log_chunk_bytes: 256 << 10,
             cache_bytes: 256 << 20,
             lsm_bypass_bytes: 0,
+            warm_cache: true,
             direct_io: true,
             max_device_bytes: None,
             max_key_bytes: 1024,

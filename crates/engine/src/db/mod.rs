@@ -394,6 +394,10 @@ impl Db {
             let inner = self.inner.clone();
             t.push(spawn("halyard-commit".into(), move || commit_worker(&inner)));
         }
+        if o.warm_cache && o.cache_bytes > 0 {
+            let inner = self.inner.clone();
+            t.push(spawn("halyard-warm".into(), move || warm_worker(&inner)));
+        }
     }
 
     /// The directory of the store.
@@ -773,6 +777,22 @@ fn guarded(inner: &DbInner, what: &str, f: impl FnOnce() -> Result<()>) -> Resul
                 .unwrap_or_default();
             inner.sh.poison(format!("{what} panicked: {msg}"));
             Err(Error::Poisoned(msg))
+        }
+    }
+}
+
+/// Warms the cache once after open (`Options::warm_cache`). A damaged segment is left for
+/// the reads that reach it to report.
+fn warm_worker(inner: &DbInner) {
+    let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
+    let stop = || inner.sh.shutdown.load(Relaxed) || inner.sh.is_poisoned();
+    for r in regions.iter().filter(|r| !r.is_backup()) {
+        let warmed = guarded(inner, "cache warm-up", || crate::region::warm::warm_region(r, &stop).map(|_| ()));
+        if let Err(e) = warmed {
+            tracing::warn!("warming the cache with region {} stopped: {e}", r.id());
+        }
+        if stop() {
+            return;
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct Stats {
     pub warmed_leaves: u64,
     /// Bytes of input leaves compactions took from the cache instead of reading the device.
     pub compaction_cached_bytes: u64,
+    /// Bytes the warm-up after open put in the cache (`Options::warm_cache`).
+    pub warm_bytes: u64,
     /// Versions L0 dropped before compaction because a newer write of the key superseded them
     /// and no reader could see them any more.
     pub l0_versions_dropped: u64,
@@ -143,7 +145,7 @@ impl Stats {
     }
 }
 
-const KINDS: [(IoKind, &str); 9] = [
+const KINDS: [(IoKind, &str); 10] = [
     (IoKind::L0Log, "l0_log"),
     (IoKind::MediumLog, "medium_log"),
     (IoKind::LargeLog, "large_log"),
@@ -153,6 +155,7 @@ const KINDS: [(IoKind, &str); 9] = [
     (IoKind::Gc, "gc"),
     (IoKind::Catalog, "catalog"),
     (IoKind::Replication, "replication"),
+    (IoKind::Warm, "warm"),
 ];
 
 impl Db {
@@ -183,6 +186,7 @@ impl Db {
             medium_merged: c.medium_merged.load(Relaxed),
             warmed_leaves: c.warmed_leaves.load(Relaxed),
             compaction_cached_bytes: c.compaction_cached_bytes.load(Relaxed),
+            warm_bytes: c.warm_bytes.load(Relaxed),
             l0_versions_dropped: c.l0_versions_dropped.load(Relaxed),
             gc_runs: c.gc_runs.load(Relaxed),
             gc_segments: c.gc_segments.load(Relaxed),

@@ -49,9 +49,11 @@ pub enum IoKind {
     Catalog = 7,
     /// Segments a replication backup receives (log segments, SSTs, medium runs).
     Replication = 8,
+    /// SSTs and log segments read to warm the cache after open.
+    Warm = 9,
 }
 
-pub(crate) const IO_KINDS: usize = 9;
+pub(crate) const IO_KINDS: usize = 10;
 
 /// Device byte counters, split by [`IoKind`].
 #[derive(Default)]

@@ -10,6 +10,7 @@ pub(crate) mod iter;
 pub(crate) mod pace;
 pub(crate) mod recovery;
 pub(crate) mod shared;
+pub(crate) mod warm;
 
 use crate::catalog::LogKind;
 use crate::catalog::{Edit, RegionMeta};

@@ -31,6 +31,8 @@ pub(crate) struct Counters {
     pub medium_merged: AtomicU64,
     pub warmed_leaves: AtomicU64,
     pub compaction_cached_bytes: AtomicU64,
+    /// Bytes the warm-up after open put in the cache.
+    pub warm_bytes: AtomicU64,
     pub l0_versions_dropped: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_segments: AtomicU64,

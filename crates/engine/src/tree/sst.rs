@@ -321,6 +321,45 @@ impl Sst {
         sst
     }
 
+    /// Fills the cache from this SST read whole in one device read, as a restarted store
+    /// warms up: the index nodes and the filter are pinned as a first lookup would pin them,
+    /// and the leaves go into the cache if it has room for all of them without evicting
+    /// anything. Returns the leaf bytes cached (0: no room, nothing read).
+    pub(crate) fn warm(&self, ctx: &ReadCtx) -> Result<u64> {
+        let (nb, n) = (ctx.node_bytes, self.info.leaf_count as usize);
+        if ctx.cache.room() < (n * (nb + super::cache::ENTRY_OVERHEAD)) as u64 {
+            return Ok(0);
+        }
+        let seg = self.info.seg;
+        let used = (self.info.used_bytes as u64).min(ctx.dev.seg_bytes()) as usize;
+        let img = ctx.dev.read(ctx.dev.seg_base(seg), used, IoKind::Warm)?;
+        let mut cached = 0;
+        for l in 0..n {
+            let Some(bytes) = img.get(l * nb..(l + 1) * nb) else { break };
+            if !node::verify(bytes) {
+                return Err(Error::corrupt(seg as u64, (l * nb) as u64, "node checksum mismatch"));
+            }
+            let key = self.leaf_key(l, nb);
+            if !ctx.cache.contains(key) {
+                ctx.cache.insert(key, Arc::new(bytes.to_vec()));
+                cached += nb as u64;
+            }
+        }
+        let i = &self.info;
+        let index = (n * nb)..(i.root_off as usize + nb);
+        if let Some(b) = img.get(index).filter(|b| i.height > 0 && b.chunks(nb).all(node::verify)) {
+            let _ = self.index.set(b.to_vec());
+        }
+        let filter = i.bloom_off as usize..i.bloom_off as usize + i.bloom_len as usize;
+        if let Some(b) = img.get(filter).filter(|b| bloom::verify(b)) {
+            let _ = self.bloom.set(b.to_vec());
+        }
+        // What the image did not hold whole and valid is read (and checked) as a lookup would.
+        self.index_nodes(ctx)?;
+        self.filter(ctx)?;
+        Ok(cached)
+    }
+
     /// The cache key of this SST's leaf `leaf`.
     pub(crate) fn leaf_key(&self, leaf: usize, node_bytes: usize) -> u128 {
         node_cache_key(self.uid, (leaf * node_bytes) as u32)
