@@ -98,6 +98,11 @@ pub struct BenchArgs {
     /// 0: off.
     #[arg(long, default_value_t = 0)]
     pub lsm_bypass_mb: u64,
+    /// Halyard's large-log GC threshold: the share of the log's bytes that may be invalid
+    /// before GC moves the valid pairs out of the worst segments (0..=1; 1: never) [default:
+    /// the engine's].
+    #[arg(long)]
+    pub gc_threshold: Option<f64>,
     /// L0 / memtable budget of every engine (MiB; in --cluster runs, of each region).
     #[arg(long, default_value_t = 64)]
     pub l0_mb: u64,
@@ -299,6 +304,8 @@ pub struct Config {
     pub cache_bytes: u64,
     /// Halyard's LSM bypass budget in bytes (within `cache_bytes`).
     pub lsm_bypass_bytes: u64,
+    /// Halyard's large-log GC threshold (`None`: the engine's default).
+    pub gc_threshold: Option<f64>,
     /// L0 / memtable budget in bytes.
     pub l0_bytes: u64,
     /// Level size ratio.
@@ -441,6 +448,9 @@ impl Config {
         if a.lsm_bypass_mb >= a.cache_mb {
             return Err(format!("--lsm-bypass-mb {} must leave some of --cache-mb {}", a.lsm_bypass_mb, a.cache_mb));
         }
+        if a.gc_threshold.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+            return Err("--gc-threshold must be in 0..=1".into());
+        }
         if a.cache_mb == 0 {
             return Err("--cache-mb must be at least 1".into());
         }
@@ -494,6 +504,7 @@ impl Config {
             threads: a.threads,
             cache_bytes: a.cache_mb << 20,
             lsm_bypass_bytes: a.lsm_bypass_mb << 20,
+            gc_threshold: a.gc_threshold,
             l0_bytes: a.l0_mb << 20,
             growth_factor: a.growth_factor,
             sync,

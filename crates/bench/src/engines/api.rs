@@ -57,6 +57,8 @@ pub struct EngineConfig {
     pub cache_bytes: u64,
     /// Halyard's LSM bypass bytes, part of `cache_bytes`.
     pub lsm_bypass_bytes: u64,
+    /// Halyard's large-log GC threshold (`None`: the engine's default).
+    pub gc_threshold: Option<f64>,
     /// L0 / memtable bytes.
     pub l0_bytes: u64,
     /// Level size ratio.
@@ -77,6 +79,7 @@ impl EngineConfig {
         EngineConfig {
             cache_bytes: c.cache_bytes,
             lsm_bypass_bytes: c.lsm_bypass_bytes,
+            gc_threshold: c.gc_threshold,
             l0_bytes: c.l0_bytes,
             growth_factor: c.growth_factor,
             sync: c.sync,

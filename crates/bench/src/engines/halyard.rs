@@ -16,7 +16,9 @@ pub(super) struct Halyard {
 
 impl Halyard {
     pub(super) fn open(dir: &Path, cfg: &EngineConfig, fail_after: Option<u64>) -> Result<Halyard, String> {
+        let defaults = Options::default();
         let opts = Options {
+            gc_threshold: cfg.gc_threshold.unwrap_or(defaults.gc_threshold),
             cache_bytes: (cfg.cache_bytes - cfg.lsm_bypass_bytes) as usize,
             lsm_bypass_bytes: cfg.lsm_bypass_bytes as usize,
             l0_bytes: cfg.l0_bytes as usize,
