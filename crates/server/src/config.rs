@@ -75,6 +75,9 @@ pub struct EngineConfig {
     pub cache_mb: usize,
     /// Memory of the LSM bypass in MiB (`Options::lsm_bypass_bytes`; 0: off).
     pub lsm_bypass_mb: usize,
+    /// Read the SSTs and log values into the cache after open, while it has room
+    /// (`Options::warm_cache`).
+    pub warm_cache: bool,
     /// L0 size in MiB.
     pub l0_mb: usize,
     /// Level growth factor.
@@ -129,6 +132,7 @@ impl Default for EngineConfig {
             sync: "group".into(),
             cache_mb: o.cache_bytes >> 20,
             lsm_bypass_mb: o.lsm_bypass_bytes >> 20,
+            warm_cache: o.warm_cache,
             l0_mb: o.l0_bytes >> 20,
             growth_factor: o.growth_factor,
             small_threshold: o.small_threshold,
@@ -168,6 +172,7 @@ impl ServerConfig {
             sync,
             cache_bytes: e.cache_mb << 20,
             lsm_bypass_bytes: e.lsm_bypass_mb << 20,
+            warm_cache: e.warm_cache,
             l0_bytes: (e.l0_mb << 20).max(4096),
             growth_factor: e.growth_factor,
             small_threshold: e.small_threshold,
