@@ -205,6 +205,15 @@ fn result_row(s: &mut String, r: &PhaseResult, ew: usize) {
     if let Some(note) = cross_check(r) {
         let _ = writeln!(s, "  note: {note}");
     }
+    let stalls: Vec<String> = crate::engines::STALL_BUCKETS
+        .iter()
+        .filter_map(|b| {
+            r.engine_counters.get(*b).filter(|n| **n > 0).map(|n| format!("{} {n}", b.trim_start_matches("stalls_")))
+        })
+        .collect();
+    if !stalls.is_empty() {
+        let _ = writeln!(s, "  {} writes stalled for L0 room, by wait: {}", r.workload, stalls.join(", "));
+    }
     if let Some(x) = &r.reopen {
         let _ = writeln!(
             s,

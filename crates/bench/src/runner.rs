@@ -233,9 +233,7 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
             continue;
         }
         if cfg.reopen && !just_opened {
-            let closed = close(engine, &mut run);
-            let (opened, cost) =
-                timed(|| closed.and_then(|()| engines::open(kind, &dir, &EngineConfig::from_config(cfg))));
+            let (opened, cost) = reopen(cfg, kind, &dir, engine, &mut run);
             engine = match opened {
                 Ok(e) => e,
                 Err(e) => {
@@ -251,15 +249,10 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
         }));
         match r {
             Ok(Ok((mut res, new_base))) => {
-                if !cfg.quiet {
-                    eprintln!(
-                        "{} {} {}: {} ops in {:.1} s, {:.0} ops/s, I/O amp {:.2} (NaN: unknown)",
-                        res.engine, res.mix, res.workload, res.ops, res.seconds, res.ops_per_sec, res.io_amplification
-                    );
-                }
                 if cfg.reopen {
                     res.reopen = Some(Reopen::opened(&open_cost));
                 }
+                report_phase(cfg, &res);
                 run.results.push(res);
                 base = new_base;
             }
@@ -278,6 +271,27 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
         run.failure.get_or_insert(("close".into(), e));
     }
     finish(cfg, &dir, run)
+}
+
+fn report_phase(cfg: &Config, res: &PhaseResult) {
+    if !cfg.quiet {
+        eprintln!(
+            "{} {} {}: {} ops in {:.1} s, {:.0} ops/s, I/O amp {:.2} (NaN: unknown)",
+            res.engine, res.mix, res.workload, res.ops, res.seconds, res.ops_per_sec, res.io_amplification
+        );
+    }
+}
+
+/// Closes the engine and opens its store again; the open's cost.
+fn reopen(
+    cfg: &Config,
+    kind: &EngineKind,
+    dir: &std::path::Path,
+    engine: Box<dyn Engine>,
+    run: &mut EngineRun,
+) -> (Result<Box<dyn Engine>, String>, Cost) {
+    let closed = close(engine, run);
+    timed(|| closed.and_then(|()| engines::open(kind, dir, &EngineConfig::from_config(cfg))))
 }
 
 /// Closes the engine, charging the close to the last phase when it reports reopens.

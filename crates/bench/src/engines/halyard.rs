@@ -6,6 +6,10 @@ use halyard_engine::{Db, Options, ScanOptions, SyncMode};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Names of `Stats::stalls`' buckets among the engine counters.
+pub(crate) const STALL_BUCKETS: [&str; 5] =
+    ["stalls_under_1ms", "stalls_1_10ms", "stalls_10_100ms", "stalls_100ms_1s", "stalls_1s_or_more"];
+
 /// Halyard, optionally failing after a number of writes (to test the failure path).
 pub(super) struct Halyard {
     db: Db,
@@ -90,6 +94,7 @@ impl Engine for Halyard {
                     ("bypass_hits".to_string(), s.bypass_hits),
                     ("bypass_fallbacks".to_string(), s.bypass_fallbacks),
                 ])
+                .chain(STALL_BUCKETS.iter().zip(s.stalls).map(|(name, n)| (name.to_string(), n)))
                 .collect(),
             gauges: [
                 ("l0_log_segments", s.log_segments[0]),

@@ -14,6 +14,7 @@ use crate::args::{EngineKind, Proto};
 use std::path::Path;
 
 pub use api::{disk_bytes, set_bench_thread, Engine, EngineConfig, EngineStats, ServerSample};
+pub(crate) use halyard::STALL_BUCKETS;
 
 /// Opens `kind` in `dir` (which must not hold a store; a `redis-server` child keeps its
 /// data there, remote targets do not use it).

@@ -80,6 +80,9 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Seconds writers waited for L0 space.
     pub stall_seconds: f64,
+    /// Writes that waited for L0 space, by how long: under 1 ms, 1–10 ms, 10–100 ms,
+    /// 100 ms–1 s, 1 s or more.
+    pub stalls: [u64; 5],
     /// Compactions completed (merges and moves).
     pub compactions: u64,
     /// Compactions that moved an SST down without rewriting it.
@@ -180,6 +183,7 @@ impl Db {
             bypass_hits: c.bypass_hits.load(Relaxed),
             bypass_fallbacks: c.bypass_fallbacks.load(Relaxed),
             stall_seconds: c.stall_ns.load(Relaxed) as f64 / 1e9,
+            stalls: std::array::from_fn(|i| c.stalls.get(i).map_or(0, |n| n.load(Relaxed))),
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
             expired_dropped: c.expired_dropped.load(Relaxed),

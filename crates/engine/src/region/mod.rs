@@ -22,7 +22,7 @@ use crate::format::record::{self, KIND_DELETE, KIND_PUT, KIND_RANGE_DELETE};
 use crate::log::listener::ShipListener;
 use crate::log::tail::LogTail;
 use crate::log::writer::LogWriter;
-use crate::region::shared::Shared;
+use crate::region::shared::{Shared, STALL_BUCKETS_NS};
 use crate::tree::bypass::Bypass;
 use crate::tree::memtable::{Entry, Memtable, Value};
 use crate::tree::rowcache;
@@ -736,7 +736,13 @@ impl Region {
             self.sh.waiting(|| self.w_cv.wait_for(w, Duration::from_millis(50)));
         };
         if let Some(t) = stalled {
-            self.sh.counters.stall_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+            let ns = t.elapsed().as_nanos() as u64;
+            let c = &self.sh.counters;
+            c.stall_ns.fetch_add(ns, Relaxed);
+            let bucket = STALL_BUCKETS_NS.iter().take_while(|&&b| ns >= b).count();
+            if let Some(n) = c.stalls.get(bucket) {
+                n.fetch_add(1, Relaxed);
+            }
         }
         r
     }

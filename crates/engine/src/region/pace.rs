@@ -148,7 +148,14 @@ mod tests {
             writer.join().unwrap()
         });
         assert_eq!(r.l0_merge_progress.load(Relaxed), 1000, "the merge reported reading all of its inputs");
-        assert!(db.stats().stall_seconds > 0.3, "paced waits count as stalls: {:?}", db.stats());
+        let s = db.stats();
+        assert!(s.stall_seconds > 0.3, "paced waits count as stalls: {s:?}");
+        // Each wait is in the bucket of its length: without one of a second or more, the
+        // buckets' upper bounds add up to at least the time waited.
+        let upper = [0.001, 0.01, 0.1, 1.0];
+        let bound: f64 = s.stalls.iter().zip(upper).map(|(n, u)| *n as f64 * u).sum();
+        assert!(s.stalls.iter().sum::<u64>() >= 1, "{:?}", s.stalls);
+        assert!(s.stalls[4] > 0 || bound >= s.stall_seconds, "{:?} for {} s", s.stalls, s.stall_seconds);
         for j in 0..end {
             assert_eq!(db.get(&key(j)).unwrap(), Some(value(j)), "key {j}");
         }

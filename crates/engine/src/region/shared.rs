@@ -12,6 +12,10 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// Lower bounds of the stall buckets after the first: a wait for L0 room is counted under 1 ms,
+/// 1–10 ms, 10–100 ms, 100 ms–1 s or 1 s and more.
+pub(crate) const STALL_BUCKETS_NS: [u64; 4] = [1_000_000, 10_000_000, 100_000_000, 1_000_000_000];
+
 /// Counters kept outside the device.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -25,6 +29,8 @@ pub(crate) struct Counters {
     pub bypass_hits: AtomicU64,
     pub bypass_fallbacks: AtomicU64,
     pub stall_ns: AtomicU64,
+    /// Writes that waited for L0 room, by how long (see [`STALL_BUCKETS_NS`]).
+    pub stalls: [AtomicU64; 5],
     pub compactions: AtomicU64,
     pub trivial_moves: AtomicU64,
     pub expired_dropped: AtomicU64,
