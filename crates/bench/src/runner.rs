@@ -221,7 +221,7 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
     run.settings = engine.settings();
     run.halyard |= engine.halyard_server();
     let sizes: Vec<AtomicU8> = (0..record_capacity(cfg)).map(|_| AtomicU8::new(0)).collect();
-    let (mut base, mut just_opened) = (0, true);
+    let mut base = 0;
     for (i, &w) in cfg.workloads.iter().enumerate() {
         // Skipped rather than failed: the engine is fine, the workload has no equivalent on
         // it, and the phases after it still run.
@@ -232,7 +232,8 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
             run.unsupported.push((w.name().into(), why));
             continue;
         }
-        if cfg.reopen && !just_opened {
+        // A phase that ran left the store open since: reopen it (a failed one ended the loop).
+        if cfg.reopen && !run.results.is_empty() {
             let (opened, cost) = reopen(cfg, kind, &dir, engine, &mut run);
             engine = match opened {
                 Ok(e) => e,
@@ -243,7 +244,6 @@ pub fn run_engine(cfg: &Config, kind: &EngineKind, mix: &Mix) -> EngineRun {
             };
             open_cost = cost;
         }
-        just_opened = false;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_phase(cfg, kind, mix, &*engine, &dir, &sizes, i, w, base)
         }));

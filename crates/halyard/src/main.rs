@@ -331,7 +331,6 @@ fn open_store(dir: &std::path::Path) -> Result<halyard_engine::Db, String> {
     halyard_engine::Db::open(dir, opts).map_err(|e| format!("{e} (is a server using {}? stop it first)", dir.display()))
 }
 
-/// Prints what a backup, checkpoint or restore did.
 /// Promotes every backup region of the store at `dir` (a restored backup of a backup node).
 fn promote_all(dir: &std::path::Path) -> Result<(), String> {
     let opts = halyard_engine::Options { default_region: false, ..halyard_engine::Options::default() };
@@ -343,6 +342,7 @@ fn promote_all(dir: &std::path::Path) -> Result<(), String> {
     db.flush().map_err(|e| format!("flush {}: {e}", dir.display()))
 }
 
+/// Prints what a backup, checkpoint or restore did.
 fn copy_report(
     r: halyard_engine::Result<halyard_engine::CopyReport>,
     what: &str,

@@ -384,6 +384,13 @@ impl Db {
     fn start_threads(&self) {
         let mut t = self.threads.lock();
         let o = &self.inner.sh.opts;
+        if o.warm_cache && o.cache_bytes > 0 {
+            // Before any thread that writes records (GC's moves) starts: what recovery left.
+            let opened: Vec<(Arc<Region>, u64)> =
+                self.inner.regions.read().values().map(|r| (r.clone(), r.visible().load(Relaxed))).collect();
+            let inner = self.inner.clone();
+            t.push(spawn("halyard-warm".into(), move || warm_worker(&inner, &opened)));
+        }
         for i in 0..o.compaction_threads {
             let inner = self.inner.clone();
             t.push(spawn(format!("halyard-compact-{i}"), move || compaction_worker(&inner)));
@@ -393,10 +400,6 @@ impl Db {
         if o.sync == SyncMode::Group {
             let inner = self.inner.clone();
             t.push(spawn("halyard-commit".into(), move || commit_worker(&inner)));
-        }
-        if o.warm_cache && o.cache_bytes > 0 {
-            let inner = self.inner.clone();
-            t.push(spawn("halyard-warm".into(), move || warm_worker(&inner)));
         }
     }
 
@@ -781,13 +784,13 @@ fn guarded(inner: &DbInner, what: &str, f: impl FnOnce() -> Result<()>) -> Resul
     }
 }
 
-/// Warms the cache once after open (`Options::warm_cache`). A damaged segment is left for
-/// the reads that reach it to report.
-fn warm_worker(inner: &DbInner) {
-    let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
+/// Warms the cache once after open (`Options::warm_cache`) with the regions as recovery left
+/// them (each with its last LSN then). A damaged segment is left for the reads that reach it
+/// to report.
+fn warm_worker(inner: &DbInner, regions: &[(Arc<Region>, u64)]) {
     let stop = || inner.sh.shutdown.load(Relaxed) || inner.sh.is_poisoned();
-    for r in regions.iter().filter(|r| !r.is_backup()) {
-        let warmed = guarded(inner, "cache warm-up", || crate::region::warm::warm_region(r, &stop).map(|_| ()));
+    for (r, opened_at) in regions.iter().filter(|(r, _)| !r.is_backup()) {
+        let warmed = guarded(inner, "cache warm-up", || crate::region::warm::warm_region(r, *opened_at, &stop));
         if let Err(e) = warmed {
             tracing::warn!("warming the cache with region {} stopped: {e}", r.id());
         }

@@ -534,16 +534,7 @@ impl<'a> Output<'a> {
     /// does nothing. The leaves are keyed by the new SST, which no reader sees before the output
     /// is published, and one never published leaves behind entries no key reaches again.
     fn fill_room(&self, sst: &Sst, img: &[u8]) {
-        let (cache, nb) = (&self.r.sh().ctx.cache, self.r.sh().opts.node_bytes);
-        let n = sst.info.leaf_count as usize;
-        if cache.room() < (n * (nb + crate::tree::cache::ENTRY_OVERHEAD)) as u64 {
-            return;
-        }
-        for l in 0..n {
-            if let Some(bytes) = img.get(l * nb..(l + 1) * nb) {
-                cache.insert(sst.leaf_key(l, nb), Arc::new(bytes.to_vec()));
-            }
-        }
+        sst.cache_leaves(&self.r.sh().ctx.cache, img, self.r.sh().opts.node_bytes);
     }
 
     /// Closes the output; returns the edits that publish it.

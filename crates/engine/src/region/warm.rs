@@ -15,47 +15,49 @@ use crate::tree::cache::ENTRY_OVERHEAD;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// Warms the cache with `r`'s SSTs and large-log values until it is full or `stop` says so.
-/// Returns the bytes cached.
-pub(crate) fn warm_region(r: &Region, stop: &dyn Fn() -> bool) -> Result<u64> {
-    let ctx = &r.sh().ctx;
-    let view = r.view();
-    let mut cached = 0;
-    for sst in view.version.levels.iter().flatten() {
+/// Warms the cache with `r`'s SSTs and log values until it is full or `stop` says so;
+/// `opened_at` is the last LSN recovery left.
+pub(crate) fn warm_region(r: &Region, opened_at: u64, stop: &dyn Fn() -> bool) -> Result<()> {
+    let (ctx, warmed) = (&r.sh().ctx, &r.sh().counters.warm_bytes);
+    for sst in r.view().version.levels.iter().flatten() {
         if stop() || ctx.cache.room() == 0 {
-            return Ok(cached);
+            return Ok(());
         }
-        let n = sst.warm(ctx)?;
-        r.sh().counters.warm_bytes.fetch_add(n, Relaxed);
-        cached += n;
+        warmed.fetch_add(sst.warm(ctx)?, Relaxed);
     }
-    for log in [LogKind::Medium, LogKind::Large] {
-        let segs: Vec<(u32, u32)> = r
-            .sh()
-            .manifest
-            .region(r.id())
-            .map(|m| m.log(log).iter().map(|s| (s.seg, s.salt)).collect())
-            .unwrap_or_default();
-        for &(seg, salt) in segs.iter().rev() {
-            if stop() || ctx.cache.room() < ctx.dev.seg_bytes() {
-                return Ok(cached);
-            }
-            cached += warm_log_segment(r, seg, salt, log == LogKind::Large)?;
+    let Some(meta) = r.sh().manifest.region(r.id()) else { return Ok(()) };
+    // A medium run is written whole before the catalog names it. A large-log segment is
+    // taken up to its fill and seal, and the tail up to what recovery left: past them a
+    // restart may have dropped records that new writes then replace at the same place, under
+    // the same salt.
+    let medium = meta.log(LogKind::Medium).iter().rev().map(|s| (s, None));
+    let bound = |s: &crate::catalog::LogSeg| Some((s.sealed.min(opened_at), s.written(ctx.dev.seg_bytes()) as usize));
+    let large = meta.log(LogKind::Large).iter().rev().map(|s| (s, bound(s)));
+    for (s, bound) in medium.chain(large) {
+        if stop() || ctx.cache.room() < ctx.dev.seg_bytes() {
+            return Ok(());
         }
+        warmed.fetch_add(warm_log_segment(r, s.seg, s.salt, bound)?, Relaxed);
     }
-    Ok(cached)
+    Ok(())
 }
 
-/// Caches the values of the records of one log segment (of the large log: those not known
-/// dead; the medium log's runs have no such record, and their dead values age out).
-fn warm_log_segment(r: &Region, seg: u32, salt: u32, large: bool) -> Result<u64> {
+/// Caches the values of the records of one log segment; of a large-log segment (`bound`: its
+/// seal and fill), those within them and not known dead (the medium log's runs have no such
+/// record, and their dead values age out). Returns the bytes cached.
+fn warm_log_segment(r: &Region, seg: u32, salt: u32, bound: Option<(u64, usize)>) -> Result<u64> {
     let (ctx, dev) = (&r.sh().ctx, &r.sh().dev);
     let base = dev.seg_base(seg);
     let img = dev.read(base, dev.seg_bytes() as usize, IoKind::Warm)?;
     let mut cached = 0;
     for (off, rec) in record::scan(&img, salt) {
-        if large && r.dead().is_dead(seg, salt, off as u32) {
-            continue;
+        if let Some((sealed, fill)) = bound {
+            if off + rec.len > fill || rec.lsn > sealed {
+                break;
+            }
+            if r.dead().is_dead(seg, salt, off as u32) {
+                continue;
+            }
         }
         let key = value_cache_key(base + off as u64, salt);
         if !ctx.cache.contains(key) {
@@ -63,6 +65,5 @@ fn warm_log_segment(r: &Region, seg: u32, salt: u32, large: bool) -> Result<u64>
             cached += (rec.value.len() + ENTRY_OVERHEAD) as u64;
         }
     }
-    r.sh().counters.warm_bytes.fetch_add(cached, Relaxed);
     Ok(cached)
 }

@@ -310,15 +310,40 @@ impl Sst {
     /// taken from the image instead of being read back at the first lookup.
     pub(crate) fn from_image(info: SstInfo, img: &[u8], node_bytes: usize) -> Sst {
         let sst = Sst::new(info);
-        let i = &sst.info;
-        let index = (i.leaf_count as usize * node_bytes)..(i.root_off as usize + node_bytes);
-        if let Some(b) = img.get(index).filter(|_| i.height > 0) {
-            let _ = sst.index.set(b.to_vec());
-        }
-        if let Some(b) = img.get(i.bloom_off as usize..i.bloom_off as usize + i.bloom_len as usize) {
-            let _ = sst.bloom.set(b.to_vec());
-        }
+        sst.pin_from_image(img, node_bytes, false);
         sst
+    }
+
+    /// Keeps the index nodes and the filter of `img`, this SST's image, as a first lookup
+    /// would (checking them first when the image comes from the device).
+    fn pin_from_image(&self, img: &[u8], nb: usize, check: bool) {
+        let i = &self.info;
+        let index = (i.leaf_count as usize * nb)..(i.root_off as usize + nb);
+        if let Some(b) = img.get(index).filter(|b| i.height > 0 && (!check || b.chunks(nb).all(node::verify))) {
+            let _ = self.index.set(b.to_vec());
+        }
+        let filter = i.bloom_off as usize..i.bloom_off as usize + i.bloom_len as usize;
+        if let Some(b) = img.get(filter).filter(|b| !check || bloom::verify(b)) {
+            let _ = self.bloom.set(b.to_vec());
+        }
+    }
+
+    /// Puts the leaves of `img`, this SST's image, in the cache if it has room for all of
+    /// them without evicting anything. Returns the bytes cached.
+    pub(crate) fn cache_leaves(&self, cache: &Cache, img: &[u8], nb: usize) -> u64 {
+        let n = self.info.leaf_count as usize;
+        if cache.room() < (n * (nb + super::cache::ENTRY_OVERHEAD)) as u64 {
+            return 0;
+        }
+        let mut cached = 0;
+        for (l, bytes) in img.chunks_exact(nb).take(n).enumerate() {
+            let key = self.leaf_key(l, nb);
+            if !cache.contains(key) {
+                cache.insert(key, Arc::new(bytes.to_vec()));
+                cached += nb as u64;
+            }
+        }
+        cached
     }
 
     /// Fills the cache from this SST read whole in one device read, as a restarted store
@@ -333,27 +358,11 @@ impl Sst {
         let seg = self.info.seg;
         let used = (self.info.used_bytes as u64).min(ctx.dev.seg_bytes()) as usize;
         let img = ctx.dev.read(ctx.dev.seg_base(seg), used, IoKind::Warm)?;
-        let mut cached = 0;
-        for l in 0..n {
-            let Some(bytes) = img.get(l * nb..(l + 1) * nb) else { break };
-            if !node::verify(bytes) {
-                return Err(Error::corrupt(seg as u64, (l * nb) as u64, "node checksum mismatch"));
-            }
-            let key = self.leaf_key(l, nb);
-            if !ctx.cache.contains(key) {
-                ctx.cache.insert(key, Arc::new(bytes.to_vec()));
-                cached += nb as u64;
-            }
+        if let Some(l) = img.chunks_exact(nb).take(n).position(|b| !node::verify(b)) {
+            return Err(Error::corrupt(seg as u64, (l * nb) as u64, "node checksum mismatch"));
         }
-        let i = &self.info;
-        let index = (n * nb)..(i.root_off as usize + nb);
-        if let Some(b) = img.get(index).filter(|b| i.height > 0 && b.chunks(nb).all(node::verify)) {
-            let _ = self.index.set(b.to_vec());
-        }
-        let filter = i.bloom_off as usize..i.bloom_off as usize + i.bloom_len as usize;
-        if let Some(b) = img.get(filter).filter(|b| bloom::verify(b)) {
-            let _ = self.bloom.set(b.to_vec());
-        }
+        let cached = self.cache_leaves(&ctx.cache, &img, nb);
+        self.pin_from_image(&img, nb, true);
         // What the image did not hold whole and valid is read (and checked) as a lookup would.
         self.index_nodes(ctx)?;
         self.filter(ctx)?;
