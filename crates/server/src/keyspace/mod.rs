@@ -1,22 +1,11 @@
-//! Redis data types on the engine's ordered key space (layout 2).
+//! Redis data types on the engine's ordered key space.
 //!
-//! ```text
-//! engine key                               engine value
-//! 'r' | esc(user) | 00 01                  0x00 | string bytes        (a string)
-//!                                          0x01 | u64 LE field count  (a hash)
-//! 'r' | esc(user) | 00 01 | field          field value                (a hash field)
-//! ```
-//! Two files beside a single-node store's segments keep its bookkeeping out of the key space
-//! native clients see: `keyspace-layout` ("2") and `keyspace-hashes` (present once a hash
-//! was created, so that SET may skip reading the old value until then).
-//! `esc` doubles every 0x00 of the user key as 00 FF and `00 01` ends it, so the encoding keeps
-//! user keys' order and no encoded key is a prefix of another: a key's fields sort right after
-//! it and before the next key. A hash therefore lies in one region of a cluster, whatever the
-//! split points, as long as a split point holds no 00 byte (`cluster init --resp` cuts so).
-//!
-//! Layout 1 (`'k' | user` and `'f' | u32 BE len | user | field`) is moved to layout 2 when a
-//! single-node store opens, in atomic batches that each move whole records, so a crash half-way
-//! leaves every record readable in one layout or the other and the next open finishes.
+//! The layout of keys and values is in `encoding` (layout 3; layout 2's hashes are still read
+//! and rewritten on their next change; layout 1 is moved to layout 2 when a store opens, in
+//! `migrate`). Two files beside a single-node store's segments keep its bookkeeping out of the
+//! key space native clients see: `keyspace-layout` and `keyspace-hashes` (present once a hash
+//! was created, so that SET may skip reading the old value until then). A store on storage
+//! without a directory (`Db::open_on`) keeps neither and assumes hashes may exist.
 //! Writers take a striped lock on the user key, so read-modify-write commands are atomic
 //! against every other writer of that key.
 //!
@@ -30,28 +19,17 @@
     reason = "stripes are reduced modulo the stripe count; prefixes are stripped from keys found by a prefix scan"
 )]
 
+mod encoding;
+mod hash;
+mod migrate;
+
+use encoding::{is_hash, prefix_end, string_value, user_of, HASH, HASH_V2, STRING};
+pub use encoding::{key, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions, WriteBatch};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
 
-const STRING: u8 = 0;
-const HASH: u8 = 1;
 const STRIPES: usize = 1024;
-/// The first byte of every engine key of the Redis key space.
-pub const PREFIX: u8 = b'r';
-const LAYOUT_FILE: &str = "keyspace-layout";
-const HASHES_FILE: &str = "keyspace-hashes";
-
-/// Writes a small bookkeeping file durably (the file, then its directory).
-fn mark(db: &Db, name: &str, contents: &[u8]) -> Result<(), KsError> {
-    let io =
-        |source: std::io::Error| KsError::Engine(Error::Io { context: "writing the key space's bookkeeping", source });
-    let path = db.path().join(name);
-    let f = std::fs::File::create(&path).map_err(io)?;
-    std::io::Write::write_all(&mut &f, contents).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::File::open(db.path()).and_then(|d| d.sync_all()).map_err(io)
-}
 
 /// Key-value pairs, in order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -103,58 +81,11 @@ pub struct Keyspace {
     single: bool,
 }
 
-/// The engine key of a user key; on the stack for keys of up to 61 bytes.
-pub fn key(user: &[u8]) -> smallvec::SmallVec<[u8; 64]> {
-    let mut k = smallvec::SmallVec::with_capacity(user.len() + 3);
-    k.push(PREFIX);
-    for &b in user {
-        k.push(b);
-        if b == 0 {
-            k.push(0xff);
-        }
-    }
-    k.extend_from_slice(&[0, 1]);
-    k
-}
-
-/// The user key an engine key belongs to and whether the engine key is the key's own record
-/// (not one of its fields); None for bookkeeping records and keys outside the Redis key space.
-fn user_of(k: &[u8]) -> Option<(Vec<u8>, bool)> {
-    let rest = k.strip_prefix(&[PREFIX])?;
-    let mut user = Vec::with_capacity(rest.len());
-    let mut it = rest.iter().enumerate();
-    while let Some((i, &b)) = it.next() {
-        if b != 0 {
-            user.push(b);
-            continue;
-        }
-        match it.next() {
-            Some((_, 0xff)) => user.push(0),
-            Some((_, 1)) => return Some((user, i + 2 == rest.len())),
-            _ => return None,
-        }
-    }
-    None
-}
-
-fn field_key(user: &[u8], field: &[u8]) -> Vec<u8> {
-    let mut k = key(user).to_vec();
-    k.extend_from_slice(field);
-    k
-}
-
 /// The engine keys of `user`'s fields.
 fn fields_range(user: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let p = key(user).to_vec();
     let end = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
     (Bound::Excluded(p), end)
-}
-
-fn string_value(v: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() + 1);
-    out.push(STRING);
-    out.extend_from_slice(v);
-    out
 }
 
 fn decode(mut v: Vec<u8>) -> Result<Value, KsError> {
@@ -164,30 +95,13 @@ fn decode(mut v: Vec<u8>) -> Result<Value, KsError> {
             v.remove(0);
             Ok(Value::Str(v))
         }
-        Some(&HASH) if v.len() == 9 => {
+        Some(&(HASH | HASH_V2)) if v.len() == 9 => {
             let mut n = [0u8; 8];
             n.copy_from_slice(&v[1..9]);
             Ok(Value::Hash(u64::from_le_bytes(n)))
         }
         _ => Err(KsError::Engine(Error::Corruption { segment: 0, offset: 0, what: "unknown value type".into() })),
     }
-}
-
-fn hash_meta(n: u64) -> Vec<u8> {
-    let mut v = vec![HASH];
-    v.extend_from_slice(&n.to_le_bytes());
-    v
-}
-
-fn prefix_end(p: &[u8]) -> Option<Vec<u8>> {
-    let mut e = p.to_vec();
-    while let Some(last) = e.pop() {
-        if last < 0xff {
-            e.push(last + 1);
-            return Some(e);
-        }
-    }
-    None
 }
 
 /// `lo..hi` within `span` when one is given.
@@ -217,22 +131,9 @@ impl Keyspace {
     /// layout 1 if it holds any of it, and records its layout.
     pub fn new(db: std::sync::Arc<Db>) -> Result<Keyspace, KsError> {
         let single = db.options().default_region;
-        let hashes = if single {
-            migrate_v1(&db)?;
-            if !db.path().join(LAYOUT_FILE).exists() {
-                // A store that holds keys without the marker files came from elsewhere (a
-                // backup, a checkpoint, a copy of the data files): it may hold hashes.
-                if db.scan_with(all_keys(), ScanOptions { reverse: false, limit: Some(1) }).next().is_some() {
-                    mark(&db, HASHES_FILE, b"")?;
-                }
-                mark(&db, LAYOUT_FILE, b"2")?;
-            }
-            db.path().join(HASHES_FILE).exists()
-        } else {
-            // A cluster node cannot keep the record (its regions need not cover it), and a
-            // promoted region may hold hashes: SET always looks at the old value.
-            true
-        };
+        // A cluster node cannot keep the record (its regions need not cover it), and a
+        // promoted region may hold hashes: SET always looks at the old value.
+        let hashes = if single { migrate::open(&db)? } else { true };
         Ok(Keyspace {
             db,
             locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -375,84 +276,6 @@ impl Keyspace {
         }
     }
 
-    fn hash_len(&self, user: &[u8]) -> Result<Option<u64>, KsError> {
-        match self.get(user)? {
-            None => Ok(None),
-            Some(Value::Hash(n)) => Ok(Some(n)),
-            Some(Value::Str(_)) => Err(KsError::WrongType),
-        }
-    }
-
-    /// HSET: returns the number of new fields. Caller holds the key's lock.
-    pub fn hset_locked(&self, user: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64, KsError> {
-        if self.single && !self.hashes.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            mark(&self.db, HASHES_FILE, b"")?;
-        }
-        let mut n = self.hash_len(user)?.unwrap_or(0);
-        let at = if n > 0 { self.expiry(user)?.unwrap_or(0) } else { 0 };
-        let mut added = 0;
-        let mut b = WriteBatch::new();
-        let mut seen = std::collections::HashSet::new();
-        for (f, v) in pairs {
-            let fk = field_key(user, f);
-            if seen.insert(fk.clone()) && self.db.get(&fk)?.is_none() {
-                added += 1;
-            }
-            b.put_expiring(fk, v.to_vec(), at);
-        }
-        n += added;
-        b.put_expiring(key(user).to_vec(), hash_meta(n), at);
-        self.db.write(&b)?;
-        Ok(added)
-    }
-
-    pub fn hget(&self, user: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, KsError> {
-        if self.hash_len(user)?.is_none() {
-            return Ok(None);
-        }
-        Ok(self.db.get(&field_key(user, field))?)
-    }
-
-    pub fn hgetall(&self, user: &[u8]) -> Result<Pairs, KsError> {
-        if self.hash_len(user)?.is_none() {
-            return Ok(Vec::new());
-        }
-        let p = key(user).len();
-        let mut out = Vec::new();
-        for r in self.db.scan(fields_range(user)) {
-            let (k, v) = r?;
-            out.push((k[p..].to_vec(), v));
-        }
-        Ok(out)
-    }
-
-    /// HDEL: returns the number of fields removed. Caller holds the key's lock.
-    pub fn hdel_locked(&self, user: &[u8], fields: &[&[u8]]) -> Result<u64, KsError> {
-        let Some(n) = self.hash_len(user)? else { return Ok(0) };
-        let mut removed = 0;
-        let mut b = WriteBatch::new();
-        let mut seen = std::collections::HashSet::new();
-        for f in fields {
-            let fk = field_key(user, f);
-            if seen.insert(fk.clone()) && self.db.get(&fk)?.is_some() {
-                removed += 1;
-                b.delete(fk);
-            }
-        }
-        if removed == n {
-            b.delete(key(user).to_vec());
-        } else {
-            let at = self.expiry(user)?.unwrap_or(0);
-            b.put_expiring(key(user).to_vec(), hash_meta(n - removed), at);
-        }
-        self.db.write(&b)?;
-        Ok(removed)
-    }
-
-    pub fn hlen(&self, user: &[u8]) -> Result<u64, KsError> {
-        Ok(self.hash_len(user)?.unwrap_or(0))
-    }
-
     /// User keys in order after `after` (exclusive; from the start of `span` or of the key
     /// space when None) up to `limit`, and whether more follow.
     pub fn keys_after(
@@ -476,7 +299,7 @@ impl Keyspace {
                     return Ok((out, true));
                 }
                 out.push(user);
-                if v.first() == Some(&HASH) {
+                if is_hash(&v) {
                     // Skip the hash's fields: open the scan again past them.
                     match prefix_end(&k) {
                         Some(e) => lo = Bound::Included(e),
@@ -567,78 +390,9 @@ impl Keyspace {
     }
 }
 
-/// Moves layout 1's records (`'k' | user`, `'f' | u32 len | user | field`) to layout 2, a
-/// batch of whole records at a time (each batch atomic: no record is lost or doubled by a crash).
-fn migrate_v1(db: &Db) -> Result<(), KsError> {
-    if db.path().join(LAYOUT_FILE).exists() {
-        return Ok(());
-    }
-    let mut moved = 0u64;
-    for prefix in [b'k', b'f'] {
-        loop {
-            let range = (Bound::Included(vec![prefix]), Bound::Excluded(vec![prefix + 1]));
-            let page: Pairs =
-                db.scan_with(range, ScanOptions { reverse: false, limit: Some(1000) }).collect::<Result<_, _>>()?;
-            if page.is_empty() {
-                break;
-            }
-            let mut b = WriteBatch::new();
-            for (k, v) in page {
-                if let Some(new) = v1_to_v2(&k) {
-                    b.put(new, v);
-                }
-                b.delete(k);
-                moved += 1;
-            }
-            db.write(&b)?;
-        }
-    }
-    if moved > 0 {
-        tracing::info!("moved {moved} records of the Redis key space from layout 1 to layout 2");
-        // Layout 1 marked hashes by their fields; any field moved means hashes may exist.
-        if db
-            .scan_with(all_keys(), ScanOptions { reverse: false, limit: None })
-            .any(|r| r.ok().and_then(|(k, _)| user_of(&k)).is_some_and(|(_, own)| !own))
-        {
-            mark(db, HASHES_FILE, b"")?;
-        }
-    }
-    Ok(())
-}
-
-/// The layout-2 key of a layout-1 key; None for a malformed one (dropped).
-fn v1_to_v2(k: &[u8]) -> Option<Vec<u8>> {
-    match k.split_first()? {
-        (b'k', user) => Some(key(user).to_vec()),
-        (b'f', rest) => {
-            let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-            let user = rest.get(4..4 + len)?;
-            Some(field_key(user, rest.get(4 + len..)?))
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn encoding_keeps_order_and_is_prefix_free() {
-        let users: Vec<&[u8]> =
-            vec![b"", b"\x00", b"\x00\x00", b"\x00\x01", b"a", b"a\x00", b"a\x00b", b"ab", b"b", b"\xff"];
-        for w in users.windows(2) {
-            let (a, b) = (key(w[0]), key(w[1]));
-            assert!(a < b, "{:?} < {:?}", w[0], w[1]);
-            assert!(!b.starts_with(&a), "{:?} is a prefix of {:?}", w[0], w[1]);
-            // Every field of `a` sorts before `b`.
-            assert!(field_key(w[0], b"\xff\xff") < b.to_vec());
-        }
-        for u in users {
-            assert_eq!(user_of(&key(u)), Some((u.to_vec(), true)));
-            assert_eq!(user_of(&field_key(u, b"f")), Some((u.to_vec(), false)));
-        }
-    }
 
     /// A store written in layout 1 (the engine keys written as that layout laid them out)
     /// opens with every string and hash readable, and a second open moves nothing again.
@@ -657,12 +411,23 @@ mod tests {
         for i in 0..2500u32 {
             db.put(format!("kkey{i:05}").as_bytes(), &string_value(format!("v{i}").as_bytes())).unwrap();
         }
-        db.put(b"kh", &hash_meta(2)).unwrap();
+        let v1_meta = |n: u64| [&[HASH_V2][..], &n.to_le_bytes()].concat();
+        db.put(b"kh", &v1_meta(4)).unwrap();
         db.put(&v1_field(b"h", b"a"), b"1").unwrap();
         db.put(&v1_field(b"h", b"b\x00"), b"2").unwrap();
+        db.put(&v1_field(b"h", b""), b"3").unwrap();
+        db.put(&v1_field(b"h", b"\x00"), b"4").unwrap();
         let ks = Keyspace::new(db.clone()).unwrap();
         assert_eq!(ks.get_str(b"key00042").unwrap(), Some(b"v42".to_vec()));
-        assert_eq!(ks.hgetall(b"h").unwrap(), vec![(b"a".to_vec(), b"1".to_vec()), (b"b\x00".to_vec(), b"2".to_vec())]);
+        let mut all = ks.hgetall(b"h").unwrap();
+        all.sort();
+        let want: Pairs = [(&b""[..], &b"3"[..]), (b"\x00", b"4"), (b"a", b"1"), (b"b\x00", b"2")]
+            .iter()
+            .map(|(f, v)| (f.to_vec(), v.to_vec()))
+            .collect();
+        assert_eq!(all, want);
+        assert_eq!(ks.hlen(b"h").unwrap(), 4);
+        assert_eq!(ks.hget(b"h", b"").unwrap(), Some(b"3".to_vec()));
         assert_eq!(ks.count(None).unwrap(), 2501);
         assert!(ks.hashes.load(std::sync::atomic::Ordering::Relaxed), "a moved hash keeps SET careful");
         let left = db.scan((Bound::Included(b"f".to_vec()), Bound::Excluded(b"l".to_vec()))).count();
