@@ -11,6 +11,8 @@ need=()
 for p in redis-server redis-tools librocksdb-dev libclang-dev clang fonts-dejavu-core; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+# etcd: the cluster tests start real etcd servers.
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 # Go: the linearizability checker (tools/lincheck, Porcupine) the robustness test runs.
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
 # iptables: the split-brain test cuts a node off with it.
@@ -20,6 +22,11 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# Every program a test starts is here now (a missing one would fail its tests one by one).
+[ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"
+for b in etcd redis-server redis-cli redis-benchmark go iptables; do
+  command -v "$b" >/dev/null 2>&1 || { echo "scripts/test.sh: $b is still missing after the install step" >&2; exit 1; }
+done
 python3 - <<'PY' 2>/dev/null || python3 -m pip install --quiet 'redis>=5'
 import redis, sys
 sys.exit(0 if int(redis.__version__.split(".")[0]) >= 5 else 1)
