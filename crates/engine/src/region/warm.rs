@@ -16,14 +16,18 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// Warms the cache with `r`'s SSTs and log values until it is full or `stop` says so;
-/// `opened_at` is the last LSN recovery left.
+/// `opened_at` is the last LSN recovery left. Counts what the cache grew by, not what was
+/// inserted: the cache's shards fill unevenly, so an insert into a full shard may evict even
+/// while the cache as a whole has room.
 pub(crate) fn warm_region(r: &Region, opened_at: u64, stop: &dyn Fn() -> bool) -> Result<()> {
     let (ctx, warmed) = (&r.sh().ctx, &r.sh().counters.warm_bytes);
     for sst in r.view().version.levels.iter().flatten() {
         if stop() || ctx.cache.room() == 0 {
             return Ok(());
         }
-        warmed.fetch_add(sst.warm(ctx)?, Relaxed);
+        let room = ctx.cache.room();
+        sst.warm(ctx)?;
+        warmed.fetch_add(room.saturating_sub(ctx.cache.room()), Relaxed);
     }
     let Some(meta) = r.sh().manifest.region(r.id()) else { return Ok(()) };
     // A medium run is written whole before the catalog names it. A large-log segment is
@@ -37,7 +41,9 @@ pub(crate) fn warm_region(r: &Region, opened_at: u64, stop: &dyn Fn() -> bool) -
         if stop() || ctx.cache.room() < ctx.dev.seg_bytes() {
             return Ok(());
         }
-        warmed.fetch_add(warm_log_segment(r, s.seg, s.salt, bound)?, Relaxed);
+        let room = ctx.cache.room();
+        warm_log_segment(r, s.seg, s.salt, bound)?;
+        warmed.fetch_add(room.saturating_sub(ctx.cache.room()), Relaxed);
     }
     Ok(())
 }

@@ -383,7 +383,12 @@ impl Sst {
         self.info.leaf_count * ctx.node_bytes as u32
     }
 
+    /// The index nodes, read and checked once. An SST of one leaf (height 0) has none: its
+    /// root is that leaf, at offset 0, before where the index would start.
     fn index_nodes(&self, ctx: &ReadCtx) -> Result<&[u8]> {
+        if self.info.height == 0 {
+            return Ok(&[]);
+        }
         if let Some(i) = self.index.get() {
             return Ok(i);
         }
