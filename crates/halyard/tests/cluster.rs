@@ -341,6 +341,17 @@ fn redis_ports_of_a_static_cluster_forward_to_the_primary() {
         }
         assert_eq!(conn.cmd(&["HLEN", "h"]), common::R::Int(3));
         assert_eq!(conn.cmd(&["DBSIZE"]), common::R::Int(4));
+        // SCAN's TYPE keeps the keys of that type, looked up in their region's primary (every
+        // Redis key lies in the last region here: local on one node, forwarded from the others).
+        let page = |keys: &[&str]| {
+            let keys = keys.iter().map(|k| common::bulk(k)).collect();
+            common::R::Array(Some(vec![common::bulk("0"), common::R::Array(Some(keys))]))
+        };
+        assert_eq!(conn.cmd(&["SCAN", "0", "COUNT", "100", "TYPE", "hash"]), page(&["h"]));
+        assert_eq!(conn.cmd(&["SCAN", "0", "COUNT", "100", "TYPE", "String"]), page(&["rk0", "rk1", "rk2"]));
+        assert_eq!(conn.cmd(&["SCAN", "0", "COUNT", "100", "MATCH", "*1", "TYPE", "string"]), page(&["rk1"]));
+        assert_eq!(conn.cmd(&["SCAN", "0", "COUNT", "100", "TYPE", "list"]), page(&[]));
+        assert_eq!(conn.cmd(&["SCAN", "0", "COUNT", "100"]), page(&["h", "rk0", "rk1", "rk2"]));
     }
     let f = file.to_str().expect("utf8");
     for region in ["1", "2", "3", "4"] {

@@ -278,6 +278,59 @@ fn bad_input_is_refused_without_harm() {
     assert!(!m.contains("halyard_idle_timeouts_total 0"));
 }
 
+/// Malformed requests (inline commands' quoting, multibulk and bulk lengths) get the bytes
+/// redis-server answers, and the connection is closed as it closes it; nothing refused runs.
+#[test]
+fn malformed_requests_answer_like_redis_server() {
+    use std::io::{Read, Write};
+    assert!(have("redis-server"), "install redis-server (scripts/test.sh does)");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    // Each is followed by QUIT in the same write: a request taken is answered and then QUIT is;
+    // one refused closes the connection at once.
+    let exchange = |port: u16, req: &[u8]| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+        s.write_all(&[req, b"QUIT\r\n"].concat()).expect("write");
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).expect("read until the server closes");
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let cases: &[&[u8]] = &[
+        b"set \"\"\"k\"\"\" v\r\n",
+        b"set \"k v\r\n",
+        b"set 'k'v x\r\n",
+        b"set \"k\"\x0bv\r\n",
+        b"echo a\"b c\"d\r\n",
+        b"echo 'a\\'b'\r\n",
+        b"echo \"\\x41\\x4a\\b\\a\\q\\x4\"\r\n",
+        b"echo a\"b c\"\r\n",
+        b"echo a\x0bb\r\n",
+        b"echo a\rb\r\n",
+        b"*1\r\n$-10\r\n",
+        b"*1\r\n$-1\r\n",
+        b"*1\r\n$2000000000\r\n",
+        b"*1\r\n$536870913\r\n",
+        b"*1\r\n$+3\r\nfoo\r\n",
+        b"*1\r\n$03\r\nfoo\r\n",
+        b"*2147483648\r\n",
+        b"*+1\r\n",
+        b"*-5\r\n",
+        b"*1\r\n$4\r\nPING\r\n",
+    ];
+    for req in cases {
+        let (want, got) = (exchange(redis.port, req), exchange(srv.resp, req));
+        assert_eq!(got, want, "{:?}", String::from_utf8_lossy(req));
+    }
+    // A bulk Redis would take (up to its 512 MB) but over --max-request-bytes: the server's own
+    // error.
+    assert!(exchange(srv.resp, b"*1\r\n$536870912\r\n").contains("--max-request-bytes"));
+    let (mut a, mut b) = (Resp::connect(redis.port), srv.conn());
+    assert_eq!(a.cmd(&["DBSIZE"]), R::Int(1));
+    assert_eq!(b.cmd(&["DBSIZE"]), R::Int(1));
+}
+
 #[test]
 fn redis_cli_and_redis_benchmark_work_unchanged() {
     assert!(have("redis-cli") && have("redis-benchmark"), "install redis-tools (scripts/test.sh does)");
@@ -413,6 +466,10 @@ fn conformance_with_redis_server() {
         &["TYPE", "h"],
         &["TYPE", "s"],
         &["TYPE", "none"],
+        &["SCAN", "0", "MATCH", "[hs]", "COUNT", "1000", "TYPE", "hash"],
+        &["SCAN", "0", "MATCH", "[hs]", "COUNT", "1000", "TYPE", "STRING"],
+        &["SCAN", "0", "MATCH", "[hs]", "COUNT", "1000", "TYPE", "list"],
+        &["SCAN", "0", "MATCH", "[hs]", "COUNT", "1000", "TYPE", "bogus"],
         &["DEL", "h", "s", "zz"],
         &["UNLINK", "a"],
         &["EXISTS", "h", "s", "a"],

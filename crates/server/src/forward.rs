@@ -210,10 +210,11 @@ pub fn install(sh: &std::sync::Arc<Shared>, node: &ClusterNode) {
 }
 
 /// SCAN over the whole cluster: the cursor stands for the last key returned; each step asks
-/// the region holding the next keys for up to COUNT of them (`HALYARD.KEYSAFTER`).
+/// the region holding the next keys for up to COUNT of them (`HALYARD.KEYSAFTER`). With TYPE,
+/// each key MATCH keeps is asked its type in its region.
 async fn scan(c: &ClusterNode, sh: &Shared, sess: &mut Session, rest: &[&[u8]]) -> io::Result<Vec<u8>> {
     let [cursor, opts @ ..] = rest else { return Ok(encode(sess.proto, Reply::err("ERR syntax error"))) };
-    let Some((pattern, count)) = commands::scan_options(opts) else {
+    let Some(commands::ScanOptions { pattern, count, kind }) = commands::scan_options(opts) else {
         return Ok(encode(sess.proto, Reply::err("ERR syntax error")));
     };
     let cursor = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok());
@@ -241,15 +242,39 @@ async fn scan(c: &ClusterNode, sh: &Shared, sess: &mut Session, rest: &[&[u8]]) 
         keys.extend(found);
         if full {
             let next = after.clone().map_or(0, |k| sh.cursors.lock().put(k));
-            return Ok(scan_reply(sess.proto, next, keys, pattern));
+            return scan_reply(c, sh, sess, next, keys, pattern, kind).await;
         }
     }
-    Ok(scan_reply(sess.proto, 0, keys, pattern))
+    scan_reply(c, sh, sess, 0, keys, pattern, kind).await
 }
 
-fn scan_reply(proto: u8, next: u64, keys: Vec<Vec<u8>>, pattern: Option<&[u8]>) -> Vec<u8> {
-    let items = keys.into_iter().filter(|k| pattern.is_none_or(|p| commands::glob(p, k))).map(Reply::Bulk).collect();
-    encode(proto, Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(items)]))
+/// SCAN's reply: the keys MATCH `pattern` and TYPE `kind` keep. A region's error reply to a
+/// TYPE asked is the reply.
+async fn scan_reply(
+    c: &ClusterNode,
+    sh: &Shared,
+    sess: &mut Session,
+    next: u64,
+    keys: Vec<Vec<u8>>,
+    pattern: Option<&[u8]>,
+    kind: Option<&[u8]>,
+) -> io::Result<Vec<u8>> {
+    let mut items = Vec::new();
+    for k in keys {
+        if pattern.is_some_and(|p| !commands::glob(p, &k)) {
+            continue;
+        }
+        if let Some(kind) = kind {
+            let part = on_key(c, sh, sess, &[b"TYPE", &k]).await?;
+            let Some(name) = part.strip_prefix(b"+").and_then(|n| n.strip_suffix(b"\r\n")) else { return Ok(part) };
+            // A key gone since it was listed ("none") is left out whatever TYPE asked for.
+            if name == b"none" || !name.eq_ignore_ascii_case(kind) {
+                continue;
+            }
+        }
+        items.push(Reply::Bulk(k));
+    }
+    Ok(encode(sess.proto, Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(items)])))
 }
 
 /// HALYARD.RANGE over the regions the range meets, in order (reverse order with REV), until

@@ -19,10 +19,17 @@ fn line(buf: &[u8], from: usize) -> Option<(usize, usize)> {
     Some((from + pos, from + pos + 2))
 }
 
+/// Redis' largest bulk string (its `proto-max-bulk-len` default): a longer one is not a
+/// valid request whatever this server's limits are.
+const REDIS_MAX_BULK: i64 = 512 << 20;
+
+/// A multibulk or bulk length as Redis' `string2ll` reads it: an optional `-`, then `0` or digits
+/// without a leading zero; no sign `+`, no spaces, nothing else.
 fn number(s: &[u8], what: &str) -> Result<i64, ProtocolError> {
     std::str::from_utf8(s)
         .ok()
-        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|t| t.parse::<i64>().ok())
+        .filter(|n| itoa::Buffer::new().format(*n).as_bytes() == s)
         .ok_or_else(|| ProtocolError(format!("invalid {what}")))
 }
 
@@ -44,8 +51,12 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError> {
         return if buf.len() > 64 { Err(ProtocolError("invalid multibulk length".into())) } else { Ok(None) };
     };
     let n = number(buf.get(1..end).unwrap_or_default(), "multibulk length")?;
-    if n > limits.max_args as i64 {
+    // As Redis: more than i32::MAX is not a request; zero or less is an empty one.
+    if n > i64::from(i32::MAX) {
         return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    if n > limits.max_args as i64 {
+        return Err(ProtocolError(format!("too many arguments in request (more than {})", limits.max_args)));
     }
     let mut args = Args::new();
     let mut total = 0usize;
@@ -59,7 +70,10 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError> {
             return if buf.len() - pos > 64 { Err(ProtocolError("invalid bulk length".into())) } else { Ok(None) };
         };
         let len = number(buf.get(pos + 1..end).unwrap_or_default(), "bulk length")?;
-        if len < 0 || len as usize > limits.max_request_bytes || total + len as usize > limits.max_request_bytes {
+        if !(0..=REDIS_MAX_BULK).contains(&len) {
+            return Err(ProtocolError("invalid bulk length".into()));
+        }
+        if len as usize > limits.max_request_bytes || total + len as usize > limits.max_request_bytes {
             return Err(ProtocolError(format!(
                 "request larger than {} bytes (--max-request-bytes)",
                 limits.max_request_bytes
@@ -88,39 +102,91 @@ fn parse_inline(buf: &[u8], limits: Limits) -> Result<Parsed<'_>, ProtocolError>
     };
     let text = buf.get(..nl).unwrap_or_default();
     let text = text.strip_suffix(b"\r").unwrap_or(text);
-    let mut args: Vec<Vec<u8>> = Vec::new();
-    let mut cur: Option<Vec<u8>> = None;
-    let mut quote: Option<u8> = None;
-    let mut bytes = text.iter().copied().peekable();
-    while let Some(c) = bytes.next() {
-        match (quote, c) {
-            (Some(q), _) if c == q => quote = None,
-            (Some(b'"'), b'\\') if bytes.peek().is_some() => {
-                let e = match bytes.next() {
-                    Some(b'n') => b'\n',
-                    Some(b'r') => b'\r',
-                    Some(b't') => b'\t',
-                    x => x.unwrap_or_default(),
-                };
-                cur.get_or_insert_with(Vec::new).push(e);
-            }
-            (Some(_), _) => cur.get_or_insert_with(Vec::new).push(c),
-            (None, b'"' | b'\'') => {
-                quote = Some(c);
-                cur.get_or_insert_with(Vec::new);
-            }
-            (None, b' ' | b'\t') => args.extend(cur.take()),
-            (None, _) => cur.get_or_insert_with(Vec::new).push(c),
-        }
-    }
-    if quote.is_some() {
+    let Some(args) = split_inline(text) else {
         return Err(ProtocolError("unbalanced quotes in request".into()));
-    }
-    args.extend(cur);
+    };
     if args.len() > limits.max_args {
         return Err(ProtocolError("too many arguments".into()));
     }
     Ok(Some((args.into_iter().map(std::borrow::Cow::Owned).collect(), nl + 1)))
+}
+
+/// C's `isspace`: what separates inline arguments and may follow a closing quote.
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+fn hex_digit(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Splits an inline command as Redis' `sdssplitargs` does; None for unbalanced quotes: a quoted
+/// part not closed, or its closing quote followed by something other than a space or the end.
+/// Quotes may open within an argument (`a"b c"` is `ab c`); within double quotes `\n`, `\r`,
+/// `\t`, `\b`, `\a` and `\xHH` are escapes and `\` takes any other byte as it is; within single
+/// quotes only `\'` is.
+fn split_inline(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let at = |i: usize| line.get(i).copied();
+    let mut args = Vec::new();
+    let mut p = 0;
+    loop {
+        while at(p).is_some_and(is_space) {
+            p += 1;
+        }
+        if at(p).is_none() {
+            return Some(args);
+        }
+        let mut arg = Vec::new();
+        let mut quote: Option<u8> = None;
+        loop {
+            let Some(c) = at(p) else {
+                if quote.is_some() {
+                    return None;
+                }
+                break;
+            };
+            p += 1;
+            match quote {
+                Some(q) if c == q => {
+                    if at(p).is_some_and(|n| !is_space(n)) {
+                        return None;
+                    }
+                    break;
+                }
+                Some(b'"') if c == b'\\' => match (at(p), at(p + 1).and_then(hex_digit), at(p + 2).and_then(hex_digit))
+                {
+                    (Some(b'x'), Some(hi), Some(lo)) => {
+                        arg.push(hi << 4 | lo);
+                        p += 3;
+                    }
+                    (Some(e), _, _) => {
+                        arg.push(match e {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 0x08,
+                            b'a' => 0x07,
+                            other => other,
+                        });
+                        p += 1;
+                    }
+                    // A backslash last: the quote is not closed.
+                    (None, _, _) => arg.push(c),
+                },
+                Some(b'\'') if c == b'\\' && at(p) == Some(b'\'') => {
+                    arg.push(b'\'');
+                    p += 1;
+                }
+                Some(_) => arg.push(c),
+                None => match c {
+                    b' ' | b'\t' | b'\n' | b'\r' => break,
+                    b'"' | b'\'' => quote = Some(c),
+                    _ => arg.push(c),
+                },
+            }
+        }
+        args.push(arg);
+    }
 }
 
 fn num(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -254,6 +320,86 @@ mod tests {
         assert!(parse(b"*1\r\n$99999999999\r\n", L).is_err());
         assert!(parse(b"*2000\r\n", L).is_err());
         assert!(parse(b"set \"unclosed\r\n", L).is_err());
+    }
+
+    fn words(req: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
+        let (args, used) = parse(req, L)?.expect("complete");
+        assert_eq!(used, req.len(), "{:?}", String::from_utf8_lossy(req));
+        Ok(args.iter().map(|a| a.to_vec()).collect())
+    }
+
+    /// Inline commands are split as Redis' sdssplitargs splits them.
+    #[test]
+    fn inline_splits_as_redis() {
+        for req in [
+            &b"set \"\"\"k\"\"\" v\r\n"[..],
+            b"set \"k v\r\n",
+            b"set 'k v\r\n",
+            b"set \"k\"v x\r\n",
+            b"set 'k'v x\r\n",
+            b"echo a\"b c\"d\r\n",
+            b"echo \"a\\\"\r\n",
+            b"echo 'a\\'\r\n",
+        ] {
+            let unbalanced = ProtocolError("unbalanced quotes in request".into());
+            assert_eq!(words(req), Err(unbalanced), "{:?}", String::from_utf8_lossy(req));
+        }
+        let ok: [(&[u8], &[&[u8]]); 12] = [
+            (b"echo 'a\\'b' c\r\n", &[b"echo", b"a'b", b"c"]),
+            (b"echo 'a\\nb'\r\n", &[b"echo", b"a\\nb"]),
+            (b"echo \"\\x41\\x4a\\b\\a\\q\\x4\"\n", &[b"echo", b"AJ\x08\x07qx4"]),
+            (b"echo a\"b c\"\r\n", &[b"echo", b"ab c"]),
+            (b"echo \"a\"\x0bb\r\n", &[b"echo", b"a", b"b"]),
+            (b"echo a\x0bb\r\n", &[b"echo", b"a\x0bb"]),
+            (b"echo a\rb\r\n", &[b"echo", b"a", b"b"]),
+            (b" \x0b\x0c echo \t \"\" ''\r\n", &[b"echo", b"", b""]),
+            (b"echo \"a b\"\r\n", &[b"echo", b"a b"]),
+            (b"echo 'x'\t\r\n", &[b"echo", b"x"]),
+            (b"\r\n", &[]),
+            (b"\n", &[]),
+        ];
+        for (req, want) in ok {
+            assert_eq!(words(req), Ok(want.iter().map(|w| w.to_vec()).collect()), "{:?}", String::from_utf8_lossy(req));
+        }
+    }
+
+    /// What Redis 7.0 refuses in a multibulk header gets its words; what it takes but is over
+    /// the server's own limits gets the server's.
+    #[test]
+    fn lengths_redis_refuses() {
+        let bulk = Err(ProtocolError("invalid bulk length".into()));
+        for req in [
+            &b"*1\r\n$-10\r\n"[..],
+            b"*1\r\n$-1\r\n",
+            b"*1\r\n$2000000000\r\n",
+            b"*1\r\n$536870913\r\n",
+            b"*1\r\n$99999999999999999999\r\n",
+            b"*1\r\n$+3\r\nfoo\r\n",
+            b"*1\r\n$03\r\nfoo\r\n",
+            b"*1\r\n$ 3\r\nfoo\r\n",
+            b"*1\r\n$3x\r\nfoo\r\n",
+            b"*1\r\n$\r\n",
+        ] {
+            assert_eq!(parse(req, L), bulk, "{:?}", String::from_utf8_lossy(req));
+        }
+        let multibulk = Err(ProtocolError("invalid multibulk length".into()));
+        for req in [&b"*2147483648\r\n"[..], b"*+1\r\n", b"*01\r\n", b"*-0\r\n", b"*\r\n", b"*1x\r\n"] {
+            assert_eq!(parse(req, L), multibulk, "{:?}", String::from_utf8_lossy(req));
+        }
+        // Valid for Redis, over this server's limits.
+        let mut two = b"*2\r\n$1048576\r\n".to_vec();
+        two.resize(two.len() + (1 << 20), b'a');
+        two.extend(b"\r\n$1\r\n");
+        for req in [&b"*1\r\n$536870912\r\n"[..], b"*1\r\n$1048577\r\n", &two] {
+            let e = parse(req, L).expect_err("over the limit");
+            assert!(e.0.contains("larger than 1048576 bytes"), "{e:?}");
+        }
+        let e = parse(b"*2147483647\r\n", L).expect_err("over max_args");
+        assert!(e.0.contains("more than 1024"), "{e:?}");
+        // A count of zero or less is an empty request, as in Redis.
+        assert_eq!(words(b"*-5\r\n"), Ok(vec![]));
+        assert_eq!(words(b"*0\r\n"), Ok(vec![]));
+        assert_eq!(words(b"*1\r\n$0\r\n\r\n"), Ok(vec![vec![]]));
     }
 
     #[test]

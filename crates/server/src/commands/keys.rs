@@ -3,7 +3,7 @@
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
 use super::glob;
-use crate::keyspace::Value;
+use crate::keyspace::{KsError, Value};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 
@@ -43,13 +43,21 @@ pub(super) fn cmd_exists(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
 
 pub(super) fn cmd_type(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("type") };
-    ks(sh.ks.get(key).map(|v| {
-        Reply::Simple(match v {
-            None => "none".into(),
-            Some(Value::Str(_)) => "string".into(),
-            Some(Value::Hash(_)) => "hash".into(),
-        })
-    }))
+    ks(sh.ks.get(key).map(|v| Reply::Simple(v.as_ref().map_or("none", type_name).into())))
+}
+
+/// A value's type as TYPE names it.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Str(_) => "string",
+        Value::Hash(_) => "hash",
+    }
+}
+
+/// Whether `key` holds a value whose type TYPE names `kind` (in any case), as SCAN's TYPE option
+/// keeps keys: an unknown name matches no key, nor does a key gone since it was listed.
+pub(crate) fn has_type(sh: &Shared, key: &[u8], kind: &[u8]) -> Result<bool, KsError> {
+    Ok(sh.ks.get(key)?.is_some_and(|v| type_name(&v).as_bytes().eq_ignore_ascii_case(kind)))
 }
 
 pub(super) fn cmd_dbsize(sh: &Shared, s: &mut Session, _: &[&[u8]]) -> Reply {
@@ -57,13 +65,14 @@ pub(super) fn cmd_dbsize(sh: &Shared, s: &mut Session, _: &[&[u8]]) -> Reply {
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: cursors walk the key space in key order.
-/// TYPE is accepted and not applied.
+/// As in Redis, COUNT keys are looked at and those MATCH or TYPE leave out are dropped from the
+/// page (which can then be empty with a cursor to go on from).
 pub(super) fn cmd_scan(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, cursor, opts @ ..] = a else { return wrong_args("scan") };
     let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok()) else {
         return Reply::err("ERR invalid cursor");
     };
-    let Some((pattern, count)) = scan_options(opts) else { return syntax() };
+    let Some(ScanOptions { pattern, count, kind }) = scan_options(opts) else { return syntax() };
     let after = if cursor == 0 {
         None
     } else {
@@ -78,27 +87,43 @@ pub(super) fn cmd_scan(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
             (true, Some(last)) => sh.cursors.lock().put(last.clone()),
             _ => 0,
         };
-        let items = keys.into_iter().filter(|k| pattern.is_none_or(|p| glob(p, k))).map(Reply::Bulk).collect();
+        let mut items = Vec::new();
+        for k in keys {
+            if pattern.is_none_or(|p| glob(p, &k)) && kind.map_or(Ok(true), |t| has_type(sh, &k, t))? {
+                items.push(Reply::Bulk(k));
+            }
+        }
         Ok(Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(items)]))
     })())
 }
 
-/// SCAN's (MATCH pattern, COUNT); None for a syntax error.
-pub(crate) fn scan_options<'a>(opts: &[&'a [u8]]) -> Option<(Option<&'a [u8]>, usize)> {
-    let (mut pattern, mut count) = (None, 10usize);
+/// SCAN's options.
+pub(crate) struct ScanOptions<'a> {
+    /// MATCH: a glob pattern.
+    pub pattern: Option<&'a [u8]>,
+    /// COUNT: how many keys to look at [default: 10].
+    pub count: usize,
+    /// TYPE: a type name as TYPE answers it, in any case.
+    pub kind: Option<&'a [u8]>,
+}
+
+/// SCAN's options; None for a syntax error. As in Redis, the last of an option given twice
+/// counts.
+pub(crate) fn scan_options<'a>(opts: &[&'a [u8]]) -> Option<ScanOptions<'a>> {
+    let mut o = ScanOptions { pattern: None, count: 10, kind: None };
     for opt in opts.chunks(2) {
         let [name, value] = opt else { return None };
         match lower(name).as_str() {
-            "match" => pattern = Some(*value),
+            "match" => o.pattern = Some(*value),
             "count" => match int_arg(value) {
-                Some(n) if n > 0 => count = n as usize,
+                Some(n) if n > 0 => o.count = n as usize,
                 _ => return None,
             },
-            "type" => {}
+            "type" => o.kind = Some(*value),
             _ => return None,
         }
     }
-    Some((pattern, count))
+    Some(o)
 }
 
 pub(super) fn cmd_keys(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {

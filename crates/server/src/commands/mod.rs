@@ -12,7 +12,7 @@ mod strings;
 mod topology;
 
 pub use glob::glob;
-pub(crate) use keys::{range_options, scan_options};
+pub(crate) use keys::{range_options, scan_options, ScanOptions};
 
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
