@@ -2,7 +2,7 @@
 
 mod cluster_cmd;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use halyard_server::config::ServerConfig;
 use std::path::PathBuf;
 
@@ -428,130 +428,83 @@ fn tool(cmd: &Cmd) -> Result<(), String> {
     }
 }
 
-/// Flags override the TOML file given with --config, which overrides the defaults.
-#[derive(Args, Debug)]
+/// `halyard serve`'s arguments: the server's settings (`ServerConfig`, whose flags override
+/// the TOML file given with --config, which overrides the defaults) and how to log.
+#[derive(Debug)]
 struct ServeArgs {
-    /// TOML file with any of the settings below (and [engine] settings).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Data directory [default: ./halyard-data].
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// Redis protocol (RESP2/RESP3) address [default: 127.0.0.1:6379].
-    #[arg(long)]
-    resp: Option<String>,
-    /// Native protocol address [default: 127.0.0.1:7379].
-    #[arg(long)]
-    listen: Option<String>,
-    /// HTTP address for /metrics and /health [default: 127.0.0.1:9379].
-    #[arg(long)]
-    http: Option<String>,
-    /// Require clients to AUTH with this password.
-    #[arg(long)]
-    requirepass: Option<String>,
-    /// Where the Redis command HALYARD.BACKUP adds backups of this node's store.
-    #[arg(long)]
-    backup_dir: Option<PathBuf>,
-    /// Most concurrent clients [default: 10000].
-    #[arg(long)]
-    max_clients: Option<usize>,
-    /// Disconnect clients silent for this many seconds (0 = never) [default: 0].
-    #[arg(long)]
-    idle_timeout: Option<u64>,
-    /// Largest request in bytes [default: 16 MiB].
-    #[arg(long)]
-    max_request_bytes: Option<usize>,
-    /// Durability: none, group (synced every 5 ms) or always (synced before the reply).
-    #[arg(long)]
-    sync: Option<String>,
-    /// Engine cache budget in MiB [default: 256].
-    #[arg(long)]
-    cache_mb: Option<usize>,
-    /// Network worker threads (0 = one per core) [default: 0].
-    #[arg(long)]
-    workers: Option<usize>,
-    /// Static cluster file (nodes, regions, primaries, backups); run as one of its nodes.
-    #[arg(long)]
-    cluster_file: Option<PathBuf>,
-    /// This node's name in the cluster file.
-    #[arg(long)]
-    node: Option<String>,
-    /// How backups keep their copies: send-index (install the primary's compaction output,
-    /// no compaction of their own) or build-index (replay and compact) [default: send-index].
-    #[arg(long)]
-    replication: Option<String>,
-    /// When a write is answered: last-write (every backup holds it in memory) or last-flush
-    /// (sent) [default: last-write].
-    #[arg(long)]
-    ack: Option<String>,
-    /// Join the cluster these etcd endpoints coordinate (comma-separated URLs, e.g.
-    /// http://127.0.0.1:2379); needs --node. Create the cluster first with `halyard cluster init`.
-    #[arg(long, value_delimiter = ',')]
-    etcd: Vec<String>,
-    /// The cluster's name in etcd [default: halyard].
-    #[arg(long)]
-    cluster_name: Option<String>,
-    /// Node-to-node address (replication streams, admin requests) in etcd mode
-    /// [default: 127.0.0.1:8379].
-    #[arg(long)]
-    replication_listen: Option<String>,
-    /// Host to advertise to other nodes and clients when the listen addresses are not
-    /// reachable as given (e.g. 0.0.0.0).
-    #[arg(long)]
-    advertise_host: Option<String>,
-    /// Seconds of the node's etcd lease: a primary silent this long is replaced [default: 2].
-    #[arg(long)]
-    lease_ttl: Option<u64>,
-    /// The secret every node-to-node connection (replication streams, promotion, add-backup,
-    /// dumps) must carry; give every node and every `halyard admin` command the same one.
-    #[arg(long)]
-    cluster_secret: Option<String>,
-    /// Milliseconds a write waits for a backup's acknowledgement; under etcd a backup silent
-    /// this long is reported to the master, which removes it from the group [default: 5000].
-    #[arg(long)]
-    ack_timeout_ms: Option<u64>,
-    /// Refuse writes to a region whose group holds fewer copies than this, the primary counted
-    /// (like Kafka's min.insync.replicas) [default: 1].
-    #[arg(long)]
-    min_replicas: Option<usize>,
+    cfg: ServerConfig,
+    log_format: LogFormat,
+}
+
+impl clap::FromArgMatches for ServeArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let file = m.get_one::<PathBuf>("config").map(PathBuf::as_path);
+        let cfg = ServerConfig::from_file_and_flags(file, m)
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{e}\n")))?;
+        let log_format = m.get_one::<LogFormat>("log_format").copied().unwrap_or_default();
+        Ok(ServeArgs { cfg, log_format })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for ServeArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        use clap::{value_parser, Arg};
+        ServerConfig::augment_args(cmd)
+            .arg(
+                Arg::new("config")
+                    .long("config")
+                    .value_name("FILE")
+                    .value_parser(value_parser!(PathBuf))
+                    .help("TOML file with any of these settings (and [engine] settings); flags override it"),
+            )
+            .arg(
+                Arg::new("log_format")
+                    .long("log-format")
+                    .value_parser(value_parser!(LogFormat))
+                    .default_value("text")
+                    .help(
+                        "Log lines (on stderr) as text, coloured only on a terminal, or as JSON \
+                         objects, one a line, for log shippers. RUST_LOG picks what is logged [default: info]",
+                    ),
+            )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; ANSI colours only when stderr is a terminal and NO_COLOR is unset.
+    #[default]
+    Text,
+    /// One JSON object a line (timestamp, level, fields, target, spans).
+    Json,
+}
+
+/// Logs go to stderr, filtered by RUST_LOG (info by default).
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with_ansi(colour).init();
+        }
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
 }
 
 fn serve(a: &ServeArgs) -> Result<(), String> {
-    let mut cfg = match &a.config {
-        Some(p) => ServerConfig::from_file(p)?,
-        None => ServerConfig::default(),
-    };
-    macro_rules! set {
-        ($($f:ident => $t:expr),*) => {$( if let Some(v) = &a.$f { $t = v.clone(); } )*};
-    }
-    set!(dir => cfg.dir, resp => cfg.resp, listen => cfg.listen, http => cfg.http,
-         max_clients => cfg.max_clients, idle_timeout => cfg.idle_timeout_secs,
-         max_request_bytes => cfg.max_request_bytes, sync => cfg.engine.sync,
-         cache_mb => cfg.engine.cache_mb, workers => cfg.workers, replication => cfg.replication,
-         ack => cfg.ack, cluster_name => cfg.cluster_name, replication_listen => cfg.replication_listen,
-         lease_ttl => cfg.lease_ttl_secs, min_replicas => cfg.min_replicas,
-         ack_timeout_ms => cfg.ack_timeout_ms);
-    if !a.etcd.is_empty() {
-        cfg.etcd.clone_from(&a.etcd);
-    }
-    if a.advertise_host.is_some() {
-        cfg.advertise_host.clone_from(&a.advertise_host);
-    }
-    if a.cluster_secret.is_some() {
-        cfg.cluster_secret.clone_from(&a.cluster_secret);
-    }
-    if a.cluster_file.is_some() {
-        cfg.cluster_file.clone_from(&a.cluster_file);
-    }
-    if a.node.is_some() {
-        cfg.node.clone_from(&a.node);
-    }
-    if a.requirepass.is_some() {
-        cfg.requirepass.clone_from(&a.requirepass);
-    }
-    if a.backup_dir.is_some() {
-        cfg.backup_dir.clone_from(&a.backup_dir);
-    }
+    let cfg = a.cfg.clone();
     let workers =
         if cfg.workers == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { cfg.workers };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -583,11 +536,11 @@ async fn shutdown_signal() {
 
 fn main() {
     keep_freed_memory();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    init_logs(match &cli.cmd {
+        Cmd::Serve(a) => a.log_format,
+        _ => LogFormat::Text,
+    });
     let r = match &cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Bench(a) => halyard_bench::run(a),

@@ -119,14 +119,8 @@ impl ClusterNode {
         if file.node(&name).is_none() {
             return Err(cerr(format!("node {name} is not in {}", path.display())));
         }
-        let mode = Mode::parse(&cfg.replication).ok_or_else(|| {
-            cerr(format!("--replication must be send-index or build-index, not {:?}", cfg.replication))
-        })?;
-        let last_write = match cfg.ack.as_str() {
-            "last-write" => true,
-            "last-flush" => false,
-            other => return Err(cerr(format!("--ack must be last-write or last-flush, not {other:?}"))),
-        };
+        let mode = Mode::from(cfg.replication);
+        let last_write = cfg.ack == crate::config::Ack::LastWrite;
         let shipper = Shipper::with_queue_limit(
             Duration::from_millis(cfg.ack_timeout_ms.max(1)),
             cfg.replication_queue_mb.max(1) << 20,

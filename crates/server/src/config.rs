@@ -1,96 +1,197 @@
-//! Server configuration: defaults, a TOML file (`--config`), then command-line flags.
+//! Server configuration, one typed definition read two ways: serde reads it from a TOML file
+//! (`--config`), clap from `halyard serve`'s flags. Defaults come from `Default`; the file
+//! replaces what it names; then `update_from_arg_matches` replaces what the command line names
+//! (a flag has no default of its own, so an absent flag leaves the file's value). Settings with
+//! no flag are `#[arg(skip)]`: only the file sets them.
 
+use clap::{Args, ValueEnum};
 use halyard_engine::{Options, SyncMode};
 use serde::Deserialize;
 use std::path::PathBuf;
 
-/// Everything `halyard serve` takes. Every field can be set in the TOML file.
-#[derive(Clone, Debug, Deserialize)]
+/// How backups keep their copies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicationMode {
+    /// Backups install the primary's compaction output (no compaction of their own).
+    #[default]
+    SendIndex,
+    /// Backups replay records into their own L0 and compact.
+    BuildIndex,
+}
+
+impl From<ReplicationMode> for halyard_replication::Mode {
+    fn from(m: ReplicationMode) -> Self {
+        match m {
+            ReplicationMode::SendIndex => halyard_replication::Mode::SendIndex,
+            ReplicationMode::BuildIndex => halyard_replication::Mode::BuildIndex,
+        }
+    }
+}
+
+/// When a write is answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ack {
+    /// Once every backup holds it in memory.
+    #[default]
+    LastWrite,
+    /// Once it is sent to every backup.
+    LastFlush,
+}
+
+/// Durability of writes (`Options::sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteSync {
+    /// Never synced by the store (the OS writes back).
+    None,
+    /// Synced every 5 ms by a background thread.
+    #[default]
+    Group,
+    /// Synced before the reply (concurrent writers share one fdatasync).
+    Always,
+}
+
+impl From<WriteSync> for SyncMode {
+    fn from(s: WriteSync) -> Self {
+        match s {
+            WriteSync::None => SyncMode::None,
+            WriteSync::Group => SyncMode::Group,
+            WriteSync::Always => SyncMode::Always,
+        }
+    }
+}
+
+/// Everything `halyard serve` takes. Every field can be set in the TOML file; those with a
+/// flag also on the command line, which wins.
+#[derive(Clone, Debug, Deserialize, Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Data directory.
+    /// Data directory [default: ./halyard-data].
+    #[arg(long, required = false)]
     pub dir: PathBuf,
-    /// RESP (Redis protocol) listen address.
+    /// Redis protocol (RESP2/RESP3) address [default: 127.0.0.1:6379].
+    #[arg(long, required = false)]
     pub resp: String,
-    /// Native protocol listen address.
+    /// Native protocol address [default: 127.0.0.1:7379].
+    #[arg(long, required = false)]
     pub listen: String,
-    /// HTTP listen address for /metrics and /health.
+    /// HTTP address for /metrics, /health and the console [default: 127.0.0.1:9379].
+    #[arg(long, required = false)]
     pub http: String,
-    /// Password clients must AUTH with (none: no authentication).
+    /// Require clients to AUTH with this password (none: no authentication).
+    #[arg(long)]
     pub requirepass: Option<String>,
-    /// Most concurrent client connections (RESP and native together).
+    /// Most concurrent clients, Redis and native together [default: 10000].
+    #[arg(long, required = false)]
     pub max_clients: usize,
-    /// Seconds a client may stay silent before it is disconnected (0: never).
+    /// Disconnect clients silent for this many seconds (0 = never) [default: 0].
+    #[arg(long = "idle-timeout", required = false)]
     pub idle_timeout_secs: u64,
-    /// Largest request in bytes.
+    /// Largest request in bytes [default: 16 MiB].
+    #[arg(long, required = false)]
     pub max_request_bytes: usize,
-    /// Network worker threads (0: one per core).
+    /// Network worker threads (0 = one per core) [default: 0].
+    #[arg(long, required = false)]
     pub workers: usize,
-    /// Cluster file (static cluster; None: single node, all keys local).
+    /// Static cluster file (nodes, regions, primaries, backups); run as one of its nodes.
+    #[arg(long)]
     pub cluster_file: Option<PathBuf>,
-    /// This node's name in the cluster file.
+    /// This node's name (in the cluster file, or in etcd).
+    #[arg(long)]
     pub node: Option<String>,
-    /// "send-index" (backups install the primary's compaction output) or "build-index"
-    /// (backups replay records and compact themselves).
-    pub replication: String,
-    /// "last-write" (answer a write once every backup holds it in memory) or "last-flush"
-    /// (answer once it is sent).
-    pub ack: String,
-    /// Milliseconds a write waits for a backup's acknowledgement before the backup is given up
-    /// (also how long writers wait for a backup whose queue is full and does not drain).
+    /// How backups keep their copies: send-index (install the primary's compaction output, no
+    /// compaction of their own) or build-index (replay and compact) [default: send-index].
+    #[arg(long, value_enum, required = false)]
+    pub replication: ReplicationMode,
+    /// When a write is answered: last-write (every backup holds it in memory) or last-flush
+    /// (sent) [default: last-write].
+    #[arg(long, value_enum, required = false)]
+    pub ack: Ack,
+    /// Milliseconds a write waits for a backup's acknowledgement (also how long writers wait
+    /// for a backup whose queue is full and does not drain); under etcd a backup silent this
+    /// long is reported to the master, which removes it from the group [default: 5000].
+    #[arg(long, required = false)]
     pub ack_timeout_ms: u64,
     /// MiB of frames a primary queues per backup and region before writes to the region wait
-    /// for the backup to catch up.
+    /// for the backup to catch up (file only).
+    #[arg(skip)]
     pub replication_queue_mb: u64,
-    /// etcd endpoints (`--etcd`): join the cluster they coordinate (empty: no etcd).
+    /// Join the cluster these etcd endpoints coordinate (comma-separated URLs, e.g.
+    /// http://127.0.0.1:2379); needs --node. Create the cluster first with `halyard cluster init`.
+    #[arg(long, value_delimiter = ',', required = false)]
     pub etcd: Vec<String>,
-    /// The cluster's name: its keys live under `/halyard/<name>/` in etcd.
+    /// The cluster's name: its keys live under `/halyard/<name>/` in etcd [default: halyard].
+    #[arg(long, required = false)]
     pub cluster_name: String,
-    /// Node-to-node address (replication streams, admin requests) in etcd mode.
+    /// Node-to-node address (replication streams, admin requests) in etcd mode
+    /// [default: 127.0.0.1:8379].
+    #[arg(long, required = false)]
     pub replication_listen: String,
-    /// Host other nodes and clients reach this node at, when the listen addresses bind a
-    /// wildcard or an address not reachable from elsewhere.
+    /// Host to advertise to other nodes and clients when the listen addresses are not
+    /// reachable as given (e.g. 0.0.0.0).
+    #[arg(long)]
     pub advertise_host: Option<String>,
-    /// Seconds of the node's etcd lease: a node silent this long loses its roles.
+    /// Seconds of the node's etcd lease: a node silent this long loses its roles [default: 2].
+    #[arg(long = "lease-ttl", required = false)]
     pub lease_ttl_secs: u64,
-    /// The secret every node-to-node connection (replication, admin requests) must carry.
+    /// The secret every node-to-node connection (replication streams, promotion, add-backup,
+    /// dumps) must carry; give every node and every `halyard admin` command the same one.
+    #[arg(long)]
     pub cluster_secret: Option<String>,
-    /// Copies of a region (the primary counted) its group must hold for writes to run (Kafka's
-    /// `min.insync.replicas`).
+    /// Refuse writes to a region whose group holds fewer copies than this, the primary counted
+    /// (like Kafka's min.insync.replicas) [default: 1].
+    #[arg(long, required = false)]
     pub min_replicas: usize,
-    /// Where `HALYARD.BACKUP` adds backups (None: the command is refused). Backups of one
-    /// store go in one directory: each copies only the segments earlier ones lack.
+    /// Where the Redis command HALYARD.BACKUP adds backups of this node's store (none: the
+    /// command is refused). Backups of one store go in one directory: each copies only the
+    /// segments earlier ones lack.
+    #[arg(long)]
     pub backup_dir: Option<PathBuf>,
-    /// Engine settings.
+    /// Engine settings (`[engine]` in the file).
+    #[command(flatten)]
     pub engine: EngineConfig,
 }
 
 /// The engine settings a server exposes.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
-    /// "none", "group" or "always".
-    pub sync: String,
-    /// Cache budget in MiB.
+    /// Durability: none, group (synced every 5 ms) or always (synced before the reply)
+    /// [default: group].
+    #[arg(long, value_enum, required = false)]
+    pub sync: WriteSync,
+    /// Engine cache budget in MiB [default: 256].
+    #[arg(long, required = false)]
     pub cache_mb: usize,
     /// Memory of the LSM bypass in MiB (`Options::lsm_bypass_bytes`; 0: off).
+    #[arg(skip)]
     pub lsm_bypass_mb: usize,
     /// Read the SSTs and log values into the cache after open, while it has room
     /// (`Options::warm_cache`).
+    #[arg(skip)]
     pub warm_cache: bool,
     /// L0 size in MiB.
+    #[arg(skip)]
     pub l0_mb: usize,
     /// Level growth factor.
+    #[arg(skip)]
     pub growth_factor: u32,
     /// KV pairs below this size (bytes) are small.
+    #[arg(skip)]
     pub small_threshold: usize,
     /// KV pairs of at least this size (bytes) are large.
+    #[arg(skip)]
     pub large_threshold: usize,
     /// Direct I/O.
+    #[arg(skip)]
     pub direct_io: bool,
     /// Cap on the data file in MiB (0: none).
+    #[arg(skip)]
     pub max_device_mb: u64,
     /// Compaction threads.
+    #[arg(skip)]
     pub compaction_threads: usize,
 }
 
@@ -108,8 +209,8 @@ impl Default for ServerConfig {
             workers: 0,
             cluster_file: None,
             node: None,
-            replication: "send-index".into(),
-            ack: "last-write".into(),
+            replication: ReplicationMode::SendIndex,
+            ack: Ack::LastWrite,
             ack_timeout_ms: 5_000,
             replication_queue_mb: halyard_replication::DEFAULT_QUEUE_BYTES >> 20,
             etcd: Vec::new(),
@@ -129,7 +230,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         let o = Options::default();
         EngineConfig {
-            sync: "group".into(),
+            sync: WriteSync::Group,
             cache_mb: o.cache_bytes >> 20,
             lsm_bypass_mb: o.lsm_bypass_bytes >> 20,
             warm_cache: o.warm_cache,
@@ -160,16 +261,10 @@ impl ServerConfig {
     }
 
     /// The engine options this configuration asks for.
-    pub fn engine_options(&self) -> Result<Options, String> {
+    pub fn engine_options(&self) -> Options {
         let e = &self.engine;
-        let sync = match e.sync.as_str() {
-            "none" => SyncMode::None,
-            "group" => SyncMode::Group,
-            "always" => SyncMode::Always,
-            other => return Err(format!("engine.sync must be none, group or always, not {other:?}")),
-        };
-        Ok(Options {
-            sync,
+        Options {
+            sync: e.sync.into(),
             cache_bytes: e.cache_mb << 20,
             lsm_bypass_bytes: e.lsm_bypass_mb << 20,
             warm_cache: e.warm_cache,
@@ -181,6 +276,74 @@ impl ServerConfig {
             max_device_bytes: (e.max_device_mb > 0).then_some(e.max_device_mb << 20),
             compaction_threads: e.compaction_threads,
             ..Options::default()
-        })
+        }
+    }
+
+    /// The file's settings (or the defaults), then the flags present in `m`, which was parsed
+    /// with this type's arguments.
+    pub fn from_file_and_flags(file: Option<&std::path::Path>, m: &clap::ArgMatches) -> Result<ServerConfig, String> {
+        let mut cfg = match file {
+            Some(p) => ServerConfig::from_file(p)?,
+            None => ServerConfig::default(),
+        };
+        clap::FromArgMatches::update_from_arg_matches(&mut cfg, m).map_err(|e| e.to_string())?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cfg: ServerConfig,
+    }
+
+    fn parse(file: Option<&str>, flags: &[&str]) -> ServerConfig {
+        let m = Cli::command().no_binary_name(true).try_get_matches_from(flags).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("halyard.toml");
+        if let Some(text) = file {
+            std::fs::write(&path, text).unwrap();
+        }
+        ServerConfig::from_file_and_flags(file.map(|_| path.as_path()), &m).unwrap()
+    }
+
+    #[test]
+    fn defaults_then_file_then_flags() {
+        let d = parse(None, &[]);
+        assert_eq!(
+            (d.resp.as_str(), d.ack, d.engine.sync, d.lease_ttl_secs),
+            ("127.0.0.1:6379", Ack::LastWrite, WriteSync::Group, 2)
+        );
+        let file = "resp = \"127.0.0.1:1\"\nack = \"last-flush\"\nlease_ttl_secs = 5\n[engine]\nsync = \"always\"\nl0_mb = 4\n";
+        let f = parse(Some(file), &[]);
+        assert_eq!(
+            (f.resp.as_str(), f.ack, f.engine.sync, f.lease_ttl_secs, f.engine.l0_mb),
+            ("127.0.0.1:1", Ack::LastFlush, WriteSync::Always, 5, 4)
+        );
+        assert_eq!(f.listen, "127.0.0.1:7379", "what the file does not name keeps its default");
+        let both = parse(
+            Some(file),
+            &["--resp", "127.0.0.1:2", "--sync", "none", "--lease-ttl", "9", "--etcd", "http://a,http://b"],
+        );
+        assert_eq!((both.resp.as_str(), both.engine.sync, both.lease_ttl_secs), ("127.0.0.1:2", WriteSync::None, 9));
+        assert_eq!((both.ack, both.engine.l0_mb), (Ack::LastFlush, 4), "flags leave what they do not name");
+        assert_eq!(both.etcd, vec!["http://a".to_string(), "http://b".to_string()]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_choices() {
+        let e =
+            Cli::command().no_binary_name(true).try_get_matches_from(["--ack", "sometimes"]).unwrap_err().to_string();
+        assert!(e.contains("last-write") && e.contains("last-flush"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "[engine]\nsync = \"sometimes\"\n").unwrap();
+        let e = ServerConfig::from_file(&path).unwrap_err();
+        assert!(e.contains("always"), "{e}");
     }
 }

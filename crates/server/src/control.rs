@@ -35,14 +35,8 @@ impl ClusterNode {
     pub async fn start_etcd(cfg: &ServerConfig, db: Arc<Db>) -> Result<Arc<ClusterNode>, ServerError> {
         let cerr = |m: String| ServerError::Config(m);
         let name = cfg.node.clone().ok_or_else(|| cerr("--etcd needs --node NAME".into()))?;
-        let mode = Mode::parse(&cfg.replication).ok_or_else(|| {
-            cerr(format!("--replication must be send-index or build-index, not {:?}", cfg.replication))
-        })?;
-        let last_write = match cfg.ack.as_str() {
-            "last-write" => true,
-            "last-flush" => false,
-            other => return Err(cerr(format!("--ack must be last-write or last-flush, not {other:?}"))),
-        };
+        let mode = Mode::from(cfg.replication);
+        let last_write = cfg.ack == crate::config::Ack::LastWrite;
         let layout = Layout::new(&cfg.cluster_name);
         let client = halyard_control::session::connect(&cfg.etcd).await.map_err(|e| cerr(e.to_string()))?;
         let record = NodeRecord {

@@ -103,7 +103,7 @@ pub(crate) async fn serve(
     registry: Arc<Registry>,
     db: Arc<Db>,
     mut stop: watch::Receiver<bool>,
-    conns: crate::tokio_util_tracker::Tracker,
+    conns: tokio_util::task::TaskTracker,
 ) {
     let app = router(registry, db);
     loop {
@@ -112,14 +112,13 @@ pub(crate) async fn serve(
             _ = stop.changed() => return,
         };
         let Ok((stream, addr)) = accepted else { continue };
-        let (app, stop, guard) = (app.clone(), stop.clone(), conns.enter());
-        tokio::spawn(async move {
+        let (app, stop) = (app.clone(), stop.clone());
+        conns.spawn(async move {
             match tokio::time::timeout(CONNECTION_TIMEOUT, connection(stream, app, stop)).await {
                 Ok(Err(e)) => tracing::debug!("http connection {addr}: {e}"),
                 Err(_) => tracing::debug!("http connection {addr}: timed out"),
                 Ok(Ok(())) => {}
             }
-            drop(guard);
         });
     }
 }

@@ -42,6 +42,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +101,7 @@ pub async fn run_with(
     open: impl FnOnce(halyard_engine::Options) -> halyard_engine::Result<Db>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let opts = cfg.engine_options().map_err(ServerError::Config)?;
+    let opts = cfg.engine_options();
     let resp_l = bind("--resp", &cfg.resp).await?;
     let native_l = bind("--listen", &cfg.listen).await?;
     let http_l = bind("--http", &cfg.http).await?;
@@ -153,7 +154,8 @@ pub async fn run_with(
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
     let idle = (cfg.idle_timeout_secs > 0).then(|| Duration::from_secs(cfg.idle_timeout_secs));
-    let conns = tokio_util_tracker::Tracker::default();
+    // Connection tasks, so that shutdown can wait for the requests in flight.
+    let conns = TaskTracker::new();
     let resp_task =
         tokio::spawn(accept_resp(resp_l, sh.clone(), limits, idle, cfg.max_clients, stop_rx.clone(), conns.clone()));
     let native_limits = native::NativeLimits {
@@ -181,7 +183,8 @@ pub async fn run_with(
     if let Some(t) = repl_task {
         t.abort();
     }
-    conns.wait(Duration::from_secs(10)).await;
+    conns.close();
+    let _ = tokio::time::timeout(Duration::from_secs(10), conns.wait()).await;
     let flushed = tokio::task::spawn_blocking(move || db.flush()).await;
     match flushed {
         Ok(Ok(())) => tracing::info!("engine flushed; bye"),
@@ -190,45 +193,6 @@ pub async fn run_with(
     }
     drop(sh);
     Ok(())
-}
-
-/// Counts live connection tasks so shutdown can wait for them.
-mod tokio_util_tracker {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::time::Duration;
-    use tokio::sync::Notify;
-
-    #[derive(Clone, Default)]
-    pub struct Tracker(Arc<(AtomicUsize, Notify)>);
-
-    pub struct Guard(Tracker);
-
-    impl Tracker {
-        pub fn enter(&self) -> Guard {
-            self.0 .0.fetch_add(1, Ordering::SeqCst);
-            Guard(self.clone())
-        }
-        pub async fn wait(&self, max: Duration) {
-            let _ = tokio::time::timeout(max, async {
-                while self.0 .0.load(Ordering::SeqCst) > 0 {
-                    let n = self.0 .1.notified();
-                    if self.0 .0.load(Ordering::SeqCst) == 0 {
-                        break;
-                    }
-                    n.await;
-                }
-            })
-            .await;
-        }
-    }
-
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            self.0 .0 .0.fetch_sub(1, Ordering::SeqCst);
-            self.0 .0 .1.notify_waiters();
-        }
-    }
 }
 
 /// The next client admitted on `l`: `Ok` counted as connected (the caller's task must
@@ -271,7 +235,7 @@ async fn accept_resp(
     idle: Option<Duration>,
     max_clients: usize,
     mut stop: watch::Receiver<bool>,
-    conns: tokio_util_tracker::Tracker,
+    conns: TaskTracker,
 ) {
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
         let (mut stream, addr) = match next {
@@ -288,8 +252,8 @@ async fn accept_resp(
             let _ = stream.write_all(m.as_bytes()).await;
             continue;
         }
-        let (sh, stop, guard) = (sh.clone(), stop.clone(), conns.enter());
-        tokio::spawn(async move {
+        let (sh, stop) = (sh.clone(), stop.clone());
+        conns.spawn(async move {
             if let Err(e) = resp_connection(&sh, &mut stream, addr.to_string(), limits, idle, stop).await {
                 tracing::debug!("connection {addr}: {e}");
             }
@@ -297,7 +261,6 @@ async fn accept_resp(
             // client reconnecting at once is not refused over --max-clients.
             sh.connected.fetch_sub(1, Relaxed);
             drop(stream);
-            drop(guard);
         });
     }
 }
@@ -477,7 +440,7 @@ async fn accept_native(
     limits: native::NativeLimits,
     max_clients: usize,
     mut stop: watch::Receiver<bool>,
-    conns: tokio_util_tracker::Tracker,
+    conns: TaskTracker,
     router: Option<Arc<dyn native::Router>>,
 ) {
     while let Some(next) = next_client(&l, &sh, max_clients, &mut stop).await {
@@ -501,9 +464,9 @@ async fn accept_native(
             }
             continue;
         }
-        let (sh, mut stop, guard, router) = (sh.clone(), stop.clone(), conns.enter(), router.clone());
+        let (sh, mut stop, router) = (sh.clone(), stop.clone(), router.clone());
         let password: Option<Arc<str>> = sh.requirepass.as_deref().map(Arc::from);
-        tokio::spawn(async move {
+        conns.spawn(async move {
             let db = sh.ks.db.clone();
             tokio::select! {
                 r = native::serve_connection(&mut stream, db, limits, sh.native.clone(), router, password, must_auth) => {
@@ -516,7 +479,6 @@ async fn accept_native(
             // Free before the close, as for RESP clients.
             sh.connected.fetch_sub(1, Relaxed);
             drop(stream);
-            drop(guard);
         });
     }
 }

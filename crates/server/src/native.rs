@@ -480,8 +480,7 @@ impl Session {
     /// AUTH: compares in time independent of where the passwords differ.
     fn auth(&mut self, given: &[u8]) -> Response {
         let want = self.password.as_deref().map(str::as_bytes);
-        let same =
-            want.is_some_and(|w| w.len() == given.len() && w.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0);
+        let same = want.is_some_and(|w| bool::from(subtle::ConstantTimeEq::ct_eq(w, given)));
         // Another node of the cluster (a forwarded command) authenticates with the cluster secret.
         let same = same || self.router.as_ref().is_some_and(|r| r.is_cluster_secret(given));
         match (want, same) {

@@ -12,7 +12,7 @@
 )]
 
 use halyard_engine::{Db, MemStorage, Storage};
-use halyard_server::config::ServerConfig;
+use halyard_server::config::{ServerConfig, WriteSync};
 use parking_lot::{Condvar, Mutex};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -126,16 +126,16 @@ fn read_line(s: &mut TcpStream, within: Duration) -> io::Result<String> {
 /// `sync = always`: every SET waits for an fdatasync that does not return.
 #[test]
 fn ping_answers_while_other_connections_syncs_are_stalled() {
-    stalled_writers_hold_up_no_ping("always", false, 1);
+    stalled_writers_hold_up_no_ping(WriteSync::Always, false, 1);
 }
 
 /// `sync = group`: each SET's value fills a log chunk, whose device write does not return.
 #[test]
 fn ping_answers_while_other_connections_log_writes_are_stalled() {
-    stalled_writers_hold_up_no_ping("group", true, 300 << 10);
+    stalled_writers_hold_up_no_ping(WriteSync::Group, true, 300 << 10);
 }
 
-fn stalled_writers_hold_up_no_ping(sync: &str, gate_writes: bool, value_len: usize) {
+fn stalled_writers_hold_up_no_ping(sync: WriteSync, gate_writes: bool, value_len: usize) {
     const WORKERS: usize = 2;
     // More stalled writers than the runtime has workers.
     const WRITERS: usize = 2 * WORKERS;
@@ -148,7 +148,7 @@ fn stalled_writers_hold_up_no_ping(sync: &str, gate_writes: bool, value_len: usi
         waiting: AtomicUsize::new(0),
     });
     let mut cfg = ServerConfig { resp: free_addr(), listen: free_addr(), http: free_addr(), ..ServerConfig::default() };
-    cfg.engine.sync = sync.into();
+    cfg.engine.sync = sync;
     cfg.engine.direct_io = false;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(WORKERS).enable_all().build().expect("runtime");
     // Dropped before the runtime, which waits for its workers.
