@@ -155,7 +155,14 @@ impl ClusterClient {
         Fut: std::future::Future<Output = Result<T>>,
     {
         let deadline = Instant::now() + self.inner.opts.retry_for;
-        let mut pause = Duration::from_millis(10);
+        let max = Duration::from_millis(500);
+        let mut pauses = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(10))
+                .with_max_delay(max)
+                .without_max_times(),
+        )
+        .peekable();
         loop {
             // A key no region covers yet (a map read before the cluster was set up), or a
             // connection that cannot be opened: nothing was sent, retry whatever the request.
@@ -171,12 +178,13 @@ impl ClusterClient {
                 Err(e) => (String::new(), (Err(e), false)),
             };
             match r {
-                Err(e) if retryable(&e, read || !sent) && Instant::now() + pause < deadline => {
+                Err(e)
+                    if retryable(&e, read || !sent) && Instant::now() + *pauses.peek().unwrap_or(&max) < deadline =>
+                {
                     if matches!(e, Error::Io(_) | Error::Closed | Error::Timeout) {
                         self.inner.conns.lock().remove(&addr);
                     }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
+                    tokio::time::sleep(pauses.next().unwrap_or(max)).await;
                     let _ = self.refresh().await;
                 }
                 r => return r,

@@ -385,7 +385,13 @@ impl Shipper {
     }
 
     async fn run_link(self: Arc<Self>, s: &Arc<RegionStream>, l: &Arc<Link>, mut first: Option<Msg>) {
-        let mut delay = Duration::from_millis(20);
+        let max = Duration::from_secs(1);
+        let mut delays = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(20))
+                .with_max_delay(max)
+                .without_max_times(),
+        );
         // An aligned link streams what queued since it was added. Once frames may have been
         // lost (a session failed while streaming, or the link stopped taking frames), every
         // later session starts with a full copy.
@@ -407,8 +413,7 @@ impl Shipper {
                 }
                 l.fail(&e.to_string(), &self.stats);
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
+            tokio::time::sleep(delays.next().unwrap_or(max)).await;
         }
     }
 

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 pub const RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// The commands that read the whole key space and are answered region by region.
+/// The longest pause between two tries of a forwarded command.
+const MAX_PAUSE: Duration = Duration::from_millis(500);
 const WHOLE: [&str; 5] = ["scan", "keys", "dbsize", "halyard.range", "halyard.delrange"];
 
 /// Whether `args` must be answered by [`run`] (asynchronously, through other nodes) rather than
@@ -121,7 +123,12 @@ async fn on_region(
     read: bool,
 ) -> io::Result<Vec<u8>> {
     let deadline = Instant::now() + RETRY_FOR;
-    let mut pause = Duration::from_millis(20);
+    let mut pauses = backon::BackoffBuilder::build(
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(20))
+            .with_max_delay(MAX_PAUSE)
+            .without_max_times(),
+    );
     loop {
         let Some(t) = c.target(id) else {
             return Ok(encode(sess.proto, Reply::err(format!("CLUSTERDOWN region {id} is not in the region map"))));
@@ -139,8 +146,7 @@ async fn on_region(
         };
         let not_run = certainly_not_run(&e);
         if (read || not_run) && Instant::now() < deadline {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
+            tokio::time::sleep(pauses.next().unwrap_or(MAX_PAUSE)).await;
             continue;
         }
         if read || not_run {
