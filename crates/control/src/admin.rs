@@ -1,9 +1,9 @@
 //! `halyard cluster init` and `halyard cluster status`.
 
+use crate::etcd::{Client, Compare, CompareOp, Txn, TxnOp};
 use crate::layout::{ClusterConfig, Layout, RegionRecord, FORMAT};
 use crate::view::View;
 use crate::{Error, Result};
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use halyard_cluster::RegionSpec;
 use serde::Serialize;
 

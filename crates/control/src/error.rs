@@ -6,7 +6,7 @@
 pub enum Error {
     /// etcd could not be reached or refused the request.
     #[error("etcd: {0}; is etcd running at the address given with --etcd?")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(#[from] crate::etcd::Error),
     /// A value under the cluster's prefix is not what this release writes.
     #[error("cluster metadata key {key}: {message}")]
     Corrupt {

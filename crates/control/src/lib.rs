@@ -8,6 +8,7 @@
 //! - [`master`]: the elected master: assigns regions, replaces lost primaries and backups,
 //!   and logs each multi-step change in the region log before carrying it out.
 //! - [`admin`]: `halyard cluster init` and `halyard cluster status`.
+//! - [`etcd`]: the etcd v3 client (gRPC stubs generated from etcd's protos, committed).
 //!
 //! Only the master writes the region map, always in a transaction that compares its term (the
 //! create revision of its election key), so a deposed master changes nothing. Nodes read the
@@ -17,6 +18,7 @@
 
 pub mod admin;
 mod error;
+pub mod etcd;
 pub mod layout;
 pub mod master;
 pub mod session;
@@ -24,7 +26,7 @@ pub mod view;
 
 pub use error::{Error, Result};
 /// The etcd client the control plane uses.
-pub use etcd_client::Client;
+pub use etcd::Client;
 pub use layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord, Report};
 pub use session::Session;
 pub use view::View;

@@ -13,11 +13,11 @@
 //! The only failure signal is etcd's: a node key deleted with its lease, or a member whose
 //! lease in the map is not its node's live lease.
 
+use crate::etcd::{Compare, CompareOp, Txn, TxnOp};
 use crate::layout::{Intent, RegionRecord, Report};
 use crate::session::Session;
 use crate::view::View;
 use crate::{Error, Result};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use halyard_cluster::RegionSpec;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};

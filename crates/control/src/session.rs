@@ -12,9 +12,9 @@
 //! the master treats the old lease's roles as lost (the region map records the lease of every
 //! member of a region's group).
 
+use crate::etcd::{Client, ConnectOptions, PutOptions, Txn, TxnOp};
 use crate::layout::{Layout, NodeRecord};
 use crate::Result;
-use etcd_client::{Client, PutOptions, Txn, TxnOp};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Session {
 pub async fn connect(endpoints: &[String]) -> Result<Client> {
     // No per-request timeout: a campaign waits as long as another node leads. Callers bound
     // the requests that must not hang.
-    let opts = etcd_client::ConnectOptions::new()
+    let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
     Ok(Client::connect(endpoints, Some(opts)).await?)
@@ -133,7 +133,7 @@ impl Session {
     async fn register(&self) -> Result<i64> {
         let mut c = self.client.clone();
         let sent = Instant::now();
-        let grant = c.lease_grant(self.ttl.as_secs() as i64, None);
+        let grant = c.lease_grant(self.ttl.as_secs() as i64);
         let lease = tokio::time::timeout(self.ttl, grant)
             .await
             .map_err(|_| crate::Error::Invalid("etcd did not grant a lease in time".into()))??
@@ -181,7 +181,7 @@ impl Session {
     /// Whether etcd says `lease` no longer exists (false when etcd cannot be asked).
     async fn expired(&self, lease: i64) -> bool {
         let mut c = self.client.clone();
-        match tokio::time::timeout(self.ttl / 3, c.lease_time_to_live(lease, None)).await {
+        match tokio::time::timeout(self.ttl / 3, c.lease_time_to_live(lease)).await {
             Ok(Ok(r)) => r.ttl() <= 0,
             Ok(Err(e)) => e.to_string().contains("not found"),
             Err(_) => false,

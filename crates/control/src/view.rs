@@ -1,8 +1,8 @@
 //! One read of a cluster's keys at one etcd revision, and what nodes and clients derive from it.
 
+use crate::etcd::{Client, GetOptions};
 use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, Progress, RegionRecord, Report};
 use crate::{Error, Result};
-use etcd_client::{Client, GetOptions};
 use halyard_cluster::{ClusterFile, NodeSpec};
 use std::collections::BTreeMap;
 
