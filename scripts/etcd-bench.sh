@@ -3,12 +3,12 @@
 # `halyard serve --etcd` nodes, 32 regions cut over the benchmark's keys, COPIES copies each
 # (1: no replication), YCSB Load A and Run A, SD, 16 threads, through the region-aware native
 # client (`halyard bench --target halyard://` one node: the client reads the map there).
-#   cargo build --release -p halyard
+#   cargo build --release -p halyard           # or HALYARD_BIN=path/to/halyard
 #   bash scripts/etcd-bench.sh COPIES OUT.json      # the table goes to OUT.json.txt
 # Needs etcd (apt-get install etcd-server); uses ports 24790, 24800 and 25401..29403.
 set -euo pipefail
 copies=$1; out=$(realpath -m "$2")
-B="$(cd "$(dirname "$0")/.." && pwd)/target/release/halyard"
+B=${HALYARD_BIN:-"$(cd "$(dirname "$0")/.." && pwd)/target/release/halyard"}
 root=$(mktemp -d); cd "$root"
 etcd --logger zap --log-level error --data-dir etcd --listen-client-urls http://127.0.0.1:24790 \
   --advertise-client-urls http://127.0.0.1:24790 --listen-peer-urls http://127.0.0.1:24800 \

@@ -8,12 +8,12 @@
 #   native    the same cluster cut over the native keys, the region-aware native client
 #             (`--target halyard://` node 1: it reads the map there and goes to each primary);
 #   single    one `halyard serve` with no cluster, its Redis port.
-#   cargo build --release -p halyard
+#   cargo build --release -p halyard           # or HALYARD_BIN=path/to/halyard
 #   bash scripts/forward-bench.sh RUNS OUTDIR    # OUTDIR/<setup>-<round>.json, and a table
 # Needs etcd (apt-get install etcd-server); uses ports 24790, 24800 and 25401..29403.
 set -euo pipefail
 runs=$1; outdir=$(realpath -m "$2"); mkdir -p "$outdir"
-B="$(cd "$(dirname "$0")/.." && pwd)/target/release/halyard"
+B=${HALYARD_BIN:-"$(cd "$(dirname "$0")/.." && pwd)/target/release/halyard"}
 E=http://127.0.0.1:24790
 BENCH=(--records 300000 --ops 300000 --threads 16 --workloads load-a,run-a --mix SD --quiet)
 
