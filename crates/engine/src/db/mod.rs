@@ -14,7 +14,8 @@ use crate::placement::gc;
 use crate::region::iter::RegionScan;
 use crate::region::recovery;
 use crate::region::shared::Shared;
-use crate::region::{Op, Region};
+use crate::region::write::Op;
+use crate::region::Region;
 use crate::tree::cache::Cache;
 use crate::tree::memtable::Memtable;
 use crate::tree::sst::ReadCtx;
@@ -387,7 +388,7 @@ impl Db {
         if o.warm_cache && o.cache_bytes > 0 {
             // Before any thread that writes records (GC's moves) starts: what recovery left.
             let opened: Vec<(Arc<Region>, u64)> =
-                self.inner.regions.read().values().map(|r| (r.clone(), r.visible().load(Relaxed))).collect();
+                self.inner.regions.read().values().map(|r| (r.clone(), r.lsn())).collect();
             let inner = self.inner.clone();
             t.push(spawn("halyard-warm".into(), move || warm_worker(&inner, &opened)));
         }
@@ -499,7 +500,7 @@ impl Db {
         let regions: Vec<Arc<Region>> = self.inner.regions.read().values().cloned().collect();
         // Hold every writer still so that the parts are taken at one moment.
         let guards: Vec<_> = regions.iter().map(|r| r.w().lock()).collect();
-        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.visible().load(Relaxed))).collect();
+        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.lsn())).collect();
         drop(guards);
         let mut parts: Vec<(Arc<Region>, Arc<View>, u64)> = parts;
         parts.sort_by(|a, b| a.0.start().cmp(b.0.start()));
@@ -529,7 +530,7 @@ impl Db {
     /// Makes every acknowledged write durable and writes L0 into L1 (waiting for it).
     pub fn flush(&self) -> Result<()> {
         for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
-            flush_region(r)?;
+            r.flush()?;
         }
         Ok(())
     }
@@ -545,7 +546,7 @@ impl Db {
                 if let Some(job) = compaction::pick_with(&r, true) {
                     compaction::run(&r, job)?;
                     ran = true;
-                } else if r.busy().lock().iter().any(|b| *b) || r.view().imm.is_some() {
+                } else if compaction::running(&r) || r.view().imm.is_some() {
                     busy = true;
                 }
             }
@@ -628,7 +629,7 @@ impl Db {
                 start: r.start().clone(),
                 end: r.end().clone(),
                 backup: r.is_backup(),
-                lsn: r.visible().load(Relaxed),
+                lsn: r.lsn(),
             })
             .collect()
     }
@@ -686,7 +687,7 @@ impl RegionHandle {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
-        let snap = r.visible().load(Relaxed);
+        let snap = r.lsn();
         scan_parts(&[(r.clone(), view, snap)], lo, hi, opts)
     }
     /// A forward scan of the region that yields each pair's version (the LSN that wrote it);
@@ -695,7 +696,7 @@ impl RegionHandle {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
-        let snap = r.visible().load(Relaxed);
+        let snap = r.lsn();
         crate::region::iter::VersionedScan(crate::region::iter::RegionScan::new(
             r.clone(),
             view,
@@ -710,47 +711,13 @@ impl RegionHandle {
     pub fn snapshot(&self) -> Snapshot {
         let r = &self.region;
         let view = r.view();
-        let snap = r.visible().load(Relaxed);
+        let snap = r.lsn();
         Snapshot { parts: vec![(r.clone(), view, snap)] }
     }
     /// Last LSN written.
     pub fn lsn(&self) -> u64 {
-        self.region.visible().load(Relaxed)
+        self.region.lsn()
     }
-}
-
-/// Writes the region's L0 into L1 (waiting for it) and makes every acknowledged write durable.
-fn flush_region(r: &Region) -> Result<()> {
-    loop {
-        let mut w = r.w().lock();
-        r.sh().check()?;
-        let v = r.view();
-        if v.imm.is_some() {
-            if r.no_space().load(Relaxed) {
-                return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
-            }
-            r.sh().wake();
-            r.w_cv().wait_for(&mut w, Duration::from_millis(20));
-            continue;
-        }
-        if !v.mem.is_empty() {
-            r.switch_memtable(&mut w)?;
-        }
-        break;
-    }
-    loop {
-        r.sh().check()?;
-        if r.view().imm.is_none() {
-            break;
-        }
-        if r.no_space().load(Relaxed) {
-            return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
-        }
-        r.sh().wake();
-        let mut w = r.w().lock();
-        r.w_cv().wait_for(&mut w, Duration::from_millis(20));
-    }
-    r.sync_to(u64::MAX)
 }
 
 #[expect(clippy::panic, reason = "as std::thread::spawn: a store without its background threads cannot work")]
@@ -813,10 +780,9 @@ fn compaction_worker(inner: &DbInner) {
             continue;
         };
         match guarded(inner, "compaction", || compaction::run(&r, job)) {
-            Ok(()) => r.no_space().store(false, Relaxed),
+            Ok(()) => r.set_no_space(false),
             Err(Error::NoSpace { .. }) => {
-                r.no_space().store(true, Relaxed);
-                r.w_cv().notify_all();
+                r.set_no_space(true);
                 wait(inner, 200);
             }
             Err(Error::Closed) => {}
@@ -855,7 +821,7 @@ fn commit_worker(inner: &DbInner) {
         std::thread::sleep(period);
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
         for r in regions.iter().filter(|r| !r.is_backup()) {
-            let _ = r.sync_to(r.visible().load(Relaxed));
+            let _ = r.sync_to(r.lsn());
         }
     }
 }
@@ -868,7 +834,7 @@ impl Drop for Db {
         if !self.inner.sh.is_poisoned() {
             for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
                 if r.flush_on_close() {
-                    if let Err(e) = flush_region(r) {
+                    if let Err(e) = r.flush() {
                         tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id());
                     }
                 }
@@ -880,7 +846,7 @@ impl Drop for Db {
         self.inner.sh.shutdown.store(true, Relaxed);
         self.inner.sh.wake();
         for r in self.regions_list() {
-            r.w_cv().notify_all();
+            r.wake_writers();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();

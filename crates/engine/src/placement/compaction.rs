@@ -27,7 +27,7 @@ use crate::tree::view::{Version, View};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// A unit of compaction work.
@@ -74,7 +74,7 @@ pub(crate) fn pick_with(r: &Region, thorough: bool) -> Option<Job> {
     }
     let view = r.view();
     let o = &r.sh().opts;
-    let mut busy = r.busy().lock();
+    let mut busy = r.compaction_state().busy.lock();
     if r.bypass().is_some_and(|b| !b.is_ready()) && busy.iter().all(|b| !*b) {
         busy.iter_mut().for_each(|b| *b = true);
         return Some(Job::BuildBypass);
@@ -116,15 +116,41 @@ pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
         Job::BuildBypass => build_bypass(r),
     };
     let (a, b) = job.levels();
-    let mut busy = r.busy().lock();
+    let mut busy = r.compaction_state().busy.lock();
     for (i, flag) in busy.iter_mut().enumerate() {
         if i == a || i == b || b == usize::MAX {
             *flag = false;
         }
     }
     drop(busy);
-    r.w_cv().notify_all();
+    r.wake_writers();
     res
+}
+
+/// Marks every level busy once no compaction of `r` runs, so that none starts; the caller
+/// clears the marks ([`release_all_levels`]) or drops the region object.
+pub(crate) fn claim_all_levels(r: &Region) -> Result<()> {
+    loop {
+        r.sh().check()?;
+        let mut busy = r.compaction_state().busy.lock();
+        if busy.iter().all(|b| !*b) {
+            busy.iter_mut().for_each(|b| *b = true);
+            return Ok(());
+        }
+        drop(busy);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Clears the marks of [`claim_all_levels`] and wakes the workers.
+pub(crate) fn release_all_levels(r: &Region) {
+    r.compaction_state().busy.lock().iter_mut().for_each(|b| *b = false);
+    r.sh().wake();
+}
+
+/// Whether a compaction of `r` runs (some level is busy).
+pub(crate) fn running(r: &Region) -> bool {
+    r.compaction_state().busy.lock().iter().any(|b| *b)
 }
 
 /// Key ranges (first and last key) and heat of the hot input leaves of one level that the
@@ -177,9 +203,9 @@ struct SstStream<'a> {
     buf: std::vec::IntoIter<Entry>,
     warm: Warm,
     min_heat: u16,
-    /// Where to report the share of inputs read so far, in thousandths (the L0 merge's pace
-    /// for writers), and the number of inputs (not 0).
-    progress: Option<(&'a AtomicU32, usize)>,
+    /// The number of inputs (not 0) when the stream reports the share of them read so far,
+    /// in thousandths, as the L0 merge's progress (writers are paced to it).
+    progress: Option<usize>,
 }
 
 impl<'a> SstStream<'a> {
@@ -192,8 +218,8 @@ impl<'a> SstStream<'a> {
             if let Some(e) = self.buf.next() {
                 return Ok(Some(e));
             }
-            if let Some((p, total)) = self.progress {
-                p.store(((total - self.ssts.len()) * 1000 / total) as u32, Relaxed);
+            if let Some(total) = self.progress {
+                self.r.report_l0_merge(((total - self.ssts.len()) * 1000 / total) as u32);
             }
             let Some(sst) = self.ssts.pop_front() else {
                 return Ok(None);
@@ -700,9 +726,9 @@ fn compact_l0(r: &Region) -> Result<()> {
         let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
         if inputs.is_empty() {
             // The merge only writes the table out: nothing to pace writers to.
-            r.l0_merge_progress().store(1000, Relaxed);
+            r.report_l0_merge(1000);
         } else {
-            older.progress = Some((r.l0_merge_progress(), inputs.len()));
+            older.progress = Some(inputs.len());
         }
         out.warm_in.push(older.warm.clone());
         merge(&mut out, &mut newer, &mut older)?;
@@ -724,13 +750,12 @@ fn compact_l0(r: &Region) -> Result<()> {
     edits.push(Edit::L1Lsn(imm.max_lsn()));
     // Large values the new L1 points to must be durable before the L0 log that also
     // covered them goes away.
-    let l0_segs = {
-        let mut w = r.w().lock();
-        if let Err(e) = w.large.write_out(&r.sh().dev) {
+    let l0_segs = match r.take_imm_l0_segs() {
+        Ok(segs) => segs,
+        Err(e) => {
             out.abort();
             return r.sh().fail(e);
         }
-        std::mem::take(&mut w.imm_l0_segs)
     };
     for seg in l0_segs {
         edits.push(Edit::LogRemove { log: LogKind::L0, seg });
@@ -749,7 +774,7 @@ fn compact_level(r: &Region, i: usize) -> Result<()> {
         return Ok(());
     };
     let pick = {
-        let mut cur = r.cursor().lock();
+        let mut cur = r.compaction_state().cursor.lock();
         let at = src.iter().position(|s| s.info.first_key > cur[i]).unwrap_or(0);
         cur[i].clone_from(&src[at].info.last_key);
         src[at].clone()
@@ -966,7 +991,7 @@ fn publish(
         cache.insert(k, leaf);
     }
     r.sh().counters.compactions.fetch_add(1, Relaxed);
-    r.w_cv().notify_all();
+    r.wake_writers();
     r.sh().ship_edits(r.id(), &edits);
     Ok(())
 }

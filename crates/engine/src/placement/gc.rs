@@ -14,9 +14,11 @@ use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::Result;
 use crate::format::record::{self, KIND_PUT};
-use crate::region::{value_cache_key, Op, Region};
+use crate::region::write::Op;
+use crate::region::{value_cache_key, Region};
 use crate::tree::memtable::{Entry, Memtable, Value};
 use crate::tree::view::View;
+use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -25,13 +27,13 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     if r.is_backup() || r.sh().is_poisoned() {
         return Ok(0);
     }
-    let _g = r.gc_lock().lock();
+    let _g = keep_out(r);
     let Some(meta) = r.sh().manifest.region(r.id()) else {
         return Ok(0);
     };
     r.sh().counters.gc_runs.fetch_add(1, Relaxed);
     let seg_bytes = r.sh().dev.seg_bytes();
-    let tail = r.w().lock().large.seg.map(|s| s.0);
+    let tail = r.large_tail_seg();
     let mut candidates: Vec<(u64, crate::catalog::LogSeg)> = meta
         .log(LogKind::Large)
         .iter()
@@ -82,6 +84,11 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
         }
     }
     Ok(freed)
+}
+
+/// Keeps GC out of `r` while the guard lives (a pass holds it too).
+pub(crate) fn keep_out(r: &Region) -> MutexGuard<'_, ()> {
+    r.gc_state().lock.lock()
 }
 
 /// A partly filled segment with fewer live bytes than this share of a segment is taken by any
@@ -239,6 +246,39 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
     if known {
         r.sh().counters.gc_known_segments.fetch_add(1, Relaxed);
     }
+    let moved = move_live(r, seg, salt, sealed, known, records)?;
+    // Every LSN up to the moved records must be durable before the old copies go: recovery
+    // replays a gap-free prefix only.
+    r.write_out_logs()?;
+    if let Err(e) = dev.sync() {
+        return r.sh().fail(e);
+    }
+    let edits = [Edit::LogRemove { log: LogKind::Large, seg }];
+    let freed = match r.sh().manifest.commit(r.id(), &edits) {
+        Ok(f) => f,
+        Err(e) => return r.sh().fail(e),
+    };
+    r.install(View::renewed, freed);
+    r.dead().forget(seg, salt);
+    let c = &r.sh().counters;
+    c.gc_segments.fetch_add(1, Relaxed);
+    c.gc_bytes_moved.fetch_add(moved, Relaxed);
+    r.sh().ship_edits(r.id(), &edits);
+    Ok(true)
+}
+
+/// Re-appends the `records` of segment `seg` (up to its seal) that are still valid, a batch per
+/// hold of the write lock; `known`: the segment's dead records are complete. Returns the bytes
+/// moved.
+fn move_live(
+    r: &Region,
+    seg: u32,
+    salt: u32,
+    sealed: u64,
+    known: bool,
+    records: Vec<(usize, record::Record<'_>)>,
+) -> Result<u64> {
+    let base = r.sh().dev.seg_base(seg);
     let mut moved = 0u64;
     let mut batch: Vec<Candidate<'_>> = Vec::with_capacity(MOVES_PER_LOCK);
     for (off, rec) in records {
@@ -255,7 +295,7 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
             None
         } else {
             let view = r.view();
-            let Some(e) = r.lookup(&view, r.visible().load(Relaxed), rec.key)? else {
+            let Some(e) = r.lookup(&view, r.lsn(), rec.key)? else {
                 continue;
             };
             if !points_here(Some(&e), ptr, salt) {
@@ -269,25 +309,5 @@ fn reclaim(r: &Region, seg: u32, salt: u32, sealed: u64, l1_lsn: u64) -> Result<
         }
     }
     moved += move_batch(r, seg, salt, &mut batch)?;
-    // Every LSN up to the moved records must be durable before the old copies go: recovery
-    // replays a gap-free prefix only.
-    {
-        let mut w = r.w().lock();
-        r.write_out(&mut w)?;
-    }
-    if let Err(e) = dev.sync() {
-        return r.sh().fail(e);
-    }
-    let edits = [Edit::LogRemove { log: LogKind::Large, seg }];
-    let freed = match r.sh().manifest.commit(r.id(), &edits) {
-        Ok(f) => f,
-        Err(e) => return r.sh().fail(e),
-    };
-    r.install(View::renewed, freed);
-    r.dead().forget(seg, salt);
-    let c = &r.sh().counters;
-    c.gc_segments.fetch_add(1, Relaxed);
-    c.gc_bytes_moved.fetch_add(moved, Relaxed);
-    r.sh().ship_edits(r.id(), &edits);
-    Ok(true)
+    Ok(moved)
 }

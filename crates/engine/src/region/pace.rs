@@ -1,4 +1,7 @@
-//! Pacing of L0 writers behind the merge of the previous table.
+//! Flow control of L0 writers: when a writer may add to the mutable table. It waits while
+//! the table is full (switching tables when the previous one has merged), fails with NoSpace
+//! when compaction cannot get space, and is paced behind the merge of the previous table;
+//! compaction reports its progress and its lack of space here, and wakes the waiting writers.
 //!
 //! L0 is two tables in memory: writers fill the mutable one while the immutable one merges
 //! into L1. When the merge is slower than the writers (MD's Load A: every merge rewrites L1
@@ -10,7 +13,15 @@
 //! merge either way; pacing spreads them over it. The waits count as stall time, as RocksDB
 //! counts its delayed writes.
 
-use std::time::Duration;
+use crate::error::{Error, Result};
+use crate::region::shared::STALL_BUCKETS_NS;
+use crate::region::{Region, WriteState, LONG_WAIT};
+use crate::tree::memtable::Memtable;
+use crate::tree::view::View;
+use parking_lot::MutexGuard;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How much of the table writers may fill before the merge has read anything. Past it, the
 /// share of the table they may fill grows with the merge's progress and reaches the whole
@@ -32,6 +43,119 @@ pub(crate) fn fill(bounds: &[(u64, u64)]) -> f64 {
 /// inputs.
 pub(crate) fn must_wait(fill: f64, merged: u32) -> bool {
     fill >= LEAD + (1.0 - LEAD) * f64::from(merged.min(1000)) / 1000.0
+}
+
+impl Region {
+    /// Waits until the mutable L0 table has room, switching tables when possible, and paces
+    /// writers that fill it faster than the previous table's merge goes (module documentation).
+    pub(crate) fn make_room(&self, w: &mut MutexGuard<'_, WriteState>) -> Result<()> {
+        let mut stalled: Option<Instant> = None;
+        let r = loop {
+            if let Err(e) = self.sh.check() {
+                break Err(e);
+            }
+            if self.sh.shutdown.load(Relaxed) {
+                break Err(Error::Closed);
+            }
+            let view = self.view.load();
+            let o = &self.sh.opts;
+            if view.mem.superseded_bytes() >= (o.l0_bytes / 64).max(64 << 10) {
+                self.prune_l0(&view.mem);
+            }
+            let seg = self.sh.dev.seg_bytes();
+            let log_segs = w.mem_l0_segs.len() as u64;
+            let table = (view.mem.bytes() as u64, o.l0_bytes as u64);
+            // Garbage that the table's superseded versions hold in the large log waits for the
+            // table's compaction: bounded like the L0 log, so that skewed updates of large
+            // values, which supersede within the table and leave it no fuller, do not grow the
+            // large log without a bound until the table fills.
+            let garbage = (view.mem.dead_large_bytes(), o.l0_garbage_limit());
+            // What recovery would replay of the large log for this table is bounded too.
+            let large = (w.mem_large_bytes, o.l0_large_log_limit());
+            let full = table.0 >= table.1
+                || log_segs * seg >= o.l0_log_limit()
+                || garbage.0 >= garbage.1
+                || large.0 >= large.1;
+            if !full {
+                if view.imm.is_none() || self.no_space.load(Relaxed) {
+                    break Ok(());
+                }
+                // A merge runs: pace. The segment being written counts as empty here: a whole
+                // one is a large part of a small table's log bound.
+                let fill = fill(&[table, (log_segs.saturating_sub(1) * seg, o.l0_log_limit()), garbage, large]);
+                if !must_wait(fill, self.l0_merge_progress.load(Relaxed)) {
+                    break Ok(());
+                }
+                let since = *stalled.get_or_insert_with(Instant::now);
+                // Paced waits are short and many: through the hook only once they add up.
+                if since.elapsed() < LONG_WAIT {
+                    self.w_cv.wait_for(w, WAIT);
+                } else {
+                    self.sh.waiting(|| self.w_cv.wait_for(w, WAIT));
+                }
+                continue;
+            }
+            if view.imm.is_none() {
+                break self.switch_memtable(w);
+            }
+            if self.no_space.load(Relaxed) {
+                break Err(Error::NoSpace { what: "L0 is full and compaction found no free segment" });
+            }
+            stalled.get_or_insert_with(Instant::now);
+            self.sh.wake();
+            self.sh.waiting(|| self.w_cv.wait_for(w, Duration::from_millis(50)));
+        };
+        if let Some(t) = stalled {
+            self.count_stall(t);
+        }
+        r
+    }
+
+    /// Hands the mutable table's superseded versions that every reader from now on is past to
+    /// the view installed here: they are removed once the readers of the older views are gone.
+    /// (A reader loads the view before the LSN it reads at, so one that sees the new view reads
+    /// at `visible` or above.)
+    fn prune_l0(&self, mem: &Arc<Memtable>) {
+        let batch = mem.take_superseded(self.visible.load(Acquire));
+        if batch.is_empty() {
+            return;
+        }
+        let m = mem.clone();
+        // Attached after the swap, still in time: the old view lives at least as long as this
+        // handle, and readers of it or an older one keep it longer.
+        self.install(View::renewed, vec![]).on_release(Box::new(move || m.ready(batch)));
+    }
+
+    /// Counts a writer's wait for room that began at `since` (`Stats::stalls`).
+    fn count_stall(&self, since: Instant) {
+        let ns = since.elapsed().as_nanos() as u64;
+        let c = &self.sh.counters;
+        c.stall_ns.fetch_add(ns, Relaxed);
+        let bucket = STALL_BUCKETS_NS.iter().take_while(|&&b| ns >= b).count();
+        if let Some(n) = c.stalls.get(bucket) {
+            n.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Wakes the writers waiting for room: a compaction ended, or the store is closing.
+    pub(crate) fn wake_writers(&self) {
+        self.w_cv.notify_all();
+    }
+
+    /// Compaction's word on space: with `true` it found no free segment, and writers that
+    /// would wait for room fail with NoSpace instead (woken to find out); `false` after a
+    /// compaction that went through.
+    pub(crate) fn set_no_space(&self, no_space: bool) {
+        self.no_space.store(no_space, Relaxed);
+        if no_space {
+            self.w_cv.notify_all();
+        }
+    }
+
+    /// The running L0->L1 merge has read `permille` thousandths of its L1 inputs.
+    pub(crate) fn report_l0_merge(&self, permille: u32) {
+        self.l0_merge_progress.store(permille, Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -107,7 +231,7 @@ mod tests {
         // go of them, as `compaction::pick` does), then switch a table: no merge has read
         // anything of it.
         loop {
-            let mut busy = r.busy.lock();
+            let mut busy = r.compaction_state.busy.lock();
             if !busy[0] && !busy[1] {
                 busy[0] = true;
                 break;
@@ -142,7 +266,7 @@ mod tests {
             let f = table_fill();
             let want = LEAD + (1.0 - LEAD) / 4.0;
             assert!(!done.load(Relaxed) && (want..want + 0.05).contains(&f), "fill {f} after a quarter of the merge");
-            r.busy.lock()[0] = false;
+            r.compaction_state.busy.lock()[0] = false;
             r.sh.wake();
             wait_merged();
             writer.join().unwrap()

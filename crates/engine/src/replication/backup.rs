@@ -14,6 +14,8 @@ use crate::device::alloc::Purpose;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::format::node::Node;
+use crate::placement::{compaction, gc};
+use crate::region::slots::Reserved;
 use crate::region::Region;
 use crate::replication::Replication;
 use crate::tree::view::View;
@@ -81,7 +83,7 @@ impl Replication<'_> {
         if let Some(&l) = meta.log_map.get(&(primary, salt)) {
             return Ok((l, true));
         }
-        let mut res = r.reserved().lock();
+        let mut res = r.backup_state().reserved.lock();
         if let Some(&l) = res.log.get(&(primary, salt)) {
             return Ok((l, false));
         }
@@ -121,7 +123,7 @@ impl Replication<'_> {
                 return sh.fail(e);
             }
         }
-        r.reserved().lock().log.remove(&(primary, salt));
+        r.backup_state().reserved.lock().log.remove(&(primary, salt));
         Ok(local)
     }
 
@@ -133,7 +135,7 @@ impl Replication<'_> {
         let r = &h.region;
         let meta = r.sh().manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mapped = meta.log_map.get(&(primary, salt)).copied();
-        let local = mapped.or_else(|| r.reserved().lock().log.get(&(primary, salt)).copied());
+        let local = mapped.or_else(|| r.backup_state().reserved.lock().log.get(&(primary, salt)).copied());
         match local {
             Some(l) => self.write_image(l, bytes),
             None => Ok(()),
@@ -184,7 +186,7 @@ impl Replication<'_> {
             return sh.fail(e);
         }
         sh.alloc.trim(local, img.len() as u64);
-        if let Some(old) = r.reserved().lock().index.insert(info.seg, local) {
+        if let Some(old) = r.backup_state().reserved.lock().index.insert(info.seg, local) {
             // The same primary segment shipped twice before its edit: the first copy is void.
             sh.alloc.release(old);
         }
@@ -199,73 +201,21 @@ impl Replication<'_> {
         let sh = &r.sh();
         sh.check()?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let mut res = r.reserved().lock();
-        let missing = |what: &str, seg: u32| {
-            Error::corrupt(seg as u64, 0, format!("shipped edit names {what} segment {seg} this backup never received"))
-        };
-        let log_of = |primary: u32, salt: u32| {
-            meta.log_map.get(&(primary, salt)).or_else(|| res.log.get(&(primary, salt))).copied()
-        };
-        let mut local = Vec::with_capacity(edits.len() + res.log.len());
-        let mut used_index = Vec::new();
-        for e in edits {
-            match e {
-                Edit::AddSst { level, sst } => {
-                    check_shipped(sst, 0, sh.dev.seg_bytes(), sh.opts.node_bytes)?;
-                    let seg = match res.index.get(&sst.seg) {
-                        Some(&l) => {
-                            used_index.push(sst.seg);
-                            local.push(Edit::Map { kind: MapKind::Index, primary: sst.seg, salt: 0, local: l });
-                            l
-                        }
-                        None => *meta.index_map.get(&sst.seg).ok_or_else(|| missing("SST", sst.seg))?,
-                    };
-                    local.push(Edit::AddSst { level: *level, sst: SstInfo { seg, ..sst.clone() } });
-                }
-                Edit::RemoveSst { level, seg } => {
-                    let l = *meta.index_map.get(seg).ok_or_else(|| missing("SST", *seg))?;
-                    local.push(Edit::RemoveSst { level: *level, seg: l });
-                }
-                Edit::LogAdd { log: LogKind::Medium, seg, salt } => {
-                    let l = log_of(*seg, *salt).ok_or_else(|| missing("medium-log", *seg))?;
-                    local.push(Edit::LogAdd { log: LogKind::Medium, seg: l, salt: *salt });
-                }
-                Edit::LogRemove { log, seg } => {
-                    // Seg-only edits name the current incarnation: the one in that log.
-                    let l = meta
-                        .log_map
-                        .iter()
-                        .filter(|((p, _), _)| p == seg)
-                        .map(|(_, l)| *l)
-                        .find(|l| meta.log(*log).iter().any(|s| s.seg == *l));
-                    // An L0 segment a backup never received whole (it joined later) is no loss.
-                    if let Some(l) = l {
-                        local.push(Edit::LogRemove { log: *log, seg: l });
-                    }
-                }
-                Edit::MediumPtrs { seg, salt, delta } => {
-                    let l = log_of(*seg, *salt).ok_or_else(|| missing("medium-log", *seg))?;
-                    local.push(Edit::MediumPtrs { seg: l, salt: *salt, delta: *delta });
-                }
-                Edit::LargeGarbage { seg, salt, bytes } => {
-                    if let Some(l) = log_of(*seg, *salt) {
-                        local.push(Edit::LargeGarbage { seg: l, salt: *salt, bytes: *bytes });
-                    }
-                }
-                Edit::L1Lsn(l) => local.push(Edit::L1Lsn(*l)),
-                // Keys, not segments: as the primary wrote them.
-                Edit::AddRangeDel { .. } | Edit::DropRangeDel { .. } => local.push(e.clone()),
-                Edit::ClearL1Lsn => local.push(Edit::ClearL1Lsn),
-                // The backup's own copies of the L0 and large logs arrive whole
-                // (`backup_log_segment`); the rest is never shipped.
-                Edit::LogAdd { .. }
-                | Edit::LogSeal { .. }
-                | Edit::LogFill { .. }
-                | Edit::CreateRegion { .. }
-                | Edit::Map { .. }
-                | Edit::Unmap { .. } => {}
+        let mut res = r.backup_state().reserved.lock();
+        let (mut local, used_index) = {
+            let mut t = Translation {
+                meta: &meta,
+                res: &res,
+                seg_bytes: sh.dev.seg_bytes(),
+                node_bytes: sh.opts.node_bytes,
+                local: Vec::with_capacity(edits.len() + res.log.len()),
+                used_index: Vec::new(),
+            };
+            for e in edits {
+                t.add(e)?;
             }
-        }
+            (t.local, t.used_index)
+        };
         // Reserved log segments become map entries now: SSTs installed here may point into
         // them, so they must survive a restart even before their log segment arrives.
         for (&(primary, salt), &l) in &res.log {
@@ -321,9 +271,9 @@ impl Replication<'_> {
         }
         let r = &h.region;
         let sh = r.sh().clone();
-        let _gc = r.gc_lock().lock();
+        let _gc = gc::keep_out(r);
         // Claimed for good: this region object is about to be replaced.
-        r.claim_all_levels()?;
+        compaction::claim_all_levels(r)?;
         let mut w = r.w().lock();
         // Nothing of the old log tails may reach a segment after it is freed.
         r.write_out(&mut w)?;
@@ -364,7 +314,7 @@ impl Replication<'_> {
         // Map targets never added to a log (reserved for SSTs) are not freed by the edits.
         let mut extra: Vec<u32> = meta.log_map.values().copied().filter(|l| !freed.contains(l)).collect();
         {
-            let mut res = r.reserved().lock();
+            let mut res = r.backup_state().reserved.lock();
             extra.extend(res.log.drain().map(|(_, l)| l));
             extra.extend(res.index.drain().map(|(_, l)| l));
         }
@@ -465,6 +415,93 @@ impl Replication<'_> {
             freed,
         );
     }
+}
+
+/// A primary's edits translated into a backup region's: segments through its maps and its
+/// reserved segments.
+struct Translation<'a> {
+    meta: &'a RegionMeta,
+    res: &'a Reserved,
+    seg_bytes: u64,
+    node_bytes: usize,
+    /// The local edits so far.
+    local: Vec<Edit>,
+    /// Primary SST segments whose reserved local copy an edit named.
+    used_index: Vec<u32>,
+}
+
+impl Translation<'_> {
+    /// The local segment of a primary log segment incarnation, mapped or reserved.
+    fn log_of(&self, primary: u32, salt: u32) -> Option<u32> {
+        self.meta.log_map.get(&(primary, salt)).or_else(|| self.res.log.get(&(primary, salt))).copied()
+    }
+
+    /// Adds the local form of `e` (none for an edit a backup does not take).
+    fn add(&mut self, e: &Edit) -> Result<()> {
+        match e {
+            Edit::AddSst { level, sst } => {
+                check_shipped(sst, 0, self.seg_bytes, self.node_bytes)?;
+                let seg = match self.res.index.get(&sst.seg) {
+                    Some(&l) => {
+                        self.used_index.push(sst.seg);
+                        self.local.push(Edit::Map { kind: MapKind::Index, primary: sst.seg, salt: 0, local: l });
+                        l
+                    }
+                    None => *self.meta.index_map.get(&sst.seg).ok_or_else(|| missing("SST", sst.seg))?,
+                };
+                self.local.push(Edit::AddSst { level: *level, sst: SstInfo { seg, ..sst.clone() } });
+            }
+            Edit::RemoveSst { level, seg } => {
+                let l = *self.meta.index_map.get(seg).ok_or_else(|| missing("SST", *seg))?;
+                self.local.push(Edit::RemoveSst { level: *level, seg: l });
+            }
+            Edit::LogAdd { log: LogKind::Medium, seg, salt } => {
+                let l = self.log_of(*seg, *salt).ok_or_else(|| missing("medium-log", *seg))?;
+                self.local.push(Edit::LogAdd { log: LogKind::Medium, seg: l, salt: *salt });
+            }
+            Edit::LogRemove { log, seg } => {
+                // Seg-only edits name the current incarnation: the one in that log.
+                let l = self
+                    .meta
+                    .log_map
+                    .iter()
+                    .filter(|((p, _), _)| p == seg)
+                    .map(|(_, l)| *l)
+                    .find(|l| self.meta.log(*log).iter().any(|s| s.seg == *l));
+                // An L0 segment a backup never received whole (it joined later) is no loss.
+                if let Some(l) = l {
+                    self.local.push(Edit::LogRemove { log: *log, seg: l });
+                }
+            }
+            Edit::MediumPtrs { seg, salt, delta } => {
+                let l = self.log_of(*seg, *salt).ok_or_else(|| missing("medium-log", *seg))?;
+                self.local.push(Edit::MediumPtrs { seg: l, salt: *salt, delta: *delta });
+            }
+            Edit::LargeGarbage { seg, salt, bytes } => {
+                if let Some(l) = self.log_of(*seg, *salt) {
+                    self.local.push(Edit::LargeGarbage { seg: l, salt: *salt, bytes: *bytes });
+                }
+            }
+            Edit::L1Lsn(l) => self.local.push(Edit::L1Lsn(*l)),
+            // Keys, not segments: as the primary wrote them.
+            Edit::AddRangeDel { .. } | Edit::DropRangeDel { .. } => self.local.push(e.clone()),
+            Edit::ClearL1Lsn => self.local.push(Edit::ClearL1Lsn),
+            // The backup's own copies of the L0 and large logs arrive whole
+            // (`backup_log_segment`); the rest is never shipped.
+            Edit::LogAdd { .. }
+            | Edit::LogSeal { .. }
+            | Edit::LogFill { .. }
+            | Edit::CreateRegion { .. }
+            | Edit::Map { .. }
+            | Edit::Unmap { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+/// A shipped edit names a segment this backup never received.
+fn missing(what: &str, seg: u32) -> Error {
+    Error::corrupt(seg as u64, 0, format!("shipped edit names {what} segment {seg} this backup never received"))
 }
 
 /// Edits that remove every SST, every log segment (freeing them) and every range delete of a

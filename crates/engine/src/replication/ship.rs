@@ -9,6 +9,7 @@ use crate::device::aligned::AlignedBuf;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
 use crate::format::record;
+use crate::placement::{compaction, gc};
 use crate::replication::Replication;
 
 impl Replication<'_> {
@@ -23,10 +24,7 @@ impl Replication<'_> {
     /// live log segment is read as far as it was appended).
     pub fn read_segment(&self, region: u32, seg: u32) -> Result<Vec<u8>> {
         let h = self.db.region(region)?;
-        {
-            let mut w = h.region.w().lock();
-            h.region.write_out(&mut w)?;
-        }
+        h.region.write_out_logs()?;
         let dev = &self.db.inner.sh.dev;
         let mut buf = AlignedBuf::new(dev.seg_bytes() as usize);
         dev.read_into(dev.seg_base(seg), &mut buf, IoKind::Read)?;
@@ -76,14 +74,13 @@ impl Replication<'_> {
         if r.is_backup() {
             return Err(Error::BackupRegion(region));
         }
-        let _gc = r.gc_lock().lock();
+        let _gc = gc::keep_out(r);
         // Claim every level so that no compaction starts, once the running ones finish.
-        r.claim_all_levels()?;
+        compaction::claim_all_levels(r)?;
         struct Release<'a>(&'a crate::region::Region);
         impl Drop for Release<'_> {
             fn drop(&mut self) {
-                self.0.busy().lock().iter_mut().for_each(|b| *b = false);
-                self.0.sh().wake();
+                compaction::release_all_levels(self.0);
             }
         }
         let _release = Release(r);

@@ -30,6 +30,11 @@ pub const HASH: u8 = 2;
 /// The first byte of every engine key of the Redis key space.
 pub const PREFIX: u8 = b'r';
 
+/// The whole Redis key space, as engine keys.
+pub fn all_keys() -> (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>) {
+    (std::ops::Bound::Included(vec![PREFIX]), std::ops::Bound::Excluded(vec![PREFIX + 1]))
+}
+
 /// The engine key of a user key; on the stack for keys of up to 61 bytes.
 pub fn key(user: &[u8]) -> smallvec::SmallVec<[u8; 64]> {
     let mut k = smallvec::SmallVec::with_capacity(user.len() + 3);

@@ -11,8 +11,7 @@
 //! move before fields; they move straight to layout 3 (hash headers rewritten, field names
 //! escaped), as layout 1's fields never shared a key with their records.
 
-use super::encoding::{field_key, key, user_of, HASH, HASH_V2};
-use super::{all_keys, KsError, Pairs};
+use super::encoding::{all_keys, field_key, key, user_of, HASH, HASH_V2};
 use halyard_engine::{Db, Error, ScanOptions, WriteBatch};
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -24,7 +23,7 @@ const LAYOUT: &[u8] = b"3";
 
 /// Opens the key space of a single-node store: moves layout 1 if the store holds it, records
 /// the layout, and returns whether any hash may exist.
-pub(super) fn open(db: &Db) -> Result<bool, KsError> {
+pub(super) fn open(db: &Db) -> Result<bool, Error> {
     let Some(dir) = marker_dir(db) else { return Ok(true) };
     if !dir.join(LAYOUT_FILE).exists() {
         migrate_v1(db)?;
@@ -39,7 +38,7 @@ pub(super) fn open(db: &Db) -> Result<bool, KsError> {
 }
 
 /// Records that a hash may exist (no-op without a store directory).
-pub(super) fn mark_hashes(db: &Db) -> Result<(), KsError> {
+pub(super) fn mark_hashes(db: &Db) -> Result<(), Error> {
     mark(db, HASHES_FILE)
 }
 
@@ -49,7 +48,7 @@ fn marker_dir(db: &Db) -> Option<PathBuf> {
     (!p.as_os_str().is_empty()).then(|| p.to_path_buf())
 }
 
-fn mark(db: &Db, name: &str) -> Result<(), KsError> {
+fn mark(db: &Db, name: &str) -> Result<(), Error> {
     match marker_dir(db) {
         Some(dir) => write_durably(&dir, name, b""),
         None => Ok(()),
@@ -57,9 +56,8 @@ fn mark(db: &Db, name: &str) -> Result<(), KsError> {
 }
 
 /// Writes a small bookkeeping file durably (the file, then its directory).
-fn write_durably(dir: &std::path::Path, name: &str, contents: &[u8]) -> Result<(), KsError> {
-    let io =
-        |source: std::io::Error| KsError::Engine(Error::Io { context: "writing the key space's bookkeeping", source });
+fn write_durably(dir: &std::path::Path, name: &str, contents: &[u8]) -> Result<(), Error> {
+    let io = |source: std::io::Error| Error::Io { context: "writing the key space's bookkeeping", source };
     let f = std::fs::File::create(dir.join(name)).map_err(io)?;
     std::io::Write::write_all(&mut &f, contents).map_err(io)?;
     f.sync_all().map_err(io)?;
@@ -68,12 +66,12 @@ fn write_durably(dir: &std::path::Path, name: &str, contents: &[u8]) -> Result<(
 
 /// Moves layout 1's records (`'k' | user`, `'f' | u32 len | user | field`) to layout 3, a
 /// batch of whole records at a time (each batch atomic: no record is lost or doubled by a crash).
-fn migrate_v1(db: &Db) -> Result<(), KsError> {
+fn migrate_v1(db: &Db) -> Result<(), Error> {
     let mut moved = 0u64;
     for prefix in [b'k', b'f'] {
         loop {
             let range = (Bound::Included(vec![prefix]), Bound::Excluded(vec![prefix + 1]));
-            let page: Pairs =
+            let page: Vec<(Vec<u8>, Vec<u8>)> =
                 db.scan_with(range, ScanOptions { reverse: false, limit: Some(1000) }).collect::<Result<_, _>>()?;
             if page.is_empty() {
                 break;

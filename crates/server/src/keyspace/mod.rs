@@ -23,7 +23,7 @@ mod encoding;
 mod hash;
 mod migrate;
 
-use encoding::{is_hash, prefix_end, string_value, user_of, HASH, HASH_V2, STRING};
+use encoding::{all_keys, is_hash, prefix_end, string_value, user_of, HASH, HASH_V2, STRING};
 pub use encoding::{key, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions, WriteBatch};
 use parking_lot::{Mutex, MutexGuard};
@@ -119,11 +119,6 @@ fn clip(span: Option<&Span>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) -> (Bound<V
         (other, Some(_)) => other,
     };
     (lo, hi)
-}
-
-/// The whole Redis key space.
-fn all_keys() -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    (Bound::Included(vec![PREFIX]), Bound::Excluded(vec![PREFIX + 1]))
 }
 
 impl Keyspace {
