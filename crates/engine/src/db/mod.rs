@@ -456,6 +456,13 @@ impl Db {
         self.on_region(key, |r| r.get_with_expiry(key))
     }
 
+    /// An upper bound of the LSN of `key`'s newest version, visible yet or not: every read of
+    /// the key that returned before this call saw nothing newer, and every write of it that
+    /// returned is at or below it. What a replicated read must wait for, and no more.
+    pub fn read_bound(&self, key: &[u8]) -> Result<u64> {
+        self.on_region(key, |r| Ok(r.read_bound(key)))
+    }
+
     /// Removes `key`.
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.on_region(key, |r| r.write(&[Op::Delete(key)]).map(|_| ()))
@@ -681,6 +688,10 @@ impl RegionHandle {
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.region.get(key)
+    }
+    /// An upper bound of the LSN of `key`'s newest version (see [`Db::read_bound`]).
+    pub fn read_bound(&self, key: &[u8]) -> u64 {
+        self.region.read_bound(key)
     }
     /// A scan of the region.
     pub fn scan_with<R: KeyRange>(&self, range: R, opts: ScanOptions) -> Scan {

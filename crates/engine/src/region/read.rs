@@ -95,6 +95,26 @@ impl Region {
         Ok(None)
     }
 
+    /// An upper bound of the LSN of the newest version of `key`, visible yet or not: no read
+    /// of the key that returned before this call saw a newer one, and no write of it that
+    /// returned has a later LSN. The key's newest entry in L0 and any range delete over it;
+    /// for a key L0 does not hold (its versions all lie in the levels), the LSN before L0's
+    /// oldest table. A primary waits for its backups to hold this LSN before answering a read.
+    pub(crate) fn read_bound(&self, key: &[u8]) -> u64 {
+        let view = self.view();
+        let deleted = view.deleted_at(key, u64::MAX);
+        let newest = view.mem.get(key, u64::MAX).or_else(|| view.imm.as_ref().and_then(|m| m.get(key, u64::MAX)));
+        let entry = match newest {
+            Some(e) => e.lsn,
+            None => match view.imm.as_ref().unwrap_or(&view.mem).min_lsn() {
+                Some(oldest) => oldest.saturating_sub(1),
+                // L0 is empty: the levels may hold everything written.
+                None => self.lsn(),
+            },
+        };
+        entry.max(deleted)
+    }
+
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         // The row epoch before the view (see `rowcache`), the view before the LSN: a view
         // installed after GC moved a value is only seen together with the moved entries.

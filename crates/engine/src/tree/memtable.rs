@@ -102,6 +102,9 @@ pub(crate) struct Memtable {
     ready: parking_lot::Mutex<Vec<Vec<Superseded>>>,
     removal: parking_lot::Mutex<Removal>,
     max_lsn: AtomicU64,
+    /// The lowest LSN inserted (u64::MAX while empty): tables hold LSN ranges in the order
+    /// they were current, so the levels hold nothing at or past the oldest table's.
+    min_lsn: AtomicU64,
     /// Writers that appended records for this table and are still inserting them.
     writers: AtomicUsize,
     /// Range deletes written into this table, by LSN: the versions they hide stay in the
@@ -139,6 +142,7 @@ impl Memtable {
             ready: Default::default(),
             removal: Default::default(),
             max_lsn: AtomicU64::new(0),
+            min_lsn: AtomicU64::new(u64::MAX),
             writers: AtomicUsize::new(0),
             range_dels: Default::default(),
             has_range_dels: AtomicBool::new(false),
@@ -149,6 +153,7 @@ impl Memtable {
     pub(crate) fn insert_range_del(&self, d: RangeDel) {
         self.bytes.fetch_add(d.start.len() + d.end.len() + 48, Relaxed);
         self.max_lsn.fetch_max(d.lsn, Relaxed);
+        self.min_lsn.fetch_min(d.lsn, Relaxed);
         let mut g = self.range_dels.write();
         let mut v = Vec::clone(&g);
         rangedel::add(&mut v, d);
@@ -167,6 +172,7 @@ impl Memtable {
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Value) {
         self.bytes.fetch_add(entry_bytes(key, &value), Relaxed);
         self.max_lsn.fetch_max(lsn, Relaxed);
+        self.min_lsn.fetch_min(lsn, Relaxed);
         // The tree first: a reader that finds the index entry can always fall back to it.
         let mk = MemKey::new(key, lsn);
         self.map.write().insert(mk, value.clone());
@@ -293,6 +299,11 @@ impl Memtable {
 
     pub(crate) fn max_lsn(&self) -> u64 {
         self.max_lsn.load(Relaxed)
+    }
+
+    /// The lowest LSN inserted, None while empty.
+    pub(crate) fn min_lsn(&self) -> Option<u64> {
+        Some(self.min_lsn.load(Relaxed)).filter(|&l| l != u64::MAX)
     }
 
     /// Whether the table holds no write: no version and no range delete.
