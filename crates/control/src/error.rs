@@ -20,7 +20,7 @@ pub enum Error {
     Invalid(String),
     /// A node refused or failed an admin request.
     #[error("{0}")]
-    Replication(#[from] halyard_replication::Error),
+    Admin(#[from] halyard_admin::Error),
 }
 
 /// Result of the control plane.

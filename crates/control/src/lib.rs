@@ -14,7 +14,7 @@
 //! create revision of its election key), so a deposed master changes nothing. Nodes read the
 //! map and bring their roles in line with it; the master talks to them only to promote a
 //! backup and to wait for a new backup's full copy, over the replication port's admin
-//! messages.
+//! messages (the `halyard-admin` crate, which links no storage engine).
 
 pub mod admin;
 mod error;

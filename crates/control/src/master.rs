@@ -354,7 +354,7 @@ impl Master {
         epoch: u64,
     ) -> Result<()> {
         let addr = view.members.get(node).map(|m| m.replication.clone()).unwrap_or_default();
-        let ask = halyard_replication::admin::promote(&addr, r.spec.id, epoch);
+        let ask = halyard_admin::promote(&addr, r.spec.id, epoch);
         let (lsn, dropped) = tokio::time::timeout(PROMOTE_TIMEOUT, ask)
             .await
             .map_err(|_| Error::Invalid(format!("{node} did not finish its promotion within {PROMOTE_TIMEOUT:?}")))??;
@@ -371,8 +371,7 @@ impl Master {
     async fn copied(&self, term: &Term, view: &View, spec: &RegionSpec, key: &str, node: &str) -> Result<()> {
         let addr = |n: &str| view.members.get(n).cloned().unwrap_or_default();
         let (p, b) = (addr(&spec.primary), addr(node));
-        halyard_replication::admin::add_backup(&p.replication, spec.id, spec.epoch, node, &b.native, &b.replication)
-            .await?;
+        halyard_admin::add_backup(&p.replication, spec.id, spec.epoch, node, &b.native, &b.replication).await?;
         // The copy took a while: decide on the region as it is now.
         let mut c = self.session.client();
         let now = View::load(&mut c, self.session.layout()).await?;

@@ -26,3 +26,17 @@ pub enum Error {
 
 /// Result of replication operations.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Frames and admin messages fail as `halyard-admin`'s errors; each keeps its meaning here.
+impl From<halyard_admin::Error> for Error {
+    fn from(e: halyard_admin::Error) -> Error {
+        match e {
+            halyard_admin::Error::Malformed(m) => Error::Malformed(m),
+            halyard_admin::Error::Checksum => Error::Checksum,
+            halyard_admin::Error::Io(e) => Error::Io(e),
+            halyard_admin::Error::Rejected(r) => Error::Rejected(r),
+            halyard_admin::Error::Protocol(p) => Error::Protocol(p),
+            e => Error::Protocol(e.to_string()),
+        }
+    }
+}

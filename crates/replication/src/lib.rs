@@ -2,10 +2,12 @@
 //! appends to every backup's in-memory buffers and, in Send-Index mode, ships every segment its
 //! compactions produce plus the edits that publish them, so that backups keep a full index
 //! without compacting. Build-Index (backups replay records into their own L0 and compact) is
-//! the papers' baseline, kept as a mode. Wire format: `docs/replication.md`.
+//! the papers' baseline, kept as a mode. Wire format: `docs/replication.md`; the admin
+//! requests that share the replication port, their frames and the cluster secret are the
+//! `halyard-admin` crate's (`crates/admin/docs/admin.md`), whose client calls and secret
+//! setters are re-exported here.
 
 pub mod admin;
-pub mod auth;
 mod error;
 mod link;
 mod peer;
@@ -13,8 +15,9 @@ pub mod primary;
 pub mod replica;
 pub mod wire;
 
-pub use auth::{matches as is_cluster_secret, secret as cluster_secret, set_cluster_secret};
+pub use admin::{Hooks, NodeHooks};
 pub use error::{Error, Result};
+pub use halyard_admin::auth::{matches as is_cluster_secret, secret as cluster_secret, set_cluster_secret};
 pub use primary::{ShipStats, Shipper, DEFAULT_QUEUE_BYTES};
-pub use replica::{Hooks, NodeHooks, Promoted, Replica};
+pub use replica::{Promoted, Replica};
 pub use wire::{Mode, Msg};

@@ -55,7 +55,7 @@ impl Peer {
         }
         let mut stream = tokio::net::TcpStream::connect(&self.addr).await?;
         stream.set_nodelay(true)?;
-        if let Some(f) = crate::auth::hello_frame() {
+        if let Some(f) = halyard_admin::auth::hello_frame() {
             stream.write_all(&f).await?;
         }
         let (rd, wr) = stream.into_split();

@@ -1,16 +1,17 @@
-//! The replication wire format: checksummed frames over TCP (byte layouts in
-//! `docs/replication.md`). Every message a primary sends names the region and the epoch it
-//! leads in; a backup rejects a lower epoch than it has seen.
+//! The replication streams' messages (byte layouts in `docs/replication.md`). Every message a
+//! primary sends names the region and the epoch it leads in; a backup rejects a lower epoch
+//! than it has seen. The frame they travel in, and the admin messages that share the port
+//! with them, are `halyard-admin`'s ([`halyard_admin::frame`], [`halyard_admin::Msg`]); of
+//! those, Reject and Auth belong to streams too and are variants here, encoded by
+//! `halyard-admin`.
 
 use crate::error::{Error, Result};
-use halyard_codec::{put_u32, Reader, Short, Writer};
+use halyard_admin::frame::{self, count};
+use halyard_admin::Msg as AdminMsg;
+use halyard_codec::{Reader, Short, Writer};
 
-/// Frame magic, "HLYR".
-pub const MAGIC: u32 = 0x5259_4c48;
-/// Bytes before the body: magic, body length, crc32c of the body.
-pub const HEADER: usize = 12;
-/// Largest body accepted: a whole segment plus room for its description.
-pub const MAX_BODY: usize = (16 << 20) + 4096;
+pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
+
 /// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
 /// regions' streams).
@@ -49,11 +50,9 @@ impl Mode {
 /// A log tail a Remap carries: (log, primary segment, salt, bytes).
 pub type LogTail = (u8, u32, u32, Vec<u8>);
 
-/// An entry of a DumpPage: (key, version LSN, value).
-pub type DumpPair = (Vec<u8>, u64, Vec<u8>);
-
-/// One message. Every field's width and meaning is in `docs/replication.md`; `epoch` is the
-/// sender's epoch for `region`, `region` the engine region id on both ends.
+/// One message of a replication stream. Every field's width and meaning is in
+/// `docs/replication.md`; `epoch` is the sender's epoch for `region`, `region` the engine
+/// region id on both ends.
 #[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -84,12 +83,9 @@ pub enum Msg {
     Edits { epoch: u64, region: u32, edits: Vec<u8> },
     /// Backup -> primary: everything up to `lsn` is in the backup's memory.
     Ack { region: u32, lsn: u64 },
-    /// Refusal (stale epoch, unknown region); the sender closes the connection.
+    /// Refusal (stale epoch, unknown region); the sender closes the connection (on a stream:
+    /// the region's stream). Encoded by `halyard-admin` (its `Msg::Reject`).
     Reject { region: u32, reason: String },
-    /// Admin -> node: become the primary of `region` at `epoch`.
-    Promote { epoch: u64, region: u32 },
-    /// Node -> admin: promoted; L0 rebuilt up to `last_lsn`.
-    Promoted { region: u32, last_lsn: u64, dropped: u64 },
     /// New primary -> backup, after its Hello: the log tails it was promoted with (which
     /// replace the backup's own buffers: every backup continues from the new primary's
     /// history, up to `last_lsn`), and its maps to re-key the backup's (`(old primary seg, salt,
@@ -102,30 +98,19 @@ pub enum Msg {
         log: Vec<(u32, u32, u32)>,
         index: Vec<(u32, u32)>,
     },
-    /// Admin -> node: a page of the region's contents after `after` (None: from the start).
-    Dump { region: u32, after: Option<Vec<u8>>, limit: u32 },
-    /// Node -> admin: the page of (key, version LSN, value); `more` when it was cut at `limit`.
-    DumpPage { region: u32, lsn: u64, pairs: Vec<DumpPair>, more: bool },
     /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
     Reset { epoch: u64, region: u32 },
-    /// Admin -> node: become a backup of `region` (key range `start..end`) at `epoch`; the
-    /// primary's stream, with a full copy, follows.
-    Host { epoch: u64, region: u32, start: Vec<u8>, end: Option<Vec<u8>> },
-    /// Admin -> primary: ship `region` to one more backup, `node` (addresses `native`,
-    /// `replication`), starting with a full copy. Answered once the copy is queued.
-    AddBackup { epoch: u64, region: u32, node: String, native: String, replication: String },
-    /// Node -> admin: Host or AddBackup done.
-    Done { region: u32 },
     /// Primary -> backup: the full copy that began with a Reset ends here and holds the
     /// region up to `lsn`; the backup acknowledges `lsn` (a copy with no log tail carries no
     /// other LSN to acknowledge).
     Copied { epoch: u64, region: u32, lsn: u64 },
     /// Any -> node: the cluster secret, the first frame of every connection to a replication
-    /// port when the cluster has one.
+    /// port when the cluster has one. Encoded by `halyard-admin` (its `Msg::Auth`).
     Auth { secret: Vec<u8> },
 }
 
-/// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`.
+/// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`;
+/// the tags missing here (9..=11, 13, 14, 16..=18, 20) are `halyard-admin`'s.
 mod tag {
     pub(super) const HELLO: u8 = 1;
     pub(super) const HELLO_OK: u8 = 2;
@@ -135,18 +120,9 @@ mod tag {
     pub(super) const MEDIUM: u8 = 6;
     pub(super) const EDITS: u8 = 7;
     pub(super) const ACK: u8 = 8;
-    pub(super) const REJECT: u8 = 9;
-    pub(super) const PROMOTE: u8 = 10;
-    pub(super) const PROMOTED: u8 = 11;
     pub(super) const REMAP: u8 = 12;
-    pub(super) const DUMP: u8 = 13;
-    pub(super) const DUMP_PAGE: u8 = 14;
     pub(super) const RESET: u8 = 15;
-    pub(super) const HOST: u8 = 16;
-    pub(super) const ADD_BACKUP: u8 = 17;
-    pub(super) const DONE: u8 = 18;
     pub(super) const COPIED: u8 = 19;
-    pub(super) const AUTH: u8 = 20;
 }
 
 /// A body that ends before its last field.
@@ -194,43 +170,6 @@ fn packed(r: &mut Reader<'_>) -> Result<Vec<u8>> {
     }
 }
 
-/// An optional byte string: a flag (0 or 1), then the bytes when it is 1.
-fn put_option(w: &mut Writer, v: Option<&[u8]>) {
-    w.u8(u8::from(v.is_some()));
-    if let Some(b) = v {
-        w.bytes(b);
-    }
-}
-
-/// Reads what [`put_option`] wrote.
-fn option(r: &mut Reader<'_>) -> Result<Option<Vec<u8>>> {
-    Ok(if flag(r)? { Some(r.bytes()?.to_vec()) } else { None })
-}
-
-/// A boolean written as `u8::from(b)`: one meaning, one encoding.
-fn flag(r: &mut Reader<'_>) -> Result<bool> {
-    match r.u8()? {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(Error::Malformed("flag other than 0 or 1")),
-    }
-}
-
-/// A `u32` count of items of at least `each` bytes, refused when the rest of the body cannot
-/// hold them (so a forged count reserves nothing).
-fn count(r: &mut Reader<'_>, each: usize) -> Result<usize> {
-    let n = r.u32()? as usize;
-    if n.saturating_mul(each) > r.remaining() {
-        return Err(Error::Malformed("count larger than the message"));
-    }
-    Ok(n)
-}
-
-/// UTF-8 text as length-prefixed bytes.
-fn string(r: &mut Reader<'_>) -> Result<String> {
-    String::from_utf8(r.bytes()?.to_vec()).map_err(|_| Error::Malformed("text is not UTF-8"))
-}
-
 /// A Remap's tails and maps, each a count and its entries.
 fn put_remap(w: &mut Writer, tails: &[LogTail], log: &[(u32, u32, u32)], index: &[(u32, u32)]) {
     w.u32(tails.len() as u32);
@@ -247,19 +186,10 @@ fn put_remap(w: &mut Writer, tails: &[LogTail], log: &[(u32, u32, u32)], index: 
     }
 }
 
-/// A DumpPage's count and (key, version, value) entries.
-fn put_pairs(w: &mut Writer, pairs: &[DumpPair]) {
-    w.u32(pairs.len() as u32);
-    for (k, version, v) in pairs {
-        w.bytes(k).u64(*version).bytes(v);
-    }
-}
-
 impl Msg {
     /// The frame for this message.
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(64);
-        w.raw(&[0; HEADER]);
+        let mut w = frame::begin();
         match self {
             Msg::Hello { version, epoch, region, mode } => {
                 w.u8(tag::HELLO).u32(u32::from(*version)).u64(*epoch).u32(*region).u8(*mode as u8);
@@ -296,31 +226,9 @@ impl Msg {
             Msg::Ack { region, lsn } => {
                 w.u8(tag::ACK).u32(*region).u64(*lsn);
             }
-            Msg::Reject { region, reason } => {
-                w.u8(tag::REJECT).u32(*region).bytes(reason.as_bytes());
-            }
-            Msg::Promote { epoch, region } => {
-                w.u8(tag::PROMOTE).u64(*epoch).u32(*region);
-            }
-            Msg::Promoted { region, last_lsn, dropped } => {
-                w.u8(tag::PROMOTED).u32(*region).u64(*last_lsn).u64(*dropped);
-            }
             Msg::Remap { epoch, region, last_lsn, tails, log, index } => {
                 w.u8(tag::REMAP).u64(*epoch).u32(*region).u64(*last_lsn);
                 put_remap(&mut w, tails, log, index);
-            }
-            Msg::Dump { region, after, limit } => {
-                w.u8(tag::DUMP).u32(*region);
-                put_option(&mut w, after.as_deref());
-                w.u32(*limit);
-            }
-            Msg::DumpPage { region, lsn, pairs, more } => {
-                w.u8(tag::DUMP_PAGE).u32(*region).u64(*lsn);
-                put_pairs(&mut w, pairs);
-                w.u8(u8::from(*more));
-            }
-            Msg::Auth { secret } => {
-                w.u8(tag::AUTH).bytes(secret);
             }
             Msg::Copied { epoch, region, lsn } => {
                 w.u8(tag::COPIED).u64(*epoch).u32(*region).u64(*lsn);
@@ -328,33 +236,24 @@ impl Msg {
             Msg::Reset { epoch, region } => {
                 w.u8(tag::RESET).u64(*epoch).u32(*region);
             }
-            Msg::Host { epoch, region, start, end } => {
-                w.u8(tag::HOST).u64(*epoch).u32(*region).bytes(start);
-                put_option(&mut w, end.as_deref());
+            Msg::Reject { region, reason } => {
+                return AdminMsg::Reject { region: *region, reason: reason.clone() }.encode();
             }
-            Msg::AddBackup { epoch, region, node, native, replication } => {
-                w.u8(tag::ADD_BACKUP)
-                    .u64(*epoch)
-                    .u32(*region)
-                    .bytes(node.as_bytes())
-                    .bytes(native.as_bytes())
-                    .bytes(replication.as_bytes());
-            }
-            Msg::Done { region } => {
-                w.u8(tag::DONE).u32(*region);
-            }
+            Msg::Auth { secret } => return AdminMsg::Auth { secret: secret.clone() }.encode(),
         }
-        let mut out = w.into_inner();
-        let body_len = (out.len() - HEADER) as u32;
-        let crc = crc32c::crc32c(out.get(HEADER..).unwrap_or_default());
-        put_u32(&mut out, 0, MAGIC);
-        put_u32(&mut out, 4, body_len);
-        put_u32(&mut out, 8, crc);
-        out
+        frame::seal(w)
     }
 
-    /// Decodes a body (the bytes after the header, checksum already verified).
+    /// Decodes a body (the bytes after the header, checksum already verified). An admin
+    /// message other than Reject and Auth is not part of a stream: `Protocol`.
     pub fn decode_body(body: &[u8]) -> Result<Msg> {
+        if body.first().is_some_and(|t| halyard_admin::is_admin_tag(*t)) {
+            return match AdminMsg::decode_body(body)? {
+                AdminMsg::Reject { region, reason } => Ok(Msg::Reject { region, reason }),
+                AdminMsg::Auth { secret } => Ok(Msg::Auth { secret }),
+                m => Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
+            };
+        }
         let mut r = Reader::new(body);
         let m = match r.u8()? {
             tag::HELLO => {
@@ -384,52 +283,9 @@ impl Msg {
             }
             tag::EDITS => Msg::Edits { epoch: r.u64()?, region: r.u32()?, edits: r.bytes()?.to_vec() },
             tag::ACK => Msg::Ack { region: r.u32()?, lsn: r.u64()? },
-            tag::REJECT => Msg::Reject { region: r.u32()?, reason: string(&mut r)? },
-            tag::PROMOTE => Msg::Promote { epoch: r.u64()?, region: r.u32()? },
-            tag::PROMOTED => Msg::Promoted { region: r.u32()?, last_lsn: r.u64()?, dropped: r.u64()? },
-            tag::REMAP => {
-                let (epoch, region, last_lsn) = (r.u64()?, r.u32()?, r.u64()?);
-                let n = count(&mut r, 13)?;
-                let mut tails = Vec::with_capacity(n);
-                for _ in 0..n {
-                    tails.push((r.u8()?, r.u32()?, r.u32()?, r.bytes()?.to_vec()));
-                }
-                let n = count(&mut r, 12)?;
-                let mut log = Vec::with_capacity(n);
-                for _ in 0..n {
-                    log.push((r.u32()?, r.u32()?, r.u32()?));
-                }
-                let n = count(&mut r, 8)?;
-                let mut index = Vec::with_capacity(n);
-                for _ in 0..n {
-                    index.push((r.u32()?, r.u32()?));
-                }
-                Msg::Remap { epoch, region, last_lsn, tails, log, index }
-            }
-            tag::DUMP => Msg::Dump { region: r.u32()?, after: option(&mut r)?, limit: r.u32()? },
-            tag::DUMP_PAGE => {
-                let (region, lsn) = (r.u32()?, r.u64()?);
-                let n = count(&mut r, 16)?;
-                let mut pairs = Vec::with_capacity(n);
-                for _ in 0..n {
-                    pairs.push((r.bytes()?.to_vec(), r.u64()?, r.bytes()?.to_vec()));
-                }
-                Msg::DumpPage { region, lsn, pairs, more: flag(&mut r)? }
-            }
+            tag::REMAP => remap(&mut r)?,
             tag::RESET => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
             tag::COPIED => Msg::Copied { epoch: r.u64()?, region: r.u32()?, lsn: r.u64()? },
-            tag::AUTH => Msg::Auth { secret: r.bytes()?.to_vec() },
-            tag::HOST => {
-                Msg::Host { epoch: r.u64()?, region: r.u32()?, start: r.bytes()?.to_vec(), end: option(&mut r)? }
-            }
-            tag::ADD_BACKUP => Msg::AddBackup {
-                epoch: r.u64()?,
-                region: r.u32()?,
-                node: string(&mut r)?,
-                native: string(&mut r)?,
-                replication: string(&mut r)?,
-            },
-            tag::DONE => Msg::Done { region: r.u32()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
@@ -437,49 +293,44 @@ impl Msg {
     }
 }
 
+/// Reads a Remap's fields (after its tag): what [`put_remap`] wrote.
+fn remap(r: &mut Reader<'_>) -> Result<Msg> {
+    let (epoch, region, last_lsn) = (r.u64()?, r.u32()?, r.u64()?);
+    let n = count(r, 13)?;
+    let mut tails = Vec::with_capacity(n);
+    for _ in 0..n {
+        tails.push((r.u8()?, r.u32()?, r.u32()?, r.bytes()?.to_vec()));
+    }
+    let n = count(r, 12)?;
+    let mut log = Vec::with_capacity(n);
+    for _ in 0..n {
+        log.push((r.u32()?, r.u32()?, r.u32()?));
+    }
+    let n = count(r, 8)?;
+    let mut index = Vec::with_capacity(n);
+    for _ in 0..n {
+        index.push((r.u32()?, r.u32()?));
+    }
+    Ok(Msg::Remap { epoch, region, last_lsn, tails, log, index })
+}
+
 /// Parses a frame header: the body length, after checking the magic and the limit.
 pub fn header(h: &[u8; HEADER]) -> Result<(usize, u32)> {
-    let mut r = Reader::new(h);
-    let (magic, len, crc) = (r.u32()?, r.u32()? as usize, r.u32()?);
-    if magic != MAGIC {
-        return Err(Error::Malformed("bad frame magic (not a replication stream?)"));
-    }
-    if len > MAX_BODY {
-        return Err(Error::Malformed("frame larger than the limit"));
-    }
-    Ok((len, crc))
+    Ok(frame::header(h)?)
 }
 
 /// Decodes one whole frame from the start of `buf`: the message and the bytes used, or None
 /// when more bytes are needed.
 pub fn decode_frame(buf: &[u8]) -> Result<Option<(Msg, usize)>> {
-    let Some(h) = buf.get(..HEADER) else {
-        return Ok(None);
-    };
-    let mut hb = [0u8; HEADER];
-    hb.copy_from_slice(h);
-    let (len, crc) = header(&hb)?;
-    let Some(body) = buf.get(HEADER..HEADER + len) else {
-        return Ok(None);
-    };
-    if crc32c::crc32c(body) != crc {
-        return Err(Error::Checksum);
+    match frame::split(buf)? {
+        Some((body, used)) => Ok(Some((Msg::decode_body(body)?, used))),
+        None => Ok(None),
     }
-    Ok(Some((Msg::decode_body(body)?, HEADER + len)))
 }
 
 /// Reads one frame from an async stream.
 pub async fn read_msg<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Result<Msg> {
-    use tokio::io::AsyncReadExt;
-    let mut h = [0u8; HEADER];
-    s.read_exact(&mut h).await?;
-    let (len, crc) = header(&h)?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await?;
-    if crc32c::crc32c(&body) != crc {
-        return Err(Error::Checksum);
-    }
-    Msg::decode_body(&body)
+    Msg::decode_body(&frame::read_body(s).await?)
 }
 
 #[cfg(test)]
@@ -510,8 +361,6 @@ mod tests {
             Msg::Edits { epoch: 3, region: 7, edits: vec![8; 9] },
             Msg::Ack { region: 7, lsn: 1 << 40 },
             Msg::Reject { region: 7, reason: "stale epoch 2 < 3".into() },
-            Msg::Promote { epoch: 4, region: 7 },
-            Msg::Promoted { region: 7, last_lsn: 88, dropped: 1 },
             Msg::Remap {
                 epoch: 4,
                 region: 7,
@@ -520,22 +369,9 @@ mod tests {
                 log: vec![(1, 2, 3), (4, 5, 6)],
                 index: vec![(7, 8)],
             },
-            Msg::Dump { region: 7, after: Some(b"k".to_vec()), limit: 100 },
-            Msg::Dump { region: 7, after: None, limit: 0 },
-            Msg::DumpPage { region: 7, lsn: 5, pairs: vec![(b"a".to_vec(), 3, b"b".to_vec())], more: true },
             Msg::Reset { epoch: 5, region: 7 },
             Msg::Copied { epoch: 5, region: 7, lsn: 99 },
             Msg::Auth { secret: b"s3cret".to_vec() },
-            Msg::Host { epoch: 2, region: 7, start: b"a".to_vec(), end: Some(b"m".to_vec()) },
-            Msg::Host { epoch: 2, region: 7, start: vec![], end: None },
-            Msg::AddBackup {
-                epoch: 2,
-                region: 7,
-                node: "n4".into(),
-                native: "127.0.0.1:1".into(),
-                replication: "127.0.0.1:2".into(),
-            },
-            Msg::Done { region: 7 },
         ]
     }
 
@@ -567,6 +403,16 @@ mod tests {
                 prop_assert_eq!(decode_frame(&frame).unwrap(), Some((m, frame.len())));
             }
         }
+    }
+
+    #[test]
+    fn reject_and_auth_are_halyard_admins_and_other_admin_messages_no_stream_message() {
+        let reject = Msg::Reject { region: 7, reason: "no".into() };
+        assert_eq!(reject.encode(), halyard_admin::Msg::Reject { region: 7, reason: "no".into() }.encode());
+        let auth = Msg::Auth { secret: b"s".to_vec() };
+        assert_eq!(auth.encode(), halyard_admin::Msg::Auth { secret: b"s".to_vec() }.encode());
+        let promote = halyard_admin::Msg::Promote { epoch: 4, region: 7 }.encode();
+        assert!(matches!(decode_frame(&promote), Err(Error::Protocol(_))));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! replication port (a primary's streams, the master's and `halyard admin`'s requests). A
 //! process holds one node, so the secret is process-wide: set it once at start
 //! ([`set_cluster_secret`]); every connection this process opens then begins with an `Auth`
-//! frame carrying it, and every connection it accepts must begin with one that matches.
-//! Without TLS the secret crosses the network as it is (as Redis' AUTH does): it keeps out
-//! whoever can reach the port without knowing it, not whoever can read the traffic.
+//! frame carrying it ([`hello_frame`]), and every connection it accepts must begin with one
+//! that matches ([`matches()`]). Without TLS the secret crosses the network as it is (as Redis'
+//! AUTH does): it keeps out whoever can reach the port without knowing it, not whoever can
+//! read the traffic.
 
 use parking_lot::RwLock;
 
@@ -30,6 +31,6 @@ pub fn matches(given: &[u8]) -> bool {
 }
 
 /// The frame a new connection starts with, if a secret is set.
-pub(crate) fn hello_frame() -> Option<Vec<u8>> {
-    secret().map(|secret| crate::wire::Msg::Auth { secret }.encode())
+pub fn hello_frame() -> Option<Vec<u8>> {
+    secret().map(|secret| crate::Msg::Auth { secret }.encode())
 }

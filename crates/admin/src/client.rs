@@ -1,7 +1,8 @@
-//! Admin requests to a node's replication address: promotion, adding a backup, and region
-//! dumps (verify).
+//! The client side of admin requests: each call connects to a node's replication address,
+//! sends the cluster secret (if this process has one) and one request, and reads one reply
+//! (`docs/admin.md` §3).
 
-use crate::wire::{self, Msg};
+use crate::msg::{read_msg, DumpPair, Msg};
 use crate::{Error, Result};
 use tokio::io::AsyncWriteExt;
 
@@ -10,7 +11,7 @@ async fn request(addr: &str, m: Msg) -> Result<Msg> {
     let mut out = crate::auth::hello_frame().unwrap_or_default();
     out.extend_from_slice(&m.encode());
     s.write_all(&out).await?;
-    wire::read_msg(&mut s).await
+    read_msg(&mut s).await
 }
 
 /// Asks the node at `addr` to become the primary of `region` at `epoch`; returns the last
@@ -57,7 +58,7 @@ pub async fn add_backup(
 }
 
 /// All of a region's pairs, with their versions, on the node at `addr`, whatever its role there.
-pub async fn dump(addr: &str, region: u32) -> Result<Vec<(Vec<u8>, u64, Vec<u8>)>> {
+pub async fn dump(addr: &str, region: u32) -> Result<Vec<DumpPair>> {
     let mut out = Vec::new();
     let mut after = None;
     loop {

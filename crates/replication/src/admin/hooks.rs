@@ -1,0 +1,24 @@
+//! What the node does for the admin requests that change its roles ([`NodeHooks`]): the
+//! server's cluster node implements it; the replication port's dispatcher (`super`) calls it.
+
+use crate::Result;
+use std::sync::Arc;
+
+/// What the node does for admin requests that change its roles; called on a blocking thread.
+pub trait NodeHooks: Send + Sync {
+    /// Become the primary of `region` at `epoch` (the replica already let go of it); returns
+    /// the last LSN and the records dropped.
+    fn promote(&self, region: u32, epoch: u64) -> Result<(u64, u64)>;
+    /// Become a backup of `region` (key range `start..end`) at `epoch`.
+    fn host(&self, region: u32, epoch: u64, start: &[u8], end: Option<&[u8]>) -> Result<()>;
+    /// As the primary of `region` at `epoch`, ship to one more backup.
+    fn add_backup(&self, region: u32, epoch: u64, node: &str, native: &str, replication: &str) -> Result<()>;
+    /// The region's last LSN if this node already leads it at `epoch` or later: a promotion
+    /// asked again (its answer was lost) is answered with that instead of refused.
+    fn leads(&self, _region: u32, _epoch: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// The node's hooks, shared by its connections.
+pub type Hooks = Arc<dyn NodeHooks>;
