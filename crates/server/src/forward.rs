@@ -11,7 +11,7 @@
 //! closes the client's connection, as a write whose backups did not acknowledge does.
 
 use crate::cluster::{ClusterNode, Target};
-use crate::commands::{self, READONLY, WRITE};
+use crate::commands::{self, Command, WRITE};
 use crate::keyspace::key;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
@@ -24,57 +24,29 @@ use std::time::{Duration, Instant};
 /// TTL, the master's promotion, and margin).
 pub const RETRY_FOR: Duration = Duration::from_secs(10);
 
-/// The commands that read the whole key space and are answered region by region.
 /// The longest pause between two tries of a forwarded command.
 const MAX_PAUSE: Duration = Duration::from_millis(500);
-const WHOLE: [&str; 5] = ["scan", "keys", "dbsize", "halyard.range", "halyard.delrange"];
 
-/// Whether `args` must be answered by [`run`] (asynchronously, through other nodes) rather than
-/// executed here: cluster mode only, never for a command forwarded to this node.
-pub fn remote(sh: &Shared, sess: &Session, args: &[&[u8]]) -> bool {
-    let (Some(c), None) = (sh.cluster.get(), &sess.span) else { return false };
-    let Some(cmd) = args.first().and_then(|n| commands::lookup(n)) else { return false };
-    if cmd.flags & (WRITE | READONLY) == 0 || !cmd.arity_ok(args.len()) {
-        return false;
-    }
-    if WHOLE.contains(&cmd.name) {
-        return true;
-    }
-    let (mut first, mut all_local) = (None, true);
-    for u in commands::command_keys(cmd.name, args) {
-        // No region covers a key: refused where it runs.
-        let Some((id, local)) = c.region_of(&key(u)) else { return false };
-        if first.is_some_and(|f| f != id) {
-            // Refused with CROSSSLOT where it runs.
-            return cmd.flags & WRITE == 0;
-        }
-        first = Some(id);
-        all_local &= local;
-    }
-    first.is_some() && !all_local
-}
-
-/// Runs a command [`remote`] chose, returning its reply encoded for the session. An error means
-/// the outcome of a write is unknown: the caller closes the connection.
-pub async fn run(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> io::Result<Vec<u8>> {
+/// Runs a command `commands::plan` sent to other nodes, returning its reply encoded for the
+/// session. An error means the outcome of a write is unknown: the caller closes the connection.
+pub async fn run(sh: &Shared, sess: &mut Session, cmd: &Command, args: &[Vec<u8>]) -> io::Result<Vec<u8>> {
     let Some(c) = sh.cluster.get() else { return Ok(encode(sess.proto, Reply::err("ERR not a cluster node"))) };
     let a: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-    let name = a.first().map(|n| String::from_utf8_lossy(n).to_ascii_lowercase()).unwrap_or_default();
     let rest = a.get(1..).unwrap_or_default();
-    match name.as_str() {
+    match cmd.name {
         "mget" => {
-            let mut out = format!("*{}\r\n", rest.len()).into_bytes();
+            let mut items = Vec::with_capacity(rest.len());
             for k in rest {
-                let part = on_key(c, sh, sess, &[b"GET", k]).await?;
+                let part = on_key(c, sh, sess, &[b"GET", k], true).await?;
                 // As on one node: a key that holds another type reads as nil.
-                out.extend(if part.starts_with(b"-") { encode(sess.proto, Reply::Nil) } else { part });
+                items.push(if part.starts_with(b"-") { Reply::Nil } else { Reply::Encoded(part) });
             }
-            Ok(out)
+            Ok(encode(sess.proto, Reply::Array(items)))
         }
         "exists" => {
             let mut n = 0;
             for k in rest {
-                let part = on_key(c, sh, sess, &[b"EXISTS", k]).await?;
+                let part = on_key(c, sh, sess, &[b"EXISTS", k], true).await?;
                 let Some(x) = int_of(&part) else { return Ok(part) };
                 n += x;
             }
@@ -99,16 +71,16 @@ pub async fn run(sh: &Shared, sess: &mut Session, args: &[Vec<u8>]) -> io::Resul
         "scan" => scan(c, sh, sess, rest).await,
         "halyard.range" => range(c, sh, sess, &a).await,
         "halyard.delrange" => delrange(c, sh, sess, &a).await,
-        _ => on_key(c, sh, sess, &a).await,
+        _ => on_key(c, sh, sess, &a, cmd.flags & WRITE == 0).await,
     }
 }
 
-/// Runs a command on the region of its first key.
-async fn on_key(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> io::Result<Vec<u8>> {
+/// Runs a command on the region of its first key; `read`: it changes nothing (tried again
+/// whatever failed).
+async fn on_key(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]], read: bool) -> io::Result<Vec<u8>> {
     let Some(t) = a.get(1).and_then(|u| c.target_for(&key(u))) else {
         return Ok(encode(sess.proto, Reply::err("CLUSTERDOWN no region of the cluster covers this key")));
     };
-    let read = a.first().and_then(|n| commands::lookup(n)).is_some_and(|c| c.flags & WRITE == 0);
     on_region(c, sh, sess, t.id, a, read).await
 }
 
@@ -271,7 +243,7 @@ async fn scan_reply(
             continue;
         }
         if let Some(kind) = kind {
-            let part = on_key(c, sh, sess, &[b"TYPE", &k]).await?;
+            let part = on_key(c, sh, sess, &[b"TYPE", &k], true).await?;
             let Some(name) = part.strip_prefix(b"+").and_then(|n| n.strip_suffix(b"\r\n")) else { return Ok(part) };
             // A key gone since it was listed ("none") is left out whatever TYPE asked for.
             if name == b"none" || !name.eq_ignore_ascii_case(kind) {
@@ -376,20 +348,19 @@ fn bulks_of(b: &[u8]) -> Option<Vec<Vec<u8>>> {
 
 /// Array replies joined into one; the first error reply among them instead, if any.
 fn concat(parts: Vec<Vec<u8>>) -> Vec<u8> {
-    let mut n = 0;
-    let mut body = Vec::new();
+    let mut len = 0;
+    let mut items = Vec::new();
     for p in &parts {
         match array_of(p) {
-            Some((k, items)) => {
-                n += k;
-                body.extend_from_slice(items);
+            Some((k, body)) => {
+                len += k;
+                items.extend_from_slice(body);
             }
             None => return p.clone(),
         }
     }
-    let mut out = format!("*{n}\r\n").into_bytes();
-    out.extend(body);
-    out
+    // The protocol is the parts' own: the encoding names none.
+    encode(2, Reply::EncodedItems { len, items })
 }
 
 #[cfg(test)]

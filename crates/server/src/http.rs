@@ -2,8 +2,9 @@
 //! OpenMetrics text) and `GET /health`, routed by axum and served by hyper, one request per
 //! connection.
 
-use crate::cluster::{ClusterNode, ReplicationCollector};
+use crate::cluster::ClusterNode;
 use crate::metrics;
+use crate::metrics::replication::ReplicationCollector;
 use crate::state::Shared;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -31,7 +32,8 @@ pub fn registry(sh: Arc<Shared>, cluster: Option<Arc<ClusterNode>>) -> Registry 
     let mut r = Registry::default();
     r.register_collector(Box::new(NodeCollector(sh)));
     if let Some(c) = cluster {
-        r.register_collector(Box::new(ReplicationCollector(c)));
+        let (shipper, replica) = (c.shipper.clone(), c.replica.clone());
+        r.register_collector(Box::new(ReplicationCollector::new(shipper, replica, move || c.led_regions())));
     }
     r
 }

@@ -15,8 +15,6 @@ pub mod cluster;
 #[doc(hidden)]
 pub mod commands;
 pub mod config;
-#[doc(hidden)]
-pub mod control;
 pub mod forward;
 #[doc(hidden)]
 pub mod http;
@@ -275,7 +273,7 @@ enum Flow {
     /// execute the rest of the buffer.
     WaitRoom,
     /// A command for other nodes (cluster mode, [`forward`]): run it, then the rest of the buffer.
-    Remote(Vec<Vec<u8>>),
+    Remote(&'static commands::Command, Vec<Vec<u8>>),
 }
 
 /// Executes the complete requests at the start of `buf`, appending replies to `out`; returns
@@ -291,19 +289,23 @@ fn execute_resp(
     loop {
         match resp::parse(buf.get(pos..).unwrap_or_default(), limits) {
             Ok(Some((args, used))) => {
-                let Some(name) = args.first() else {
+                if args.is_empty() {
                     pos += used;
                     continue;
-                };
-                if must_wait(sh, name) {
-                    return (pos, Flow::WaitRoom);
                 }
-                pos += used;
                 let refs: smallvec::SmallVec<[&[u8]; 6]> = args.iter().map(|a| a.as_ref()).collect();
-                if sh.cluster.get().is_some() && forward::remote(sh, sess, &refs) {
-                    return (pos, Flow::Remote(refs.iter().map(|a| a.to_vec()).collect()));
-                }
-                let reply = commands::execute(sh, sess, &refs);
+                let reply = match commands::plan(sh, sess, &refs) {
+                    Ok(p) if p.writes() && sh.cluster.get().is_some_and(|c| c.shipper.is_full(None)) => {
+                        // Writes wait while some backup's queue is full (parsed again then).
+                        return (pos, Flow::WaitRoom);
+                    }
+                    Ok(p) if p.remote => {
+                        return (pos + used, Flow::Remote(p.cmd, refs.iter().map(|a| a.to_vec()).collect()));
+                    }
+                    Ok(p) => commands::run(sh, sess, &refs, &p),
+                    Err(reply) => reply,
+                };
+                pos += used;
                 if let Some(p) = sess.proto_next.take() {
                     sess.proto = p;
                 }
@@ -320,13 +322,6 @@ fn execute_resp(
             }
         }
     }
-}
-
-/// Cluster mode: whether the command `name` writes while some backup's queue is full. RESP
-/// requests are not routed by region, so a RESP write waits while any led region's is.
-fn must_wait(sh: &Shared, name: &[u8]) -> bool {
-    sh.cluster.get().is_some_and(|c| c.shipper.is_full(None))
-        && commands::lookup(name).is_some_and(|c| c.flags & commands::WRITE != 0)
 }
 
 async fn resp_connection(
@@ -366,8 +361,8 @@ async fn resp_connection(
         loop {
             let (pos, flow) = offload.run(|| execute_resp(sh, &mut sess, &buf, &mut out, limits));
             buf.drain(..pos);
-            if let Flow::Remote(args) = &flow {
-                let reply = forward::run(sh, &mut sess, args).await?;
+            if let Flow::Remote(cmd, args) = &flow {
+                let reply = forward::run(sh, &mut sess, cmd, args).await?;
                 out.extend_from_slice(&reply);
             }
             if !sess.writes.is_empty() {
@@ -388,7 +383,7 @@ async fn resp_connection(
             match flow {
                 Flow::Read => break,
                 Flow::Close => return Ok(()),
-                Flow::Remote(_) => {}
+                Flow::Remote(..) => {}
                 Flow::WaitRoom => {
                     if let Some(c) = sh.cluster.get() {
                         c.shipper.wait_room(None).await;

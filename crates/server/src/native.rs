@@ -500,13 +500,13 @@ impl Session {
         }
     }
 
-    /// Cluster mode: runs `f` on the key's region if this node leads it.
+    /// Cluster mode: a read of `key` on its region if this node leads it.
     ///
-    /// Reads wait for replication too: the reply goes out once the backups hold every write
-    /// the region had when the request ran (its LSN then is remembered with the writes). A read
-    /// may see a write that is not acknowledged yet; were the primary lost before its backups
-    /// held it, a later read at the new primary would not see it, and the two reads would
-    /// contradict each other.
+    /// The reply waits for replication: it goes out once the backups hold the newest version of
+    /// the key the read could have seen (`RegionHandle::read_bound`), which is usually held
+    /// already. A read may see a write that is not acknowledged yet; were the primary lost
+    /// before its backups held it, a later read at the new primary would not see it, and the
+    /// two reads would contradict each other.
     fn routed(
         &mut self,
         key: &[u8],
@@ -519,24 +519,33 @@ impl Session {
             Ok(region) => {
                 let h = self.db.region(region)?;
                 let r = f(&h);
-                self.writes.push((region, h.lsn()));
+                self.writes.push((region, h.read_bound(key)));
                 r
             }
             Err(message) => Ok(Response::Error { code: ErrorCode::NotLeader, message }),
         }
     }
 
-    /// Cluster mode: a write on the key's region, remembered for `last-write`.
+    /// Cluster mode: a write on the key's region, remembered with its LSN for `last-write`.
     fn routed_write(
         &mut self,
         key: &[u8],
         f: impl FnOnce(&halyard_engine::RegionHandle) -> halyard_engine::Result<u64>,
     ) -> halyard_engine::Result<Response> {
-        if let Some(Err(message)) = self.router.as_ref().map(|r| r.check_write(key)) {
+        let Some(router) = &self.router else {
+            return Err(halyard_engine::Error::NoRegionForKey);
+        };
+        if let Err(message) = router.check_write(key) {
             return Ok(Response::Error { code: ErrorCode::NotEnoughReplicas, message });
         }
-        // The region's LSN after the write, which `routed` remembers, covers the write.
-        self.routed(key, |h| f(h).map(|_| Response::Done))
+        match router.route(key) {
+            Ok(region) => {
+                let lsn = f(&self.db.region(region)?)?;
+                self.writes.push((region, lsn));
+                Ok(Response::Done)
+            }
+            Err(message) => Ok(Response::Error { code: ErrorCode::NotLeader, message }),
+        }
     }
 
     fn batch(&mut self, ops: Vec<BatchOp<'_>>) -> halyard_engine::Result<Response> {

@@ -210,6 +210,16 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A map (a flat array in RESP2).
     Map(Vec<(Reply, Reply)>),
+    /// One reply another node encoded for this connection's protocol, relayed as it is.
+    Encoded(Vec<u8>),
+    /// An array of `len` replies other nodes encoded for this connection's protocol, given
+    /// back to back in `items` (regions' parts of one reply).
+    EncodedItems {
+        /// How many replies `items` holds.
+        len: usize,
+        /// The replies, encoded.
+        items: Vec<u8>,
+    },
 }
 
 impl Reply {
@@ -256,6 +266,13 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
             }
             Reply::Nil => out.extend_from_slice(if proto >= 3 { b"_\r\n" } else { b"$-1\r\n" }),
+            Reply::Encoded(b) => out.extend_from_slice(b),
+            Reply::EncodedItems { len, items } => {
+                out.push(b'*');
+                num(out, *len);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(items);
+            }
             Reply::Array(items) => {
                 out.push(b'*');
                 num(out, items.len());

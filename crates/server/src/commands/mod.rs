@@ -14,6 +14,7 @@ mod topology;
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options, ScanOptions};
 
+use crate::cluster::ClusterNode;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use args::{lower, wrong_args};
@@ -37,8 +38,51 @@ pub struct Command {
     pub arity: i32,
     /// [`WRITE`], [`READONLY`], [`NO_AUTH`].
     pub flags: u8,
+    /// Where its keys are: what cluster mode routes it by, and what COMMAND reports.
+    pub keys: Keys,
     /// The command itself.
     pub handler: Handler,
+}
+
+/// The key positions of a command (Redis' key specs: first, last, step), in the one place that
+/// routing, forwarding and COMMAND INFO read them from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// No key (connection and server commands).
+    None,
+    /// The first argument.
+    First,
+    /// Every argument.
+    All,
+    /// Every other argument from the first (MSET's key-value pairs).
+    Pairs,
+    /// The whole key space: a cluster answers it region by region.
+    Whole,
+    /// The key space of the region a forwarded command names (cluster-internal).
+    Region,
+}
+
+impl Keys {
+    /// Redis' (first, last, step) for COMMAND.
+    fn spec(self) -> (i64, i64, i64) {
+        match self {
+            Keys::First => (1, 1, 1),
+            Keys::All => (1, -1, 1),
+            Keys::Pairs => (1, -1, 2),
+            Keys::None | Keys::Whole | Keys::Region => (0, 0, 0),
+        }
+    }
+
+    /// The keys of `args` (the command's name first).
+    pub fn of<'a>(self, args: &[&'a [u8]]) -> smallvec::SmallVec<[&'a [u8]; 4]> {
+        let rest = args.get(1..).unwrap_or_default();
+        match self {
+            Keys::First => rest.first().copied().into_iter().collect(),
+            Keys::All => rest.iter().copied().collect(),
+            Keys::Pairs => rest.iter().step_by(2).copied().collect(),
+            Keys::None | Keys::Whole | Keys::Region => smallvec::SmallVec::new(),
+        }
+    }
 }
 
 /// Changes the keyspace (Redis' `write`). With [`READONLY`] this classifies every keyspace
@@ -64,66 +108,66 @@ impl Command {
 
 #[rustfmt::skip]
 pub static COMMANDS: &[Command] = &[
-    Command { name: "ping", arity: -1, flags: 0, handler: cmd_ping },
-    Command { name: "echo", arity: 2, flags: 0, handler: cmd_echo },
-    Command { name: "hello", arity: -1, flags: NO_AUTH, handler: cmd_hello },
-    Command { name: "auth", arity: -2, flags: NO_AUTH, handler: cmd_auth },
-    Command { name: "select", arity: 2, flags: 0, handler: cmd_select },
-    Command { name: "quit", arity: -1, flags: NO_AUTH, handler: cmd_quit },
-    Command { name: "command", arity: -1, flags: 0, handler: cmd_command },
-    Command { name: "client", arity: -2, flags: 0, handler: cmd_client },
-    Command { name: "info", arity: -1, flags: 0, handler: cmd_info },
-    Command { name: "config", arity: -2, flags: 0, handler: cmd_config },
-    Command { name: "dbsize", arity: 1, flags: READONLY, handler: cmd_dbsize },
-    Command { name: "time", arity: 1, flags: 0, handler: cmd_time },
-    Command { name: "get", arity: 2, flags: READONLY, handler: cmd_get },
-    Command { name: "set", arity: -3, flags: WRITE, handler: cmd_set },
-    Command { name: "setnx", arity: 3, flags: WRITE, handler: cmd_setnx },
-    Command { name: "getset", arity: 3, flags: WRITE, handler: cmd_getset },
-    Command { name: "getdel", arity: 2, flags: WRITE, handler: cmd_getdel },
-    Command { name: "mget", arity: -2, flags: READONLY, handler: cmd_mget },
-    Command { name: "mset", arity: -3, flags: WRITE, handler: cmd_mset },
-    Command { name: "msetnx", arity: -3, flags: WRITE, handler: cmd_msetnx },
-    Command { name: "del", arity: -2, flags: WRITE, handler: cmd_del },
-    Command { name: "unlink", arity: -2, flags: WRITE, handler: cmd_unlink },
-    Command { name: "exists", arity: -2, flags: READONLY, handler: cmd_exists },
-    Command { name: "type", arity: 2, flags: READONLY, handler: cmd_type },
-    Command { name: "strlen", arity: 2, flags: READONLY, handler: cmd_strlen },
-    Command { name: "append", arity: 3, flags: WRITE, handler: cmd_append },
-    Command { name: "getrange", arity: 4, flags: READONLY, handler: cmd_getrange },
-    Command { name: "incr", arity: 2, flags: WRITE, handler: cmd_incr },
-    Command { name: "decr", arity: 2, flags: WRITE, handler: cmd_decr },
-    Command { name: "incrby", arity: 3, flags: WRITE, handler: cmd_incrby },
-    Command { name: "decrby", arity: 3, flags: WRITE, handler: cmd_decrby },
-    Command { name: "setex", arity: 4, flags: WRITE, handler: cmd_setex },
-    Command { name: "psetex", arity: 4, flags: WRITE, handler: cmd_psetex },
-    Command { name: "getex", arity: -2, flags: WRITE, handler: cmd_getex },
-    Command { name: "expire", arity: -3, flags: WRITE, handler: cmd_expire },
-    Command { name: "pexpire", arity: -3, flags: WRITE, handler: cmd_pexpire },
-    Command { name: "expireat", arity: -3, flags: WRITE, handler: cmd_expireat },
-    Command { name: "pexpireat", arity: -3, flags: WRITE, handler: cmd_pexpireat },
-    Command { name: "ttl", arity: 2, flags: READONLY, handler: cmd_ttl },
-    Command { name: "pttl", arity: 2, flags: READONLY, handler: cmd_pttl },
-    Command { name: "expiretime", arity: 2, flags: READONLY, handler: cmd_expiretime },
-    Command { name: "pexpiretime", arity: 2, flags: READONLY, handler: cmd_pexpiretime },
-    Command { name: "persist", arity: 2, flags: WRITE, handler: cmd_persist },
-    Command { name: "scan", arity: -2, flags: READONLY, handler: cmd_scan },
-    Command { name: "keys", arity: 2, flags: READONLY, handler: cmd_keys },
-    Command { name: "hset", arity: -4, flags: WRITE, handler: cmd_hset },
-    Command { name: "hmset", arity: -4, flags: WRITE, handler: cmd_hmset },
-    Command { name: "hget", arity: 3, flags: READONLY, handler: cmd_hget },
-    Command { name: "hmget", arity: -3, flags: READONLY, handler: cmd_hmget },
-    Command { name: "hgetall", arity: 2, flags: READONLY, handler: cmd_hgetall },
-    Command { name: "hdel", arity: -3, flags: WRITE, handler: cmd_hdel },
-    Command { name: "hexists", arity: 3, flags: READONLY, handler: cmd_hexists },
-    Command { name: "hlen", arity: 2, flags: READONLY, handler: cmd_hlen },
-    Command { name: "halyard.range", arity: -3, flags: READONLY, handler: cmd_halyard_range },
-    Command { name: "halyard.delrange", arity: 3, flags: WRITE, handler: cmd_halyard_delrange },
-    Command { name: "halyard.keysafter", arity: -2, flags: READONLY, handler: cmd_halyard_keysafter },
-    Command { name: "halyard.backup", arity: 1, flags: 0, handler: cmd_halyard_backup },
-    Command { name: "cluster", arity: -2, flags: 0, handler: cmd_cluster },
-    Command { name: "readonly", arity: 1, flags: 0, handler: cmd_readonly },
-    Command { name: "readwrite", arity: 1, flags: 0, handler: cmd_readonly },
+    Command { name: "ping", arity: -1, flags: 0, keys: Keys::None, handler: cmd_ping },
+    Command { name: "echo", arity: 2, flags: 0, keys: Keys::None, handler: cmd_echo },
+    Command { name: "hello", arity: -1, flags: NO_AUTH, keys: Keys::None, handler: cmd_hello },
+    Command { name: "auth", arity: -2, flags: NO_AUTH, keys: Keys::None, handler: cmd_auth },
+    Command { name: "select", arity: 2, flags: 0, keys: Keys::None, handler: cmd_select },
+    Command { name: "quit", arity: -1, flags: NO_AUTH, keys: Keys::None, handler: cmd_quit },
+    Command { name: "command", arity: -1, flags: 0, keys: Keys::None, handler: cmd_command },
+    Command { name: "client", arity: -2, flags: 0, keys: Keys::None, handler: cmd_client },
+    Command { name: "info", arity: -1, flags: 0, keys: Keys::None, handler: cmd_info },
+    Command { name: "config", arity: -2, flags: 0, keys: Keys::None, handler: cmd_config },
+    Command { name: "dbsize", arity: 1, flags: READONLY, keys: Keys::Whole, handler: cmd_dbsize },
+    Command { name: "time", arity: 1, flags: 0, keys: Keys::None, handler: cmd_time },
+    Command { name: "get", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_get },
+    Command { name: "set", arity: -3, flags: WRITE, keys: Keys::First, handler: cmd_set },
+    Command { name: "setnx", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_setnx },
+    Command { name: "getset", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_getset },
+    Command { name: "getdel", arity: 2, flags: WRITE, keys: Keys::First, handler: cmd_getdel },
+    Command { name: "mget", arity: -2, flags: READONLY, keys: Keys::All, handler: cmd_mget },
+    Command { name: "mset", arity: -3, flags: WRITE, keys: Keys::Pairs, handler: cmd_mset },
+    Command { name: "msetnx", arity: -3, flags: WRITE, keys: Keys::Pairs, handler: cmd_msetnx },
+    Command { name: "del", arity: -2, flags: WRITE, keys: Keys::All, handler: cmd_del },
+    Command { name: "unlink", arity: -2, flags: WRITE, keys: Keys::All, handler: cmd_unlink },
+    Command { name: "exists", arity: -2, flags: READONLY, keys: Keys::All, handler: cmd_exists },
+    Command { name: "type", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_type },
+    Command { name: "strlen", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_strlen },
+    Command { name: "append", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_append },
+    Command { name: "getrange", arity: 4, flags: READONLY, keys: Keys::First, handler: cmd_getrange },
+    Command { name: "incr", arity: 2, flags: WRITE, keys: Keys::First, handler: cmd_incr },
+    Command { name: "decr", arity: 2, flags: WRITE, keys: Keys::First, handler: cmd_decr },
+    Command { name: "incrby", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_incrby },
+    Command { name: "decrby", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_decrby },
+    Command { name: "setex", arity: 4, flags: WRITE, keys: Keys::First, handler: cmd_setex },
+    Command { name: "psetex", arity: 4, flags: WRITE, keys: Keys::First, handler: cmd_psetex },
+    Command { name: "getex", arity: -2, flags: WRITE, keys: Keys::First, handler: cmd_getex },
+    Command { name: "expire", arity: -3, flags: WRITE, keys: Keys::First, handler: cmd_expire },
+    Command { name: "pexpire", arity: -3, flags: WRITE, keys: Keys::First, handler: cmd_pexpire },
+    Command { name: "expireat", arity: -3, flags: WRITE, keys: Keys::First, handler: cmd_expireat },
+    Command { name: "pexpireat", arity: -3, flags: WRITE, keys: Keys::First, handler: cmd_pexpireat },
+    Command { name: "ttl", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_ttl },
+    Command { name: "pttl", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_pttl },
+    Command { name: "expiretime", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_expiretime },
+    Command { name: "pexpiretime", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_pexpiretime },
+    Command { name: "persist", arity: 2, flags: WRITE, keys: Keys::First, handler: cmd_persist },
+    Command { name: "scan", arity: -2, flags: READONLY, keys: Keys::Whole, handler: cmd_scan },
+    Command { name: "keys", arity: 2, flags: READONLY, keys: Keys::Whole, handler: cmd_keys },
+    Command { name: "hset", arity: -4, flags: WRITE, keys: Keys::First, handler: cmd_hset },
+    Command { name: "hmset", arity: -4, flags: WRITE, keys: Keys::First, handler: cmd_hmset },
+    Command { name: "hget", arity: 3, flags: READONLY, keys: Keys::First, handler: cmd_hget },
+    Command { name: "hmget", arity: -3, flags: READONLY, keys: Keys::First, handler: cmd_hmget },
+    Command { name: "hgetall", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_hgetall },
+    Command { name: "hdel", arity: -3, flags: WRITE, keys: Keys::First, handler: cmd_hdel },
+    Command { name: "hexists", arity: 3, flags: READONLY, keys: Keys::First, handler: cmd_hexists },
+    Command { name: "hlen", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_hlen },
+    Command { name: "halyard.range", arity: -3, flags: READONLY, keys: Keys::Whole, handler: cmd_halyard_range },
+    Command { name: "halyard.delrange", arity: 3, flags: WRITE, keys: Keys::Whole, handler: cmd_halyard_delrange },
+    Command { name: "halyard.keysafter", arity: -2, flags: READONLY, keys: Keys::Region, handler: cmd_halyard_keysafter },
+    Command { name: "halyard.backup", arity: 1, flags: 0, keys: Keys::None, handler: cmd_halyard_backup },
+    Command { name: "cluster", arity: -2, flags: 0, keys: Keys::None, handler: cmd_cluster },
+    Command { name: "readonly", arity: 1, flags: 0, keys: Keys::None, handler: cmd_readonly },
+    Command { name: "readwrite", arity: 1, flags: 0, keys: Keys::None, handler: cmd_readonly },
 ];
 
 /// Every command's name, for the per-command metrics.
@@ -136,100 +180,138 @@ pub fn lookup(name: &[u8]) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// Runs one command. `sess.quit` is set by QUIT.
-pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
-    let Some((first, rest)) = args.split_first() else { return Reply::err("ERR empty command") };
+/// One request, looked up, checked and routed: decided once, before it runs.
+pub struct Plan {
+    /// The command.
+    pub cmd: &'static Command,
+    /// Cluster mode: answered through other nodes (`forward::run`), not here.
+    pub remote: bool,
+    /// Cluster mode: the region it runs on here.
+    region: Option<u32>,
+    /// The engine keys of its keys, encoded once.
+    keys: smallvec::SmallVec<[crate::keyspace::EngineKey; 4]>,
+}
+
+impl Plan {
+    fn here(cmd: &'static Command, region: Option<u32>) -> Plan {
+        Plan { cmd, remote: false, region, keys: smallvec::SmallVec::new() }
+    }
+
+    fn elsewhere(cmd: &'static Command, keys: smallvec::SmallVec<[crate::keyspace::EngineKey; 4]>) -> Plan {
+        Plan { cmd, remote: true, region: None, keys }
+    }
+
+    /// Whether it writes.
+    pub fn writes(&self) -> bool {
+        self.cmd.flags & WRITE != 0
+    }
+}
+
+/// Looks `args` up in the table, checks its arity and the session's authentication and, in
+/// cluster mode, decides where it runs; the reply to send instead when it may not run.
+pub fn plan(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
+    let Some((first, rest)) = args.split_first() else { return Err(Reply::err("ERR empty command")) };
     let Some(cmd) = lookup(first) else {
         sh.metrics.unknown_commands.fetch_add(1, Relaxed);
-        return unknown(first, rest);
+        return Err(unknown(first, rest));
     };
     if !cmd.arity_ok(args.len()) {
-        return wrong_args(cmd.name);
+        return Err(wrong_args(cmd.name));
     }
     if sh.requirepass.is_some() && !sess.authed && cmd.flags & NO_AUTH == 0 {
-        return Reply::err("NOAUTH Authentication required.");
+        return Err(Reply::err("NOAUTH Authentication required."));
     }
+    match sh.cluster.get() {
+        Some(c) => cluster_plan(c, sess, cmd, args),
+        None => Ok(Plan::here(cmd, None)),
+    }
+}
+
+/// Runs one command. `sess.quit` is set by QUIT.
+pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
+    match plan(sh, sess, args) {
+        Ok(p) if p.remote => Reply::err("TRYAGAIN the command's keys are led by other nodes; retry"),
+        Ok(p) => run(sh, sess, args, &p),
+        Err(reply) => reply,
+    }
+}
+
+/// Runs a planned command here. In cluster mode it then remembers, for the reply to wait on,
+/// the LSN up to which the region's backups must hold what it wrote or read: the newest
+/// version of its keys (`Db::read_bound`), or for a whole-region command the region's LSN.
+pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
     // Latency is sampled (one command in 16 per connection): reading the clock twice per
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
-    let region = match sh.cluster.get().map(|c| cluster_route(c, sess, cmd, args)) {
-        Some(Err(reply)) => return reply,
-        Some(Ok(r)) => r,
-        None => None,
-    };
-    let reply = (cmd.handler)(sh, sess, args);
-    if let Some(r) = region {
-        // Everything up to the region's LSN now, this command's writes included. A read waits
-        // too: it may have seen writes not acknowledged yet (see `native::Session::routed`).
-        if let Ok(h) = sh.ks.db.region(r) {
-            sess.writes.push((r, h.lsn()));
+    let reply = (p.cmd.handler)(sh, sess, args);
+    if let Some(r) = p.region {
+        let db = &sh.ks.db;
+        let lsn = if p.keys.is_empty() {
+            db.region(r).map(|h| h.lsn()).ok()
+        } else {
+            p.keys.iter().map(|k| db.read_bound(k)).try_fold(0, |m, b| b.map(|b| m.max(b))).ok()
+        };
+        if let Some(lsn) = lsn.filter(|&l| l > 0) {
+            sess.writes.push((r, lsn));
         }
     }
-    if let Some(st) = sh.metrics.commands.get(cmd.name) {
+    if let Some(st) = sh.metrics.commands.get(p.cmd.name) {
         st.record(t0.map(|t| t.elapsed().as_micros() as u64), matches!(reply, Reply::Error(_)));
     }
     reply
 }
 
-/// The keys a keyspace command reads or writes (Redis' key specs: first, last, step).
-pub(crate) fn command_keys<'a>(name: &str, args: &[&'a [u8]]) -> Vec<&'a [u8]> {
-    let rest = args.get(1..).unwrap_or_default();
-    match name {
-        "del" | "unlink" | "exists" | "mget" => rest.to_vec(),
-        "mset" | "msetnx" => rest.iter().step_by(2).copied().collect(),
-        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" | "halyard.delrange" => Vec::new(),
-        _ => rest.first().copied().into_iter().collect(),
+/// Cluster mode: where a command runs. A keyspace command runs here on the one region its keys
+/// lie in, if this node serves it; a command forwarded here for one region (`sess.region`) must
+/// keep to it. Otherwise a client's command is answered through other nodes (`remote`): one
+/// whose keys another node leads, a read over several regions (split by key), a whole-key-space
+/// command (walked region by region). A write over several regions is refused (CROSSSLOT).
+fn cluster_plan(c: &ClusterNode, sess: &Session, cmd: &'static Command, args: &[&[u8]]) -> Result<Plan, Reply> {
+    let changed = || Reply::err("TRYAGAIN the region map changed while the command was routed; retry");
+    let forwarded = sess.span.is_some();
+    match cmd.keys {
+        Keys::None => return Ok(Plan::here(cmd, None)),
+        Keys::Whole if !forwarded => return Ok(Plan::elsewhere(cmd, smallvec::SmallVec::new())),
+        Keys::Whole | Keys::Region => return sess.region.map(|r| Plan::here(cmd, Some(r))).ok_or_else(changed),
+        Keys::First | Keys::All | Keys::Pairs => {}
     }
-}
-
-/// Cluster mode: the region a keyspace command runs on, which this node must serve; a reply
-/// saying why not otherwise. A command forwarded here for one region (`sess.region`) must keep
-/// to it; the whole-key-space commands run only so confined (`forward` splits them by region).
-fn cluster_route(
-    c: &crate::cluster::ClusterNode,
-    sess: &Session,
-    cmd: &Command,
-    args: &[&[u8]],
-) -> Result<Option<u32>, Reply> {
-    if cmd.flags & (WRITE | READONLY) == 0 {
-        return Ok(None);
-    }
-    let keys = command_keys(cmd.name, args);
-    if keys.is_empty() {
-        return match sess.region {
-            Some(r) => Ok(Some(r)),
-            None => Err(Reply::err("TRYAGAIN the region map changed while the command was routed; retry")),
-        };
-    }
-    // One lookup per key: its region, and the first key this node does not serve.
-    let (mut region, mut unserved) = (sess.region, None);
-    for user in &keys {
-        let found = c.region_of(&crate::keyspace::key(user));
-        if let Some((id, _)) = found {
-            if region.is_some_and(|x| x != id) {
-                return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
+    let (mut region, mut cross, mut missing, mut elsewhere) = (sess.region, false, false, None);
+    let mut keys = smallvec::SmallVec::new();
+    for user in cmd.keys.of(args) {
+        let ek = crate::keyspace::key(user);
+        match c.locate(&ek) {
+            None => missing = true,
+            Some(at) => {
+                cross |= region.is_some_and(|r| r != at.id);
+                region = region.or(Some(at.id));
+                if !at.local && elsewhere.is_none() {
+                    elsewhere = Some(at);
+                }
             }
-            region = Some(id);
         }
-        if !found.is_some_and(|(_, local)| local) {
-            unserved = unserved.or(Some(*user));
+        keys.push(ek);
+    }
+    if cross {
+        if cmd.flags & WRITE != 0 || forwarded {
+            return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
         }
+        return Ok(Plan::elsewhere(cmd, keys));
     }
-    if let Some(user) = unserved {
-        // Only the refusal needs the message naming the leader.
-        return match c.route(&crate::keyspace::key(user)) {
-            crate::cluster::Route::Elsewhere(m) => Err(Reply::err(format!("TRYAGAIN {m}"))),
-            crate::cluster::Route::Here(_) => {
-                Err(Reply::err("TRYAGAIN the region map changed while the command was routed; retry"))
-            }
-        };
+    if !forwarded && !missing && elsewhere.is_some() {
+        return Ok(Plan::elsewhere(cmd, keys));
     }
-    if let (true, Some(first)) = (cmd.flags & WRITE != 0, keys.first()) {
-        // Every key lies in the one region: its group's size is checked once.
-        c.check_write(&crate::keyspace::key(first)).map_err(|m| Reply::err(format!("NOREPLICAS {m}")))?;
+    if missing {
+        return Err(Reply::err("TRYAGAIN no region of the cluster covers this key"));
     }
-    Ok(region)
+    if let Some(at) = elsewhere {
+        return Err(Reply::err(format!("TRYAGAIN {}", c.refusal(&at))));
+    }
+    let id = region.ok_or_else(changed)?;
+    if cmd.flags & WRITE != 0 {
+        c.check_copies(id).map_err(|m| Reply::err(format!("NOREPLICAS {m}")))?;
+    }
+    Ok(Plan { cmd, remote: false, region: Some(id), keys })
 }
 
 fn unknown(name: &[u8], args: &[&[u8]]) -> Reply {
@@ -265,13 +347,7 @@ fn command_info(c: &Command) -> Reply {
     if c.flags & READONLY != 0 {
         flags.push(Reply::Simple("readonly".into()));
     }
-    let (first, last, step) = match c.name {
-        "del" | "unlink" | "exists" | "mget" => (1, -1, 1),
-        "mset" | "msetnx" => (1, -1, 2),
-        "scan" | "keys" | "dbsize" | "halyard.range" | "halyard.keysafter" | "halyard.delrange" => (0, 0, 0),
-        _ if c.flags & (WRITE | READONLY) != 0 => (1, 1, 1),
-        _ => (0, 0, 0),
-    };
+    let (first, last, step) = c.keys.spec();
     let empty = || Reply::Array(Vec::new());
     Reply::Array(vec![
         Reply::bulk(c.name),
@@ -300,13 +376,15 @@ mod tests {
             assert_ne!(c.arity, 0, "{}: arity 0 means nothing in Redis' convention", c.name);
             assert!(c.flags & (WRITE | READONLY) != WRITE | READONLY, "{}: write and read-only", c.name);
             assert!(lookup(c.name.to_ascii_uppercase().as_bytes()).is_some_and(|l| l.name == c.name));
+            let keyspace = c.flags & (WRITE | READONLY) != 0;
+            assert_eq!(keyspace, c.keys != Keys::None, "{}: a keyspace command has keys, no other does", c.name);
         }
         assert!(lookup(b"nosuch").is_none());
     }
 
     #[test]
     fn arity_follows_redis() {
-        let exact = Command { name: "x", arity: 2, flags: 0, handler: cmd_ping };
+        let exact = Command { name: "x", arity: 2, flags: 0, keys: Keys::None, handler: cmd_ping };
         let at_least = Command { arity: -2, ..exact };
         assert_eq!([1, 2, 3].map(|n| exact.arity_ok(n)), [false, true, false]);
         assert_eq!([1, 2, 3].map(|n| at_least.arity_ok(n)), [false, true, true]);

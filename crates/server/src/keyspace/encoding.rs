@@ -35,8 +35,11 @@ pub fn all_keys() -> (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>) {
     (std::ops::Bound::Included(vec![PREFIX]), std::ops::Bound::Excluded(vec![PREFIX + 1]))
 }
 
-/// The engine key of a user key; on the stack for keys of up to 61 bytes.
-pub fn key(user: &[u8]) -> smallvec::SmallVec<[u8; 64]> {
+/// An engine key, on the stack for user keys of up to 61 bytes.
+pub type EngineKey = smallvec::SmallVec<[u8; 64]>;
+
+/// The engine key of a user key.
+pub fn key(user: &[u8]) -> EngineKey {
     let mut k = smallvec::SmallVec::with_capacity(user.len() + 3);
     k.push(PREFIX);
     for &b in user {

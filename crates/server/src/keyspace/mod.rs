@@ -24,7 +24,7 @@ mod hash;
 mod migrate;
 
 use encoding::{all_keys, is_hash, prefix_end, string_value, user_of, HASH, HASH_V2, STRING};
-pub use encoding::{key, PREFIX};
+pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions, WriteBatch};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;

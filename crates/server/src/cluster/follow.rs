@@ -1,18 +1,14 @@
-//! etcd mode (`--etcd`): the node's share of a cluster that etcd coordinates. The node
-//! registers under a lease ([`halyard_control::Session`]), campaigns for master
-//! ([`halyard_control::master::Master`]), and follows the region map: every change of it is
-//! applied here ([`ClusterNode::apply`]) by taking up, handing over or dropping roles. The
-//! master asks for the two changes that need this node's data (a promotion, a new backup's full
-//! copy) over the replication port, as `halyard admin` does with a static file.
+//! etcd mode: following the region map. The node reads the map every [`POLL`] and applies
+//! each new one ([`ClusterNode::apply`]): it leads what the map names it primary of under its
+//! current lease, keeps copies of what it names it a backup (or learner) of, and lets go of
+//! everything else. The changes that need this node's data (a promotion, a new backup's full
+//! copy) the master asks for over the replication port instead (`roles.rs`).
 
-use crate::cluster::ClusterNode;
-use crate::config::ServerConfig;
-use crate::ServerError;
+use super::peers::replication_addrs;
+use super::ClusterNode;
 use halyard_cluster::{ClusterFile, RegionSpec};
-use halyard_control::{Layout, NodeRecord, Session, View};
-use halyard_engine::Db;
-use halyard_replication::{Mode, Replica, Shipper};
-use parking_lot::RwLock;
+use halyard_control::{Session, View};
+use halyard_replication::Mode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,62 +25,15 @@ async fn read_view(s: &Session) -> Result<View, String> {
 }
 
 impl ClusterNode {
-    /// Joins the cluster at `cfg.etcd`: registers this node, takes up the roles the map gives
-    /// it under its lease (none right after a start: the master hands them out), and starts
-    /// following the map and campaigning for master (on the current runtime).
-    pub async fn start_etcd(cfg: &ServerConfig, db: Arc<Db>) -> Result<Arc<ClusterNode>, ServerError> {
-        let cerr = |m: String| ServerError::Config(m);
-        let name = cfg.node.clone().ok_or_else(|| cerr("--etcd needs --node NAME".into()))?;
-        let mode = Mode::from(cfg.replication);
-        let last_write = cfg.ack == crate::config::Ack::LastWrite;
-        let layout = Layout::new(&cfg.cluster_name);
-        let client = halyard_control::session::connect(&cfg.etcd).await.map_err(|e| cerr(e.to_string()))?;
-        let record = NodeRecord {
-            name: name.clone(),
-            native: cfg.advertised(&cfg.listen),
-            resp: cfg.advertised(&cfg.resp),
-            http: cfg.advertised(&cfg.http),
-            replication: cfg.advertised(&cfg.replication_listen),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            lease: 0,
-        };
-        let ttl = Duration::from_secs(cfg.lease_ttl_secs.max(1));
-        let session = Session::start(client, layout, record, ttl).await.map_err(|e| cerr(e.to_string()))?;
-        let shipper = Shipper::with_queue_limit(
-            Duration::from_millis(cfg.ack_timeout_ms.max(1)),
-            cfg.replication_queue_mb.max(1) << 20,
-        );
-        let node = Arc::new(ClusterNode {
-            name,
-            file: RwLock::new(ClusterFile::default()),
-            db: db.clone(),
-            control: Some(session.clone()),
-            roles: parking_lot::Mutex::new(()),
-            reported: Default::default(),
-            min_replicas: cfg.min_replicas,
-            peers: crate::cluster::Peers::new(cfg),
-            shipper,
-            replica: Replica::new(db.clone(), cfg.dir.join("replica-epochs")),
-            mode,
-            last_write,
-        });
-        node.shipper.set_db(&db);
-        db.replication().set_ship_listener(Some(node.shipper.clone()));
-        tokio::spawn(node.clone().follow(session.clone()));
-        tokio::spawn(node.clone().publish_progress(session.clone()));
-        tokio::spawn(halyard_control::master::Master::run(session));
-        Ok(node)
-    }
-
     /// The region map as etcd holds it now (called on a blocking thread).
-    pub(crate) fn fetch_map(&self) -> Result<ClusterFile, String> {
+    pub(super) fn fetch_map(&self) -> Result<ClusterFile, String> {
         let s = self.control.as_ref().ok_or("not in etcd mode")?;
         tokio::runtime::Handle::current().block_on(read_view(s)).map(|v| v.cluster_file())
     }
 
     /// Reads the map every [`POLL`] and applies each new one (or the same one under a new
     /// lease).
-    async fn follow(self: Arc<Self>, session: Arc<Session>) {
+    pub(super) async fn follow(self: Arc<Self>, session: Arc<Session>) {
         // What was applied last: the map and the lease it was applied under (other keys, such
         // as the nodes' progress records, change the revision every second).
         let mut seen: Option<(ClusterFile, i64)> = None;
@@ -112,43 +61,6 @@ impl ClusterNode {
         }
     }
 
-    /// Publishes this node's replication progress every second, when it changed (or the lease
-    /// did: the record goes with the lease it was written under).
-    async fn publish_progress(self: Arc<Self>, session: Arc<Session>) {
-        let mut last: Option<(halyard_control::layout::Progress, i64)> = None;
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let p = self.progress();
-            let now = Some((p.clone(), session.lease()));
-            if now == last {
-                continue;
-            }
-            match session.publish_progress(&p).await {
-                Ok(()) => last = now,
-                Err(e) => tracing::debug!("publishing replication progress: {e}"),
-            }
-        }
-    }
-
-    /// How far each region held here has come: a primary's LSN and its backups'
-    /// acknowledgements, a backup's last received LSN.
-    fn progress(&self) -> halyard_control::layout::Progress {
-        let mut p = halyard_control::layout::Progress::default();
-        let ids: Vec<u32> = self.file.read().regions.iter().map(|r| r.id).collect();
-        for id in ids {
-            if self.shipper.leads(id) {
-                if let Ok(h) = self.db.region(id) {
-                    p.lsn.insert(id, h.lsn());
-                }
-                let acked = self.shipper.links(id).iter().map(|l| (l.node.clone(), l.acked())).collect();
-                p.acked.insert(id, acked);
-            } else if let Some(rr) = self.replica.region(id) {
-                p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
-            }
-        }
-        p
-    }
-
     /// Brings this node's roles in line with `map`: lead what it names this node primary of
     /// under its current lease, keep copies of what it names it a backup of, and let go of
     /// everything else. A promotion is left to the master's request (it rebuilds the region
@@ -156,7 +68,7 @@ impl ClusterNode {
     pub fn apply(&self, map: ClusterFile) -> Result<(), String> {
         let _roles = self.roles.lock();
         let lease = self.control.as_ref().map_or(0, |s| s.lease());
-        *self.file.write() = map.clone();
+        self.edit_file(|f| *f = map.clone());
         for r in &map.regions {
             let member = r.leases.get(&self.name) == Some(&lease);
             // A map older than the epoch this node leads at (read before the promotion it was
@@ -242,7 +154,7 @@ impl ClusterNode {
         }
         let fresh = self.db.region(r.id).map_err(|e| e.to_string())?.lsn() == 0
             && self.db.replication().level_ssts(r.id).map_err(|e| e.to_string())?.iter().all(Vec::is_empty);
-        let backups = crate::cluster::replication_addrs(map, r.backups.iter().chain(&r.learners));
+        let backups = replication_addrs(map, r.backups.iter().chain(&r.learners));
         let s = self.shipper.add_region(r.id, r.epoch, self.mode, &backups, fresh);
         for l in self.shipper.links(r.id) {
             l.set_counted(r.backups.contains(&l.node));

@@ -1,9 +1,11 @@
 //! Counters and latency histograms, and their encoding for prometheus-client: the node's
-//! metrics are written per scrape by collectors (`http::NodeCollector`,
-//! `cluster::ReplicationCollector`) with the helpers here, into one registry encoded as
+//! metrics are written per scrape by collectors (`http::NodeCollector`, and in cluster mode
+//! [`replication::ReplicationCollector`]) with the helpers here, into one registry encoded as
 //! OpenMetrics text.
 
 #![expect(clippy::indexing_slicing, reason = "shard and bucket indexes are reduced within the fixed array sizes")]
+
+pub mod replication;
 
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric, NoLabelSet,

@@ -1,0 +1,49 @@
+//! etcd mode: this node's replication progress (each primary region's LSN and its backups'
+//! acknowledgements, each backup region's last received LSN), published to etcd every second:
+//! the master promotes the backup that holds the most of the log, and `halyard cluster
+//! status` shows each region's replication lag.
+
+use super::ClusterNode;
+use halyard_control::layout::Progress;
+use halyard_control::Session;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl ClusterNode {
+    /// Publishes this node's replication progress every second, when it changed (or the lease
+    /// did: the record goes with the lease it was written under).
+    pub(super) async fn publish_progress(self: Arc<Self>, session: Arc<Session>) {
+        let mut last: Option<(Progress, i64)> = None;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let p = self.progress();
+            let now = Some((p.clone(), session.lease()));
+            if now == last {
+                continue;
+            }
+            match session.publish_progress(&p).await {
+                Ok(()) => last = now,
+                Err(e) => tracing::debug!("publishing replication progress: {e}"),
+            }
+        }
+    }
+
+    /// How far each region held here has come: a primary's LSN and its backups'
+    /// acknowledgements, a backup's last received LSN.
+    fn progress(&self) -> Progress {
+        let mut p = Progress::default();
+        let ids: Vec<u32> = self.file.read().regions.iter().map(|r| r.id).collect();
+        for id in ids {
+            if self.shipper.leads(id) {
+                if let Ok(h) = self.db.region(id) {
+                    p.lsn.insert(id, h.lsn());
+                }
+                let acked = self.shipper.links(id).iter().map(|l| (l.node.clone(), l.acked())).collect();
+                p.acked.insert(id, acked);
+            } else if let Some(rr) = self.replica.region(id) {
+                p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+        p
+    }
+}

@@ -1,0 +1,185 @@
+//! The role changes asked of this node over the replication port (by `halyard admin`, or by
+//! etcd's master): promotion of a backup copy to primary, hosting a new backup copy, and
+//! adding a backup to a region this node leads ([`halyard_replication::NodeHooks`], which also
+//! answers whether this node leads a region).
+
+use super::peers::replication_addrs;
+use super::ClusterNode;
+use halyard_replication::{Mode, Msg};
+use std::time::Duration;
+
+impl ClusterNode {
+    /// Called (on a blocking thread) when an admin promotes this node for `region`: rebuild
+    /// the region as a primary, lead it in this node's view of the file, and start shipping
+    /// to the remaining backups, which first remap to this node's segments.
+    pub fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        let _roles = self.roles.lock();
+        if self.control.is_some() {
+            // The master decided on a map at least as new as this; the remaining backups are
+            // the ones in it.
+            let map = self.fetch_map().map_err(halyard_replication::Error::Rejected)?;
+            self.edit_file(|f| *f = map);
+        }
+        // The node serves the region only once it is rebuilt: until then its map (what routing
+        // reads) still names the old primary, and requests get NotLeader.
+        let mut promoted = self.file.read().clone();
+        promoted.promote(region, &self.name).map_err(|e| halyard_replication::Error::Rejected(e.to_string()))?;
+        let lease = self.control.as_ref().map(|s| s.lease());
+        if let Some(r) = promoted.regions.iter_mut().find(|r| r.id == region) {
+            r.epoch = epoch;
+            if let Some(l) = lease {
+                r.leases.insert(self.name.clone(), l);
+            }
+        }
+        let backups = replication_addrs(&promoted, promoted.region(region).map_or(&[][..], |r| &r.backups));
+        // Frames queue from here; they go out after the Remap.
+        let stream = self.shipper.add_region(region, epoch, self.mode, &backups, true);
+        let p = match self.replica.promote_region(region) {
+            Ok(p) => p,
+            Err(e) => {
+                self.shipper.remove_region(region);
+                return Err(e);
+            }
+        };
+        let (last, dropped) = (p.last_lsn, p.dropped);
+        let maps = match self.mode {
+            Mode::SendIndex => self.db.replication().replica_maps(region)?,
+            Mode::BuildIndex => Default::default(),
+        };
+        let first = Some(Msg::Remap {
+            epoch,
+            region,
+            last_lsn: last,
+            tails: p.tails,
+            log: maps.log.iter().map(|&((p, s), l)| (p, s, l)).collect(),
+            index: maps.index,
+        });
+        self.edit_file(|f| *f = promoted);
+        self.shipper.start(&stream, first);
+        tracing::info!(region, epoch, last_lsn = last, dropped, "promoted to primary");
+        Ok((last, dropped))
+    }
+}
+
+impl halyard_replication::NodeHooks for ClusterNode {
+    fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        ClusterNode::promote(self, region, epoch)
+    }
+
+    fn leads(&self, region: u32, epoch: u64) -> Option<u64> {
+        let f = self.file.read();
+        let r = f.region(region)?;
+        if r.primary != self.name || r.epoch < epoch || !self.shipper.leads(region) {
+            return None;
+        }
+        self.db.region(region).ok().map(|h| h.lsn())
+    }
+
+    /// Hosts a new backup copy of `region` (the primary's full copy follows).
+    fn host(&self, region: u32, epoch: u64, start: &[u8], end: Option<&[u8]>) -> halyard_replication::Result<()> {
+        let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        {
+            let f = self.file.read();
+            let r = f.region(region).ok_or_else(|| {
+                rejected(format!(
+                    "region {region} is not in this node's cluster file: restart it with the current file"
+                ))
+            })?;
+            if r.primary == self.name {
+                return Err(rejected(format!("{} is the primary of region {region}", self.name)));
+            }
+            if (r.start_bytes().as_slice(), r.end_bytes().as_deref()) != (start, end) {
+                return Err(rejected(format!("region {region}'s key range differs from this node's cluster file")));
+            }
+        }
+        if self.replica.region(region).is_none() {
+            let exists = self.db.regions().iter().any(|i| i.id == region);
+            if !exists {
+                match self.mode {
+                    Mode::SendIndex => self.db.replication().create_backup_region(region, start, end)?,
+                    Mode::BuildIndex => self.db.create_region(region, start, end)?,
+                };
+            }
+            self.replica.add_region(region, self.mode, epoch)?;
+        }
+        self.edit_file(|f| {
+            if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
+                if !r.backups.contains(&self.name) {
+                    r.backups.push(self.name.clone());
+                }
+            }
+        });
+        tracing::info!(region, epoch, "hosting a new backup copy; waiting for the primary's full copy");
+        Ok(())
+    }
+
+    /// Ships `region` to one more backup; returns once the backup was sent its full copy.
+    fn add_backup(
+        &self,
+        region: u32,
+        epoch: u64,
+        node: &str,
+        native: &str,
+        replication: &str,
+    ) -> halyard_replication::Result<()> {
+        let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        {
+            let f = self.file.read();
+            match f.region(region) {
+                Some(r) if r.primary == self.name && r.epoch == epoch => {}
+                Some(r) if r.primary == self.name => {
+                    return Err(rejected(format!("region {region} is at epoch {} here, not {epoch}", r.epoch)))
+                }
+                _ => return Err(rejected(format!("{} does not lead region {region}", self.name))),
+            }
+        }
+        let link = match self.shipper.link(region, node) {
+            Some(l) => l,
+            None => {
+                self.shipper.set_epoch(region, epoch);
+                self.shipper.add_link(region, node, replication)?
+            }
+        };
+        if self.control.is_some() {
+            // Under etcd the node is a learner until the master makes it a backup.
+            let backup = self.file.read().region(region).is_some_and(|r| r.backups.iter().any(|b| b == node));
+            link.set_counted(backup);
+        }
+        if self.control.is_none() {
+            self.edit_file(|f| {
+                if f.node(node).is_none() {
+                    f.nodes.push(halyard_cluster::NodeSpec {
+                        name: node.to_string(),
+                        native: native.to_string(),
+                        replication: replication.to_string(),
+                        resp: None,
+                    });
+                }
+                if let Some(r) = f.regions.iter_mut().find(|r| r.id == region) {
+                    r.backups.push(node.to_string());
+                }
+            });
+        }
+        tracing::info!(region, backup = node, "added a backup; sending it a full copy");
+        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        while !link.is_live() {
+            if link.is_stopped() {
+                return Err(rejected(format!("{node} cannot be brought up to date (see this node's log)")));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(rejected(format!("{node} did not take its full copy within 10 minutes; still trying")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The copy is queued; answer once the backup has taken it (it acknowledges the copy's
+        // last LSN, or a later one).
+        let lsn = self.db.region(region)?.lsn();
+        while link.acked() < lsn && link.is_live() {
+            if std::time::Instant::now() > deadline {
+                return Err(rejected(format!("{node} did not acknowledge its full copy within 10 minutes")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,263 @@
+//! Region lookups in this node's map: where a key's requests go ([`ClusterNode::locate`],
+//! [`ClusterNode::route`]), the map's regions as requests see them ([`Target`]), whether this
+//! node may serve a region it leads now, and whether a write may run (`--min-replicas`).
+//!
+//! Requests search a [`RegionMap`]: the map's regions with their bounds decoded once, sorted by
+//! start key and searched by binary search, rebuilt whenever the map changes
+//! ([`ClusterNode::edit_file`]). The map as the cluster file or etcd gives it
+//! (`ClusterNode::file`) stays for the role changes.
+
+use super::{ClusterNode, Route, Target};
+use halyard_cluster::ClusterFile;
+use halyard_proto::ErrorCode;
+
+/// One region as requests look it up.
+#[derive(Debug)]
+struct Entry {
+    id: u32,
+    epoch: u64,
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+    /// This node is the primary in the map.
+    mine: bool,
+    /// The lease this node holds the region under, in the map (etcd mode).
+    lease: Option<i64>,
+    primary: String,
+    /// The primary's native address ("" when the map names none).
+    native: String,
+    /// Copies the group holds, the primary counted.
+    copies: usize,
+}
+
+/// The map's regions by start key.
+#[derive(Debug, Default)]
+pub(crate) struct RegionMap {
+    entries: Vec<Entry>,
+}
+
+impl RegionMap {
+    /// The map of `file` as node `me` sees it.
+    pub(crate) fn new(file: &ClusterFile, me: &str) -> RegionMap {
+        let mut entries: Vec<Entry> = file
+            .regions
+            .iter()
+            .map(|r| Entry {
+                id: r.id,
+                epoch: r.epoch,
+                start: r.start_bytes(),
+                end: r.end_bytes(),
+                mine: r.primary == me,
+                lease: r.leases.get(me).copied(),
+                primary: r.primary.clone(),
+                native: file.node(&r.primary).map(|n| n.native.clone()).unwrap_or_default(),
+                copies: r.backups.len() + 1,
+            })
+            .collect();
+        entries.sort_by(|a, b| a.start.cmp(&b.start));
+        RegionMap { entries }
+    }
+
+    /// The region holding `key`.
+    fn find(&self, key: &[u8]) -> Option<&Entry> {
+        let i = self.entries.partition_point(|e| e.start.as_slice() <= key).checked_sub(1)?;
+        self.entries.get(i).filter(|e| e.end.as_deref().is_none_or(|end| key < end))
+    }
+
+    fn by_id(&self, id: u32) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.id == id)
+    }
+}
+
+/// Where a key lies: its region, and whether this node serves it now.
+#[derive(Clone, Copy, Debug)]
+pub struct Located {
+    /// The region's id.
+    pub id: u32,
+    /// This node leads the region and may serve it now.
+    pub local: bool,
+}
+
+impl ClusterNode {
+    /// Changes the map (`file`) and the lookups requests make in it, together.
+    pub(crate) fn edit_file<T>(&self, edit: impl FnOnce(&mut ClusterFile) -> T) -> T {
+        let mut f = self.file.write();
+        let out = edit(&mut f);
+        self.map.store(std::sync::Arc::new(RegionMap::new(&f, &self.name)));
+        out
+    }
+
+    /// The region of the engine key `key` and whether this node serves it now: one binary
+    /// search, no allocation (every Redis command in cluster mode asks, once per key).
+    pub fn locate(&self, key: &[u8]) -> Option<Located> {
+        self.map.load().find(key).map(|e| Located { id: e.id, local: self.serving(e) })
+    }
+
+    /// Why this node does not serve the region of `at`: the message of a refusal.
+    pub fn refusal(&self, at: &Located) -> String {
+        match self.map.load().by_id(at.id) {
+            Some(e) => refusal(e),
+            None => "the region map changed while the command was routed; retry".into(),
+        }
+    }
+
+    /// Where requests for `key` go.
+    pub fn route(&self, key: &[u8]) -> Route {
+        match self.map.load().find(key) {
+            Some(e) if self.serving(e) => Route::Here(e.id),
+            Some(e) => Route::Elsewhere(refusal(e)),
+            None => Route::Elsewhere("no region of the cluster covers this key".into()),
+        }
+    }
+
+    /// Where requests for the last key go: the region reaching the end of the key space.
+    pub(crate) fn route_last(&self) -> Route {
+        let last = self.map.load().entries.last().filter(|e| e.end.is_none()).map(|e| e.start.clone());
+        match last {
+            Some(start) => self.route(&start),
+            None => Route::Elsewhere("no region of the cluster covers the end of the key space".into()),
+        }
+    }
+
+    fn target_of(&self, e: &Entry) -> Target {
+        Target {
+            id: e.id,
+            epoch: e.epoch,
+            local: self.serving(e),
+            primary: e.primary.clone(),
+            native: e.native.clone(),
+            span: crate::keyspace::Span { start: e.start.clone(), end: e.end.clone() },
+        }
+    }
+
+    /// Every region of the map, in key order.
+    pub fn targets(&self) -> Vec<Target> {
+        self.map.load().entries.iter().map(|e| self.target_of(e)).collect()
+    }
+
+    /// Region `id` of the map.
+    pub fn target(&self, id: u32) -> Option<Target> {
+        self.map.load().by_id(id).map(|e| self.target_of(e))
+    }
+
+    /// The region of the engine key `key`.
+    pub fn target_for(&self, key: &[u8]) -> Option<Target> {
+        self.map.load().find(key).map(|e| self.target_of(e))
+    }
+
+    /// The regions this node is the primary of in its map.
+    pub(crate) fn led_regions(&self) -> Vec<u32> {
+        self.map.load().entries.iter().filter(|e| e.mine).map(|e| e.id).collect()
+    }
+
+    /// Whether a request at `epoch` for `region` matches this node's map.
+    pub(crate) fn check_epoch(&self, region: u32, epoch: u64) -> Result<(), (ErrorCode, String)> {
+        match self.map.load().by_id(region) {
+            None => Err((ErrorCode::NoRegion, format!("region {region} is not in this node's map"))),
+            Some(e) if e.epoch != epoch => Err((
+                ErrorCode::StaleEpoch,
+                format!("region {region} is at epoch {}, led by {}: refresh the region map", e.epoch, e.primary),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Whether this node may serve `e`: it is the primary in its map, and with etcd only while
+    /// its lease certainly holds, is the one the map gave it the region under, and it ships
+    /// the region (a promotion has completed here).
+    fn serving(&self, e: &Entry) -> bool {
+        e.mine
+            && match &self.control {
+                None => true,
+                Some(s) => s.holds().is_some_and(|l| e.lease == Some(l)) && self.shipper.leads(e.id),
+            }
+    }
+
+    /// Whether a write to `key`'s region may run (see [`ClusterNode::check_copies`]).
+    pub(crate) fn check_write(&self, key: &[u8]) -> Result<(), String> {
+        if self.min_replicas <= 1 {
+            return Ok(()); // every group holds its primary: no lookup on the write path
+        }
+        match self.map.load().find(key) {
+            Some(e) => self.copies_ok(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a write to region `id` may run: its group holds at least `min_replicas` copies
+    /// (etcd mode; the primary counted).
+    pub(crate) fn check_copies(&self, id: u32) -> Result<(), String> {
+        if self.min_replicas <= 1 {
+            return Ok(());
+        }
+        match self.map.load().by_id(id) {
+            Some(e) => self.copies_ok(e),
+            None => Ok(()),
+        }
+    }
+
+    fn copies_ok(&self, e: &Entry) -> Result<(), String> {
+        if e.copies >= self.min_replicas {
+            return Ok(());
+        }
+        Err(format!(
+            "region {} holds {} of the {} copies --min-replicas asks for: writes resume once the master adds backups",
+            e.id, e.copies, self.min_replicas
+        ))
+    }
+}
+
+/// Why a node does not serve region `e`, for the client.
+fn refusal(e: &Entry) -> String {
+    if e.mine {
+        return format!(
+            "region {} (epoch {}): this node's lease lapsed or the region is changing hands; refresh the region map and retry",
+            e.id, e.epoch
+        );
+    }
+    let addr = if e.native.is_empty() { "?" } else { e.native.as_str() };
+    format!("region {} is led by {} at {addr}", e.id, e.primary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(cuts: &[&str]) -> ClusterFile {
+        let mut text = String::from("[[nodes]]\nname = \"n1\"\nnative = \"a:1\"\nreplication = \"a:2\"\n");
+        let mut starts = vec![""];
+        starts.extend_from_slice(cuts);
+        for (i, s) in starts.iter().enumerate() {
+            text.push_str(&format!("[[regions]]\nid = {}\nstart = \"{s}\"\nprimary = \"n1\"\n", i + 1));
+            if let Some(end) = starts.get(i + 1) {
+                text.push_str(&format!("end = \"{end}\"\n"));
+            }
+        }
+        toml::from_str(&text).unwrap()
+    }
+
+    /// The binary search finds the region `ClusterFile::region_for`'s scan finds, for keys at,
+    /// just before and just after every bound.
+    #[test]
+    fn the_search_agrees_with_the_scan() {
+        let f = file(&["b", "d", "m", "hex:ff00"]);
+        let map = RegionMap::new(&f, "n1");
+        let keys: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"a".to_vec(),
+            b"b".to_vec(),
+            b"b\x00".to_vec(),
+            b"c\xff".to_vec(),
+            b"d".to_vec(),
+            b"l".to_vec(),
+            b"m".to_vec(),
+            b"z".to_vec(),
+            vec![0xff],
+            vec![0xff, 0],
+            vec![0xff, 0, 1],
+        ];
+        for k in keys {
+            let want = f.region_for(&k).map(|r| r.id);
+            assert_eq!(map.find(&k).map(|e| e.id), want, "key {k:?}");
+        }
+    }
+}

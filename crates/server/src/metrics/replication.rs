@@ -1,0 +1,184 @@
+//! Replication's metrics (cluster mode): what this node shipped as a primary and received as a
+//! backup, backpressure from backups' queues, and each backup's acknowledged LSN.
+
+use super::{counter, gauge, labeled_values};
+use halyard_replication::{Replica, Shipper};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// The collector of replication's metrics for the registry, read at each scrape.
+pub struct ReplicationCollector {
+    shipper: Arc<Shipper>,
+    replica: Arc<Replica>,
+    /// The regions this node leads now (whose backups' links are reported).
+    led: Box<dyn Fn() -> Vec<u32> + Send + Sync>,
+}
+
+impl ReplicationCollector {
+    /// Reports the counters of `shipper` and `replica`, and the links of the regions `led`
+    /// lists at each scrape.
+    pub fn new(
+        shipper: Arc<Shipper>,
+        replica: Arc<Replica>,
+        led: impl Fn() -> Vec<u32> + Send + Sync + 'static,
+    ) -> ReplicationCollector {
+        ReplicationCollector { shipper, replica, led: Box::new(led) }
+    }
+
+    /// What this node queued and wrote to backups, and the bytes both directions moved.
+    fn encode_shipped(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let (st, rs) = (&self.shipper.stats, &self.replica.stats);
+        counter(
+            e,
+            "halyard_replication_shipped_bytes_total",
+            "Bytes of frames queued to backups (per backup).",
+            st.bytes.load(Relaxed),
+        )?;
+        counter(e, "halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed))?;
+        counter(
+            e,
+            "halyard_replication_shipped_image_bytes_total",
+            "Segment image bytes (SSTs, medium runs) queued to backups before LZ4 packing (per backup).",
+            st.image_bytes.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_sent_bytes_total",
+            "Replication bytes this node wrote to sockets: frames to backups and acknowledgements to primaries.",
+            st.sent.load(Relaxed) + rs.sent.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_socket_received_bytes_total",
+            "Replication bytes this node read from sockets: frames from primaries and acknowledgements from backups.",
+            rs.bytes.load(Relaxed) + st.received.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_link_failures_total",
+            "Backup links that failed.",
+            st.broken_links.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_connections_total",
+            "Connections opened to backup nodes (one per backup node, carrying all its regions' streams).",
+            st.connections.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_socket_writes_total",
+            "Writes to backup sockets; shipped frames over this is how many frames one write carries.",
+            st.writes.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_catch_ups_total",
+            "Full copies sent to returning backups.",
+            st.catch_ups.load(Relaxed),
+        )
+    }
+
+    /// Writers held back by backups' full replication queues.
+    fn encode_backpressure(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let st = &self.shipper.stats;
+        counter(
+            e,
+            "halyard_replication_throttled_waits_total",
+            "Times a writer waited for room in a backup's replication queue.",
+            st.throttled_waits.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_throttled_seconds_total",
+            "Seconds writers spent waiting for room in backups' replication queues.",
+            st.throttled_micros.load(Relaxed) as f64 / 1e6,
+        )?;
+        counter(
+            e,
+            "halyard_replication_stuck_links_total",
+            "Backup links failed because their queue stayed full without draining for the ack timeout.",
+            st.stuck_links.load(Relaxed),
+        )?;
+        gauge(
+            e,
+            "halyard_replication_full_links",
+            "Backup links whose queue is at its bound now.",
+            st.full_links.load(Relaxed) as i64,
+        )?;
+        let mut samples = Vec::new();
+        for region in (self.led)() {
+            for l in self.shipper.links(region) {
+                samples.push(([("region", region.to_string()), ("backup", l.node.clone())], l.queued_bytes() as i64));
+            }
+        }
+        labeled_values(
+            e,
+            "halyard_replication_queued_bytes",
+            "Frame bytes queued for a backup and not yet sent.",
+            MetricType::Gauge,
+            samples,
+        )
+    }
+
+    /// What this node took from primaries as a backup.
+    fn encode_received(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let rs = &self.replica.stats;
+        counter(
+            e,
+            "halyard_replication_received_bytes_total",
+            "Bytes received from primaries.",
+            rs.bytes.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_rejected_total",
+            "Streams or messages refused (stale epoch, unknown region).",
+            rs.rejected.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_unauthenticated_total",
+            "Connections to the replication port refused for a missing or wrong cluster secret.",
+            rs.unauthenticated.load(Relaxed),
+        )
+    }
+
+    /// The last LSN each backup of each region this node leads acknowledged.
+    fn encode_acked(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let mut samples = Vec::new();
+        for region in (self.led)() {
+            for l in self.shipper.links(region) {
+                let labels =
+                    [("region", region.to_string()), ("backup", l.node.clone()), ("live", l.is_live().to_string())];
+                samples.push((labels, l.acked()));
+            }
+        }
+        labeled_values(
+            e,
+            "halyard_replication_acked_lsn",
+            "Last LSN each backup acknowledged.",
+            MetricType::Gauge,
+            samples,
+        )
+    }
+}
+
+impl fmt::Debug for ReplicationCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReplicationCollector")
+    }
+}
+
+impl Collector for ReplicationCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> fmt::Result {
+        self.encode_shipped(&mut e)?;
+        self.encode_backpressure(&mut e)?;
+        self.encode_received(&mut e)?;
+        self.encode_acked(&mut e)
+    }
+}
