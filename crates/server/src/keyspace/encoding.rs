@@ -12,7 +12,7 @@
 //! `esc` doubles every 0x00 of the user key as 00 FF and `00 01` ends it, so the encoding keeps
 //! user keys' order and no encoded key is a prefix of another: a key's fields sort right after
 //! it and before the next key. A hash therefore lies in one region of a cluster, whatever the
-//! split points, as long as a split point holds no 00 byte (`cluster init --resp` cuts so).
+//! split points, as long as a split point holds no 00 byte (`cluster init --redis` cuts so).
 //!
 //! `fesc` puts a 00 byte before a field name that is empty or starts with 00 and leaves every
 //! other name as it is. It is injective and never empty, so no field's key equals its hash's
