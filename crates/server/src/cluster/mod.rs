@@ -11,6 +11,7 @@
 //! importing only this file and the ones listed before it:
 //! - `peers.rs`: the other nodes: their addresses, connections to their native ports,
 //!   forwarding a Redis command to a region's primary;
+//! - `map.rs`: the region map as requests search it (imports nothing of the others);
 //! - `routing.rs`: region lookups: where a key's requests go, the targets of the map, whether a
 //!   write may run;
 //! - `acks.rs`: waiting for backups' acknowledgements of writes, reporting silent ones;
@@ -23,14 +24,15 @@
 
 mod acks;
 mod follow;
+mod map;
 mod peers;
 mod progress;
 mod roles;
 mod router;
 mod routing;
-
-pub use routing::Located;
 mod start;
+
+pub use map::Located;
 
 use halyard_cluster::ClusterFile;
 use halyard_engine::Db;
@@ -85,7 +87,7 @@ pub struct ClusterNode {
     /// The map as the cluster file or etcd gives it; change it only through `edit_file`.
     pub(crate) file: RwLock<ClusterFile>,
     /// The map as requests search it (`routing.rs`), rebuilt with every change of `file`.
-    pub(crate) map: arc_swap::ArcSwap<routing::RegionMap>,
+    pub(crate) map: arc_swap::ArcSwap<map::RegionMap>,
     pub(crate) db: Arc<Db>,
     /// etcd mode: the node's session (its lease is the fencing clock); None with a file.
     pub(crate) control: Option<Arc<halyard_control::Session>>,

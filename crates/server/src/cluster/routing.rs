@@ -2,80 +2,14 @@
 //! [`ClusterNode::route`]), the map's regions as requests see them ([`Target`]), whether this
 //! node may serve a region it leads now, and whether a write may run (`--min-replicas`).
 //!
-//! Requests search a [`RegionMap`]: the map's regions with their bounds decoded once, sorted by
-//! start key and searched by binary search, rebuilt whenever the map changes
+//! Requests search the map as `map.rs` lays it out, rebuilt whenever the map changes
 //! ([`ClusterNode::edit_file`]). The map as the cluster file or etcd gives it
 //! (`ClusterNode::file`) stays for the role changes.
 
+use super::map::{refusal, Entry, Located, RegionMap};
 use super::{ClusterNode, Route, Target};
 use halyard_cluster::ClusterFile;
 use halyard_proto::ErrorCode;
-
-/// One region as requests look it up.
-#[derive(Debug)]
-struct Entry {
-    id: u32,
-    epoch: u64,
-    start: Vec<u8>,
-    end: Option<Vec<u8>>,
-    /// This node is the primary in the map.
-    mine: bool,
-    /// The lease this node holds the region under, in the map (etcd mode).
-    lease: Option<i64>,
-    primary: String,
-    /// The primary's native address ("" when the map names none).
-    native: String,
-    /// Copies the group holds, the primary counted.
-    copies: usize,
-}
-
-/// The map's regions by start key.
-#[derive(Debug, Default)]
-pub(crate) struct RegionMap {
-    entries: Vec<Entry>,
-}
-
-impl RegionMap {
-    /// The map of `file` as node `me` sees it.
-    pub(crate) fn new(file: &ClusterFile, me: &str) -> RegionMap {
-        let mut entries: Vec<Entry> = file
-            .regions
-            .iter()
-            .map(|r| Entry {
-                id: r.id,
-                epoch: r.epoch,
-                start: r.start_bytes(),
-                end: r.end_bytes(),
-                mine: r.primary == me,
-                lease: r.leases.get(me).copied(),
-                primary: r.primary.clone(),
-                native: file.node(&r.primary).map(|n| n.native.clone()).unwrap_or_default(),
-                copies: r.backups.len() + 1,
-            })
-            .collect();
-        entries.sort_by(|a, b| a.start.cmp(&b.start));
-        RegionMap { entries }
-    }
-
-    /// The region holding `key`.
-    fn find(&self, key: &[u8]) -> Option<&Entry> {
-        let i = self.entries.partition_point(|e| e.start.as_slice() <= key).checked_sub(1)?;
-        self.entries.get(i).filter(|e| e.end.as_deref().is_none_or(|end| key < end))
-    }
-
-    fn by_id(&self, id: u32) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.id == id)
-    }
-}
-
-/// Where a key lies: its region, and whether this node serves it now.
-#[derive(Clone, Copy, Debug)]
-pub struct Located {
-    /// The region's id.
-    pub id: u32,
-    /// This node leads the region and may serve it now.
-    pub local: bool,
-}
 
 impl ClusterNode {
     /// Changes the map (`file`) and the lookups requests make in it, together.
@@ -203,61 +137,5 @@ impl ClusterNode {
             "region {} holds {} of the {} copies --min-replicas asks for: writes resume once the master adds backups",
             e.id, e.copies, self.min_replicas
         ))
-    }
-}
-
-/// Why a node does not serve region `e`, for the client.
-fn refusal(e: &Entry) -> String {
-    if e.mine {
-        return format!(
-            "region {} (epoch {}): this node's lease lapsed or the region is changing hands; refresh the region map and retry",
-            e.id, e.epoch
-        );
-    }
-    let addr = if e.native.is_empty() { "?" } else { e.native.as_str() };
-    format!("region {} is led by {} at {addr}", e.id, e.primary)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(cuts: &[&str]) -> ClusterFile {
-        let mut text = String::from("[[nodes]]\nname = \"n1\"\nnative = \"a:1\"\nreplication = \"a:2\"\n");
-        let mut starts = vec![""];
-        starts.extend_from_slice(cuts);
-        for (i, s) in starts.iter().enumerate() {
-            text.push_str(&format!("[[regions]]\nid = {}\nstart = \"{s}\"\nprimary = \"n1\"\n", i + 1));
-            if let Some(end) = starts.get(i + 1) {
-                text.push_str(&format!("end = \"{end}\"\n"));
-            }
-        }
-        toml::from_str(&text).unwrap()
-    }
-
-    /// The binary search finds the region `ClusterFile::region_for`'s scan finds, for keys at,
-    /// just before and just after every bound.
-    #[test]
-    fn the_search_agrees_with_the_scan() {
-        let f = file(&["b", "d", "m", "hex:ff00"]);
-        let map = RegionMap::new(&f, "n1");
-        let keys: Vec<Vec<u8>> = vec![
-            b"".to_vec(),
-            b"a".to_vec(),
-            b"b".to_vec(),
-            b"b\x00".to_vec(),
-            b"c\xff".to_vec(),
-            b"d".to_vec(),
-            b"l".to_vec(),
-            b"m".to_vec(),
-            b"z".to_vec(),
-            vec![0xff],
-            vec![0xff, 0],
-            vec![0xff, 0, 1],
-        ];
-        for k in keys {
-            let want = f.region_for(&k).map(|r| r.id);
-            assert_eq!(map.find(&k).map(|e| e.id), want, "key {k:?}");
-        }
     }
 }

@@ -3,8 +3,8 @@
 //! ([`ClusterNode::start_etcd`]: registered under a lease, then following the map and
 //! campaigning for master). Both build the node from the settings the same way.
 
+use super::map::RegionMap;
 use super::peers::replication_addrs;
-use super::routing::RegionMap;
 use super::{ClusterNode, Peers};
 use crate::config::{Ack, ServerConfig};
 use crate::ServerError;
