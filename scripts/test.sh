@@ -8,8 +8,9 @@ need=()
 # with a real redis-server; librocksdb-dev, libclang-dev and clang: the benchmark's RocksDB and
 # BlobDB baselines (Debian's librocksdb 7.8.3, with the rocksdb crate 0.21.0: see
 # crates/bench/README.md); fonts-dejavu-core: text in the plots.
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in redis-server redis-tools librocksdb-dev libclang-dev clang fonts-dejavu-core; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  installed "$p" || need+=("$p")
 done
 # etcd: the cluster tests start real etcd servers.
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
