@@ -2,7 +2,7 @@
 """Where Halyard's bytes go in one phase, from the engine's own counters in `--json` reports.
 
 Usage: scripts/engine-bytes.py [--phase run-a] run1.json run2.json ...
-Prints the markdown table of docs/performance.md ("Where Halyard's bytes go"): per file and mix,
+Prints a markdown table: per file and mix,
 Halyard's device bytes per user byte split by purpose (point reads, compaction, large-log GC,
 the logs), RocksDB's total from /proc in the same run, and what 0.33x of it allows. The counters'
 sum is checked against /proc/self/io: a gap over 2% is printed next to the total.
