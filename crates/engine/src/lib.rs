@@ -70,5 +70,5 @@ pub use replication::backup::{
     decode_log_records, decode_shipped_edits, encode_shipped_edits, replay_batches, LogRecord, Overlay, Promotion,
     ReplicaMaps, TailImage,
 };
-pub use replication::ship::RegionSnapshot;
+pub use replication::ship::{CopyImage, RegionCopy};
 pub use replication::Replication;

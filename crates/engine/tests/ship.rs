@@ -13,7 +13,7 @@
     reason = "test code: a failure stops where it happened"
 )]
 
-use halyard_engine::{Db, Edit, Error, LogKind, Options, ShipListener, ShippedSegment, SstInfo, TailImage};
+use halyard_engine::{CopyImage, Db, Edit, Error, LogKind, Options, ShipListener, ShippedSegment, SstInfo, TailImage};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -102,21 +102,23 @@ impl Buffers {
     }
 }
 
-/// The events a full copy of the region consists of (what catch-up ships to a new backup).
-fn snapshot_events(snap: halyard_engine::RegionSnapshot) -> Vec<Event> {
+/// The events a full copy of the region consists of (what catch-up ships to a new backup),
+/// read from the primary's device now, whatever the region did since the capture.
+fn copy_events(copy: halyard_engine::RegionCopy) -> Vec<Event> {
     let mut evs = Vec::new();
-    for (log, seg, salt, tail, bytes) in snap.logs {
-        if log == LogKind::Medium {
-            evs.push(Event::Medium(seg, salt, bytes));
-            continue;
-        }
-        evs.push(Event::Append { log, seg, salt, offset: 0, bytes });
-        if !tail {
-            evs.push(Event::Sealed { log, seg, salt });
+    for i in 0..copy.pieces() {
+        match copy.read(i).expect("read a piece of the copy") {
+            CopyImage::Log(LogKind::Medium, seg, salt, _, bytes) => evs.push(Event::Medium(seg, salt, bytes)),
+            CopyImage::Log(log, seg, salt, tail, bytes) => {
+                evs.push(Event::Append { log, seg, salt, offset: 0, bytes });
+                if !tail {
+                    evs.push(Event::Sealed { log, seg, salt });
+                }
+            }
+            CopyImage::Sst(info, bytes) => evs.push(Event::Sst(info, bytes)),
         }
     }
-    evs.extend(snap.ssts.into_iter().map(|(i, b)| Event::Sst(i, b)));
-    evs.push(Event::Edits(snap.edits));
+    evs.push(Event::Edits(copy.edits().to_vec()));
     evs
 }
 
@@ -224,13 +226,17 @@ fn backups_follow_restart_promote_and_remap() {
             let db3 = open_backup(&b3dir, true);
             db3.replication().backup_log_segment(0, LogKind::L0, 999, 1, b"stale").expect("stale state");
             db3.replication().reset_backup(0).expect("reset");
-            let (before, snap) =
-                primary.replication().with_snapshot(0, |snap| (rec.take(), snapshot_events(snap))).expect("snapshot");
+            let (before, copy) = primary.replication().with_copy(0, |c| (rec.take(), c)).expect("copy");
             for ev in before {
                 buf1.apply(&b1, &ev);
                 buf2.apply(&b2, &ev);
             }
-            for ev in &snap {
+            // The region goes on (writes, a compaction, GC) before the copy's segments are
+            // read: the copy's pin keeps them from being reused meanwhile.
+            write_round(&primary, 40 + round, &mut model);
+            primary.compact().expect("compact");
+            primary.gc().expect("gc");
+            for ev in &copy_events(copy) {
                 buf3.apply(&db3, ev);
             }
             b3 = Some(db3);
@@ -416,7 +422,7 @@ fn region_with_its_own_history_is_demoted_and_takes_a_full_copy() {
     copy.replication().demote_to_backup(0).expect("demote");
     assert!(matches!(copy.put(b"x", b"y"), Err(Error::BackupRegion(0))));
     assert!(copy.scan(..).next().is_none(), "a demoted region is empty");
-    let snap = primary.replication().with_snapshot(0, snapshot_events).expect("snapshot");
+    let snap = primary.replication().with_copy(0, |c| c).map(copy_events).expect("copy");
     let mut bufs = Buffers::default();
     for ev in &snap {
         bufs.apply(&copy, ev);

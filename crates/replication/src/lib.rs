@@ -8,6 +8,7 @@
 //! setters are re-exported here.
 
 pub mod admin;
+mod copy;
 mod error;
 mod link;
 mod peer;
@@ -18,6 +19,6 @@ pub mod wire;
 pub use admin::{Hooks, NodeHooks};
 pub use error::{Error, Result};
 pub use halyard_admin::auth::{matches as is_cluster_secret, secret as cluster_secret, set_cluster_secret};
-pub use primary::{ShipStats, Shipper, DEFAULT_QUEUE_BYTES};
+pub use primary::{ShipStats, Shipper, DEFAULT_COPY_RATE, DEFAULT_QUEUE_BYTES};
 pub use replica::{Promoted, Replica};
 pub use wire::{Mode, Msg};

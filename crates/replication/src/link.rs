@@ -25,6 +25,8 @@ pub struct ShipStats {
     pub broken_links: AtomicU64,
     /// Full copies sent to backups that (re)joined.
     pub catch_ups: AtomicU64,
+    /// Segment bytes full copies read and handed to the connections' writers.
+    pub copy_bytes: AtomicU64,
     /// Connections opened to backup nodes (one per backup node, again after a failure).
     pub connections: AtomicU64,
     /// Socket writes to backups (each carries whatever the node's regions had queued).
@@ -46,9 +48,9 @@ pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
 pub(crate) enum Item {
     Frame(Arc<Vec<u8>>),
-    /// A full copy of the region, encoded (and packed) by the connection's writer rather than
-    /// while the region is paused for the copy.
-    Copy(Vec<Msg>),
+    /// A full copy of the region, its frames read and encoded by the copy's reader thread
+    /// (`crate::copy`) while the writer sends them; the link's later items wait behind it.
+    Copy(crate::copy::Feed),
     /// Everything queued before this is stale (sent before the link failed); a catch-up follows.
     Restart,
 }
@@ -77,6 +79,13 @@ pub struct Link {
     pub(crate) drained: AtomicU64,
     /// The queue's bound in bytes.
     pub(crate) limit: u64,
+    /// A full copy is on its way to the backup (its `Copied` frame not handed to the writer yet).
+    pub(crate) copying: AtomicBool,
+    /// Counts the link's copies: a copy's reader stops once a newer one began.
+    pub(crate) copy_gen: AtomicU64,
+    /// Bytes of segments the current or last copy holds, and how many were read so far.
+    pub(crate) copy_total: AtomicU64,
+    pub(crate) copy_done: AtomicU64,
     /// Woken when the queue drops below its bound and when the link fails.
     pub(crate) room: Notify,
     pub(crate) stats: Arc<ShipStats>,
@@ -135,6 +144,11 @@ impl Link {
     /// Last LSN the backup acknowledged.
     pub fn acked(&self) -> u64 {
         *self.acked.borrow()
+    }
+
+    /// While a full copy is on its way to the backup: (bytes sent, bytes in all).
+    pub fn copy_progress(&self) -> Option<(u64, u64)> {
+        self.copying.load(Relaxed).then(|| (self.copy_done.load(Relaxed), self.copy_total.load(Relaxed)))
     }
 
     /// Whether the link gave up for good (the backup cannot be brought up to date).

@@ -91,6 +91,8 @@ struct Attached {
     queue: Queue,
     /// Frames queued before the next Restart are stale (the session sent a full copy).
     skip: bool,
+    /// The full copy being sent: the link's queue waits behind it.
+    feed: Option<crate::copy::Feed>,
 }
 
 /// One TCP connection to a backup node.
@@ -149,7 +151,7 @@ impl Conn {
 
     /// Hands the route's link queue to the writer, which sends what it holds and what comes.
     pub(crate) fn attach(&self, route: &RouteGuard, queue: Queue, skip: bool) {
-        self.attached.lock().push(Attached { id: route.id, link: route.link.clone(), queue, skip });
+        self.attached.lock().push(Attached { id: route.id, link: route.link.clone(), queue, skip, feed: None });
         *route.link.waker.lock() = Some(self.wake.clone());
         self.wake.notify_one();
     }
@@ -180,9 +182,16 @@ impl Conn {
                 continue; // It stopped taking frames; its session is ending.
             }
             let start = batch.len();
-            let mut q = a.queue.lock();
+            let queue = a.queue.clone();
+            let mut q = queue.lock();
             let mut taken = 0;
             while batch.len() < MAX_BATCH {
+                if a.feed.is_some() {
+                    if self.take_copy(a, batch) {
+                        continue;
+                    }
+                    break;
+                }
                 let Ok(item) = q.try_recv() else { break };
                 match item {
                     Item::Restart => {
@@ -195,19 +204,42 @@ impl Conn {
                             batch.extend_from_slice(&f);
                         }
                     }
-                    Item::Copy(msgs) => {
-                        for m in msgs {
-                            let at = batch.len();
-                            batch.extend_from_slice(&m.encode());
-                            self.stats.bytes.fetch_add((batch.len() - at) as u64, Relaxed);
-                            self.stats.image_bytes.fetch_add(crate::link::image_len(&m), Relaxed);
-                        }
-                    }
+                    // A stale copy (before the Restart) is dropped: its reader stops.
+                    Item::Copy(feed) => a.feed = (!a.skip).then_some(feed),
                 }
             }
             drop(q);
             a.link.dequeued(taken);
         }
+    }
+
+    /// Moves the next chunk of the copy being sent into `batch`; false when none is ready yet
+    /// (or the copy failed) and the link's queue must wait.
+    fn take_copy(&self, a: &mut Attached, batch: &mut Vec<u8>) -> bool {
+        use crate::copy::Chunk;
+        use tokio::sync::mpsc::error::TryRecvError;
+        let Some(feed) = a.feed.as_mut() else { return true };
+        let why = match feed.try_recv() {
+            Ok(Chunk::Frame(f)) => {
+                batch.extend_from_slice(&f);
+                self.stats.bytes.fetch_add(f.len() as u64, Relaxed);
+                // The queue's stall check sees the link making progress.
+                a.link.drained.fetch_add(f.len() as u64, Relaxed);
+                return true;
+            }
+            Ok(Chunk::Done) => {
+                a.feed = None;
+                a.link.copying.store(false, Relaxed);
+                a.link.acked.send_modify(|_| {});
+                return true;
+            }
+            Err(TryRecvError::Empty) => return false,
+            Ok(Chunk::Failed(why)) => why,
+            Err(TryRecvError::Disconnected) => "the copy's reader stopped".to_string(),
+        };
+        a.feed = None;
+        a.link.fail(&why, &self.stats);
+        false
     }
 
     async fn write_loop(self: Arc<Self>, mut wr: OwnedWriteHalf) {

@@ -22,13 +22,16 @@ use crate::link::{image_len, Item, Link};
 pub use crate::link::{ShipStats, DEFAULT_QUEUE_BYTES};
 use crate::peer::Peers;
 use crate::wire::{Mode, Msg};
-use halyard_engine::{encode_shipped_edits, Db, Edit, LogKind, RegionSnapshot, ShipListener, ShippedSegment};
+use halyard_engine::{encode_shipped_edits, Db, Edit, LogKind, RegionCopy, ShipListener, ShippedSegment};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
+
+/// Bytes a second one full copy reads and sends by default (64 MiB/s, `move_rate_mb`).
+pub const DEFAULT_COPY_RATE: u64 = 64 << 20;
 
 /// The streams of one region.
 pub struct RegionStream {
@@ -46,6 +49,8 @@ pub struct Shipper {
     pub stats: Arc<ShipStats>,
     ack_timeout: Duration,
     queue_limit: u64,
+    /// Bytes a second a full copy reads and sends at most (0: unlimited).
+    copy_rate: AtomicU64,
     db: OnceLock<Weak<Db>>,
     peers: Peers,
 }
@@ -66,9 +71,15 @@ impl Shipper {
             stats: Arc::default(),
             ack_timeout,
             queue_limit: queue_bytes.max(1),
+            copy_rate: AtomicU64::new(DEFAULT_COPY_RATE),
             db: OnceLock::new(),
             peers: Peers::default(),
         })
+    }
+
+    /// Limits full copies to `bytes_per_sec` each (0: unlimited; default [`DEFAULT_COPY_RATE`]).
+    pub fn set_copy_rate(&self, bytes_per_sec: u64) {
+        self.copy_rate.store(bytes_per_sec, Relaxed);
     }
 
     /// The store whose regions are shipped (needed for full copies).
@@ -119,6 +130,10 @@ impl Shipper {
             queued: AtomicU64::new(0),
             drained: AtomicU64::new(0),
             limit: self.queue_limit,
+            copying: AtomicBool::new(false),
+            copy_gen: AtomicU64::new(0),
+            copy_total: AtomicU64::new(0),
+            copy_done: AtomicU64::new(0),
             room: Notify::new(),
             stats: self.stats.clone(),
         })
@@ -216,7 +231,8 @@ impl Shipper {
     /// fewer copies (logged and counted) instead of blocking forever.
     pub async fn wait_acked(&self, region: u32, lsn: u64) {
         for l in self.links(region) {
-            if l.stopped.load(Relaxed) {
+            // A backup taking a full copy counts from its end (it acknowledges nothing before).
+            if l.stopped.load(Relaxed) || l.copying.load(Relaxed) {
                 continue;
             }
             let deadline = match *l.down_since.lock() {
@@ -338,47 +354,26 @@ impl Shipper {
         }
     }
 
-    /// Queues a full copy of the region on `l` and makes the link live, atomically with the
-    /// region's stream (no write, compaction or GC runs in between).
-    fn catch_up(&self, s: &RegionStream, l: &Link) -> crate::Result<()> {
+    /// Captures the region for a full copy, queues the copy's feed on `l` and makes the link
+    /// live, atomically with the region's stream (no write, compaction or GC runs in
+    /// between); the copy's segments are then read and sent by its reader ([`crate::copy`]).
+    fn catch_up(&self, s: &RegionStream, l: &Arc<Link>) -> crate::Result<()> {
         let db = self.db.get().and_then(Weak::upgrade).ok_or_else(|| crate::Error::Protocol("store closed".into()))?;
-        let handle = db.region(s.region)?;
         let (region, epoch) = (s.region, s.epoch.load(Relaxed));
-        let r = db.replication().with_snapshot(region, |snap: RegionSnapshot| {
-            let lsn = handle.lsn();
+        let rate = self.copy_rate.load(Relaxed);
+        let copying = db.replication().with_copy(region, |copy: RegionCopy| {
             let _ = l.tx.send(Item::Restart);
-            if lsn == 0 && snap.ssts.is_empty() {
-                // Nothing was ever written: nothing to copy.
-                l.live.store(true, Relaxed);
-                *l.down_since.lock() = None;
-                l.acked.send_replace(0);
-                return false;
+            // A region that never held anything has nothing to copy.
+            let copying = !copy.is_empty();
+            if copying {
+                let _ = l.tx.send(Item::Copy(crate::copy::start(copy, region, epoch, l, rate)));
             }
-            let mut frames = vec![Msg::Reset { epoch, region }];
-            for (log, seg, salt, tail, bytes) in snap.logs {
-                if log == LogKind::Medium {
-                    frames.push(Msg::Medium { epoch, region, seg, salt, bytes });
-                    continue;
-                }
-                let last_lsn = if tail { lsn } else { 0 };
-                let log = log as u8;
-                frames.push(Msg::Append { epoch, region, log, seg, salt, offset: 0, last_lsn, commit: 0, bytes });
-                if !tail {
-                    frames.push(Msg::Seal { epoch, region, log, seg, salt });
-                }
-            }
-            for (info, bytes) in snap.ssts {
-                frames.push(Msg::Sst { epoch, region, info: info.to_bytes(), bytes });
-            }
-            frames.push(Msg::Edits { epoch, region, edits: encode_shipped_edits(region, &snap.edits) });
-            frames.push(Msg::Copied { epoch, region, lsn });
-            let _ = l.tx.send(Item::Copy(frames));
             l.live.store(true, Relaxed);
             *l.down_since.lock() = None;
             l.acked.send_replace(0);
-            true
+            copying
         })?;
-        if r {
+        if copying {
             self.stats.catch_ups.fetch_add(1, Relaxed);
         }
         Ok(())

@@ -38,19 +38,6 @@ impl Replication<'_> {
     }
 }
 
-/// A region's whole state at one instant, for a backup that starts from nothing (catch-up):
-/// ship `logs` (L0 and large segments as log bytes, sealed unless `tail`; medium segments as
-/// compaction output), then `ssts`, then `edits`, which install them on the backup.
-pub struct RegionSnapshot {
-    /// (log, segment, salt, is the current tail, image). Tail images hold the bytes appended
-    /// so far; later appends continue at their end.
-    pub logs: Vec<(LogKind, u32, u32, bool, Vec<u8>)>,
-    /// SSTs and their images (`info.used_bytes` long).
-    pub ssts: Vec<(SstInfo, Vec<u8>)>,
-    /// The edits that publish the levels, the medium log and GC accounting.
-    pub edits: Vec<crate::catalog::Edit>,
-}
-
 /// The bytes of a log segment a backup may take: a sealed L0 or large segment up to its last
 /// record within the seal, so that records a crash voided (beyond the recovered prefix, their
 /// LSNs handed out again since) never reach a backup, which would replay them; other segments
@@ -63,17 +50,133 @@ fn valid_len(kind: LogKind, img: &[u8], s: &crate::catalog::LogSeg) -> usize {
     record::end_through(records.iter().map(|(o, r)| (*o, r.len, r.lsn)), s.sealed)
 }
 
+/// A region's state captured at one instant for a backup that starts from nothing (a full
+/// copy), read segment by segment afterwards while the region goes on. The allocator stays
+/// pinned while the copy lives, so no segment it names is reused before it is read; the log
+/// tails' contents at the capture are held in memory (later appends are not part of it).
+///
+/// Ship its pieces in order ([`RegionCopy::read`]: L0 and large segments as log bytes, sealed
+/// unless a tail; medium segments as compaction output; then SSTs), then [`RegionCopy::edits`],
+/// which install them on the backup.
+pub struct RegionCopy {
+    /// The last LSN the copy holds.
+    pub lsn: u64,
+    pieces: Vec<Piece>,
+    edits: Vec<crate::catalog::Edit>,
+    dev: std::sync::Arc<crate::device::Device>,
+    _pin: crate::device::alloc::Pin,
+}
+
+/// One segment of a [`RegionCopy`], not read yet.
+enum Piece {
+    Log { kind: LogKind, seg: crate::catalog::LogSeg, tail: Option<Vec<u8>> },
+    Sst(SstInfo),
+}
+
+/// One segment of a [`RegionCopy`] as read.
+pub enum CopyImage {
+    /// A log segment: (log, segment, salt, is a tail, image). Tail images hold the bytes
+    /// appended up to the capture; later appends continue at their end.
+    Log(LogKind, u32, u32, bool, Vec<u8>),
+    /// An SST and its image (`info.used_bytes` long).
+    Sst(SstInfo, Vec<u8>),
+}
+
+impl RegionCopy {
+    /// How many segments the copy holds.
+    pub fn pieces(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Bytes the copy's images add up to, at most (a sealed L0 or large segment is counted by
+    /// its fill and sent up to its last valid record; a medium segment is sent whole).
+    pub fn total_bytes(&self) -> u64 {
+        let seg_bytes = self.dev.seg_bytes();
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Log { tail: Some(t), .. } => t.len() as u64,
+                Piece::Log { kind: LogKind::Medium, .. } => seg_bytes,
+                Piece::Log { seg, .. } => seg.written(seg_bytes),
+                Piece::Sst(info) => u64::from(info.used_bytes),
+            })
+            .sum()
+    }
+
+    /// Whether the region never held anything (nothing to copy).
+    pub fn is_empty(&self) -> bool {
+        self.lsn == 0 && !self.pieces.iter().any(|p| matches!(p, Piece::Sst(_)))
+    }
+
+    /// Reads piece `i` (0-based, in shipping order) from the device.
+    pub fn read(&self, i: usize) -> Result<CopyImage> {
+        let Some(p) = self.pieces.get(i) else {
+            return Err(Error::InvalidOptions(format!("a copy of {} pieces has no piece {i}", self.pieces.len())));
+        };
+        let dev = &self.dev;
+        match p {
+            Piece::Log { kind, seg, tail: Some(t) } => Ok(CopyImage::Log(*kind, seg.seg, seg.salt, true, t.clone())),
+            Piece::Log { kind, seg, tail: None } => {
+                let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
+                dev.read_into(dev.seg_base(seg.seg), &mut img, IoKind::Replication)?;
+                let len = valid_len(*kind, &img, seg);
+                Ok(CopyImage::Log(*kind, seg.seg, seg.salt, false, img[..len].to_vec()))
+            }
+            Piece::Sst(info) => {
+                let mut img = AlignedBuf::new(info.used_bytes as usize);
+                dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Replication)?;
+                Ok(CopyImage::Sst(info.clone(), img.to_vec()))
+            }
+        }
+    }
+
+    /// The edits that publish the levels, the medium log and GC accounting on the backup, once
+    /// every piece arrived.
+    pub fn edits(&self) -> &[crate::catalog::Edit] {
+        &self.edits
+    }
+}
+
+/// The catalog edits a backup applies after a full copy's segments to hold the region as `meta`.
+fn copy_edits(meta: &crate::catalog::RegionMeta) -> Vec<crate::catalog::Edit> {
+    use crate::catalog::Edit;
+    let mut edits = vec![Edit::L1Lsn(meta.l1_lsn)];
+    for (i, ssts_of_level) in meta.levels.iter().enumerate() {
+        let Some(level) = Level::at_index(i) else { continue };
+        edits.extend(ssts_of_level.iter().map(|sst| Edit::AddSst { level, sst: sst.clone() }));
+    }
+    for s in meta.log(LogKind::Medium) {
+        edits.push(Edit::LogAdd { log: LogKind::Medium, seg: s.seg, salt: s.salt });
+        if let Some(&n) = meta.medium_ptrs.get(&s.seg) {
+            edits.push(Edit::MediumPtrs { seg: s.seg, salt: s.salt, delta: n as i64 });
+        }
+    }
+    for s in meta.log(LogKind::Large) {
+        if let Some(&g) = meta.large_garbage.get(&s.seg) {
+            edits.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
+        }
+    }
+    for d in &meta.range_dels {
+        edits.push(Edit::AddRangeDel { start: d.start.clone(), end: d.end.clone(), lsn: d.lsn });
+    }
+    edits
+}
+
 impl Replication<'_> {
-    /// Takes a snapshot of a primary region for a new or returning backup and calls `f` with
-    /// it while no write, compaction or GC of the region can run: whatever the region ships
-    /// after `f` returns follows the snapshot exactly. The region's writers wait meanwhile.
-    pub fn with_snapshot<T>(&self, region: u32, f: impl FnOnce(RegionSnapshot) -> T) -> Result<T> {
-        use crate::catalog::Edit;
+    /// Captures a primary region for a full copy to a new or returning backup and calls `f`
+    /// with it while no write, compaction or GC of the region can run: whatever the region
+    /// ships after `f` returns follows the copy exactly. The region's writers wait only while
+    /// the capture copies the log tails' in-memory images (and `f` runs); running compactions
+    /// finish first, without holding writers. The copy's segments are read afterwards, from
+    /// the returned [`RegionCopy`], with writes going on.
+    pub fn with_copy<T>(&self, region: u32, f: impl FnOnce(RegionCopy) -> T) -> Result<T> {
         let h = self.db.region(region)?;
         let r = &h.region;
         if r.is_backup() {
             return Err(Error::BackupRegion(region));
         }
+        let sh = r.sh();
+        let pin = sh.alloc.pin();
         let _gc = gc::keep_out(r);
         // Claim every level so that no compaction starts, once the running ones finish.
         compaction::claim_all_levels(r)?;
@@ -84,47 +187,24 @@ impl Replication<'_> {
             }
         }
         let _release = Release(r);
-        let mut w = r.w().lock();
-        r.write_out(&mut w)?;
-        let meta = r.sh().manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
-        let dev = &r.sh().dev;
-        let tails = [w.l0.seg.map(|s| (s.0, w.l0.image().len())), w.large.seg.map(|s| (s.0, w.large.image().len()))];
-        let mut logs = Vec::new();
+        let w = r.w().lock();
+        // The chunks of sealed segments still queued for the device reach it before they are
+        // read (what is queued is at most a few chunks: the log writer drains continuously).
+        r.drain_log_writes()?;
+        let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let tails: Vec<(u32, Vec<u8>)> =
+            [&w.l0, &w.large].iter().filter_map(|t| Some((t.seg?.0, t.image().to_vec()))).collect();
+        let mut pieces = Vec::new();
         for kind in [LogKind::L0, LogKind::Large, LogKind::Medium] {
             for s in meta.log(kind) {
-                let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
-                dev.read_into(dev.seg_base(s.seg), &mut img, IoKind::Read)?;
-                let tail = tails.iter().flatten().find(|t| t.0 == s.seg).map(|t| t.1);
-                let len = tail.unwrap_or_else(|| valid_len(kind, &img, s));
-                logs.push((kind, s.seg, s.salt, tail.is_some(), img[..len].to_vec()));
+                let tail = tails.iter().find(|t| t.0 == s.seg).map(|t| t.1.clone());
+                pieces.push(Piece::Log { kind, seg: s.clone(), tail });
             }
         }
-        let mut ssts = Vec::new();
-        let mut edits = vec![Edit::L1Lsn(meta.l1_lsn)];
-        for (i, ssts_of_level) in meta.levels.iter().enumerate() {
-            let Some(level) = Level::at_index(i) else { continue };
-            for info in ssts_of_level {
-                let mut img = AlignedBuf::new(info.used_bytes as usize);
-                dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Read)?;
-                ssts.push((info.clone(), img.to_vec()));
-                edits.push(Edit::AddSst { level, sst: info.clone() });
-            }
-        }
-        for s in meta.log(LogKind::Medium) {
-            edits.push(Edit::LogAdd { log: LogKind::Medium, seg: s.seg, salt: s.salt });
-            if let Some(&n) = meta.medium_ptrs.get(&s.seg) {
-                edits.push(Edit::MediumPtrs { seg: s.seg, salt: s.salt, delta: n as i64 });
-            }
-        }
-        for s in meta.log(LogKind::Large) {
-            if let Some(&g) = meta.large_garbage.get(&s.seg) {
-                edits.push(Edit::LargeGarbage { seg: s.seg, salt: s.salt, bytes: g });
-            }
-        }
-        for d in &meta.range_dels {
-            edits.push(Edit::AddRangeDel { start: d.start.clone(), end: d.end.clone(), lsn: d.lsn });
-        }
-        let out = f(RegionSnapshot { logs, ssts, edits });
+        pieces.extend(meta.levels.iter().flatten().map(|info| Piece::Sst(info.clone())));
+        let lsn = w.next_lsn.saturating_sub(1);
+        let copy = RegionCopy { lsn, pieces, edits: copy_edits(&meta), dev: sh.dev.clone(), _pin: pin };
+        let out = f(copy);
         drop(w);
         Ok(out)
     }

@@ -1,0 +1,166 @@
+//! A full copy of a region streamed to one backup (catch-up of a new or returning backup).
+//!
+//! The engine captures the region in microseconds under its write lock
+//! ([`halyard_engine::Replication::with_copy`]: segment list, log tails' in-memory images,
+//! allocator pinned); the link goes live at that instant, so that its later frames queue behind
+//! the copy. A reader thread then reads the copy's segments one at a time, outside any lock of
+//! the region, turns each into frames and hands them to the connection's writer through a
+//! channel of [`FEED_FRAMES`] frames, at most `rate` bytes a second. Memory on the primary is
+//! therefore a few segments for the copy plus the link's bounded queue of live frames (writers
+//! wait when it is full, as for any slow backup); the backup applies frames as they arrive.
+//!
+//! The reader stops, releasing its pin, as soon as the link is no longer live, a newer copy of
+//! the link started, or the writer dropped the feed; the next session sends a copy anew.
+
+use crate::link::Link;
+use crate::wire::Msg;
+use halyard_engine::{encode_shipped_edits, CopyImage, LogKind, RegionCopy};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+/// Frames of a copy waiting for the connection's writer, at most (each up to a segment).
+pub(crate) const FEED_FRAMES: usize = 2;
+
+/// What the reader hands the connection's writer.
+pub(crate) enum Chunk {
+    /// One encoded frame.
+    Frame(Vec<u8>),
+    /// The copy ended with its `Copied` frame: the link's later frames follow.
+    Done,
+    /// The copy cannot go on (a read failed): the link fails and a later session starts over.
+    Failed(String),
+}
+
+/// The receiving end of a copy, queued in the link's queue where the copy belongs.
+pub(crate) type Feed = mpsc::Receiver<Chunk>;
+
+/// One copy being read.
+struct Reader {
+    copy: RegionCopy,
+    region: u32,
+    epoch: u64,
+    link: Arc<Link>,
+    tx: mpsc::Sender<Chunk>,
+    /// Bytes a second (0: as fast as the writer takes them).
+    rate: u64,
+    gen: u64,
+}
+
+/// Starts reading `copy` for `link` at `rate` bytes a second (0: unlimited) and returns the
+/// feed to queue on the link. Called under the region's write lock: it only spawns a thread.
+pub(crate) fn start(copy: RegionCopy, region: u32, epoch: u64, link: &Arc<Link>, rate: u64) -> Feed {
+    let (tx, rx) = mpsc::channel(FEED_FRAMES);
+    let gen = link.copy_gen.fetch_add(1, Relaxed) + 1;
+    link.copy_total.store(copy.total_bytes(), Relaxed);
+    link.copy_done.store(0, Relaxed);
+    link.copying.store(true, Relaxed);
+    let r = Reader { copy, region, epoch, link: link.clone(), tx: tx.clone(), rate, gen };
+    let spawned = std::thread::Builder::new().name(format!("halyard-copy-{region}")).spawn(move || r.run());
+    if let Err(e) = spawned {
+        let _ = tx.try_send(Chunk::Failed(format!("starting the copy's reader: {e}")));
+    }
+    rx
+}
+
+impl Reader {
+    fn run(self) {
+        let (epoch, region) = (self.epoch, self.region);
+        let t0 = Instant::now();
+        let mut done = 0u64;
+        if !self.put_msg(Msg::Reset { epoch, region }) {
+            return;
+        }
+        for i in 0..self.copy.pieces() {
+            let img = match self.copy.read(i) {
+                Ok(img) => img,
+                Err(e) => {
+                    self.put(Chunk::Failed(format!("reading region {region}'s copy: {e}")));
+                    return;
+                }
+            };
+            let n = image_bytes(&img);
+            if !matches!(img, CopyImage::Log(LogKind::L0 | LogKind::Large, ..)) {
+                self.link.stats.image_bytes.fetch_add(n, Relaxed);
+            }
+            for m in self.frames(img) {
+                if !self.put_msg(m) {
+                    return;
+                }
+            }
+            done += n;
+            self.link.copy_done.fetch_add(n, Relaxed);
+            self.link.stats.copy_bytes.fetch_add(n, Relaxed);
+            pace(t0, done, self.rate);
+        }
+        let edits = encode_shipped_edits(region, self.copy.edits());
+        if self.put_msg(Msg::Edits { epoch, region, edits }) && self.put_msg(Msg::Copied { epoch, region, lsn: self.copy.lsn }) {
+            self.put(Chunk::Done);
+        }
+    }
+
+    /// The frames that carry one segment of the copy.
+    fn frames(&self, img: CopyImage) -> Vec<Msg> {
+        let (epoch, region) = (self.epoch, self.region);
+        match img {
+            CopyImage::Log(LogKind::Medium, seg, salt, _, bytes) => vec![Msg::Medium { epoch, region, seg, salt, bytes }],
+            CopyImage::Log(log, seg, salt, tail, bytes) => {
+                let last_lsn = if tail { self.copy.lsn } else { 0 };
+                let log = log as u8;
+                let append = Msg::Append { epoch, region, log, seg, salt, offset: 0, last_lsn, commit: 0, bytes };
+                if tail {
+                    vec![append]
+                } else {
+                    vec![append, Msg::Seal { epoch, region, log, seg, salt }]
+                }
+            }
+            CopyImage::Sst(info, bytes) => vec![Msg::Sst { epoch, region, info: info.to_bytes(), bytes }],
+        }
+    }
+
+    fn put_msg(&self, m: Msg) -> bool {
+        self.put(Chunk::Frame(m.encode()))
+    }
+
+    /// Hands a chunk to the writer, waiting while the feed is full; false once the copy is
+    /// abandoned (the writer dropped the feed, the link failed or stopped, a newer copy began).
+    fn put(&self, mut c: Chunk) -> bool {
+        loop {
+            match self.tx.try_send(c) {
+                Ok(()) => {
+                    if let Some(w) = self.link.waker.lock().as_ref() {
+                        w.notify_one();
+                    }
+                    return true;
+                }
+                Err(TrySendError::Closed(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    let l = &self.link;
+                    if l.is_stopped() || !l.is_live() || l.copy_gen.load(Relaxed) != self.gen {
+                        return false;
+                    }
+                    c = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
+
+fn image_bytes(img: &CopyImage) -> u64 {
+    match img {
+        CopyImage::Log(.., bytes) | CopyImage::Sst(_, bytes) => bytes.len() as u64,
+    }
+}
+
+/// Sleeps until `done` bytes are due at `rate` bytes a second since `t0`.
+fn pace(t0: Instant, done: u64, rate: u64) {
+    if rate == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(done as f64 / rate as f64);
+    if let Some(wait) = due.checked_sub(t0.elapsed()) {
+        std::thread::sleep(wait);
+    }
+}
