@@ -118,6 +118,11 @@ pub struct ServerConfig {
     /// for the backup to catch up (file only).
     #[arg(skip)]
     pub replication_queue_mb: u64,
+    /// MiB a second one full copy of a region (a new or returning backup's) reads and sends at
+    /// most, so that moving data leaves the disk and network to foreground work; 0: unlimited
+    /// [default: 64].
+    #[arg(long, required = false)]
+    pub move_rate_mb: u64,
     /// Join the cluster these etcd endpoints coordinate (comma-separated URLs, e.g.
     /// http://127.0.0.1:2379); needs --node. Create the cluster first with `halyard cluster init`.
     #[arg(long, value_delimiter = ',', required = false)]
@@ -213,6 +218,7 @@ impl Default for ServerConfig {
             ack: Ack::LastWrite,
             ack_timeout_ms: 5_000,
             replication_queue_mb: halyard_replication::DEFAULT_QUEUE_BYTES >> 20,
+            move_rate_mb: halyard_replication::DEFAULT_COPY_RATE >> 20,
             etcd: Vec::new(),
             cluster_name: "halyard".into(),
             replication_listen: "127.0.0.1:8379".into(),

@@ -90,6 +90,7 @@ impl ClusterNode {
             Duration::from_millis(cfg.ack_timeout_ms.max(1)),
             cfg.replication_queue_mb.max(1) << 20,
         );
+        shipper.set_copy_rate(cfg.move_rate_mb.saturating_mul(1 << 20));
         let map = arc_swap::ArcSwap::from_pointee(RegionMap::new(&file, &name));
         ClusterNode {
             name,

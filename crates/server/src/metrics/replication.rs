@@ -78,8 +78,14 @@ impl ReplicationCollector {
         counter(
             e,
             "halyard_replication_catch_ups_total",
-            "Full copies sent to returning backups.",
+            "Full copies started to new or returning backups.",
             st.catch_ups.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_copy_bytes_total",
+            "Segment bytes full copies read and sent (at most move_rate_mb a second each).",
+            st.copy_bytes.load(Relaxed),
         )
     }
 
