@@ -24,6 +24,16 @@ pub async fn promote(addr: &str, region: u32, epoch: u64) -> Result<(u64, u64)> 
     }
 }
 
+/// Asks the primary at `addr` of `region` at `epoch` to stop serving it for a planned handoff;
+/// returns the LSN every backup acknowledged once it stopped.
+pub async fn handoff(addr: &str, region: u32, epoch: u64) -> Result<u64> {
+    match request(addr, Msg::Handoff { epoch, region }).await? {
+        Msg::HandedOff { last_lsn, .. } => Ok(last_lsn),
+        Msg::Reject { reason, .. } => Err(Error::Rejected(reason)),
+        m => Err(Error::Protocol(format!("{m:?}"))),
+    }
+}
+
 fn done(m: Msg) -> Result<()> {
     match m {
         Msg::Done { .. } => Ok(()),

@@ -36,6 +36,12 @@ pub enum Msg {
     /// Any -> node: the cluster secret, the first frame of every connection to a replication
     /// port when the cluster has one.
     Auth { secret: Vec<u8> },
+    /// Master -> primary of `region` at `epoch`: stop serving the region (a planned handoff:
+    /// the node refuses its requests until a map with a higher epoch names it again) and
+    /// answer once every backup acknowledged the region's last LSN.
+    Handoff { epoch: u64, region: u32 },
+    /// Primary -> master: fenced; every backup holds the region up to `last_lsn`.
+    HandedOff { region: u32, last_lsn: u64 },
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and
@@ -50,6 +56,8 @@ mod tag {
     pub(super) const ADD_BACKUP: u8 = 17;
     pub(super) const DONE: u8 = 18;
     pub(super) const AUTH: u8 = 20;
+    pub(super) const HANDOFF: u8 = 21;
+    pub(super) const HANDED_OFF: u8 = 22;
 }
 
 /// Whether a body whose first byte is `tag` is an admin message ([`Msg`]) rather than one of
@@ -66,6 +74,8 @@ pub fn is_admin_tag(tag: u8) -> bool {
             | tag::ADD_BACKUP
             | tag::DONE
             | tag::AUTH
+            | tag::HANDOFF
+            | tag::HANDED_OFF
     )
 }
 
@@ -156,6 +166,12 @@ impl Msg {
             Msg::Done { region } => {
                 w.u8(tag::DONE).u32(*region);
             }
+            Msg::Handoff { epoch, region } => {
+                w.u8(tag::HANDOFF).u64(*epoch).u32(*region);
+            }
+            Msg::HandedOff { region, last_lsn } => {
+                w.u8(tag::HANDED_OFF).u32(*region).u64(*last_lsn);
+            }
         }
         frame::seal(w)
     }
@@ -185,6 +201,8 @@ impl Msg {
                 replication: string(&mut r)?,
             },
             tag::DONE => Msg::Done { region: r.u32()? },
+            tag::HANDOFF => Msg::Handoff { epoch: r.u64()?, region: r.u32()? },
+            tag::HANDED_OFF => Msg::HandedOff { region: r.u32()?, last_lsn: r.u64()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
@@ -229,6 +247,8 @@ mod tests {
                 replication: "127.0.0.1:2".into(),
             },
             Msg::Done { region: 7 },
+            Msg::Handoff { epoch: 9, region: 7 },
+            Msg::HandedOff { region: 7, last_lsn: 1234 },
         ]
     }
 

@@ -45,6 +45,62 @@ pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits:
     Ok(())
 }
 
+/// What `halyard admin transfer` saw: the region's epoch under its new primary and how long
+/// the master took from the request.
+#[derive(Clone, Debug)]
+pub struct Transferred {
+    /// The region's epoch once `to` leads it.
+    pub epoch: u64,
+    /// From the request to the map naming the new primary.
+    pub took: std::time::Duration,
+}
+
+/// Asks the master to hand region `region`'s primary role to its backup `to` (a planned
+/// handoff) and waits up to `wait` until the map names `to`.
+pub async fn transfer(
+    client: &mut Client,
+    layout: &Layout,
+    region: u32,
+    to: &str,
+    wait: std::time::Duration,
+) -> Result<Transferred> {
+    let t0 = std::time::Instant::now();
+    let v = View::load(client, layout).await?;
+    let (r, _) = v.regions.get(&region).ok_or_else(|| Error::Invalid(format!("the cluster has no region {region}")))?;
+    if r.spec.primary == to {
+        return Ok(Transferred { epoch: r.spec.epoch, took: t0.elapsed() });
+    }
+    if !r.spec.backups.iter().any(|b| b == to) || !v.holds(r, to) {
+        return Err(Error::Invalid(format!(
+            "{to} is not a live backup of region {region} (primary {}, backups {:?}): a handoff goes to a backup that holds the region",
+            r.spec.primary, r.spec.backups
+        )));
+    }
+    let q = crate::layout::Request::Transfer { region, to: to.to_string() };
+    client.put(layout.request(region), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let v = View::load(client, layout).await?;
+        let Some((r, _)) = v.regions.get(&region) else { continue };
+        if r.spec.primary == to {
+            return Ok(Transferred { epoch: r.spec.epoch, took: t0.elapsed() });
+        }
+        let pending = v.requests.iter().any(|(k, _)| *k == layout.request(region))
+            || v.intents.iter().any(|(_, i)| i.region() == region);
+        if !pending {
+            return Err(Error::Invalid(format!(
+                "the master did not hand region {region} to {to} (it dropped the request, or rolled the handoff back: see its log); the primary is {}",
+                r.spec.primary
+            )));
+        }
+        if t0.elapsed() > wait {
+            return Err(Error::Invalid(format!(
+                "region {region} was not handed to {to} within {wait:?}; the request stays with the master"
+            )));
+        }
+    }
+}
+
 /// How `halyard cluster init --regions N` cuts the key space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keys {

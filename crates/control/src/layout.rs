@@ -10,6 +10,8 @@
 //! | `log/<revision, 20 digits>-<region, 10 digits>` | [`Intent`] | the master's region log: put before a multi-step change, deleted after |
 //! | `master/<lease, hex>` | the candidate's node name | etcd's election API; the lowest create revision leads |
 //! | `reports/<region, 10 digits>-<node>` | [`Report`] | put by a primary whose backup did not acknowledge in time, bound to the primary's lease; deleted by the master |
+//! | `requests/<region, 10 digits>` | [`Request`] | put by `halyard admin transfer`; taken (deleted) by the master when it logs the change, or dropped when it no longer applies |
+//! | `leaving/<node>` | empty | put by a node shutting down (SIGTERM), bound to its lease: the master hands its primaries to backups and takes it out of every group |
 
 use halyard_cluster::RegionSpec;
 use serde::{Deserialize, Serialize};
@@ -66,6 +68,16 @@ impl Layout {
         format!("{}reports/{region:010}-{node}", self.prefix)
     }
 
+    /// An operator's request about a region, for the master.
+    pub fn request(&self, region: u32) -> String {
+        format!("{}requests/{region:010}", self.prefix)
+    }
+
+    /// The mark of a node that is shutting down (bound to its lease).
+    pub fn leaving(&self, node: &str) -> String {
+        format!("{}leaving/{node}", self.prefix)
+    }
+
     /// A live node's replication progress (bound to its lease).
     pub fn progress(&self, node: &str) -> String {
         format!("{}progress/{node}", self.prefix)
@@ -79,7 +91,9 @@ impl Layout {
     /// Which kind of key `key` (a full key) is, and the rest of its name.
     pub fn classify<'k>(&self, key: &'k str) -> Option<(&'static str, &'k str)> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
-        for kind in ["nodes/", "members/", "regions/", "log/", "master/", "reports/", "progress/"] {
+        for kind in
+            ["nodes/", "members/", "regions/", "log/", "master/", "reports/", "progress/", "requests/", "leaving/"]
+        {
             if let Some(name) = rest.strip_prefix(kind) {
                 return Some((kind, name));
             }
@@ -177,6 +191,20 @@ pub enum Intent {
         /// The region's epoch once promoted.
         epoch: u64,
     },
+    /// A planned handoff of `region` from its primary `from` to its backup `to`, which leads
+    /// at `epoch`: `from` is fenced (it serves the region no more), then `to` is promoted. A
+    /// new master finishes it, or rolls it back (a new epoch naming `from` again, which ends
+    /// its fence) when `to` was lost.
+    Transfer {
+        /// Region id.
+        region: u32,
+        /// The primary handing the region off.
+        from: String,
+        /// The backup taking it.
+        to: String,
+        /// The region's epoch once `to` leads.
+        epoch: u64,
+    },
     /// `node` was added to `region`'s backups at epoch `epoch` and is taking its full copy:
     /// until the entry is gone it does not count as holding the region (never promoted).
     AddBackup {
@@ -193,9 +221,24 @@ impl Intent {
     /// The region the change is about.
     pub fn region(&self) -> u32 {
         match self {
-            Intent::Promote { region, .. } | Intent::AddBackup { region, .. } => *region,
+            Intent::Promote { region, .. } | Intent::AddBackup { region, .. } | Intent::Transfer { region, .. } => {
+                *region
+            }
         }
     }
+}
+
+/// `requests/<region>`: what an operator asked of a region; the master acts on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Hand the region's primary role to `to`, one of its backups (a planned handoff).
+    Transfer {
+        /// Region id.
+        region: u32,
+        /// The backup that becomes primary.
+        to: String,
+    },
 }
 
 #[cfg(test)]

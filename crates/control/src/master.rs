@@ -14,7 +14,7 @@
 //! lease in the map is not its node's live lease.
 
 use crate::etcd::{Compare, CompareOp, Txn, TxnOp};
-use crate::layout::{Intent, RegionRecord, Report};
+use crate::layout::{Intent, RegionRecord, Report, Request};
 use crate::session::Session;
 use crate::view::View;
 use crate::{Error, Result};
@@ -29,6 +29,10 @@ pub const TICK: Duration = Duration::from_millis(100);
 
 /// Longest a promotion request may take (the new primary rebuilds its L0).
 const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest a primary may take to fence a region it hands off (its backups acknowledge its
+/// last LSN meanwhile).
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The master's election key and its create revision: the term every write compares.
 #[derive(Clone, Debug)]
@@ -50,6 +54,9 @@ pub enum Step {
     Drop(Vec<String>),
     /// Add this node as a backup.
     Add(String),
+    /// Hand the primary role to this backup (a planned handoff: the primary is leaving, or an
+    /// operator asked).
+    Transfer(String),
 }
 
 /// The first step region `r` needs, if any; `loads` counts each live node's regions and is
@@ -62,7 +69,7 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
     let primary_holds = view.holds(r, &spec.primary);
     if let Some((key, i)) = view.intents.iter().find(|(_, i)| i.region() == spec.id) {
         // A copy from a lost primary is dropped below instead of finished.
-        if primary_holds || matches!(i, Intent::Promote { .. }) {
+        if primary_holds || !matches!(i, Intent::AddBackup { .. }) {
             return Some(Step::Finish(key.clone(), i.clone()));
         }
     }
@@ -91,15 +98,67 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
     if !silent.is_empty() {
         return Some(Step::Drop(silent));
     }
+    if let Some(step) = planned(view, r) {
+        return Some(step);
+    }
     if spec.backups.len() + spec.learners.len() + 1 < replicas {
         let group = |n: &String| *n == spec.primary || spec.backups.contains(n) || spec.learners.contains(n);
-        let pick = view.live.keys().filter(|n| !group(n)).min_by_key(|n| loads.get(*n).copied().unwrap_or(0)).cloned();
+        let pick = view
+            .live
+            .keys()
+            .filter(|n| !group(n) && !view.leaving.contains(*n))
+            .min_by_key(|n| loads.get(*n).copied().unwrap_or(0))
+            .cloned();
         if let Some(n) = pick {
             *loads.entry(n.clone()).or_default() += 1;
             return Some(Step::Add(n));
         }
     }
     None
+}
+
+/// The planned changes of a region whose group is whole: a leaving primary hands off to the
+/// backup holding the most of the log, leaving backups leave the group, and an operator's
+/// transfer is carried out.
+fn planned(view: &View, r: &RegionRecord) -> Option<Step> {
+    let spec = &r.spec;
+    if view.leaving.contains(&spec.primary) {
+        let holding = spec.backups.iter().filter(|b| view.holds(r, b) && !view.leaving.contains(*b));
+        if let Some(b) = holding.rev().max_by_key(|b| view.lsn(b, spec.id)) {
+            return Some(Step::Transfer(b.clone()));
+        }
+    }
+    let leaving: Vec<String> =
+        spec.backups.iter().chain(&spec.learners).filter(|b| view.leaving.contains(*b)).cloned().collect();
+    if !leaving.is_empty() {
+        return Some(Step::Drop(leaving));
+    }
+    view.requests.iter().find_map(|(_, q)| match q {
+        Request::Transfer { region, to } if *region == spec.id && transfer_applies(view, r, to) => {
+            Some(Step::Transfer(to.clone()))
+        }
+        Request::Transfer { .. } => None,
+    })
+}
+
+/// Whether region `r` can be handed to `to`: a backup of its group that holds it and stays.
+fn transfer_applies(view: &View, r: &RegionRecord, to: &str) -> bool {
+    r.spec.backups.iter().any(|b| b == to) && view.holds(r, to) && !view.leaving.contains(to)
+}
+
+/// Requests that cannot be carried out (no such region, or the target is not a backup that
+/// holds it): dropped, with a warning in the master's log.
+fn stale_requests(view: &View) -> Vec<String> {
+    let busy = |id: u32| view.intents.iter().any(|(_, i)| i.region() == id);
+    view.requests
+        .iter()
+        .filter(|(_, q)| match q {
+            Request::Transfer { region, to } => {
+                view.regions.get(region).is_none_or(|(r, _)| !busy(*region) && !transfer_applies(view, r, to))
+            }
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// The reports that still apply to region `r`: made by its primary, at its epoch, about one of
@@ -131,7 +190,7 @@ pub fn assign(view: &View, replicas: usize, loads: &mut BTreeMap<String, usize>)
     }
     let mut out = Vec::new();
     for (r, rev) in view.regions.values().filter(|(r, _)| r.spec.primary.is_empty()) {
-        let mut nodes: Vec<&String> = view.live.keys().collect();
+        let mut nodes: Vec<&String> = view.live.keys().filter(|n| !view.leaving.contains(*n)).collect();
         nodes.sort_by_key(|n| loads.get(*n).copied().unwrap_or(0));
         let group: Vec<String> = nodes.into_iter().take(want).cloned().collect();
         let mut spec = r.spec.clone();
@@ -221,7 +280,12 @@ impl Master {
         }
         let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
         let mut loads: BTreeMap<String, usize> = view.live.keys().map(|n| (n.clone(), view.load_of(n))).collect();
-        let stale: Vec<TxnOp> = stale_reports(&view).iter().map(|k| TxnOp::delete(k.as_str(), None)).collect();
+        let mut stale_keys = stale_reports(&view);
+        for k in stale_requests(&view) {
+            tracing::warn!(request = %k, "dropping a request that no longer applies (no such region, or the target is not a live backup of it)");
+            stale_keys.push(k);
+        }
+        let stale: Vec<TxnOp> = stale_keys.iter().map(|k| TxnOp::delete(k.as_str(), None)).collect();
         if !stale.is_empty() {
             self.commit(term, None, stale).await?;
         }
@@ -330,6 +394,30 @@ impl Master {
                     self.promote(term, view, r, rev, &key, &node, epoch).await?;
                 }
             }
+            Step::Transfer(to) => {
+                let epoch = spec.epoch + 1;
+                let key = self.session.layout().log(view.revision, spec.id);
+                let intent = Intent::Transfer { region: spec.id, from: spec.primary.clone(), to: to.clone(), epoch };
+                let mut ops = vec![TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None)];
+                for (k, q) in &view.requests {
+                    if matches!(q, Request::Transfer { region, .. } if *region == spec.id) {
+                        ops.push(TxnOp::delete(k.as_str(), None));
+                    }
+                }
+                if self.commit(term, at, ops).await? {
+                    self.transfer(term, view, r, rev, &key, &to, epoch).await?;
+                }
+            }
+            Step::Finish(key, Intent::Transfer { from, to, epoch, .. }) => {
+                if spec.epoch >= epoch || spec.primary != from || !view.holds(r, &from) {
+                    // Done, or the primary was lost meanwhile (a failover takes over).
+                    self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
+                } else if !transfer_applies(view, r, &to) {
+                    self.roll_back(term, r, rev, &key).await?;
+                } else {
+                    self.transfer(term, view, r, rev, &key, &to, epoch).await?;
+                }
+            }
             Step::Finish(key, Intent::AddBackup { node, .. }) => {
                 if !spec.learners.contains(&node) || !view.holds(r, &node) {
                     self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
@@ -362,6 +450,52 @@ impl Master {
         let ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
         self.commit(term, Some((r.spec.id, rev)), ops).await?;
         tracing::info!(region = r.spec.id, node, epoch, last_lsn = lsn, dropped, "promoted");
+        Ok(())
+    }
+
+    /// A planned handoff: the primary fences the region (and its backups acknowledge its last
+    /// LSN), then `to` is promoted at `epoch` and the map names it, ending the log entry. If
+    /// the primary cannot fence, the handoff is rolled back. A promotion that fails is tried
+    /// again by a later tick (never rolled back: the target may have begun to lead).
+    #[expect(clippy::too_many_arguments, reason = "the pieces of one handoff, all needed by its last step")]
+    async fn transfer(
+        &self,
+        term: &Term,
+        view: &View,
+        r: &RegionRecord,
+        rev: i64,
+        key: &str,
+        to: &str,
+        epoch: u64,
+    ) -> Result<()> {
+        let spec = &r.spec;
+        let t0 = std::time::Instant::now();
+        let addr = view.members.get(&spec.primary).map(|m| m.replication.clone()).unwrap_or_default();
+        let fenced = tokio::time::timeout(HANDOFF_TIMEOUT, halyard_admin::handoff(&addr, spec.id, spec.epoch)).await;
+        let lsn = match fenced {
+            Ok(Ok(lsn)) => lsn,
+            Ok(Err(e)) => return self.failed_handoff(term, r, rev, key, &e.to_string()).await,
+            Err(_) => return self.failed_handoff(term, r, rev, key, "no answer in time").await,
+        };
+        let fenced_in = t0.elapsed();
+        self.promote(term, view, r, rev, key, to, epoch).await?;
+        tracing::info!(region = spec.id, from = %spec.primary, to, epoch, last_lsn = lsn, ?fenced_in, took = ?t0.elapsed(), "handed off");
+        Ok(())
+    }
+
+    async fn failed_handoff(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str, why: &str) -> Result<()> {
+        tracing::warn!(region = r.spec.id, primary = %r.spec.primary, "the primary did not fence the region for a handoff: {why}; rolling back");
+        self.roll_back(term, r, rev, key).await?;
+        Err(Error::Invalid(format!("handoff of region {} rolled back: {why}", r.spec.id)))
+    }
+
+    /// Ends a handoff without a new primary: a new epoch names the old one again (which ends
+    /// its fence).
+    async fn roll_back(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str) -> Result<()> {
+        let mut s = r.spec.clone();
+        s.epoch += 1;
+        let ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
+        self.commit(term, Some((r.spec.id, rev)), ops).await?;
         Ok(())
     }
 

@@ -30,6 +30,8 @@ pub struct Session {
     state: Mutex<(i64, Instant)>,
     /// The current lease id, for tasks that must notice a new lease.
     changed: watch::Sender<i64>,
+    /// The node gave its lease back: it does not register again.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -54,7 +56,15 @@ impl Session {
     pub async fn start(client: Client, layout: Layout, record: NodeRecord, ttl: Duration) -> Result<Arc<Session>> {
         let ttl = Duration::from_secs(ttl.as_secs().max(1));
         let (changed, _) = watch::channel(0);
-        let s = Arc::new(Session { client, layout, record, ttl, state: Mutex::new((0, Instant::now())), changed });
+        let s = Arc::new(Session {
+            client,
+            layout,
+            record,
+            ttl,
+            state: Mutex::new((0, Instant::now())),
+            changed,
+            ended: Default::default(),
+        });
         s.register().await?;
         tokio::spawn(s.clone().keep());
         Ok(s)
@@ -114,6 +124,29 @@ impl Session {
         Ok(())
     }
 
+    /// Marks this node as shutting down (bound to its lease): the master hands its primaries
+    /// to backups and takes it out of every group.
+    pub async fn leave(&self) -> Result<()> {
+        let mut c = self.client.clone();
+        let opts = PutOptions::new().with_lease(self.lease());
+        tokio::time::timeout(self.ttl, c.put(self.layout.leaving(&self.record.name), Vec::new(), Some(opts)))
+            .await
+            .map_err(|_| crate::Error::Invalid("etcd did not take the leaving mark in time".into()))??;
+        Ok(())
+    }
+
+    /// Gives the lease back for good: the node's keys go at once (a node leaving on purpose)
+    /// and it acts as a member no more.
+    pub async fn revoke(&self) -> Result<()> {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.state.lock().1 = Instant::now();
+        let mut c = self.client.clone();
+        tokio::time::timeout(self.ttl, c.lease_revoke(self.lease()))
+            .await
+            .map_err(|_| crate::Error::Invalid("etcd did not revoke the lease in time".into()))??;
+        Ok(())
+    }
+
     /// Writes this node's replication progress (bound to its lease).
     pub async fn publish_progress(&self, p: &crate::layout::Progress) -> Result<()> {
         let mut c = self.client.clone();
@@ -158,6 +191,9 @@ impl Session {
     async fn keep(self: Arc<Self>) {
         let every = self.ttl / 3;
         loop {
+            if self.ended.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
             let lease = self.lease();
             let gone = match self.keep_lease(lease, every).await {
                 Ok(()) => true,
@@ -167,7 +203,7 @@ impl Session {
                     self.expired(lease).await
                 }
             };
-            if gone {
+            if gone && !self.ended.load(std::sync::atomic::Ordering::Relaxed) {
                 // etcd expired the lease: its roles are gone with it.
                 tracing::warn!(node = %self.record.name, lease, "lease expired at etcd; registering again");
                 while let Err(e) = self.register().await {

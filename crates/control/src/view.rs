@@ -1,10 +1,10 @@
 //! One read of a cluster's keys at one etcd revision, and what nodes and clients derive from it.
 
 use crate::etcd::{Client, GetOptions};
-use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, Progress, RegionRecord, Report};
+use crate::layout::{ClusterConfig, Intent, Layout, NodeRecord, Progress, RegionRecord, Report, Request};
 use crate::{Error, Result};
 use halyard_cluster::{ClusterFile, NodeSpec};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Everything under a cluster's prefix, as of `revision`.
 #[derive(Clone, Debug, Default)]
@@ -27,6 +27,10 @@ pub struct View {
     pub reports: Vec<(String, Report)>,
     /// Live nodes' replication progress, by node name.
     pub progress: BTreeMap<String, Progress>,
+    /// Operators' requests: (key, request).
+    pub requests: Vec<(String, Request)>,
+    /// Nodes shutting down (their `leaving/` keys).
+    pub leaving: BTreeSet<String>,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
@@ -55,6 +59,16 @@ impl View {
                 }
                 "log/" => v.intents.push((key.clone(), parse(&key, kv.value())?)),
                 "reports/" => v.reports.push((key.clone(), parse(&key, kv.value())?)),
+                "requests/" => {
+                    // A request this version cannot read is left for the master to drop.
+                    match serde_json::from_slice(kv.value()) {
+                        Ok(r) => v.requests.push((key.clone(), r)),
+                        Err(e) => tracing::warn!(key, "ignoring a request that does not parse: {e}"),
+                    }
+                }
+                "leaving/" => {
+                    v.leaving.insert(name.to_string());
+                }
                 "progress/" => {
                     // Advisory: a record this version cannot read is skipped, not fatal.
                     if let Ok(p) = serde_json::from_slice(kv.value()) {

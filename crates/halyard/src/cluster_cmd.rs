@@ -112,6 +112,16 @@ async fn connect(etcd: &EtcdArgs) -> Result<halyard_control::Client, String> {
         .map_err(|e| format!("cannot reach etcd at {}: {e}", etcd.etcd.join(",")))
 }
 
+/// `halyard admin transfer`: asks the master for a planned handoff and waits for it.
+pub async fn transfer(etcd: &EtcdArgs, region: u32, to: &str) -> Result<(), String> {
+    let mut c = connect(etcd).await?;
+    let layout = Layout::new(&etcd.cluster_name);
+    let wait = std::time::Duration::from_secs(60);
+    let t = halyard_control::admin::transfer(&mut c, &layout, region, to, wait).await.map_err(|e| e.to_string())?;
+    println!("region {region}: {to} is primary at epoch {} ({} ms after the request)", t.epoch, t.took.as_millis());
+    Ok(())
+}
+
 /// The region map of the cluster in etcd, as a cluster file (for `halyard admin verify`).
 pub async fn map(etcd: &EtcdArgs) -> Result<halyard_cluster::ClusterFile, String> {
     let mut c = connect(etcd).await?;

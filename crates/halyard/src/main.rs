@@ -179,6 +179,20 @@ enum AdminCmd {
         #[arg(long)]
         cluster_file: PathBuf,
     },
+    /// Hand a region's primary role to one of its backups without a failover (etcd mode): the
+    /// master fences the primary, waits until every backup holds its last write, promotes the
+    /// backup (it rebuilds L0 from its replicated logs) and names it in the map. Clients
+    /// follow the new map; no acknowledged write is lost.
+    Transfer {
+        /// Region id.
+        #[arg(long)]
+        region: u32,
+        /// The backup that becomes primary.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        etcd: cluster_cmd::EtcdArgs,
+    },
     /// Compare a region's contents (keys, versions and values) on its primary and every backup;
     /// exits non-zero on any difference.
     Verify {
@@ -238,6 +252,7 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
                 println!("region {region}: {node} is a backup of {} and holds a full copy", r.primary);
                 Ok(())
             }
+            AdminCmd::Transfer { region, to, etcd } => cluster_cmd::transfer(etcd, *region, to).await,
             AdminCmd::Verify { region, cluster_file, etcd, cluster_name } => {
                 let file = match cluster_file {
                     Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,

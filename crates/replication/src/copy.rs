@@ -95,7 +95,9 @@ impl Reader {
             pace(t0, done, self.rate);
         }
         let edits = encode_shipped_edits(region, self.copy.edits());
-        if self.put_msg(Msg::Edits { epoch, region, edits }) && self.put_msg(Msg::Copied { epoch, region, lsn: self.copy.lsn }) {
+        if self.put_msg(Msg::Edits { epoch, region, edits })
+            && self.put_msg(Msg::Copied { epoch, region, lsn: self.copy.lsn })
+        {
             self.put(Chunk::Done);
         }
     }
@@ -104,7 +106,9 @@ impl Reader {
     fn frames(&self, img: CopyImage) -> Vec<Msg> {
         let (epoch, region) = (self.epoch, self.region);
         match img {
-            CopyImage::Log(LogKind::Medium, seg, salt, _, bytes) => vec![Msg::Medium { epoch, region, seg, salt, bytes }],
+            CopyImage::Log(LogKind::Medium, seg, salt, _, bytes) => {
+                vec![Msg::Medium { epoch, region, seg, salt, bytes }]
+            }
             CopyImage::Log(log, seg, salt, tail, bytes) => {
                 let last_lsn = if tail { self.copy.lsn } else { 0 };
                 let log = log as u8;

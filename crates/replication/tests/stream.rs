@@ -428,10 +428,12 @@ async fn a_full_copy_streams_at_its_rate_while_writes_go_on() {
     let mut last = 0;
     for round in 8..40u32 {
         let r = region.clone();
-        last = tokio::task::spawn_blocking(move || (0..200).map(|i| r.put(&pair(i, round).0, &pair(i, round).1).expect("put")).max())
-            .await
-            .expect("writer")
-            .unwrap_or(0);
+        last = tokio::task::spawn_blocking(move || {
+            (0..200).map(|i| r.put(&pair(i, round).0, &pair(i, round).1).expect("put")).max()
+        })
+        .await
+        .expect("writer")
+        .unwrap_or(0);
         if link.copy_progress().is_some() {
             during += 1;
         }

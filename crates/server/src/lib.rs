@@ -173,6 +173,11 @@ pub async fn run_with(
     ));
     let http_task = tokio::spawn(http::serve(http_l, registry, db.clone(), stop_rx.clone(), conns.clone()));
     shutdown.await;
+    if let Some(c) = &cluster {
+        // Still serving: the master hands this node's primaries off meanwhile.
+        tracing::info!("shutting down: leaving the cluster's groups first");
+        c.leave().await;
+    }
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
     let _ = resp_task.await;

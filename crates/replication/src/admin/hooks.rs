@@ -13,6 +13,11 @@ pub trait NodeHooks: Send + Sync {
     fn host(&self, region: u32, epoch: u64, start: &[u8], end: Option<&[u8]>) -> Result<()>;
     /// As the primary of `region` at `epoch`, ship to one more backup.
     fn add_backup(&self, region: u32, epoch: u64, node: &str, native: &str, replication: &str) -> Result<()>;
+    /// As the primary of `region` at `epoch`, stop serving it for a planned handoff and return
+    /// the last LSN once every backup acknowledged it.
+    fn handoff(&self, region: u32, _epoch: u64) -> Result<u64> {
+        Err(crate::Error::Rejected(format!("this node does not hand off region {region}")))
+    }
     /// The region's last LSN if this node already leads it at `epoch` or later: a promotion
     /// asked again (its answer was lost) is answered with that instead of refused.
     fn leads(&self, _region: u32, _epoch: u64) -> Option<u64> {

@@ -65,6 +65,16 @@ impl Replica {
                     .await;
                 reply_done(s, region, r).await
             }
+            AdminMsg::Handoff { epoch, region } => {
+                let h = hooks.clone();
+                let reply = match tokio::task::spawn_blocking(move || h.handoff(region, epoch)).await {
+                    Ok(Ok(last_lsn)) => AdminMsg::HandedOff { region, last_lsn },
+                    Ok(Err(e)) => AdminMsg::Reject { region, reason: e.to_string() },
+                    Err(e) => AdminMsg::Reject { region, reason: e.to_string() },
+                };
+                s.write_all(&reply.encode()).await?;
+                Ok(())
+            }
             m => Err(Error::Protocol(format!("{m:?} cannot open a connection"))),
         }
     }

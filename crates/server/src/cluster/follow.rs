@@ -15,6 +15,9 @@ use std::time::Duration;
 /// How often a node reads the region map.
 const POLL: Duration = Duration::from_millis(100);
 
+/// Longest a node shutting down waits for the master to take it out of every group.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One read of the cluster, given up after the lease TTL.
 async fn read_view(s: &Session) -> Result<View, String> {
     let mut c = s.client();
@@ -29,6 +32,39 @@ impl ClusterNode {
     pub(super) fn fetch_map(&self) -> Result<ClusterFile, String> {
         let s = self.control.as_ref().ok_or("not in etcd mode")?;
         tokio::runtime::Handle::current().block_on(read_view(s)).map(|v| v.cluster_file())
+    }
+
+    /// etcd mode, on shutdown: marks this node as leaving, so that the master hands its
+    /// primaries to backups and takes it out of every group, waits (up to [`LEAVE_TIMEOUT`])
+    /// until no group counts on it, then gives its lease back. A region this node holds the
+    /// only copy of stays with it (nothing to hand it to).
+    pub async fn leave(&self) {
+        let Some(s) = self.control.clone() else { return };
+        let t0 = std::time::Instant::now();
+        if let Err(e) = s.leave().await {
+            tracing::warn!("cannot mark this node as leaving in etcd: {e}; its regions fail over");
+        }
+        let me = self.name.as_str();
+        let counted_on = |r: &halyard_control::RegionRecord| {
+            let r = &r.spec;
+            (r.primary == me && !r.backups.is_empty()) || r.backups.iter().chain(&r.learners).any(|b| b == me)
+        };
+        loop {
+            match read_view(&s).await {
+                Ok(v) if !v.regions.values().any(|(r, _)| counted_on(r)) => break,
+                Ok(_) => {}
+                Err(e) => tracing::warn!("leaving: reading the region map: {e}"),
+            }
+            if t0.elapsed() > LEAVE_TIMEOUT {
+                tracing::warn!("leaving: groups still count on this node after {LEAVE_TIMEOUT:?}; stopping anyway (they fail over)");
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        match s.revoke().await {
+            Ok(()) => tracing::info!(took = ?t0.elapsed(), "left the cluster: primaries handed off, lease given back"),
+            Err(e) => tracing::warn!("cannot give the lease back: {e}; it expires by itself"),
+        }
     }
 
     /// Reads the map every [`POLL`] and applies each new one (or the same one under a new

@@ -20,7 +20,13 @@ pub(crate) struct Entry {
     pub(crate) native: String,
     /// Copies the group holds, the primary counted.
     pub(crate) copies: usize,
+    /// This node fenced the region for a planned handoff at this epoch or a later one: it
+    /// serves it no more until a map with a higher epoch names it again.
+    pub(crate) fenced: bool,
 }
+
+/// Regions this node fenced for a planned handoff, with the epoch each was fenced at.
+pub(crate) type Fences = std::collections::HashMap<u32, u64>;
 
 /// The map's regions by start key.
 #[derive(Debug, Default)]
@@ -29,8 +35,8 @@ pub(crate) struct RegionMap {
 }
 
 impl RegionMap {
-    /// The map of `file` as node `me` sees it.
-    pub(crate) fn new(file: &ClusterFile, me: &str) -> RegionMap {
+    /// The map of `file` as node `me`, which fenced `fences`, sees it.
+    pub(crate) fn new(file: &ClusterFile, me: &str, fences: &Fences) -> RegionMap {
         let mut entries: Vec<Entry> = file
             .regions
             .iter()
@@ -44,6 +50,7 @@ impl RegionMap {
                 primary: r.primary.clone(),
                 native: file.node(&r.primary).map(|n| n.native.clone()).unwrap_or_default(),
                 copies: r.backups.len() + 1,
+                fenced: fences.get(&r.id).is_some_and(|&at| at >= r.epoch),
             })
             .collect();
         entries.sort_by(|a, b| a.start.cmp(&b.start));
@@ -104,7 +111,7 @@ mod tests {
     #[test]
     fn the_search_agrees_with_the_scan() {
         let f = file(&["b", "d", "m", "hex:ff00"]);
-        let map = RegionMap::new(&f, "n1");
+        let map = RegionMap::new(&f, "n1", &Fences::new());
         let keys: Vec<Vec<u8>> = vec![
             b"".to_vec(),
             b"a".to_vec(),

@@ -94,6 +94,8 @@ pub struct ClusterNode {
     /// Held while the node's roles change (a promotion, applying a new map), so that one never
     /// acts on the state the other is half-way through.
     pub(crate) roles: parking_lot::Mutex<()>,
+    /// Regions fenced for a planned handoff (`roles.rs`), by the epoch they were fenced at.
+    pub(crate) fences: parking_lot::Mutex<map::Fences>,
     /// Silent backups already reported: (region, node, epoch).
     pub(crate) reported: parking_lot::Mutex<std::collections::HashSet<(u32, String, u64)>>,
     /// Copies (the primary counted) a region's group must hold for writes (`--min-replicas`).

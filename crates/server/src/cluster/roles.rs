@@ -59,11 +59,50 @@ impl ClusterNode {
         tracing::info!(region, epoch, last_lsn = last, dropped, "promoted to primary");
         Ok((last, dropped))
     }
+
+    /// Called (on a blocking thread) when the master hands `region` off: fences it (this node
+    /// serves it no more until a map with a higher epoch names it again), waits until writes
+    /// already past routing have landed and every backup acknowledged the last LSN, and
+    /// returns that LSN.
+    pub fn handoff(&self, region: u32, epoch: u64) -> halyard_replication::Result<u64> {
+        let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        {
+            let f = self.file.read();
+            match f.region(region) {
+                Some(r) if r.primary == self.name && r.epoch == epoch && self.shipper.leads(region) => {}
+                Some(r) if r.primary == self.name => {
+                    return Err(rejected(format!("region {region} is at epoch {} here, not {epoch}", r.epoch)))
+                }
+                _ => return Err(rejected(format!("{} does not lead region {region}", self.name))),
+            }
+        }
+        self.fences.lock().insert(region, epoch);
+        self.edit_file(|_| ());
+        let h = self.db.region(region)?;
+        let rt = tokio::runtime::Handle::current();
+        loop {
+            let lsn = h.lsn();
+            if let Err(silent) = rt.block_on(self.shipper.wait_all_acked(region, lsn)) {
+                return Err(rejected(format!("backups {silent:?} did not acknowledge LSN {lsn} of region {region}")));
+            }
+            // A write that passed routing just before the fence lands within moments; one that
+            // lands later is never acknowledged (its backups refuse the old epoch).
+            std::thread::sleep(Duration::from_millis(2));
+            if h.lsn() == lsn {
+                tracing::info!(region, epoch, last_lsn = lsn, "fenced for a handoff");
+                return Ok(lsn);
+            }
+        }
+    }
 }
 
 impl halyard_replication::NodeHooks for ClusterNode {
     fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
         ClusterNode::promote(self, region, epoch)
+    }
+
+    fn handoff(&self, region: u32, epoch: u64) -> halyard_replication::Result<u64> {
+        ClusterNode::handoff(self, region, epoch)
     }
 
     fn leads(&self, region: u32, epoch: u64) -> Option<u64> {

@@ -16,7 +16,10 @@ impl ClusterNode {
     pub(crate) fn edit_file<T>(&self, edit: impl FnOnce(&mut ClusterFile) -> T) -> T {
         let mut f = self.file.write();
         let out = edit(&mut f);
-        self.map.store(std::sync::Arc::new(RegionMap::new(&f, &self.name)));
+        let mut fences = self.fences.lock();
+        // A fence ends with a map at a higher epoch (the handoff happened, or was rolled back).
+        fences.retain(|id, at| f.region(*id).is_some_and(|r| r.epoch <= *at));
+        self.map.store(std::sync::Arc::new(RegionMap::new(&f, &self.name, &fences)));
         out
     }
 
@@ -95,11 +98,13 @@ impl ClusterNode {
         }
     }
 
-    /// Whether this node may serve `e`: it is the primary in its map, and with etcd only while
+    /// Whether this node may serve `e`: it is the primary in its map and did not fence it for
+    /// a handoff, and with etcd only while
     /// its lease certainly holds, is the one the map gave it the region under, and it ships
     /// the region (a promotion has completed here).
     fn serving(&self, e: &Entry) -> bool {
         e.mine
+            && !e.fenced
             && match &self.control {
                 None => true,
                 Some(s) => s.holds().is_some_and(|l| e.lease == Some(l)) && self.shipper.leads(e.id),

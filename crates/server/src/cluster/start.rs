@@ -91,7 +91,7 @@ impl ClusterNode {
             cfg.replication_queue_mb.max(1) << 20,
         );
         shipper.set_copy_rate(cfg.move_rate_mb.saturating_mul(1 << 20));
-        let map = arc_swap::ArcSwap::from_pointee(RegionMap::new(&file, &name));
+        let map = arc_swap::ArcSwap::from_pointee(RegionMap::new(&file, &name, &Default::default()));
         ClusterNode {
             name,
             file: RwLock::new(file),
@@ -100,6 +100,7 @@ impl ClusterNode {
             control,
             roles: parking_lot::Mutex::new(()),
             reported: Default::default(),
+            fences: Default::default(),
             min_replicas: cfg.min_replicas,
             peers: Peers::new(cfg),
             shipper,
