@@ -12,6 +12,8 @@
 //! | `reports/<region, 10 digits>-<node>` | [`Report`] | put by a primary whose backup did not acknowledge in time, bound to the primary's lease; deleted by the master |
 //! | `requests/<region, 10 digits>` | [`Request`] | put by `halyard admin transfer`; taken (deleted) by the master when it logs the change, or dropped when it no longer applies |
 //! | `leaving/<node>` | empty | put by a node shutting down (SIGTERM), bound to its lease: the master hands its primaries to backups and takes it out of every group |
+//! | `drain/<node>` | empty | put by `halyard cluster drain`: the master moves every copy off the node; deleted by `halyard cluster undrain` |
+//! | `removed/<node>` | empty | put by `halyard cluster remove`: a tombstone; the node holds nothing and may not register under that name again |
 
 use halyard_cluster::RegionSpec;
 use serde::{Deserialize, Serialize};
@@ -78,6 +80,16 @@ impl Layout {
         format!("{}leaving/{node}", self.prefix)
     }
 
+    /// The mark of a node being drained.
+    pub fn drain(&self, node: &str) -> String {
+        format!("{}drain/{node}", self.prefix)
+    }
+
+    /// The tombstone of a removed node.
+    pub fn removed(&self, node: &str) -> String {
+        format!("{}removed/{node}", self.prefix)
+    }
+
     /// A live node's replication progress (bound to its lease).
     pub fn progress(&self, node: &str) -> String {
         format!("{}progress/{node}", self.prefix)
@@ -92,7 +104,7 @@ impl Layout {
     pub fn classify<'k>(&self, key: &'k str) -> Option<(&'static str, &'k str)> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
         for kind in
-            ["nodes/", "members/", "regions/", "log/", "master/", "reports/", "progress/", "requests/", "leaving/"]
+            ["nodes/", "members/", "regions/", "log/", "master/", "reports/", "progress/", "requests/", "leaving/", "drain/", "removed/"]
         {
             if let Some(name) = rest.strip_prefix(kind) {
                 return Some((kind, name));
@@ -239,6 +251,26 @@ pub enum Request {
         /// The backup that becomes primary.
         to: String,
     },
+    /// Move the region's copy on `from` to `to`: `to` takes a full copy as a learner and
+    /// becomes a backup, the primary role is handed to `to` if `from` led, `from` leaves the
+    /// group and drops its copy.
+    Move {
+        /// Region id.
+        region: u32,
+        /// The node giving its copy up.
+        from: String,
+        /// The node taking a copy.
+        to: String,
+    },
+}
+
+impl Request {
+    /// The region the request is about.
+    pub fn region(&self) -> u32 {
+        match self {
+            Request::Transfer { region, .. } | Request::Move { region, .. } => *region,
+        }
+    }
 }
 
 #[cfg(test)]

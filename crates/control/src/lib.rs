@@ -21,12 +21,13 @@ mod error;
 pub mod etcd;
 pub mod layout;
 pub mod master;
+pub mod schedule;
 pub mod session;
 pub mod view;
 
 pub use error::{Error, Result};
 /// The etcd client the control plane uses.
 pub use etcd::Client;
-pub use layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord, Report};
+pub use layout::{ClusterConfig, Intent, Layout, NodeRecord, RegionRecord, Report, Request};
 pub use session::Session;
 pub use view::View;

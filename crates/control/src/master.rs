@@ -15,12 +15,13 @@
 
 use crate::etcd::{Compare, CompareOp, Txn, TxnOp};
 use crate::layout::{Intent, RegionRecord, Report, Request};
+use crate::schedule::{planned, stale_requests, transfer_applies, Tally};
 use crate::session::Session;
 use crate::view::View;
 use crate::{Error, Result};
 use halyard_cluster::RegionSpec;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,27 +42,11 @@ struct Term {
     rev: i64,
 }
 
-/// One step for one region.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Finish (or drop) the change the region log holds under this key.
-    Finish(String, Intent),
-    /// Promote this backup (the primary is lost).
-    Promote(String),
-    /// The primary came back under a new lease and no backup holds the region: it leads again.
-    Reconfirm,
-    /// Remove these backups from the group (lost, or still copying when the primary was lost).
-    Drop(Vec<String>),
-    /// Add this node as a backup.
-    Add(String),
-    /// Hand the primary role to this backup (a planned handoff: the primary is leaving, or an
-    /// operator asked).
-    Transfer(String),
-}
+pub use crate::schedule::Step;
 
 /// The first step region `r` needs, if any; `loads` counts each live node's regions and is
 /// raised for a node the step adds.
-pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap<String, usize>) -> Option<Step> {
+pub fn plan(view: &View, r: &RegionRecord, replicas: usize, tally: &mut Tally) -> Option<Step> {
     let spec = &r.spec;
     if spec.primary.is_empty() {
         return None;
@@ -98,67 +83,21 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, loads: &mut BTreeMap
     if !silent.is_empty() {
         return Some(Step::Drop(silent));
     }
-    if let Some(step) = planned(view, r) {
-        return Some(step);
-    }
     if spec.backups.len() + spec.learners.len() + 1 < replicas {
         let group = |n: &String| *n == spec.primary || spec.backups.contains(n) || spec.learners.contains(n);
         let pick = view
             .live
             .keys()
-            .filter(|n| !group(n) && !view.leaving.contains(*n))
-            .min_by_key(|n| loads.get(*n).copied().unwrap_or(0))
+            .filter(|n| !group(n) && crate::schedule::eligible(view, n))
+            .min_by_key(|n| tally.loads.get(*n).copied().unwrap_or(0))
             .cloned();
         if let Some(n) = pick {
-            *loads.entry(n.clone()).or_default() += 1;
+            *tally.loads.entry(n.clone()).or_default() += 1;
+            tally.busy += 1;
             return Some(Step::Add(n));
         }
     }
-    None
-}
-
-/// The planned changes of a region whose group is whole: a leaving primary hands off to the
-/// backup holding the most of the log, leaving backups leave the group, and an operator's
-/// transfer is carried out.
-fn planned(view: &View, r: &RegionRecord) -> Option<Step> {
-    let spec = &r.spec;
-    if view.leaving.contains(&spec.primary) {
-        let holding = spec.backups.iter().filter(|b| view.holds(r, b) && !view.leaving.contains(*b));
-        if let Some(b) = holding.rev().max_by_key(|b| view.lsn(b, spec.id)) {
-            return Some(Step::Transfer(b.clone()));
-        }
-    }
-    let leaving: Vec<String> =
-        spec.backups.iter().chain(&spec.learners).filter(|b| view.leaving.contains(*b)).cloned().collect();
-    if !leaving.is_empty() {
-        return Some(Step::Drop(leaving));
-    }
-    view.requests.iter().find_map(|(_, q)| match q {
-        Request::Transfer { region, to } if *region == spec.id && transfer_applies(view, r, to) => {
-            Some(Step::Transfer(to.clone()))
-        }
-        Request::Transfer { .. } => None,
-    })
-}
-
-/// Whether region `r` can be handed to `to`: a backup of its group that holds it and stays.
-fn transfer_applies(view: &View, r: &RegionRecord, to: &str) -> bool {
-    r.spec.backups.iter().any(|b| b == to) && view.holds(r, to) && !view.leaving.contains(to)
-}
-
-/// Requests that cannot be carried out (no such region, or the target is not a backup that
-/// holds it): dropped, with a warning in the master's log.
-fn stale_requests(view: &View) -> Vec<String> {
-    let busy = |id: u32| view.intents.iter().any(|(_, i)| i.region() == id);
-    view.requests
-        .iter()
-        .filter(|(_, q)| match q {
-            Request::Transfer { region, to } => {
-                view.regions.get(region).is_none_or(|(r, _)| !busy(*region) && !transfer_applies(view, r, to))
-            }
-        })
-        .map(|(k, _)| k.clone())
-        .collect()
+    planned(view, r, tally, view.revision as u64)
 }
 
 /// The reports that still apply to region `r`: made by its primary, at its epoch, about one of
@@ -183,19 +122,19 @@ fn stale_reports(view: &View) -> Vec<String> {
 
 /// Groups for the unassigned regions once `replicas` nodes are live: primaries spread over
 /// the least loaded nodes, backups after them.
-pub fn assign(view: &View, replicas: usize, loads: &mut BTreeMap<String, usize>) -> Vec<(RegionRecord, i64)> {
+pub fn assign(view: &View, replicas: usize, tally: &mut Tally) -> Vec<(RegionRecord, i64)> {
     let want = replicas.max(1);
     if view.live.len() < want {
         return Vec::new();
     }
     let mut out = Vec::new();
     for (r, rev) in view.regions.values().filter(|(r, _)| r.spec.primary.is_empty()) {
-        let mut nodes: Vec<&String> = view.live.keys().filter(|n| !view.leaving.contains(*n)).collect();
-        nodes.sort_by_key(|n| loads.get(*n).copied().unwrap_or(0));
+        let mut nodes: Vec<&String> = view.live.keys().filter(|n| crate::schedule::eligible(view, n)).collect();
+        nodes.sort_by_key(|n| tally.loads.get(*n).copied().unwrap_or(0));
         let group: Vec<String> = nodes.into_iter().take(want).cloned().collect();
         let mut spec = r.spec.clone();
         for n in &group {
-            *loads.entry(n.clone()).or_default() += 1;
+            *tally.loads.entry(n.clone()).or_default() += 1;
             if let Some(rec) = view.live.get(n) {
                 spec.leases.insert(n.clone(), rec.lease);
             }
@@ -279,7 +218,7 @@ impl Master {
             return Ok(false);
         }
         let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
-        let mut loads: BTreeMap<String, usize> = view.live.keys().map(|n| (n.clone(), view.load_of(n))).collect();
+        let mut tally = Tally::new(&view);
         let mut stale_keys = stale_reports(&view);
         for k in stale_requests(&view) {
             tracing::warn!(request = %k, "dropping a request that no longer applies (no such region, or the target is not a live backup of it)");
@@ -289,7 +228,7 @@ impl Master {
         if !stale.is_empty() {
             self.commit(term, None, stale).await?;
         }
-        for (r, rev) in assign(&view, replicas, &mut loads) {
+        for (r, rev) in assign(&view, replicas, &mut tally) {
             tracing::info!(region = r.spec.id, primary = %r.spec.primary, backups = ?r.spec.backups, "assigning region");
             self.commit(term, Some((r.spec.id, rev)), vec![self.put_region(&r)]).await?;
         }
@@ -298,7 +237,7 @@ impl Master {
             if self.busy.lock().contains(&id) {
                 continue;
             }
-            let Some(step) = plan(&view, r, replicas, &mut loads) else { continue };
+            let Some(step) = plan(&view, r, replicas, &mut tally) else { continue };
             self.busy.lock().insert(id);
             let (me, view, r, rev, term) = (self.clone(), view.clone(), r.clone(), *rev, term.clone());
             tokio::spawn(async move {
@@ -393,6 +332,10 @@ impl Master {
                 } else {
                     self.promote(term, view, r, rev, &key, &node, epoch).await?;
                 }
+            }
+            Step::Schedule(q) => {
+                let key = self.session.layout().request(spec.id);
+                self.commit(term, at, vec![TxnOp::put(key, serde_json::to_vec(&q).unwrap_or_default(), None)]).await?;
             }
             Step::Transfer(to) => {
                 let epoch = spec.epoch + 1;
@@ -558,7 +501,7 @@ mod tests {
         // n2 restarted (new lease 22): it holds nothing; n3 does.
         let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
         let (v, r) = view(&[("n2", 22), ("n3", 3)], s);
-        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Promote("n3".into())));
+        assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Promote("n3".into())));
         let p = promoted(&r.spec, "n3", 4);
         assert_eq!((p.primary.as_str(), p.backups.clone(), p.epoch), ("n3", vec!["n2".to_string()], 4));
         assert!(!p.leases.contains_key("n1"));
@@ -568,11 +511,11 @@ mod tests {
     fn the_backup_with_the_most_log_is_promoted() {
         let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
         let (mut v, r) = view(&[("n2", 2), ("n3", 3)], s);
-        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Promote("n2".into())), "a tie: group order");
+        assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Promote("n2".into())), "a tie: group order");
         for (node, lsn) in [("n2", 40), ("n3", 41)] {
             v.progress.entry(node.into()).or_default().lsn.insert(1, lsn);
         }
-        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Promote("n3".into())));
+        assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Promote("n3".into())));
     }
 
     #[test]
@@ -581,20 +524,20 @@ mod tests {
         s.learners = vec!["n2".into()];
         let (mut v, r) = view(&[("n2", 2)], s);
         v.intents.push(("k".into(), Intent::AddBackup { region: 1, node: "n2".into(), epoch: 3 }));
-        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Drop(vec!["n2".into()])));
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Drop(vec!["n2".into()])));
         // A learner whose primary holds is taking its copy: nothing more is added meanwhile.
         let (v2, r2) = view(&[("n1", 1), ("n2", 2)], r.spec.clone());
-        assert_eq!(plan(&v2, &r2, 2, &mut BTreeMap::new()), None);
+        assert_eq!(plan(&v2, &r2, 2, &mut Tally::default()), None);
     }
 
     #[test]
     fn returning_only_copy_leads_again_and_short_groups_grow() {
         let s = spec("n1", &[], &[("n1", 1)]);
         let (v, r) = view(&[("n1", 11), ("n2", 2)], s.clone());
-        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Reconfirm));
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Reconfirm));
         let (v, r) = view(&[("n1", 1), ("n2", 2)], s);
-        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Add("n2".into())));
-        assert_eq!(plan(&v, &r, 1, &mut BTreeMap::new()), None);
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n2".into())));
+        assert_eq!(plan(&v, &r, 1, &mut Tally::default()), None);
     }
 
     #[test]
@@ -605,7 +548,7 @@ mod tests {
         v.reports.push(("a".into(), rep("n3", 3, "n1")));
         v.reports.push(("b".into(), rep("n2", 2, "n1"))); // an older epoch
         v.reports.push(("c".into(), rep("n2", 3, "n3"))); // not the primary's
-        assert_eq!(plan(&v, &r, 3, &mut BTreeMap::new()), Some(Step::Drop(vec!["n3".into()])));
+        assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Drop(vec!["n3".into()])));
         assert_eq!(stale_reports(&v), vec!["b".to_string(), "c".to_string()]);
     }
 
@@ -613,12 +556,12 @@ mod tests {
     fn lost_backups_are_dropped_and_unassigned_regions_spread() {
         let s = spec("n1", &["n2"], &[("n1", 1), ("n2", 2)]);
         let (v, r) = view(&[("n1", 1)], s);
-        assert_eq!(plan(&v, &r, 2, &mut BTreeMap::new()), Some(Step::Drop(vec!["n2".into()])));
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Drop(vec!["n2".into()])));
         let mut s = spec("", &[], &[]);
         let (mut v, _) = view(&[("n1", 1), ("n2", 2), ("n3", 3)], s.clone());
         s.id = 2;
         v.regions.insert(2, (RegionRecord { spec: s, version: 1 }, 6));
-        let got = assign(&v, 2, &mut BTreeMap::new());
+        let got = assign(&v, 2, &mut Tally::default());
         assert_eq!(got.len(), 2);
         assert_ne!(got[0].0.spec.primary, got[1].0.spec.primary);
         assert_eq!(got[0].0.spec.leases.len(), 2);

@@ -31,6 +31,10 @@ pub struct View {
     pub requests: Vec<(String, Request)>,
     /// Nodes shutting down (their `leaving/` keys).
     pub leaving: BTreeSet<String>,
+    /// Nodes being drained (`drain/`).
+    pub draining: BTreeSet<String>,
+    /// Removed nodes (`removed/` tombstones).
+    pub removed: BTreeSet<String>,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
@@ -68,6 +72,12 @@ impl View {
                 }
                 "leaving/" => {
                     v.leaving.insert(name.to_string());
+                }
+                "drain/" => {
+                    v.draining.insert(name.to_string());
+                }
+                "removed/" => {
+                    v.removed.insert(name.to_string());
                 }
                 "progress/" => {
                     // Advisory: a record this version cannot read is skipped, not fatal.

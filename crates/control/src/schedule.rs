@@ -1,0 +1,344 @@
+//! The master's placement decisions for a region whose group is whole (`master.rs` keeps
+//! groups whole first): a node leaving on SIGTERM, an operator's transfer or move, a node
+//! being drained, and the balancer, which evens out copies and primaries per node.
+//!
+//! Every decision is one [`Step`] the master carries out with the mechanisms it has (a new
+//! backup is a learner fed a streaming full copy, then a backup; a primary moves by a planned
+//! handoff; a copy leaves by a drop), each under a new epoch. A move is re-derived every tick
+//! from the request (or the drain mark) and the region's group, so a master that dies half-way
+//! leaves a state the next one continues from.
+//!
+//! **Limits** ([`Tally`]): a node takes at most one incoming full copy at a time and a primary
+//! feeds at most one; the balancer starts at most one change a tick and only while no handoff
+//! or copy is under way anywhere. **Targets** are chosen by power of two choices (Nova-LSM
+//! §4.4): two eligible nodes sampled, the less loaded taken, so that many sources do not pile
+//! onto one new node. **No oscillation**: the balancer acts only on a difference of two or more
+//! (copies or primaries) between the most and least loaded eligible nodes.
+
+use crate::layout::{Intent, RegionRecord, Request};
+use crate::view::View;
+use std::collections::BTreeMap;
+
+/// One step for one region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Finish (or drop) the change the region log holds under this key.
+    Finish(String, Intent),
+    /// Promote this backup (the primary is lost).
+    Promote(String),
+    /// The primary came back under a new lease and no backup holds the region: it leads again.
+    Reconfirm,
+    /// Remove these backups from the group (lost, leaving, moved away, or still copying when
+    /// the primary was lost).
+    Drop(Vec<String>),
+    /// Add this node as a backup (a learner first, fed a full copy).
+    Add(String),
+    /// Hand the primary role to this backup (a planned handoff).
+    Transfer(String),
+    /// Record this request (the balancer's move), carried out by later ticks.
+    Schedule(Request),
+}
+
+/// What the steps planned so far in one tick commit nodes to, so that later regions of the
+/// same tick see them.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Copies (primary or backup) per live node.
+    pub loads: BTreeMap<String, usize>,
+    /// Full copies each node is taking (it is a learner).
+    pub incoming: BTreeMap<String, usize>,
+    /// Full copies each primary is sending.
+    pub outgoing: BTreeMap<String, usize>,
+    /// Changes under way anywhere (intents, learners) or started this tick.
+    pub busy: usize,
+}
+
+impl Tally {
+    /// The tally of `view` before any step of this tick.
+    pub fn new(view: &View) -> Tally {
+        let mut t = Tally {
+            loads: view.live.keys().map(|n| (n.clone(), view.load_of(n))).collect(),
+            busy: view.intents.len(),
+            ..Tally::default()
+        };
+        for (r, _) in view.regions.values() {
+            for l in &r.spec.learners {
+                *t.incoming.entry(l.clone()).or_default() += 1;
+                *t.outgoing.entry(r.spec.primary.clone()).or_default() += 1;
+                t.busy += 1;
+            }
+        }
+        t
+    }
+
+    fn load(&self, n: &str) -> usize {
+        self.loads.get(n).copied().unwrap_or(0)
+    }
+
+    /// Records a new copy of a region led by `primary` on `node`.
+    fn copy(&mut self, primary: &str, node: &str) {
+        *self.loads.entry(node.to_string()).or_default() += 1;
+        *self.incoming.entry(node.to_string()).or_default() += 1;
+        *self.outgoing.entry(primary.to_string()).or_default() += 1;
+        self.busy += 1;
+    }
+
+    /// Whether `primary` may send one more full copy to `node` now.
+    fn may_copy(&self, primary: &str, node: &str) -> bool {
+        self.incoming.get(node).copied().unwrap_or(0) == 0 && self.outgoing.get(primary).copied().unwrap_or(0) == 0
+    }
+}
+
+/// Whether `node` may take new copies: live, not leaving, not drained, not removed.
+pub fn eligible(view: &View, node: &str) -> bool {
+    view.live.contains_key(node)
+        && !view.leaving.contains(node)
+        && !view.draining.contains(node)
+        && !view.removed.contains(node)
+}
+
+fn in_group(r: &RegionRecord, n: &str) -> bool {
+    r.spec.primary == n || r.spec.backups.iter().chain(&r.spec.learners).any(|b| b == n)
+}
+
+/// Whether region `r` can be handed to `to`: a backup of its group that holds it and stays.
+pub fn transfer_applies(view: &View, r: &RegionRecord, to: &str) -> bool {
+    r.spec.backups.iter().any(|b| b == to) && view.holds(r, to) && !view.leaving.contains(to)
+}
+
+/// The backup of `r` that holds the most of its log among those that may lead it.
+fn best_backup(view: &View, r: &RegionRecord) -> Option<String> {
+    let s = &r.spec;
+    let ok = |b: &&String| view.holds(r, b) && eligible(view, b);
+    s.backups.iter().filter(ok).rev().max_by_key(|b| view.lsn(b, s.id)).cloned()
+}
+
+/// Power of two choices: of the eligible nodes outside `r`'s group that pass `fits`, two
+/// picked at random (seeded by `seed`), the less loaded.
+pub fn pick(view: &View, r: &RegionRecord, tally: &Tally, seed: u64, fits: impl Fn(&str) -> bool) -> Option<String> {
+    let c: Vec<&String> = view.live.keys().filter(|n| eligible(view, n) && !in_group(r, n) && fits(n)).collect();
+    let (a, b) = match c.len() {
+        0 => return None,
+        1 => (0, 0),
+        n => {
+            let h = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(r.spec.id).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+            let a = (h % n as u64) as usize;
+            let b = (a + 1 + ((h >> 32) % (n as u64 - 1)) as usize) % n;
+            (a, b)
+        }
+    };
+    let (x, y) = (c.get(a)?, c.get(b)?);
+    Some(if tally.load(y) < tally.load(x) { (*y).clone() } else { (*x).clone() })
+}
+
+/// The planned change region `r` needs next, if any (its group is whole): see the module
+/// documentation. `seed` varies the balancer's samples from tick to tick.
+pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Option<Step> {
+    let spec = &r.spec;
+    if view.leaving.contains(&spec.primary) {
+        if let Some(b) = best_backup(view, r) {
+            return Some(Step::Transfer(b));
+        }
+    }
+    let leaving: Vec<String> =
+        spec.backups.iter().chain(&spec.learners).filter(|b| view.leaving.contains(*b)).cloned().collect();
+    if !leaving.is_empty() {
+        return Some(Step::Drop(leaving));
+    }
+    for (_, q) in view.requests.iter().filter(|(_, q)| q.region() == spec.id) {
+        let step = match q {
+            Request::Transfer { to, .. } => transfer_applies(view, r, to).then(|| Step::Transfer(to.clone())),
+            Request::Move { from, to, .. } => move_step(view, r, from, Some(to), tally, seed),
+        };
+        if step.is_some() {
+            return step;
+        }
+    }
+    let drained: Vec<&String> = view.draining.iter().chain(&view.removed).filter(|n| in_group(r, n)).collect();
+    if let Some(from) = drained.first() {
+        return move_step(view, r, from, None, tally, seed);
+    }
+    balance(view, r, tally, seed)
+}
+
+/// The next step of moving `r`'s copy off `from` (onto `to`, or a node [`pick`]s): add the
+/// target as a learner, hand the primary role to a backup if `from` leads, drop `from`.
+fn move_step(view: &View, r: &RegionRecord, from: &str, to: Option<&String>, tally: &mut Tally, seed: u64) -> Option<Step> {
+    let spec = &r.spec;
+    if !in_group(r, from) || !spec.learners.is_empty() {
+        return None; // done, or a new copy is still being taken
+    }
+    let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
+    let others = std::iter::once(&spec.primary).chain(&spec.backups).filter(|n| *n != from && view.holds(r, n)).count();
+    let missing = match to {
+        Some(t) => spec.primary != *t && !spec.backups.contains(t),
+        None => others < replicas,
+    };
+    if missing {
+        let t = match to {
+            Some(t) => eligible(view, t).then(|| t.clone())?,
+            None => pick(view, r, tally, seed, |n| tally.may_copy(&spec.primary, n))?,
+        };
+        if !tally.may_copy(&spec.primary, &t) {
+            return None;
+        }
+        tally.copy(&spec.primary, &t);
+        return Some(Step::Add(t));
+    }
+    if spec.primary == from {
+        let b = to.filter(|t| transfer_applies(view, r, t)).cloned().or_else(|| best_backup(view, r))?;
+        tally.busy += 1;
+        return Some(Step::Transfer(b));
+    }
+    Some(Step::Drop(vec![from.to_string()]))
+}
+
+/// The balancer's step for `r`, if the cluster is uneven and quiet: schedule a move of one of
+/// `r`'s copies off the most loaded eligible node (a request, carried out by later ticks), or
+/// hand `r`'s primary role to a backup on a node that leads two or more fewer regions.
+fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Option<Step> {
+    if tally.busy > 0 || !view.requests.is_empty() {
+        return None;
+    }
+    let spec = &r.spec;
+    let nodes: Vec<&String> = view.live.keys().filter(|n| eligible(view, n)).collect();
+    let (max, min) = (nodes.iter().map(|n| tally.load(n)).max()?, nodes.iter().map(|n| tally.load(n)).min()?);
+    let group: Vec<&String> = std::iter::once(&spec.primary).chain(&spec.backups).collect();
+    if max >= min + 2 {
+        if let Some(from) = group.iter().find(|n| eligible(view, n) && tally.load(n) == max) {
+            let to = pick(view, r, tally, seed, |n| tally.load(n) + 2 <= max)?;
+            tally.busy += 1;
+            tracing::info!(region = spec.id, from = %from, to = %to, "balancing copies: {max} on the busiest node, {min} on the idlest");
+            return Some(Step::Schedule(Request::Move { region: spec.id, from: from.to_string(), to }));
+        }
+    }
+    let leads = |n: &str| view.regions.values().filter(|(x, _)| x.spec.primary == n).count();
+    let (mine, fewest) = (leads(&spec.primary), nodes.iter().map(|n| leads(n)).min()?);
+    if mine >= fewest + 2 {
+        let to = spec.backups.iter().filter(|b| transfer_applies(view, r, b) && eligible(view, b)).min_by_key(|b| leads(b))?;
+        if leads(to) + 2 <= mine {
+            tally.busy += 1;
+            tracing::info!(region = spec.id, from = %spec.primary, to = %to, "balancing primaries: {mine} led by the busiest node");
+            return Some(Step::Transfer(to.clone()));
+        }
+    }
+    None
+}
+
+/// Requests that cannot be carried out or are done: dropped by the master (a transfer to a
+/// node that is not a live backup; a move off a node no longer in the group, or onto a node
+/// that is not live).
+pub fn stale_requests(view: &View) -> Vec<String> {
+    let busy = |id: u32| view.intents.iter().any(|(_, i)| i.region() == id);
+    view.requests
+        .iter()
+        .filter(|(_, q)| {
+            let Some((r, _)) = view.regions.get(&q.region()) else { return true };
+            if busy(q.region()) {
+                return false;
+            }
+            match q {
+                Request::Transfer { to, .. } => !transfer_applies(view, r, to),
+                Request::Move { from, to, .. } => !in_group(r, from) || !view.live.contains_key(to),
+            }
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{ClusterConfig, NodeRecord};
+    use halyard_cluster::RegionSpec;
+
+    /// Nodes n1..=n<live>, each under lease = its number; regions given as (primary, backups,
+    /// learners), every member holding under its node's lease.
+    fn cluster(live: usize, replicas: usize, regions: &[(&str, &[&str], &[&str])]) -> View {
+        let mut v = View { config: Some(ClusterConfig { replicas, format: 1 }), revision: 7, ..View::default() };
+        for i in 1..=live {
+            let n = format!("n{i}");
+            v.live.insert(n.clone(), NodeRecord { name: n, lease: i as i64, ..Default::default() });
+        }
+        for (i, (p, b, l)) in regions.iter().enumerate() {
+            let names = std::iter::once(p).chain(b.iter()).chain(l.iter());
+            let spec = RegionSpec {
+                id: i as u32 + 1,
+                start: String::new(),
+                end: None,
+                primary: p.to_string(),
+                backups: b.iter().map(|x| x.to_string()).collect(),
+                epoch: 3,
+                leases: names.map(|n| (n.to_string(), n[1..].parse().unwrap())).collect(),
+                learners: l.iter().map(|x| x.to_string()).collect(),
+            };
+            v.regions.insert(spec.id, (RegionRecord { spec, version: 1 }, 5));
+        }
+        v
+    }
+
+    fn step(v: &View, id: u32) -> Option<Step> {
+        planned(v, &v.regions[&id].0, &mut Tally::new(v), 1)
+    }
+
+    fn request(v: &mut View, q: Request) {
+        v.requests.push(("k".into(), q));
+    }
+
+    #[test]
+    fn a_move_adds_the_target_hands_off_then_drops_the_source() {
+        let mv = Request::Move { region: 1, from: "n1".into(), to: "n3".into() };
+        let mut v = cluster(3, 2, &[("n1", &["n2"], &[])]);
+        request(&mut v, mv.clone());
+        assert_eq!(step(&v, 1), Some(Step::Add("n3".into())));
+        let mut v = cluster(3, 2, &[("n1", &["n2"], &["n3"])]);
+        request(&mut v, mv.clone());
+        assert_eq!(step(&v, 1), None, "waits while the learner takes its copy");
+        let mut v = cluster(3, 2, &[("n1", &["n2", "n3"], &[])]);
+        request(&mut v, mv.clone());
+        assert_eq!(step(&v, 1), Some(Step::Transfer("n3".into())), "the source led: the target takes over");
+        let mut v = cluster(3, 2, &[("n3", &["n2", "n1"], &[])]);
+        request(&mut v, mv.clone());
+        assert_eq!(step(&v, 1), Some(Step::Drop(vec!["n1".into()])));
+        let mut v = cluster(3, 2, &[("n3", &["n2"], &[])]);
+        request(&mut v, mv);
+        assert_eq!(stale_requests(&v), vec!["k".to_string()], "done: the request goes");
+    }
+
+    #[test]
+    fn a_drained_node_is_emptied_onto_nodes_power_of_two_picks() {
+        let mut v = cluster(4, 2, &[("n1", &["n2"], &[]), ("n2", &["n1"], &[])]);
+        v.draining.insert("n1".into());
+        let Some(Step::Add(to)) = step(&v, 1) else { panic!("{:?}", step(&v, 1)) };
+        assert!(to == "n3" || to == "n4", "{to}");
+        // One incoming copy per node and one outgoing per primary: region 2 waits for region 1's.
+        let mut t = Tally::new(&v);
+        assert!(matches!(planned(&v, &v.regions[&1].0, &mut t, 1), Some(Step::Add(_))));
+        let second = planned(&v, &v.regions[&2].0, &mut t, 1);
+        assert!(!matches!(&second, Some(Step::Add(n)) if *n == to), "{second:?}");
+        let mut v = cluster(4, 2, &[("n1", &["n2", "n3"], &[])]);
+        v.draining.insert("n1".into());
+        assert_eq!(step(&v, 1), Some(Step::Transfer("n2".into())), "n1 led and the group holds 2 others: a tie goes to group order");
+    }
+
+    #[test]
+    fn the_balancer_evens_copies_and_primaries_and_leaves_a_balanced_cluster_alone() {
+        let even = cluster(3, 2, &[("n1", &["n2"], &[]), ("n2", &["n3"], &[]), ("n3", &["n1"], &[])]);
+        for id in 1..=3 {
+            assert_eq!(step(&even, id), None, "a balanced cluster moves nothing");
+        }
+        // n4 joined with nothing: three copies on each of n1..n3 against none.
+        let v = cluster(4, 3, &[("n1", &["n2", "n3"], &[]), ("n2", &["n3", "n1"], &[]), ("n3", &["n1", "n2"], &[])]);
+        match step(&v, 1) {
+            Some(Step::Schedule(Request::Move { region: 1, to, .. })) => assert_eq!(to, "n4"),
+            s => panic!("{s:?}"),
+        }
+        // Primaries: n1 leads three, n2 none.
+        let v = cluster(2, 2, &[("n1", &["n2"], &[]), ("n1", &["n2"], &[]), ("n1", &["n2"], &[])]);
+        assert_eq!(step(&v, 1), Some(Step::Transfer("n2".into())));
+        // Nothing while a change is under way.
+        let mut v = v;
+        v.intents.push(("x".into(), Intent::Promote { region: 9, node: "n2".into(), epoch: 1 }));
+        assert_eq!(step(&v, 1), None);
+    }
+}
