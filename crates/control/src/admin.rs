@@ -45,62 +45,6 @@ pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits:
     Ok(())
 }
 
-/// What `halyard admin transfer` saw: the region's epoch under its new primary and how long
-/// the master took from the request.
-#[derive(Clone, Debug)]
-pub struct Transferred {
-    /// The region's epoch once `to` leads it.
-    pub epoch: u64,
-    /// From the request to the map naming the new primary.
-    pub took: std::time::Duration,
-}
-
-/// Asks the master to hand region `region`'s primary role to its backup `to` (a planned
-/// handoff) and waits up to `wait` until the map names `to`.
-pub async fn transfer(
-    client: &mut Client,
-    layout: &Layout,
-    region: u32,
-    to: &str,
-    wait: std::time::Duration,
-) -> Result<Transferred> {
-    let t0 = std::time::Instant::now();
-    let v = View::load(client, layout).await?;
-    let (r, _) = v.regions.get(&region).ok_or_else(|| Error::Invalid(format!("the cluster has no region {region}")))?;
-    if r.spec.primary == to {
-        return Ok(Transferred { epoch: r.spec.epoch, took: t0.elapsed() });
-    }
-    if !r.spec.backups.iter().any(|b| b == to) || !v.holds(r, to) {
-        return Err(Error::Invalid(format!(
-            "{to} is not a live backup of region {region} (primary {}, backups {:?}): a handoff goes to a backup that holds the region",
-            r.spec.primary, r.spec.backups
-        )));
-    }
-    let q = crate::layout::Request::Transfer { region, to: to.to_string() };
-    client.put(layout.request(region), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
-    loop {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        let v = View::load(client, layout).await?;
-        let Some((r, _)) = v.regions.get(&region) else { continue };
-        if r.spec.primary == to {
-            return Ok(Transferred { epoch: r.spec.epoch, took: t0.elapsed() });
-        }
-        let pending = v.requests.iter().any(|(k, _)| *k == layout.request(region))
-            || v.intents.iter().any(|(_, i)| i.region() == region);
-        if !pending {
-            return Err(Error::Invalid(format!(
-                "the master did not hand region {region} to {to} (it dropped the request, or rolled the handoff back: see its log); the primary is {}",
-                r.spec.primary
-            )));
-        }
-        if t0.elapsed() > wait {
-            return Err(Error::Invalid(format!(
-                "region {region} was not handed to {to} within {wait:?}; the request stays with the master"
-            )));
-        }
-    }
-}
-
 /// How `halyard cluster init --regions N` cuts the key space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keys {
@@ -151,6 +95,8 @@ pub fn redis_splits(splits: &[String]) -> Result<Vec<String>> {
 pub struct NodeStatus {
     /// Node name.
     pub name: String,
+    /// up, down, draining (`cluster drain`), leaving (shutting down) or removed.
+    pub state: String,
     /// Whether its lease-bound key exists.
     pub alive: bool,
     /// Its lease (0 if not alive).
@@ -184,6 +130,9 @@ pub struct RegionStatus {
     pub backups: Vec<String>,
     /// Backups still taking their full copy.
     pub copying: Vec<String>,
+    /// Full copies under way to this region's new backups: (node, bytes sent, bytes in all),
+    /// as the primary last published them.
+    pub copies: Vec<(String, u64, u64)>,
     /// conf_ver.
     pub epoch: u64,
     /// Split/merge version.
@@ -213,6 +162,8 @@ pub struct Status {
     pub regions: Vec<RegionStatus>,
     /// Unfinished changes in the region log.
     pub log: Vec<crate::Intent>,
+    /// Operators' and the balancer's requests not carried out yet.
+    pub requests: Vec<crate::Request>,
 }
 
 /// Reads the cluster's status.
@@ -232,8 +183,20 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
                     .filter(|(r, _)| if p { r.spec.primary == m.name } else { r.spec.backups.contains(&m.name) })
                     .count()
             };
+            let state = if v.removed.contains(&m.name) {
+                "removed"
+            } else if v.leaving.contains(&m.name) {
+                "leaving"
+            } else if v.draining.contains(&m.name) {
+                "draining"
+            } else if live.is_some() {
+                "up"
+            } else {
+                "down"
+            };
             NodeStatus {
                 name: m.name.clone(),
+                state: state.to_string(),
                 alive: live.is_some(),
                 lease: live.map_or(0, |n| n.lease),
                 native: m.native.clone(),
@@ -255,6 +218,12 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
             primary: r.spec.primary.clone(),
             backups: r.spec.backups.clone(),
             copying: v.learners(r.spec.id),
+            copies: v
+                .progress
+                .get(&r.spec.primary)
+                .and_then(|p| p.copies.get(&r.spec.id))
+                .map(|c| c.iter().map(|(n, (done, total))| (n.clone(), *done, *total)).collect())
+                .unwrap_or_default(),
             epoch: r.spec.epoch,
             version: r.version,
             primary_alive: !r.spec.primary.is_empty() && v.holds(r, &r.spec.primary),
@@ -270,6 +239,7 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
         nodes,
         regions,
         log: v.intents.iter().map(|(_, i)| i.clone()).collect(),
+        requests: v.requests.iter().map(|(_, q)| q.clone()).collect(),
     })
 }
 
@@ -277,7 +247,7 @@ impl Status {
     /// The status as aligned text tables.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "cluster {} (etcd revision {}), {} copies per region, master: {}\n\nNODE      ALIVE  LEASE             PRIMARIES  BACKUPS  NATIVE                 RESP                   REPLICATION\n",
+            "cluster {} (etcd revision {}), {} copies per region, master: {}\n\nNODE      STATE     LEASE             PRIMARIES  BACKUPS  NATIVE                 RESP                   REPLICATION\n",
             self.prefix,
             self.revision,
             self.replicas,
@@ -285,21 +255,22 @@ impl Status {
         );
         for n in &self.nodes {
             out.push_str(&format!(
-                "{:<9} {:<6} {:<17x} {:<10} {:<8} {:<22} {:<22} {}\n",
-                n.name,
-                if n.alive { "yes" } else { "no" },
-                n.lease,
-                n.primaries,
-                n.backups,
-                n.native,
-                n.resp,
-                n.replication
+                "{:<9} {:<9} {:<17x} {:<10} {:<8} {:<22} {:<22} {}\n",
+                n.name, n.state, n.lease, n.primaries, n.backups, n.native, n.resp, n.replication
             ));
         }
         out.push_str("\nREGION  START         END           EPOCH  PRIMARY   UP   LSN         LAG     BACKUPS\n");
         for r in &self.regions {
-            let copying =
-                if r.copying.is_empty() { String::new() } else { format!(" (copying: {})", r.copying.join(",")) };
+            let copying = match r.copying.is_empty() {
+                true => String::new(),
+                false => {
+                    let show = |n: &String| match r.copies.iter().find(|c| c.0 == *n) {
+                        Some((_, done, total)) => format!("{n} {} of {} MiB", done >> 20, (total >> 20).max(1)),
+                        None => n.clone(),
+                    };
+                    format!(" (copying: {})", r.copying.iter().map(show).collect::<Vec<_>>().join(", "))
+                }
+            };
             let known = |x: Option<u64>| x.map_or("-".to_string(), |x| x.to_string());
             out.push_str(&format!(
                 "{:<7} {:<13} {:<13} {:<6} {:<9} {:<4} {:<11} {:<7} {}{}\n",
@@ -314,6 +285,12 @@ impl Status {
                 r.backups.join(","),
                 copying
             ));
+        }
+        for q in &self.requests {
+            out.push_str(&format!("\nrequested: {q:?}"));
+        }
+        for i in &self.log {
+            out.push_str(&format!("\nin progress: {i:?}"));
         }
         out
     }

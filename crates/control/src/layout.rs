@@ -103,9 +103,19 @@ impl Layout {
     /// Which kind of key `key` (a full key) is, and the rest of its name.
     pub fn classify<'k>(&self, key: &'k str) -> Option<(&'static str, &'k str)> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
-        for kind in
-            ["nodes/", "members/", "regions/", "log/", "master/", "reports/", "progress/", "requests/", "leaving/", "drain/", "removed/"]
-        {
+        for kind in [
+            "nodes/",
+            "members/",
+            "regions/",
+            "log/",
+            "master/",
+            "reports/",
+            "progress/",
+            "requests/",
+            "leaving/",
+            "drain/",
+            "removed/",
+        ] {
             if let Some(name) = rest.strip_prefix(kind) {
                 return Some((kind, name));
             }
@@ -186,6 +196,9 @@ pub struct Progress {
     /// A primary's regions, by id: the last LSN each backup acknowledged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub acked: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// A primary's full copies under way, by region and backup: (bytes sent, bytes in all).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub copies: BTreeMap<u32, BTreeMap<String, (u64, u64)>>,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes

@@ -8,6 +8,8 @@
 //! - [`master`]: the elected master: assigns regions, replaces lost primaries and backups,
 //!   and logs each multi-step change in the region log before carrying it out.
 //! - [`admin`]: `halyard cluster init` and `halyard cluster status`.
+//! - [`operate`]: an operator's requests: transfer, move, drain, undrain, remove.
+//! - [`schedule`]: the master's placement decisions: leaving nodes, moves, drains, balancing.
 //! - [`etcd`]: the etcd v3 client (gRPC stubs generated from etcd's protos, committed).
 //!
 //! Only the master writes the region map, always in a transaction that compares its term (the
@@ -21,6 +23,7 @@ mod error;
 pub mod etcd;
 pub mod layout;
 pub mod master;
+pub mod operate;
 pub mod schedule;
 pub mod session;
 pub mod view;

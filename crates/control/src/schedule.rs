@@ -163,7 +163,14 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
 
 /// The next step of moving `r`'s copy off `from` (onto `to`, or a node [`pick`]s): add the
 /// target as a learner, hand the primary role to a backup if `from` leads, drop `from`.
-fn move_step(view: &View, r: &RegionRecord, from: &str, to: Option<&String>, tally: &mut Tally, seed: u64) -> Option<Step> {
+fn move_step(
+    view: &View,
+    r: &RegionRecord,
+    from: &str,
+    to: Option<&String>,
+    tally: &mut Tally,
+    seed: u64,
+) -> Option<Step> {
     let spec = &r.spec;
     if !in_group(r, from) || !spec.learners.is_empty() {
         return None; // done, or a new copy is still being taken
@@ -215,7 +222,11 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
     let leads = |n: &str| view.regions.values().filter(|(x, _)| x.spec.primary == n).count();
     let (mine, fewest) = (leads(&spec.primary), nodes.iter().map(|n| leads(n)).min()?);
     if mine >= fewest + 2 {
-        let to = spec.backups.iter().filter(|b| transfer_applies(view, r, b) && eligible(view, b)).min_by_key(|b| leads(b))?;
+        let to = spec
+            .backups
+            .iter()
+            .filter(|b| transfer_applies(view, r, b) && eligible(view, b))
+            .min_by_key(|b| leads(b))?;
         if leads(to) + 2 <= mine {
             tally.busy += 1;
             tracing::info!(region = spec.id, from = %spec.primary, to = %to, "balancing primaries: {mine} led by the busiest node");
@@ -318,7 +329,11 @@ mod tests {
         assert!(!matches!(&second, Some(Step::Add(n)) if *n == to), "{second:?}");
         let mut v = cluster(4, 2, &[("n1", &["n2", "n3"], &[])]);
         v.draining.insert("n1".into());
-        assert_eq!(step(&v, 1), Some(Step::Transfer("n2".into())), "n1 led and the group holds 2 others: a tie goes to group order");
+        assert_eq!(
+            step(&v, 1),
+            Some(Step::Transfer("n2".into())),
+            "n1 led and the group holds 2 others: a tie goes to group order"
+        );
     }
 
     #[test]

@@ -56,6 +56,12 @@ impl Session {
     pub async fn start(client: Client, layout: Layout, record: NodeRecord, ttl: Duration) -> Result<Arc<Session>> {
         let ttl = Duration::from_secs(ttl.as_secs().max(1));
         let (changed, _) = watch::channel(0);
+        if crate::operate::is_removed(&mut client.clone(), &layout, &record.name).await? {
+            return Err(crate::Error::Invalid(format!(
+                "node {} was removed from the cluster (`halyard cluster remove`): it may not rejoin under that name; start a node with another --node and an empty --dir",
+                record.name
+            )));
+        }
         let s = Arc::new(Session {
             client,
             layout,

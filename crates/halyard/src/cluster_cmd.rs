@@ -45,14 +45,40 @@ pub enum ClusterCmd {
         #[arg(long)]
         redis: bool,
     },
-    /// Print the nodes (alive, lease, addresses, roles), the regions (range, epoch, primary,
-    /// backups) and the master's unfinished changes.
+    /// Print the nodes (state, lease, addresses, roles), the regions (range, epoch, primary,
+    /// backups, full copies under way with their bytes) and the master's unfinished changes.
     Status {
         #[command(flatten)]
         etcd: EtcdArgs,
         /// One JSON object instead of tables.
         #[arg(long)]
         json: bool,
+        /// Print the status again every second until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Move every copy off a node (it stays a member, takes no new copies, and can be stopped
+    /// once this returns). Refused when fewer than --replicas other nodes could take them.
+    Drain {
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// The node to drain.
+        node: String,
+    },
+    /// End a drain: the node may take copies again (the balancer gives it some).
+    Undrain {
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// The drained node.
+        node: String,
+    },
+    /// Remove a node for good: its copies move off (as for drain) and it may never register
+    /// under that name again.
+    Remove {
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// The node to remove.
+        node: String,
     },
 }
 
@@ -91,15 +117,15 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                 );
                 Ok(())
             }
-            ClusterCmd::Status { etcd, json } => {
-                let layout = Layout::new(&etcd.cluster_name);
+            ClusterCmd::Status { etcd, json, watch } => status(etcd, *json, *watch).await,
+            ClusterCmd::Drain { etcd, node } => drain(etcd, node, false).await,
+            ClusterCmd::Remove { etcd, node } => drain(etcd, node, true).await,
+            ClusterCmd::Undrain { etcd, node } => {
                 let mut c = connect(etcd).await?;
-                let s = halyard_control::admin::status(&mut c, &layout).await.map_err(|e| e.to_string())?;
-                if *json {
-                    println!("{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?);
-                } else {
-                    print!("{}", s.table());
-                }
+                halyard_control::operate::undrain(&mut c, &Layout::new(&etcd.cluster_name), node)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!("{node} may take copies again");
                 Ok(())
             }
         }
@@ -112,13 +138,91 @@ async fn connect(etcd: &EtcdArgs) -> Result<halyard_control::Client, String> {
         .map_err(|e| format!("cannot reach etcd at {}: {e}", etcd.etcd.join(",")))
 }
 
+async fn status(etcd: &EtcdArgs, json: bool, watch: bool) -> Result<(), String> {
+    let layout = Layout::new(&etcd.cluster_name);
+    let mut c = connect(etcd).await?;
+    loop {
+        let s = halyard_control::admin::status(&mut c, &layout).await.map_err(|e| e.to_string())?;
+        if watch {
+            // Clear the terminal and go home, as `watch` does.
+            print!("\x1b[2J\x1b[H");
+        }
+        match json {
+            true => println!("{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?),
+            false => print!("{}", s.table()),
+        }
+        if !watch {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// A progress bar on standard error (hidden when it is not a terminal).
+fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        b.set_style(style);
+    }
+    b
+}
+
+/// `halyard cluster drain` and `remove`: the mark, then a bar of the copies moved off.
+async fn drain(etcd: &EtcdArgs, node: &str, remove: bool) -> Result<(), String> {
+    let mut c = connect(etcd).await?;
+    let layout = Layout::new(&etcd.cluster_name);
+    let t0 = std::time::Instant::now();
+    let v = halyard_control::View::load(&mut c, &layout).await.map_err(|e| e.to_string())?;
+    let start = halyard_control::operate::copies_on(&v, node) as u64;
+    let b = bar(start, "{spinner} {msg} [{bar:30}] {pos}/{len} copies moved off ({elapsed})");
+    b.set_message(format!("draining {node}"));
+    let on = |v: &halyard_control::View| {
+        b.set_position(start.saturating_sub(halyard_control::operate::copies_on(v, node) as u64))
+    };
+    let wait = std::time::Duration::from_secs(24 * 3600);
+    halyard_control::operate::drain(&mut c, &layout, node, remove, wait, on).await.map_err(|e| e.to_string())?;
+    b.finish_and_clear();
+    let what = if remove {
+        "removed (it may not rejoin under that name)"
+    } else {
+        "drained (`halyard cluster undrain` lets it take copies again)"
+    };
+    println!("{node}: {start} copies moved off in {:.1} s; {what}", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
 /// `halyard admin transfer`: asks the master for a planned handoff and waits for it.
 pub async fn transfer(etcd: &EtcdArgs, region: u32, to: &str) -> Result<(), String> {
     let mut c = connect(etcd).await?;
     let layout = Layout::new(&etcd.cluster_name);
+    let t0 = std::time::Instant::now();
     let wait = std::time::Duration::from_secs(60);
-    let t = halyard_control::admin::transfer(&mut c, &layout, region, to, wait).await.map_err(|e| e.to_string())?;
-    println!("region {region}: {to} is primary at epoch {} ({} ms after the request)", t.epoch, t.took.as_millis());
+    let epoch =
+        halyard_control::operate::transfer(&mut c, &layout, region, to, wait).await.map_err(|e| e.to_string())?;
+    println!("region {region}: {to} is primary at epoch {epoch} ({} ms after the request)", t0.elapsed().as_millis());
+    Ok(())
+}
+
+/// `halyard admin move`: the request, then a bar of the new copy's bytes.
+pub async fn move_region(etcd: &EtcdArgs, region: u32, from: &str, to: &str) -> Result<(), String> {
+    let mut c = connect(etcd).await?;
+    let layout = Layout::new(&etcd.cluster_name);
+    let t0 = std::time::Instant::now();
+    let b = bar(0, "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {elapsed})");
+    b.set_message(format!("region {region}: {from} -> {to}"));
+    let on = |v: &halyard_control::View| {
+        let Some((r, _)) = v.regions.get(&region) else { return };
+        if let Some((done, total)) = v.progress.get(&r.spec.primary).and_then(|p| p.copies.get(&region)?.get(to)) {
+            b.set_length(*total);
+            b.set_position(*done);
+        }
+    };
+    let wait = std::time::Duration::from_secs(24 * 3600);
+    halyard_control::operate::move_region(&mut c, &layout, region, from, to, wait, on)
+        .await
+        .map_err(|e| e.to_string())?;
+    b.finish_and_clear();
+    println!("region {region}: moved from {from} to {to} in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
 

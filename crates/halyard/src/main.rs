@@ -193,6 +193,22 @@ enum AdminCmd {
         #[command(flatten)]
         etcd: cluster_cmd::EtcdArgs,
     },
+    /// Move a region's copy from one node to another (etcd mode): the target takes a full copy
+    /// as a learner (streamed at the primary's --move-rate-mb), becomes a backup, takes the
+    /// primary role if the source led, and the source leaves the group and drops its copy.
+    Move {
+        /// Region id.
+        #[arg(long)]
+        region: u32,
+        /// The node giving its copy up.
+        #[arg(long)]
+        from: String,
+        /// The node taking a copy.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        etcd: cluster_cmd::EtcdArgs,
+    },
     /// Compare a region's contents (keys, versions and values) on its primary and every backup;
     /// exits non-zero on any difference.
     Verify {
@@ -253,6 +269,7 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
                 Ok(())
             }
             AdminCmd::Transfer { region, to, etcd } => cluster_cmd::transfer(etcd, *region, to).await,
+            AdminCmd::Move { region, from, to, etcd } => cluster_cmd::move_region(etcd, *region, from, to).await,
             AdminCmd::Verify { region, cluster_file, etcd, cluster_name } => {
                 let file = match cluster_file {
                     Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,

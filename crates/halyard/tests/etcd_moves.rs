@@ -205,3 +205,83 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
     let acked = writers.stop();
     check_everything(&url, &addrs, &acked);
 }
+
+/// Every region's (epoch, primary, backups), to see whether anything changed.
+fn shape(s: &serde_json::Value) -> Vec<(u64, String, Vec<String>)> {
+    s["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let b = r["backups"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+            (r["epoch"].as_u64().unwrap(), r["primary"].as_str().unwrap().to_string(), b)
+        })
+        .collect()
+}
+
+fn copies(s: &serde_json::Value, node: &str) -> usize {
+    let n = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).unwrap();
+    (n["primaries"].as_u64().unwrap() + n["backups"].as_u64().unwrap()) as usize
+}
+
+#[test]
+fn moves_drains_removals_and_the_balancer_under_writes() {
+    let (dir, _etcd, url) = new_cluster(3, 2, true);
+    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let writers = Writers::start(&addrs, 3, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+
+    // An operator's move of region 1's primary copy onto the node outside its group.
+    let r1 = region(&s, 1);
+    let from = r1["primary"].as_str().unwrap().to_string();
+    let group: Vec<&str> = std::iter::once(from.as_str())
+        .chain(r1["backups"].as_array().unwrap().iter().map(|b| b.as_str().unwrap()))
+        .collect();
+    let to = nodes.iter().map(|n| n.name.as_str()).find(|n| !group.contains(n)).unwrap().to_string();
+    let (ok, out) = halyard(&["admin", "move", "--region", "1", "--from", &from, "--to", &to, "--etcd", &url]);
+    assert!(ok, "move: {out}");
+    let r1 = region(&status(&url), 1);
+    let now: Vec<&str> = std::iter::once(r1["primary"].as_str().unwrap())
+        .chain(r1["backups"].as_array().unwrap().iter().map(|b| b.as_str().unwrap()))
+        .collect();
+    assert!(now.contains(&to.as_str()) && !now.contains(&from.as_str()), "after the move: {r1}");
+    let bad = halyard(&["admin", "move", "--region", "1", "--from", &from, "--to", &to, "--etcd", &url]);
+    assert!(!bad.0 && bad.1.contains("holds no copy"), "a move off a node without a copy: {}", bad.1);
+
+    // A fourth node joins with nothing: the balancer moves copies to it, then rests.
+    nodes.push(start_node(dir.path(), &url, "n4"));
+    let t0 = Instant::now();
+    let s = loop {
+        let s = status(&url);
+        let quiet = s["log"].as_array().unwrap().is_empty() && s["requests"].as_array().unwrap().is_empty();
+        let whole = s["regions"].as_array().unwrap().iter().all(|r| r["copying"].as_array().unwrap().is_empty());
+        if copies(&s, "n4") >= 1 && quiet && whole {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the balancer gave n4 nothing: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("balanced onto n4 in {:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(shape(&status(&url)), shape(&s), "a balanced, quiet cluster changed shape (oscillation)");
+
+    // Drain n1, then remove it: it holds nothing and may not come back under its name.
+    let (ok, out) = halyard(&["cluster", "drain", "n1", "--etcd", &url]);
+    assert!(ok, "drain: {out}");
+    let s = status(&url);
+    assert_eq!(copies(&s, "n1"), 0, "n1 still holds copies after the drain: {s}");
+    let n1 = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "n1").unwrap().clone();
+    assert_eq!(n1["state"], "draining");
+    let (ok, out) = halyard(&["cluster", "remove", "n1", "--etcd", &url]);
+    assert!(ok, "remove: {out}");
+    let acked = writers.stop();
+    let live: Vec<String> = nodes.iter().filter(|n| n.name != "n1").map(|n| n.native.clone()).collect();
+    check_everything(&url, &live, &acked);
+    let n1 = nodes.iter_mut().find(|n| n.name == "n1").unwrap();
+    n1.proc.kill9();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_halyard")).args(&n1.args).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && text.contains("was removed"), "a removed node registered again: {text}");
+}

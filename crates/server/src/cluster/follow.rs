@@ -140,6 +140,13 @@ impl ClusterNode {
                 if backs {
                     self.replica.remove_region(r.id);
                 }
+                // Moved away (the map names this node nowhere in the group, under any lease):
+                // the copy's space goes back. A node the map still names under an old lease
+                // keeps its copy (it may be the only one, which leads again).
+                let named = r.primary == self.name || r.backups.iter().chain(&r.learners).any(|b| *b == self.name);
+                if !named {
+                    self.drop_copy(r.id)?;
+                }
             }
         }
         Ok(())
@@ -197,6 +204,24 @@ impl ClusterNode {
         }
         self.shipper.start(&s, None);
         tracing::info!(region = r.id, epoch = r.epoch, fresh, "leading region");
+        Ok(())
+    }
+
+    /// Frees the space of this node's copy of a region it no longer holds (Send-Index: the
+    /// region stays as an empty backup entry; Build-Index copies are left as they are).
+    fn drop_copy(&self, id: u32) -> Result<(), String> {
+        let e = |e: halyard_engine::Error| e.to_string();
+        if self.mode != Mode::SendIndex || !self.db.regions().iter().any(|i| i.id == id) {
+            return Ok(());
+        }
+        let rep = self.db.replication();
+        let logs = [halyard_engine::LogKind::L0, halyard_engine::LogKind::Large, halyard_engine::LogKind::Medium];
+        let empty = rep.level_ssts(id).map_err(e)?.iter().all(Vec::is_empty)
+            && logs.iter().map(|l| rep.log_segments(id, *l)).all(|s| s.is_ok_and(|s| s.is_empty()));
+        if !empty {
+            rep.demote_to_backup(id).map_err(e)?;
+            tracing::info!(region = id, "no longer in the region's group: dropped this node's copy");
+        }
         Ok(())
     }
 

@@ -38,8 +38,13 @@ impl ClusterNode {
                 if let Ok(h) = self.db.region(id) {
                     p.lsn.insert(id, h.lsn());
                 }
-                let acked = self.shipper.links(id).iter().map(|l| (l.node.clone(), l.acked())).collect();
-                p.acked.insert(id, acked);
+                let links = self.shipper.links(id);
+                p.acked.insert(id, links.iter().map(|l| (l.node.clone(), l.acked())).collect());
+                let copies: std::collections::BTreeMap<String, (u64, u64)> =
+                    links.iter().filter_map(|l| Some((l.node.clone(), l.copy_progress()?))).collect();
+                if !copies.is_empty() {
+                    p.copies.insert(id, copies);
+                }
             } else if let Some(rr) = self.replica.region(id) {
                 p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
             }

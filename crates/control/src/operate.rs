@@ -1,0 +1,167 @@
+//! What an operator asks of a running cluster, through etcd: hand a region's primary role to a
+//! backup (`halyard admin transfer`), move a copy (`halyard admin move`), drain a node, undo a
+//! drain, remove a node for good. Each puts a request or a mark the master acts on
+//! (`schedule.rs`) and, for the first three, waits until the map shows it done; `on` is called
+//! with every view read meanwhile (progress bars).
+
+use crate::etcd::{Client, Compare, CompareOp, Txn, TxnOp};
+use crate::layout::{Layout, RegionRecord, Request};
+use crate::view::View;
+use crate::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// How often the waits below read the cluster.
+const POLL: Duration = Duration::from_millis(20);
+
+fn region<'v>(v: &'v View, id: u32) -> Result<&'v RegionRecord> {
+    v.regions.get(&id).map(|(r, _)| r).ok_or_else(|| Error::Invalid(format!("the cluster has no region {id}")))
+}
+
+fn in_group(r: &RegionRecord, n: &str) -> bool {
+    r.spec.primary == n || r.spec.backups.iter().chain(&r.spec.learners).any(|b| b == n)
+}
+
+/// Waits until `done` holds for a view (calling `on` with each), giving up after `wait` or
+/// once the master dropped the request under `key` without it holding.
+async fn wait_for(
+    client: &mut Client,
+    layout: &Layout,
+    key: Option<String>,
+    wait: Duration,
+    mut on: impl FnMut(&View),
+    done: impl Fn(&View) -> bool,
+) -> Result<View> {
+    let t0 = Instant::now();
+    loop {
+        tokio::time::sleep(POLL).await;
+        let v = View::load(client, layout).await?;
+        on(&v);
+        if done(&v) {
+            return Ok(v);
+        }
+        if let Some(k) = &key {
+            let region = v.requests.iter().find(|(x, _)| x == k).map(|(_, q)| q.region());
+            let busy = v.intents.iter().any(|(_, i)| Some(i.region()) == region);
+            if region.is_none() && !busy && !done(&v) {
+                // Read again: the map may have changed in the same transaction.
+                let v = View::load(client, layout).await?;
+                if done(&v) {
+                    return Ok(v);
+                }
+                return Err(Error::Invalid(
+                    "the master dropped the request without carrying it out (see its log: the target is no longer live, or the group changed)".into(),
+                ));
+            }
+        }
+        if t0.elapsed() > wait {
+            return Err(Error::Invalid(format!("not done within {wait:?}; the master goes on with it")));
+        }
+    }
+}
+
+/// Asks the master to hand region `id`'s primary role to its backup `to` (a planned handoff)
+/// and waits until the map names `to`; returns the region's new epoch.
+pub async fn transfer(client: &mut Client, layout: &Layout, id: u32, to: &str, wait: Duration) -> Result<u64> {
+    let v = View::load(client, layout).await?;
+    let r = region(&v, id)?;
+    if r.spec.primary == to {
+        return Ok(r.spec.epoch);
+    }
+    if !r.spec.backups.iter().any(|b| b == to) || !v.holds(r, to) {
+        return Err(Error::Invalid(format!(
+            "{to} is not a live backup of region {id} (primary {}, backups {:?}): a handoff goes to a backup that holds the region",
+            r.spec.primary, r.spec.backups
+        )));
+    }
+    let q = Request::Transfer { region: id, to: to.to_string() };
+    client.put(layout.request(id), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
+    let led = |v: &View| v.regions.get(&id).is_some_and(|(r, _)| r.spec.primary == to);
+    let v = wait_for(client, layout, Some(layout.request(id)), wait, |_| {}, led).await?;
+    Ok(region(&v, id)?.spec.epoch)
+}
+
+/// Asks the master to move region `id`'s copy from `from` to `to` and waits until `to` holds
+/// it and `from` left the group.
+pub async fn move_region(
+    client: &mut Client,
+    layout: &Layout,
+    id: u32,
+    from: &str,
+    to: &str,
+    wait: Duration,
+    on: impl FnMut(&View),
+) -> Result<()> {
+    let v = View::load(client, layout).await?;
+    let r = region(&v, id)?;
+    if !in_group(r, from) {
+        return Err(Error::Invalid(format!(
+            "{from} holds no copy of region {id} (primary {}, backups {:?})",
+            r.spec.primary, r.spec.backups
+        )));
+    }
+    if in_group(r, to) {
+        return Err(Error::Invalid(format!("{to} already holds a copy of region {id}")));
+    }
+    if !crate::schedule::eligible(&v, to) {
+        return Err(Error::Invalid(format!("{to} cannot take copies: it is not up (see `halyard cluster status`)")));
+    }
+    let q = Request::Move { region: id, from: from.to_string(), to: to.to_string() };
+    client.put(layout.request(id), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
+    let moved = |v: &View| {
+        v.regions.get(&id).is_some_and(|(r, _)| {
+            !in_group(r, from) && (r.spec.primary == to || r.spec.backups.iter().any(|b| b == to))
+        })
+    };
+    wait_for(client, layout, Some(layout.request(id)), wait, on, moved).await.map(drop)
+}
+
+/// Nodes that could hold copies if `node` left: live and not leaving, drained or removed.
+fn others(v: &View, node: &str) -> usize {
+    v.live.keys().filter(|n| *n != node && crate::schedule::eligible(v, n)).count()
+}
+
+/// Copies (primary, backup or learner) `node` holds.
+pub fn copies_on(v: &View, node: &str) -> usize {
+    v.regions.values().filter(|(r, _)| in_group(r, node)).count()
+}
+
+/// Marks `node` to be drained (or, with `remove`, removed: a tombstone under which it may not
+/// register again) and waits until no group holds a copy on it. Refused when fewer than the
+/// cluster's `replicas` nodes would remain to hold the copies.
+pub async fn drain(
+    client: &mut Client,
+    layout: &Layout,
+    node: &str,
+    remove: bool,
+    wait: Duration,
+    on: impl FnMut(&View),
+) -> Result<()> {
+    let v = View::load(client, layout).await?;
+    if !v.members.contains_key(node) {
+        return Err(Error::Invalid(format!("no node {node} ever joined the cluster")));
+    }
+    let replicas = v.config.as_ref().map_or(1, |c| c.replicas);
+    if others(&v, node) < replicas && copies_on(&v, node) > 0 {
+        return Err(Error::Invalid(format!(
+            "{node} holds copies and only {} other nodes could take them, fewer than the {replicas} copies a region keeps: add a node first",
+            others(&v, node)
+        )));
+    }
+    let key = if remove { layout.removed(node) } else { layout.drain(node) };
+    client.put(key, Vec::new(), None).await?;
+    wait_for(client, layout, None, wait, on, |v| copies_on(v, node) == 0).await.map(drop)
+}
+
+/// Ends a drain: `node` may take copies again (the balancer gives it some).
+pub async fn undrain(client: &mut Client, layout: &Layout, node: &str) -> Result<()> {
+    client.delete(layout.drain(node), None).await?;
+    Ok(())
+}
+
+/// Whether `node` was removed from the cluster (a tombstone): it may not register.
+pub async fn is_removed(client: &mut Client, layout: &Layout, node: &str) -> Result<bool> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(layout.removed(node), CompareOp::Greater, 0)])
+        .and_then([TxnOp::get(layout.removed(node), None)]);
+    Ok(client.txn(txn).await?.succeeded())
+}
