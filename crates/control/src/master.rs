@@ -221,7 +221,7 @@ impl Master {
         let mut tally = Tally::new(&view);
         let mut stale_keys = stale_reports(&view);
         for k in stale_requests(&view) {
-            tracing::warn!(request = %k, "dropping a request that no longer applies (no such region, or the target is not a live backup of it)");
+            tracing::info!(request = %k, "request carried out or no longer applicable (no such region, or the target is not a live member): removed");
             stale_keys.push(k);
         }
         let stale: Vec<TxnOp> = stale_keys.iter().map(|k| TxnOp::delete(k.as_str(), None)).collect();

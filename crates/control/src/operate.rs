@@ -22,11 +22,12 @@ fn in_group(r: &RegionRecord, n: &str) -> bool {
 }
 
 /// Waits until `done` holds for a view (calling `on` with each), giving up after `wait` or
-/// once the master dropped the request under `key` without it holding.
+/// once the master dropped the request about `region` without it holding (no request and no
+/// change of the region in its log).
 async fn wait_for(
     client: &mut Client,
     layout: &Layout,
-    key: Option<String>,
+    region: Option<u32>,
     wait: Duration,
     mut on: impl FnMut(&View),
     done: impl Fn(&View) -> bool,
@@ -39,10 +40,10 @@ async fn wait_for(
         if done(&v) {
             return Ok(v);
         }
-        if let Some(k) = &key {
-            let region = v.requests.iter().find(|(x, _)| x == k).map(|(_, q)| q.region());
-            let busy = v.intents.iter().any(|(_, i)| Some(i.region()) == region);
-            if region.is_none() && !busy && !done(&v) {
+        if let Some(id) = region {
+            let asked = v.requests.iter().any(|(_, q)| q.region() == id);
+            let busy = v.intents.iter().any(|(_, i)| i.region() == id);
+            if !asked && !busy {
                 // Read again: the map may have changed in the same transaction.
                 let v = View::load(client, layout).await?;
                 if done(&v) {
@@ -76,7 +77,7 @@ pub async fn transfer(client: &mut Client, layout: &Layout, id: u32, to: &str, w
     let q = Request::Transfer { region: id, to: to.to_string() };
     client.put(layout.request(id), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
     let led = |v: &View| v.regions.get(&id).is_some_and(|(r, _)| r.spec.primary == to);
-    let v = wait_for(client, layout, Some(layout.request(id)), wait, |_| {}, led).await?;
+    let v = wait_for(client, layout, Some(id), wait, |_| {}, led).await?;
     Ok(region(&v, id)?.spec.epoch)
 }
 
@@ -112,7 +113,7 @@ pub async fn move_region(
             !in_group(r, from) && (r.spec.primary == to || r.spec.backups.iter().any(|b| b == to))
         })
     };
-    wait_for(client, layout, Some(layout.request(id)), wait, on, moved).await.map(drop)
+    wait_for(client, layout, Some(id), wait, on, moved).await.map(drop)
 }
 
 /// Nodes that could hold copies if `node` left: live and not leaving, drained or removed.

@@ -10,7 +10,12 @@
 //! between its call and its return. A run that is not linearizable keeps its history and the
 //! checker's HTML visualisation and names them.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 4: one run per fault) and `HALYARD_ROBUSTNESS_SEED`
+//! The cluster also changes shape on purpose in some runs: planned handoffs, a SIGTERM of the
+//! primary's node (it hands off and leaves) and its restart, a move of the primary's copy onto
+//! a fourth node, and a handoff asked while the primary is paused past its lease.
+//!
+//! `HALYARD_ROBUSTNESS_RUNS` (default 8: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
 #![allow(
@@ -46,9 +51,26 @@ enum Fault {
     KillMaster,
     PausePrimary,
     PartitionPrimary,
+    /// Planned handoffs (`halyard admin transfer`) from backup to backup.
+    Handoffs,
+    /// SIGTERM of the primary's node (it hands off and leaves), then a restart.
+    TermPrimary,
+    /// `halyard admin move` of the primary's copy onto a fourth node.
+    MovePrimary,
+    /// A handoff asked while the primary is SIGSTOPped past its lease.
+    PauseDuringHandoff,
 }
 
-const FAULTS: [Fault; 4] = [Fault::KillPrimary, Fault::KillMaster, Fault::PausePrimary, Fault::PartitionPrimary];
+const FAULTS: [Fault; 8] = [
+    Fault::KillPrimary,
+    Fault::KillMaster,
+    Fault::PausePrimary,
+    Fault::PartitionPrimary,
+    Fault::Handoffs,
+    Fault::TermPrimary,
+    Fault::MovePrimary,
+    Fault::PauseDuringHandoff,
+];
 
 /// One recorded operation (a line of the checker's input).
 #[derive(Clone, Debug)]
@@ -235,6 +257,74 @@ fn signal(n: &Node, sig: i32) {
     unsafe { kill(pid, sig) };
 }
 
+/// Injects `fault` (on node `v` where it has one victim) while the clients run.
+fn inject(fault: Fault, nodes: &mut [Node], v: usize, url: &str) {
+    let transfer = |to: &str| etcd_common::halyard(&["admin", "transfer", "--region", "1", "--to", to, "--etcd", url]);
+    match fault {
+        Fault::KillPrimary | Fault::KillMaster => {
+            nodes[v].proc.kill9();
+            std::thread::sleep(Duration::from_millis(5000));
+        }
+        Fault::PausePrimary => {
+            signal(&nodes[v], 19); // SIGSTOP: longer than the 2 s lease
+            std::thread::sleep(Duration::from_millis(4000));
+            signal(&nodes[v], 18); // SIGCONT: it must find its lease gone and serve nothing
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::PartitionPrimary => {
+            let mut ports = vec![port(url)];
+            for n in nodes.iter().filter(|n| n.name != nodes[v].name) {
+                ports.extend([port(&n.native), port(&n.replication)]);
+            }
+            let cut = Cut::new(ports);
+            std::thread::sleep(Duration::from_millis(5000)); // past its 2 s lease: another leads
+            drop(cut);
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::Handoffs => {
+            for i in 0..4 {
+                let s = status(url);
+                let b = s["regions"][0]["backups"][i % 2].as_str().unwrap().to_string();
+                let (ok, out) = transfer(&b);
+                assert!(ok, "handoff {i} to {b}: {out}");
+                std::thread::sleep(Duration::from_millis(700));
+            }
+        }
+        Fault::TermPrimary => {
+            signal(&nodes[v], 15);
+            let t = Instant::now();
+            while nodes[v].proc.0.as_mut().unwrap().try_wait().unwrap().is_none() {
+                assert!(t.elapsed() < Duration::from_secs(40), "no exit within 40 s of SIGTERM");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(1000));
+            nodes[v].restart();
+            std::thread::sleep(Duration::from_millis(3000));
+        }
+        Fault::MovePrimary => {
+            let from = nodes[v].name.clone();
+            let (ok, out) =
+                etcd_common::halyard(&["admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", url]);
+            assert!(ok, "move {from} -> n4: {out}");
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::PauseDuringHandoff => {
+            let b = status(url)["regions"][0]["backups"][0].as_str().unwrap().to_string();
+            let url2 = url.to_string();
+            let t = std::thread::spawn(move || {
+                etcd_common::halyard(&["admin", "transfer", "--region", "1", "--to", &b, "--etcd", &url2])
+            });
+            std::thread::sleep(Duration::from_millis(30));
+            signal(&nodes[v], 19);
+            std::thread::sleep(Duration::from_millis(4000));
+            signal(&nodes[v], 18);
+            // Handed off, rolled back or failed over: any is fine, as long as the history is.
+            let _ = t.join();
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+    }
+}
+
 /// What one run found.
 struct Outcome {
     ops: usize,
@@ -282,8 +372,11 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     let master = s["master"].as_str().unwrap().to_string();
     let victim = match fault {
         Fault::KillMaster => master,
-        Fault::KillPrimary | Fault::PausePrimary | Fault::PartitionPrimary => primary,
+        _ => primary,
     };
+    if matches!(fault, Fault::MovePrimary) {
+        nodes.push(start_node(dir.path(), &url, "n4"));
+    }
     let v = nodes.iter().position(|n| n.name == victim).unwrap();
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let (t0, stop, history) = (Instant::now(), Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
@@ -299,28 +392,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1000));
-    match fault {
-        Fault::KillPrimary | Fault::KillMaster => {
-            nodes[v].proc.kill9();
-            std::thread::sleep(Duration::from_millis(5000));
-        }
-        Fault::PausePrimary => {
-            signal(&nodes[v], 19); // SIGSTOP: longer than the 2 s lease
-            std::thread::sleep(Duration::from_millis(4000));
-            signal(&nodes[v], 18); // SIGCONT: it must find its lease gone and serve nothing
-            std::thread::sleep(Duration::from_millis(2000));
-        }
-        Fault::PartitionPrimary => {
-            let mut ports = vec![port(&url)];
-            for n in nodes.iter().filter(|n| n.name != victim) {
-                ports.extend([port(&n.native), port(&n.replication)]);
-            }
-            let cut = Cut::new(ports);
-            std::thread::sleep(Duration::from_millis(5000)); // past its 2 s lease: another leads
-            drop(cut);
-            std::thread::sleep(Duration::from_millis(2000));
-        }
-    }
+    inject(fault, &mut nodes, v, &url);
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -389,13 +461,15 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
 
 #[test]
 fn histories_under_faults_are_linearizable() {
-    let runs: usize = std::env::var("HALYARD_ROBUSTNESS_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let runs: usize =
+        std::env::var("HALYARD_ROBUSTNESS_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(FAULTS.len());
     let seed0: u64 = std::env::var("HALYARD_ROBUSTNESS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let first: usize = std::env::var("HALYARD_ROBUSTNESS_FIRST").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let keep = std::env::temp_dir().join("halyard-robustness");
     let mut table = String::from("run  fault            seed  ops    acked  unknown  lost  result\n");
     let mut bad = 0;
     for i in 0..runs {
-        let (fault, seed) = (FAULTS[i % FAULTS.len()], seed0 + i as u64);
+        let (fault, seed) = (FAULTS[(first + i) % FAULTS.len()], seed0 + i as u64);
         let o = run(fault, seed, &keep);
         if o.verdict != "ok" || o.lost > 0 {
             bad += 1;

@@ -66,6 +66,12 @@ impl ClusterNode {
     /// returns that LSN.
     pub fn handoff(&self, region: u32, epoch: u64) -> halyard_replication::Result<u64> {
         let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        let behind = self.file.read().region(region).is_some_and(|r| r.epoch < epoch);
+        if behind && self.control.is_some() {
+            // The master decided on a map this node has not polled yet: take it now.
+            let map = self.fetch_map().map_err(rejected)?;
+            self.apply(map).map_err(rejected)?;
+        }
         {
             let f = self.file.read();
             match f.region(region) {
