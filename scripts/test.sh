@@ -18,6 +18,8 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
 # iptables: the split-brain test cuts a node off with it.
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
+# chromium: the web console's test loads the page in headless Chromium.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
@@ -25,7 +27,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Every program a test starts is here now (a missing one would fail its tests one by one).
 [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"
-for b in etcd redis-server redis-cli redis-benchmark go iptables; do
+for b in etcd redis-server redis-cli redis-benchmark go iptables chromium; do
   command -v "$b" >/dev/null 2>&1 || { echo "scripts/test.sh: $b is still missing after the install step" >&2; exit 1; }
 done
 python3 - <<'PY' 2>/dev/null || python3 -m pip install --quiet 'redis>=5'

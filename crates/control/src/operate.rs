@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// How often the waits below read the cluster.
 const POLL: Duration = Duration::from_millis(20);
 
-fn region<'v>(v: &'v View, id: u32) -> Result<&'v RegionRecord> {
+fn region(v: &View, id: u32) -> Result<&RegionRecord> {
     v.regions.get(&id).map(|(r, _)| r).ok_or_else(|| Error::Invalid(format!("the cluster has no region {id}")))
 }
 

@@ -68,6 +68,8 @@ impl Reader {
     fn run(self) {
         let (epoch, region) = (self.epoch, self.region);
         let t0 = Instant::now();
+        let total = self.copy.total_bytes();
+        tracing::info!(region, backup = %self.link.node, bytes = total, paused_us = self.copy.paused.as_micros() as u64, "full copy started");
         let mut done = 0u64;
         if !self.put_msg(Msg::Reset { epoch, region }) {
             return;

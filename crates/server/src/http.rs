@@ -1,5 +1,6 @@
 //! The HTTP endpoint (`--http`): `GET /metrics` (the registry [`registry`] builds, as
-//! OpenMetrics text) and `GET /health`, routed by axum and served by hyper, one request per
+//! OpenMetrics text), `GET /health`, and the web console (`GET /`, `/cluster.json`,
+//! `/node.json`: `crate::console`), routed by axum and served by hyper, one request per
 //! connection.
 
 use crate::cluster::ClusterNode;
@@ -66,15 +67,59 @@ impl Collector for NodeCollector {
 struct Endpoint {
     registry: Arc<Registry>,
     db: Arc<Db>,
+    sh: Arc<Shared>,
+    cluster: Option<Arc<ClusterNode>>,
 }
 
-fn router(registry: Arc<Registry>, db: Arc<Db>) -> Router {
+fn router(ep: Endpoint) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
         .route("/health", get(health))
+        .route("/", get(console_page))
+        .route("/cluster.json", get(cluster_json))
+        .route("/node.json", get(node_json))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
-        .with_state(Endpoint { registry, db })
+        .with_state(ep)
+}
+
+fn json_response(v: &serde_json::Value) -> Response {
+    ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], v.to_string()).into_response()
+}
+
+/// The console's answer to a request without the password.
+fn unauthorized() -> Response {
+    let challenge = [(header::WWW_AUTHENTICATE, "Basic realm=\"halyard\", charset=\"UTF-8\"")];
+    (StatusCode::UNAUTHORIZED, challenge, "this node has a password: log in with it (any user name)\n").into_response()
+}
+
+fn authorized(ep: &Endpoint, headers: &axum::http::HeaderMap) -> bool {
+    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    crate::console::authorized(auth, ep.sh.requirepass.as_deref())
+}
+
+async fn console_page(State(ep): State<Endpoint>, headers: axum::http::HeaderMap) -> Response {
+    if !authorized(&ep, &headers) {
+        return unauthorized();
+    }
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], crate::console::PAGE).into_response()
+}
+
+async fn cluster_json(State(ep): State<Endpoint>, headers: axum::http::HeaderMap) -> Response {
+    if !authorized(&ep, &headers) {
+        return unauthorized();
+    }
+    json_response(&crate::console::cluster_json(ep.sh.clone(), ep.cluster.clone()).await)
+}
+
+async fn node_json(State(ep): State<Endpoint>, headers: axum::http::HeaderMap) -> Response {
+    if !authorized(&ep, &headers) {
+        return unauthorized();
+    }
+    match tokio::task::spawn_blocking(move || crate::console::node_json(&ep.sh, ep.cluster.as_deref())).await {
+        Ok(v) => json_response(&v),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot read the node's state\n").into_response(),
+    }
 }
 
 async fn scrape(State(ep): State<Endpoint>) -> Response {
@@ -94,7 +139,7 @@ async fn health(State(ep): State<Endpoint>) -> Response {
 }
 
 async fn not_found() -> Response {
-    (StatusCode::NOT_FOUND, "try /metrics or /health\n").into_response()
+    (StatusCode::NOT_FOUND, "try / (the console), /metrics or /health\n").into_response()
 }
 
 /// Serves `l` until `stop` changes. Each connection gets one request and at most
@@ -103,11 +148,13 @@ async fn not_found() -> Response {
 pub(crate) async fn serve(
     l: TcpListener,
     registry: Arc<Registry>,
-    db: Arc<Db>,
+    sh: Arc<Shared>,
+    cluster: Option<Arc<ClusterNode>>,
     mut stop: watch::Receiver<bool>,
     conns: tokio_util::task::TaskTracker,
 ) {
-    let app = router(registry, db);
+    let db = sh.ks.db.clone();
+    let app = router(Endpoint { registry, db, sh, cluster });
     loop {
         let accepted = tokio::select! {
             a = l.accept() => a,

@@ -15,6 +15,7 @@ pub mod cluster;
 #[doc(hidden)]
 pub mod commands;
 pub mod config;
+mod console;
 pub mod forward;
 #[doc(hidden)]
 pub mod http;
@@ -171,7 +172,8 @@ pub async fn run_with(
         conns.clone(),
         router,
     ));
-    let http_task = tokio::spawn(http::serve(http_l, registry, db.clone(), stop_rx.clone(), conns.clone()));
+    let http_task =
+        tokio::spawn(http::serve(http_l, registry, sh.clone(), cluster.clone(), stop_rx.clone(), conns.clone()));
     shutdown.await;
     if let Some(c) = &cluster {
         // Still serving: the master hands this node's primaries off meanwhile.

@@ -61,6 +61,8 @@ fn valid_len(kind: LogKind, img: &[u8], s: &crate::catalog::LogSeg) -> usize {
 pub struct RegionCopy {
     /// The last LSN the copy holds.
     pub lsn: u64,
+    /// How long the capture held the region's writers (its write lock).
+    pub paused: std::time::Duration,
     pieces: Vec<Piece>,
     edits: Vec<crate::catalog::Edit>,
     dev: std::sync::Arc<crate::device::Device>,
@@ -188,6 +190,7 @@ impl Replication<'_> {
         }
         let _release = Release(r);
         let w = r.w().lock();
+        let t0 = std::time::Instant::now();
         // The chunks of sealed segments still queued for the device reach it before they are
         // read (what is queued is at most a few chunks: the log writer drains continuously).
         r.drain_log_writes()?;
@@ -203,7 +206,8 @@ impl Replication<'_> {
         }
         pieces.extend(meta.levels.iter().flatten().map(|info| Piece::Sst(info.clone())));
         let lsn = w.next_lsn.saturating_sub(1);
-        let copy = RegionCopy { lsn, pieces, edits: copy_edits(&meta), dev: sh.dev.clone(), _pin: pin };
+        let paused = t0.elapsed();
+        let copy = RegionCopy { lsn, paused, pieces, edits: copy_edits(&meta), dev: sh.dev.clone(), _pin: pin };
         let out = f(copy);
         drop(w);
         Ok(out)
