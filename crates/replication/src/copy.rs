@@ -12,7 +12,7 @@
 //! The reader stops, releasing its pin, as soon as the link is no longer live, a newer copy of
 //! the link started, or the writer dropped the feed; the next session sends a copy anew.
 
-use crate::link::Link;
+use crate::link::{Chunk, Feed, Link};
 use crate::wire::Msg;
 use halyard_engine::{encode_shipped_edits, CopyImage, LogKind, RegionCopy};
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,19 +22,6 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 
 /// Frames of a copy waiting for the connection's writer, at most (each up to a segment).
 pub(crate) const FEED_FRAMES: usize = 2;
-
-/// What the reader hands the connection's writer.
-pub(crate) enum Chunk {
-    /// One encoded frame.
-    Frame(Vec<u8>),
-    /// The copy ended with its `Copied` frame: the link's later frames follow.
-    Done,
-    /// The copy cannot go on (a read failed): the link fails and a later session starts over.
-    Failed(String),
-}
-
-/// The receiving end of a copy, queued in the link's queue where the copy belongs.
-pub(crate) type Feed = mpsc::Receiver<Chunk>;
 
 /// One copy being read.
 struct Reader {

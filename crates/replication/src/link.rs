@@ -46,11 +46,25 @@ pub struct ShipStats {
 /// this much (see [`Shipper::wait_room`]).
 pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
+/// What the reader hands the connection's writer.
+pub(crate) enum Chunk {
+    /// One encoded frame.
+    Frame(Vec<u8>),
+    /// The copy ended with its `Copied` frame: the link's later frames follow.
+    Done,
+    /// The copy cannot go on (a read failed): the link fails and a later session starts over.
+    Failed(String),
+}
+
+/// The receiving end of a full copy (`crate::copy`), queued in the link's queue where the
+/// copy belongs.
+pub(crate) type Feed = mpsc::Receiver<Chunk>;
+
 pub(crate) enum Item {
     Frame(Arc<Vec<u8>>),
     /// A full copy of the region, its frames read and encoded by the copy's reader thread
     /// (`crate::copy`) while the writer sends them; the link's later items wait behind it.
-    Copy(crate::copy::Feed),
+    Copy(Feed),
     /// Everything queued before this is stale (sent before the link failed); a catch-up follows.
     Restart,
 }

@@ -92,7 +92,7 @@ struct Attached {
     /// Frames queued before the next Restart are stale (the session sent a full copy).
     skip: bool,
     /// The full copy being sent: the link's queue waits behind it.
-    feed: Option<crate::copy::Feed>,
+    feed: Option<crate::link::Feed>,
 }
 
 /// One TCP connection to a backup node.
@@ -216,7 +216,7 @@ impl Conn {
     /// Moves the next chunk of the copy being sent into `batch`; false when none is ready yet
     /// (or the copy failed) and the link's queue must wait.
     fn take_copy(&self, a: &mut Attached, batch: &mut Vec<u8>) -> bool {
-        use crate::copy::Chunk;
+        use crate::link::Chunk;
         use tokio::sync::mpsc::error::TryRecvError;
         let Some(feed) = a.feed.as_mut() else { return true };
         let why = match feed.try_recv() {

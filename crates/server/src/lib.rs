@@ -182,21 +182,25 @@ pub async fn run_with(
     }
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
-    let _ = resp_task.await;
-    let _ = native_task.await;
-    let _ = http_task.await;
+    for t in [resp_task, native_task, http_task] {
+        let _ = t.await;
+    }
     if let Some(t) = repl_task {
         t.abort();
     }
     conns.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), conns.wait()).await;
-    let flushed = tokio::task::spawn_blocking(move || db.flush()).await;
-    match flushed {
+    drop(sh);
+    flush_on_exit(db).await
+}
+
+/// Writes the engine's memory out before the process ends.
+async fn flush_on_exit(db: Arc<Db>) -> Result<(), ServerError> {
+    match tokio::task::spawn_blocking(move || db.flush()).await {
         Ok(Ok(())) => tracing::info!("engine flushed; bye"),
         Ok(Err(e)) => return Err(e.into()),
         Err(e) => tracing::error!("flush task failed: {e}"),
     }
-    drop(sh);
     Ok(())
 }
 
