@@ -359,6 +359,7 @@ mod tests {
             epoch: 1,
             leases: Default::default(),
             learners: Vec::new(),
+            away: Default::default(),
         }
     }
 

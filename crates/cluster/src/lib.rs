@@ -89,6 +89,13 @@ pub struct RegionSpec {
     /// backup once it holds its copy. Empty in files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub learners: Vec<String>,
+    /// Under etcd: members taken out of the group because their node went away (its lease
+    /// ended, or it left on SIGTERM), with when (milliseconds since the Unix epoch). They are
+    /// not waited for and never promoted, but their place is kept for the cluster's
+    /// `replace_after`: a node back within it rejoins the group first; past it, the copy is made
+    /// elsewhere. Empty in files.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub away: std::collections::BTreeMap<String, u64>,
 }
 
 fn one() -> u64 {
@@ -269,6 +276,7 @@ impl ClusterFile {
                 epoch: 1,
                 leases: Default::default(),
                 learners: Vec::new(),
+                away: Default::default(),
             })
             .collect();
         ClusterFile { nodes, regions }

@@ -9,7 +9,13 @@ use serde::Serialize;
 
 /// Writes a new cluster's settings and its unassigned regions, cut at `splits` (sorted,
 /// distinct: region i covers `splits[i-1]..splits[i]`). Refused if the cluster exists.
-pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits: &[String]) -> Result<()> {
+pub async fn init(
+    client: &mut Client,
+    layout: &Layout,
+    replicas: usize,
+    replace_after_secs: u64,
+    splits: &[String],
+) -> Result<()> {
     if replicas == 0 {
         return Err(Error::Invalid("--replicas must be at least 1".into()));
     }
@@ -18,7 +24,7 @@ pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits:
     {
         return Err(Error::Invalid("split keys must be non-empty, distinct and in increasing order".into()));
     }
-    let config = ClusterConfig { replicas, format: FORMAT };
+    let config = ClusterConfig { replicas, format: FORMAT, replace_after_secs };
     let mut ops = vec![TxnOp::put(layout.config(), serde_json::to_vec(&config).unwrap_or_default(), None)];
     let n = splits.len() + 1;
     for i in 0..n {
@@ -31,6 +37,7 @@ pub async fn init(client: &mut Client, layout: &Layout, replicas: usize, splits:
             epoch: 1,
             leases: Default::default(),
             learners: Vec::new(),
+            away: Default::default(),
         };
         let rec = RegionRecord { spec, version: 1 };
         ops.push(TxnOp::put(layout.region(rec.spec.id), serde_json::to_vec(&rec).unwrap_or_default(), None));
@@ -133,6 +140,9 @@ pub struct RegionStatus {
     /// Full copies under way to this region's new backups: (node, bytes sent, bytes in all),
     /// as the primary last published them.
     pub copies: Vec<(String, u64, u64)>,
+    /// Members whose node went away, with the seconds since: their places are kept for the
+    /// cluster's `replace_after_secs`.
+    pub away: Vec<(String, u64)>,
     /// conf_ver.
     pub epoch: u64,
     /// Split/merge version.
@@ -154,6 +164,8 @@ pub struct Status {
     pub revision: i64,
     /// Copies per region.
     pub replicas: usize,
+    /// Seconds a group keeps the place of a member whose node went away.
+    pub replace_after_secs: u64,
     /// The master node.
     pub master: Option<String>,
     /// Nodes.
@@ -224,6 +236,7 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
                 .and_then(|p| p.copies.get(&r.spec.id))
                 .map(|c| c.iter().map(|(n, (done, total))| (n.clone(), *done, *total)).collect())
                 .unwrap_or_default(),
+            away: r.spec.away.iter().map(|(n, at)| (n.clone(), crate::master::now_ms().saturating_sub(*at) / 1000)).collect(),
             epoch: r.spec.epoch,
             version: r.version,
             primary_alive: !r.spec.primary.is_empty() && v.holds(r, &r.spec.primary),
@@ -235,6 +248,7 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
         prefix: layout.root().to_string(),
         revision: v.revision,
         replicas: config.replicas,
+        replace_after_secs: config.replace_after_secs,
         master: v.master().map(str::to_string),
         nodes,
         regions,
@@ -272,6 +286,11 @@ impl Status {
                 }
             };
             let known = |x: Option<u64>| x.map_or("-".to_string(), |x| x.to_string());
+            let away = match r.away.is_empty() {
+                true => String::new(),
+                false => format!(" (away: {})", r.away.iter().map(|(n, s)| format!("{n} {s} s")).collect::<Vec<_>>().join(", ")),
+            };
+            let copying = copying + &away;
             out.push_str(&format!(
                 "{:<7} {:<13} {:<13} {:<6} {:<9} {:<4} {:<11} {:<7} {}{}\n",
                 r.id,

@@ -124,6 +124,13 @@ impl Layout {
     }
 }
 
+/// Seconds a group keeps the place of a member whose node went away (`replace_after_secs`).
+pub const DEFAULT_REPLACE_AFTER_SECS: u64 = 60;
+
+fn default_replace_after() -> u64 {
+    DEFAULT_REPLACE_AFTER_SECS
+}
+
 /// `config`: what `halyard cluster init` decided.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterConfig {
@@ -131,6 +138,10 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// Version of the values under the prefix ([`FORMAT`]).
     pub format: u32,
+    /// Seconds a group keeps the place of a member whose node went away before it makes the
+    /// copy elsewhere: a node that flaps or restarts comes back to its places.
+    #[serde(default = "default_replace_after")]
+    pub replace_after_secs: u64,
 }
 
 /// `nodes/<name>` and `members/<name>`: where a node listens.

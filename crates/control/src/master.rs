@@ -75,29 +75,53 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, tally: &mut Tally) -
         }
         return None;
     }
-    let lost: Vec<String> = spec.backups.iter().chain(&spec.learners).filter(|b| !view.holds(r, b)).cloned().collect();
+    let lost: Vec<String> = spec.learners.iter().filter(|b| !view.holds(r, b)).cloned().collect();
     if !lost.is_empty() {
         return Some(Step::Drop(lost));
     }
+    let away: Vec<String> = spec.backups.iter().filter(|b| !view.holds(r, b)).cloned().collect();
+    if !away.is_empty() {
+        return Some(Step::Away(away));
+    }
     let silent: Vec<String> = current_reports(view, r).map(|(_, rep)| rep.node.clone()).collect();
     if !silent.is_empty() {
-        return Some(Step::Drop(silent));
+        return Some(Step::Away(silent));
+    }
+    let gone: Vec<String> = spec.away.keys().filter(|n| view.removed.contains(*n) || view.draining.contains(*n)).cloned().collect();
+    if !gone.is_empty() {
+        return Some(Step::Drop(gone));
     }
     if spec.backups.len() + spec.learners.len() + 1 < replicas {
-        let group = |n: &String| *n == spec.primary || spec.backups.contains(n) || spec.learners.contains(n);
-        let pick = view
-            .live
-            .keys()
-            .filter(|n| !group(n) && crate::schedule::eligible(view, n))
-            .min_by_key(|n| tally.loads.get(*n).copied().unwrap_or(0))
-            .cloned();
-        if let Some(n) = pick {
-            *tally.loads.entry(n.clone()).or_default() += 1;
-            tally.busy += 1;
-            return Some(Step::Add(n));
+        if let Some(step) = refill(view, r, tally) {
+            return Some(step);
         }
     }
     planned(view, r, tally, view.revision as u64)
+}
+
+/// A new member for a group short of copies: a member that went away and is back rejoins
+/// first; while another's place is kept (`replace_after`), nothing; then the least loaded
+/// eligible node outside the group.
+fn refill(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
+    let spec = &r.spec;
+    let back = spec.away.keys().find(|n| crate::schedule::eligible(view, n) && !view.leaving.contains(*n));
+    if let Some(n) = back {
+        tally.busy += 1;
+        return Some(Step::Add(n.clone()));
+    }
+    if spec.away.values().any(|at| !expired(view, *at)) {
+        return None;
+    }
+    let group = |n: &String| *n == spec.primary || spec.backups.contains(n) || spec.learners.contains(n);
+    let pick = view
+        .live
+        .keys()
+        .filter(|n| !group(n) && crate::schedule::eligible(view, n))
+        .min_by_key(|n| tally.loads.get(*n).copied().unwrap_or(0))
+        .cloned()?;
+    *tally.loads.entry(pick.clone()).or_default() += 1;
+    tally.busy += 1;
+    Some(Step::Add(pick))
 }
 
 /// The reports that still apply to region `r`: made by its primary, at its epoch, about one of
@@ -148,15 +172,31 @@ pub fn assign(view: &View, replicas: usize, tally: &mut Tally) -> Vec<(RegionRec
     out
 }
 
-/// The region once `node` leads it at `epoch`: the old primary leaves the group.
-fn promoted(spec: &RegionSpec, node: &str, epoch: u64) -> RegionSpec {
+/// The region once `node` leads it at `epoch`: the old primary leaves the group, its place
+/// kept (it rejoins first once its node is back).
+fn promoted(spec: &RegionSpec, node: &str, epoch: u64, now_ms: u64) -> RegionSpec {
     let mut s = spec.clone();
     s.leases.remove(&s.primary);
+    if !s.primary.is_empty() {
+        s.away.insert(s.primary.clone(), now_ms);
+    }
+    s.away.remove(node);
     s.backups.retain(|b| b != node);
     s.learners.retain(|b| b != node);
     s.primary = node.to_string();
     s.epoch = s.epoch.max(epoch);
     s
+}
+
+/// Milliseconds since the Unix epoch, as the region records' `away` times count them.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether a place kept since `at` (ms) is past the cluster's `replace_after`.
+fn expired(view: &View, at: u64) -> bool {
+    let after = view.config.as_ref().map_or(crate::layout::DEFAULT_REPLACE_AFTER_SECS, |c| c.replace_after_secs);
+    now_ms().saturating_sub(at) >= after.saturating_mul(1000)
 }
 
 /// The master of a cluster, run by every node; it acts only while elected.
@@ -277,8 +317,18 @@ impl Master {
         let spec = &r.spec;
         let at = Some((spec.id, rev));
         match step {
+            Step::Away(nodes) => {
+                let mut s = spec.clone();
+                s.backups.retain(|b| !nodes.contains(b));
+                s.leases.retain(|n, _| !nodes.contains(n));
+                s.away.extend(nodes.iter().map(|n| (n.clone(), now_ms())));
+                s.epoch += 1;
+                tracing::info!(region = spec.id, ?nodes, "backups out of the group, their places kept for replace_after");
+                self.commit(term, at, vec![self.put_region(&Self::with_spec(r, s))]).await?;
+            }
             Step::Drop(nodes) => {
                 let mut s = spec.clone();
+                s.away.retain(|n, _| !nodes.contains(n));
                 s.backups.retain(|b| !nodes.contains(b));
                 s.learners.retain(|b| !nodes.contains(b));
                 s.leases.retain(|n, _| !nodes.contains(n));
@@ -311,6 +361,9 @@ impl Master {
             Step::Add(node) => {
                 let mut s = spec.clone();
                 let lease = view.live.get(&node).map_or(0, |n| n.lease);
+                // The node's own place, or a copy made elsewhere once the places kept expired.
+                s.away.remove(&node);
+                s.away.retain(|_, at| !expired(view, *at));
                 s.learners.push(node.clone());
                 s.leases.insert(node.clone(), lease);
                 s.epoch += 1;
@@ -389,7 +442,7 @@ impl Master {
         let (lsn, dropped) = tokio::time::timeout(PROMOTE_TIMEOUT, ask)
             .await
             .map_err(|_| Error::Invalid(format!("{node} did not finish its promotion within {PROMOTE_TIMEOUT:?}")))??;
-        let s = promoted(&r.spec, node, epoch);
+        let s = promoted(&r.spec, node, epoch, now_ms());
         let ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
         self.commit(term, Some((r.spec.id, rev)), ops).await?;
         tracing::info!(region = r.spec.id, node, epoch, last_lsn = lsn, dropped, "promoted");
@@ -493,6 +546,7 @@ mod tests {
             epoch: 3,
             leases: leases.iter().map(|(n, l)| (n.to_string(), *l)).collect(),
             learners: Vec::new(),
+            away: Default::default(),
         }
     }
 
@@ -502,7 +556,7 @@ mod tests {
         let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
         let (v, r) = view(&[("n2", 22), ("n3", 3)], s);
         assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Promote("n3".into())));
-        let p = promoted(&r.spec, "n3", 4);
+        let p = promoted(&r.spec, "n3", 4, 0);
         assert_eq!((p.primary.as_str(), p.backups.clone(), p.epoch), ("n3", vec!["n2".to_string()], 4));
         assert!(!p.leases.contains_key("n1"));
     }
@@ -541,6 +595,26 @@ mod tests {
     }
 
     #[test]
+    fn a_place_kept_for_replace_after_waits_for_its_node_then_goes_elsewhere() {
+        let mut s = spec("n1", &[], &[("n1", 1)]);
+        s.away.insert("n2".into(), now_ms());
+        // n2 is down, its place fresh: no copy on n3 meanwhile.
+        let (mut v, r) = view(&[("n1", 1), ("n3", 3)], s.clone());
+        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 60 });
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), None);
+        // n2 back (a new lease): it rejoins first.
+        v.live.insert("n2".into(), crate::NodeRecord { name: "n2".into(), lease: 22, ..Default::default() });
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n2".into())));
+        // The place expired and n2 is still down: the copy goes elsewhere.
+        v.live.remove("n2");
+        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 0 });
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n3".into())));
+        // A promotion keeps the old primary's place.
+        let p = promoted(&r.spec, "n3", 9, 1234);
+        assert_eq!(p.away.get("n1"), Some(&1234));
+    }
+
+    #[test]
     fn a_backup_its_primary_reports_is_dropped_and_stale_reports_go() {
         let s = spec("n1", &["n2", "n3"], &[("n1", 1), ("n2", 2), ("n3", 3)]);
         let (mut v, r) = view(&[("n1", 1), ("n2", 2), ("n3", 3)], s);
@@ -548,15 +622,15 @@ mod tests {
         v.reports.push(("a".into(), rep("n3", 3, "n1")));
         v.reports.push(("b".into(), rep("n2", 2, "n1"))); // an older epoch
         v.reports.push(("c".into(), rep("n2", 3, "n3"))); // not the primary's
-        assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Drop(vec!["n3".into()])));
+        assert_eq!(plan(&v, &r, 3, &mut Tally::default()), Some(Step::Away(vec!["n3".into()])));
         assert_eq!(stale_reports(&v), vec!["b".to_string(), "c".to_string()]);
     }
 
     #[test]
-    fn lost_backups_are_dropped_and_unassigned_regions_spread() {
+    fn lost_backups_go_away_and_unassigned_regions_spread() {
         let s = spec("n1", &["n2"], &[("n1", 1), ("n2", 2)]);
         let (v, r) = view(&[("n1", 1)], s);
-        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Drop(vec!["n2".into()])));
+        assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Away(vec!["n2".into()])));
         let mut s = spec("", &[], &[]);
         let (mut v, _) = view(&[("n1", 1), ("n2", 2), ("n3", 3)], s.clone());
         s.id = 2;

@@ -31,6 +31,9 @@ pub enum Step {
     /// Remove these backups from the group (lost, leaving, moved away, or still copying when
     /// the primary was lost).
     Drop(Vec<String>),
+    /// Take these backups out of the group (their node went away, left or stays silent),
+    /// keeping their places for `replace_after`.
+    Away(Vec<String>),
     /// Add this node as a backup (a learner first, fed a full copy).
     Add(String),
     /// Hand the primary role to this backup (a planned handoff).
@@ -140,8 +143,11 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
             return Some(Step::Transfer(b));
         }
     }
-    let leaving: Vec<String> =
-        spec.backups.iter().chain(&spec.learners).filter(|b| view.leaving.contains(*b)).cloned().collect();
+    let leaving: Vec<String> = spec.backups.iter().filter(|b| view.leaving.contains(*b)).cloned().collect();
+    if !leaving.is_empty() {
+        return Some(Step::Away(leaving));
+    }
+    let leaving: Vec<String> = spec.learners.iter().filter(|b| view.leaving.contains(*b)).cloned().collect();
     if !leaving.is_empty() {
         return Some(Step::Drop(leaving));
     }
@@ -266,7 +272,7 @@ mod tests {
     /// Nodes n1..=n<live>, each under lease = its number; regions given as (primary, backups,
     /// learners), every member holding under its node's lease.
     fn cluster(live: usize, replicas: usize, regions: &[(&str, &[&str], &[&str])]) -> View {
-        let mut v = View { config: Some(ClusterConfig { replicas, format: 1 }), revision: 7, ..View::default() };
+        let mut v = View { config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60 }), revision: 7, ..View::default() };
         for i in 1..=live {
             let n = format!("n{i}");
             v.live.insert(n.clone(), NodeRecord { name: n, lease: i as i64, ..Default::default() });
@@ -282,6 +288,7 @@ mod tests {
                 epoch: 3,
                 leases: names.map(|n| (n.to_string(), n[1..].parse().unwrap())).collect(),
                 learners: l.iter().map(|x| x.to_string()).collect(),
+                away: Default::default(),
             };
             v.regions.insert(spec.id, (RegionRecord { spec, version: 1 }, 5));
         }

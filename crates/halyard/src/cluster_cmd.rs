@@ -29,6 +29,11 @@ pub enum ClusterCmd {
         /// Copies of each region, the primary included.
         #[arg(long, default_value_t = 3)]
         replicas: usize,
+        /// Seconds a region's group keeps the place of a member whose node went away (lease
+        /// ended, or SIGTERM) before it makes the copy on another node: a node that restarts
+        /// or flaps within it comes back to its places.
+        #[arg(long, default_value_t = halyard_control::layout::DEFAULT_REPLACE_AFTER_SECS)]
+        replace_after_secs: u64,
         /// Explicit split keys instead of --regions, comma-separated, increasing ("hex:..." for
         /// raw bytes): N keys make N+1 regions.
         #[arg(long, value_delimiter = ',')]
@@ -90,7 +95,7 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async {
         match cmd {
-            ClusterCmd::Init { etcd, regions, replicas, split, numeric_keys, bench_keys, redis } => {
+            ClusterCmd::Init { etcd, regions, replicas, replace_after_secs, split, numeric_keys, bench_keys, redis } => {
                 let layout = Layout::new(&etcd.cluster_name);
                 let mut c = connect(etcd).await?;
                 use halyard_control::admin::{even_splits, Keys};
@@ -107,7 +112,7 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                     true => halyard_control::admin::redis_splits(&splits).map_err(|e| e.to_string())?,
                     false => splits,
                 };
-                halyard_control::admin::init(&mut c, &layout, *replicas, &splits).await.map_err(|e| e.to_string())?;
+                halyard_control::admin::init(&mut c, &layout, *replicas, *replace_after_secs, &splits).await.map_err(|e| e.to_string())?;
                 println!(
                     "cluster {} created: {} regions, {replicas} copies each; start nodes with `halyard serve --etcd {} --cluster-name {} --node NAME`",
                     layout.root(),

@@ -156,7 +156,8 @@ fn planned_handoffs_under_writes_lose_nothing() {
 
 #[test]
 fn sigterm_hands_primaries_off_before_the_node_leaves() {
-    let (dir, _etcd, url) = new_cluster(3, 2, true);
+    // The default replace_after: the places of the node that left are kept for it.
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(3, 2, &["--numeric-keys", "--replace-after-secs", "60"]);
     let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let s = wait_settled(&url, 2, Duration::from_secs(60));
     let leads = |s: &serde_json::Value, n: &str| {
@@ -170,6 +171,7 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
     };
     let victim = nodes.iter().find(|n| !leads(&s, &n.name).is_empty()).unwrap().name.clone();
     let led = leads(&s, &victim);
+    let held = copies(&s, &victim);
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let writers = Writers::start(&addrs, 4, &[]);
     std::thread::sleep(Duration::from_millis(500));
@@ -194,10 +196,17 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
         assert_ne!(r["primary"].as_str(), Some(victim.as_str()), "region {id} still led by the node that left");
         assert!(r["primary_alive"].as_bool().unwrap(), "region {id} has no live primary after the leave: {s}");
     }
+    let mut kept = 0;
     for r in s["regions"].as_array().unwrap() {
         let names = r["backups"].as_array().unwrap();
         assert!(!names.iter().any(|b| b == victim.as_str()), "{victim} is still a backup of {}: {s}", r["id"]);
+        let away: Vec<&str> = r["away"].as_array().unwrap().iter().map(|a| a[0].as_str().unwrap()).collect();
+        if away.contains(&victim.as_str()) {
+            kept += 1;
+            assert!(names.is_empty(), "a copy was made elsewhere while {victim}'s place is kept: {r}");
+        }
     }
+    assert!(kept > 0, "no place kept for {victim}: {s}");
     // The node gave its lease back: it is gone from the live nodes at once, not after a TTL.
     let me = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == victim.as_str()).unwrap().clone();
     assert_eq!(me["alive"], false, "{victim} still alive in etcd after leaving: {s}");
@@ -205,7 +214,8 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
     let gap = longest_gap(&acked_so_far, t0, end);
     eprintln!("{victim} left in {left_in:?} (led {led:?}); longest write gap meanwhile {gap:?}");
     nodes[v].restart();
-    wait_settled(&url, 2, Duration::from_secs(60));
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    assert_eq!(copies(&s, &victim), held, "{victim} is not back in its places: {s}");
     let acked = writers.stop();
     check_everything(&url, &addrs, &acked);
 }

@@ -99,9 +99,11 @@ impl Reader {
                 vec![Msg::Medium { epoch, region, seg, salt, bytes }]
             }
             CopyImage::Log(log, seg, salt, tail, bytes) => {
-                let last_lsn = if tail { self.copy.lsn } else { 0 };
+                // No LSN rides on a copy's appends: the backup acknowledges the copy's LSN only
+                // at `Copied`, once every segment arrived. (An LSN on the tail, which goes out
+                // first, let a learner count as holding the region with most of it missing.)
                 let log = log as u8;
-                let append = Msg::Append { epoch, region, log, seg, salt, offset: 0, last_lsn, commit: 0, bytes };
+                let append = Msg::Append { epoch, region, log, seg, salt, offset: 0, last_lsn: 0, commit: 0, bytes };
                 if tail {
                     vec![append]
                 } else {

@@ -87,6 +87,7 @@ fn cluster_file(spec: &ClusterSpec, n: usize, replicas: usize, p: &[u16]) -> Clu
             epoch: 1,
             leases: Default::default(),
             learners: Vec::new(),
+            away: Default::default(),
         })
         .collect();
     ClusterFile { nodes, regions }

@@ -59,6 +59,10 @@ pub fn new_cluster_with(regions: usize, replicas: usize, extra: &[&str]) -> (tem
     let (r, c) = (regions.to_string(), replicas.to_string());
     let mut args = vec!["cluster", "init", "--etcd", &url, "--regions", &r, "--replicas", &c];
     args.extend_from_slice(extra);
+    if !extra.contains(&"--replace-after-secs") {
+        // Groups refill at once after a loss (the default keeps a place for 60 s).
+        args.extend_from_slice(&["--replace-after-secs", "0"]);
+    }
     let (ok, out) = halyard(&args);
     assert!(ok, "{out}");
     (dir, etcd, url)
