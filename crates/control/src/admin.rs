@@ -236,7 +236,12 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
                 .and_then(|p| p.copies.get(&r.spec.id))
                 .map(|c| c.iter().map(|(n, (done, total))| (n.clone(), *done, *total)).collect())
                 .unwrap_or_default(),
-            away: r.spec.away.iter().map(|(n, at)| (n.clone(), crate::master::now_ms().saturating_sub(*at) / 1000)).collect(),
+            away: r
+                .spec
+                .away
+                .iter()
+                .map(|(n, at)| (n.clone(), crate::master::now_ms().saturating_sub(*at) / 1000))
+                .collect(),
             epoch: r.spec.epoch,
             version: r.version,
             primary_alive: !r.spec.primary.is_empty() && v.holds(r, &r.spec.primary),
@@ -288,7 +293,10 @@ impl Status {
             let known = |x: Option<u64>| x.map_or("-".to_string(), |x| x.to_string());
             let away = match r.away.is_empty() {
                 true => String::new(),
-                false => format!(" (away: {})", r.away.iter().map(|(n, s)| format!("{n} {s} s")).collect::<Vec<_>>().join(", ")),
+                false => format!(
+                    " (away: {})",
+                    r.away.iter().map(|(n, s)| format!("{n} {s} s")).collect::<Vec<_>>().join(", ")
+                ),
             };
             let copying = copying + &away;
             out.push_str(&format!(

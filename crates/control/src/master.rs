@@ -21,7 +21,7 @@ use crate::view::View;
 use crate::{Error, Result};
 use halyard_cluster::RegionSpec;
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,7 +87,8 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, tally: &mut Tally) -
     if !silent.is_empty() {
         return Some(Step::Away(silent));
     }
-    let gone: Vec<String> = spec.away.keys().filter(|n| view.removed.contains(*n) || view.draining.contains(*n)).cloned().collect();
+    let gone: Vec<String> =
+        spec.away.keys().filter(|n| view.removed.contains(*n) || view.draining.contains(*n)).cloned().collect();
     if !gone.is_empty() {
         return Some(Step::Drop(gone));
     }
@@ -152,10 +153,24 @@ pub fn assign(view: &View, replicas: usize, tally: &mut Tally) -> Vec<(RegionRec
         return Vec::new();
     }
     let mut out = Vec::new();
+    let mut leads: BTreeMap<String, usize> = BTreeMap::new();
+    for (r, _) in view.regions.values() {
+        *leads.entry(r.spec.primary.clone()).or_default() += 1;
+    }
     for (r, rev) in view.regions.values().filter(|(r, _)| r.spec.primary.is_empty()) {
         let mut nodes: Vec<&String> = view.live.keys().filter(|n| crate::schedule::eligible(view, n)).collect();
         nodes.sort_by_key(|n| tally.loads.get(*n).copied().unwrap_or(0));
-        let group: Vec<String> = nodes.into_iter().take(want).cloned().collect();
+        nodes.truncate(want);
+        // Of the least loaded nodes, the one leading the fewest regions leads this one.
+        if let Some(i) =
+            (0..nodes.len()).min_by_key(|&i| nodes.get(i).map_or(0, |n| leads.get(*n).copied().unwrap_or(0)))
+        {
+            nodes.swap(0, i);
+        }
+        let group: Vec<String> = nodes.into_iter().cloned().collect();
+        if let Some(p) = group.first() {
+            *leads.entry(p.clone()).or_default() += 1;
+        }
         let mut spec = r.spec.clone();
         for n in &group {
             *tally.loads.entry(n.clone()).or_default() += 1;
@@ -323,7 +338,11 @@ impl Master {
                 s.leases.retain(|n, _| !nodes.contains(n));
                 s.away.extend(nodes.iter().map(|n| (n.clone(), now_ms())));
                 s.epoch += 1;
-                tracing::info!(region = spec.id, ?nodes, "backups out of the group, their places kept for replace_after");
+                tracing::info!(
+                    region = spec.id,
+                    ?nodes,
+                    "backups out of the group, their places kept for replace_after"
+                );
                 self.commit(term, at, vec![self.put_region(&Self::with_spec(r, s))]).await?;
             }
             Step::Drop(nodes) => {
@@ -639,5 +658,16 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_ne!(got[0].0.spec.primary, got[1].0.spec.primary);
         assert_eq!(got[0].0.spec.leases.len(), 2);
+        // Three regions over three nodes with every copy on every node: one primary each.
+        let mut s3 = spec("", &[], &[]);
+        let (mut v, _) = view(&[("n1", 1), ("n2", 2), ("n3", 3)], s3.clone());
+        for id in 2..=3 {
+            s3.id = id;
+            v.regions.insert(id, (RegionRecord { spec: s3.clone(), version: 1 }, 6));
+        }
+        let got = assign(&v, 3, &mut Tally::default());
+        let mut primaries: Vec<&str> = got.iter().map(|(r, _)| r.spec.primary.as_str()).collect();
+        primaries.sort();
+        assert_eq!(primaries, ["n1", "n2", "n3"]);
     }
 }

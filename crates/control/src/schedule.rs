@@ -272,7 +272,11 @@ mod tests {
     /// Nodes n1..=n<live>, each under lease = its number; regions given as (primary, backups,
     /// learners), every member holding under its node's lease.
     fn cluster(live: usize, replicas: usize, regions: &[(&str, &[&str], &[&str])]) -> View {
-        let mut v = View { config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60 }), revision: 7, ..View::default() };
+        let mut v = View {
+            config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60 }),
+            revision: 7,
+            ..View::default()
+        };
         for i in 1..=live {
             let n = format!("n{i}");
             v.live.insert(n.clone(), NodeRecord { name: n, lease: i as i64, ..Default::default() });

@@ -65,7 +65,11 @@ impl Replica {
                 r.settle().await?;
                 let maps =
                     ReplicaMaps { log: log.iter().map(|&(p, s, n)| ((p, s), n)).collect(), index: index.to_vec() };
-                apply_remap(db, r, last_lsn, &tails, maps).await?
+                apply_remap(db, r, last_lsn, &tails, maps).await?;
+                // Aligned with the new primary up to its last LSN: acknowledged at once, so that
+                // the new primary knows it (a handoff right after waits for exactly that).
+                r.received.fetch_max(last_lsn, Relaxed);
+                return Ok(Some(last_lsn));
             }
             Msg::Reset { .. } => {
                 r.settle().await?;
