@@ -45,7 +45,7 @@ def walk(x):
         for v in x: walk(v)
 walk(json.load(open('$1')))"; }
 start 1; sleep 1; settled
-records=$((gib * 1024 * 1024 * 1024 / 1228))
+records=$(python3 -c "print(int($gib * 2**30 / 1228))")
 echo "loading $records pairs of 1228 B (about $gib GiB) into region 1 on m1 ..."
 $B bench --target halyard://127.0.0.1:25411 --records $records --ops 1 --threads 8 --workloads load-a --mix L --quiet > load.txt 2>&1
 start 2; sleep 2
@@ -82,6 +82,7 @@ print(f"copy: m1 RSS {rss0 / 1024:.0f} MiB before, {rssmax / 1024:.0f} MiB at mo
 print(f"copy: Run A {before:.0f} ops/s before, {during:.0f} ops/s during the move (mean of the runs it overlapped; {100 * during / max(before, 1):.0f}%)")
 EOF
 kill $(pgrep -f "halyard serve --dir m") 2>/dev/null || true
+cp m1.log m2.log "${TMPDIR:-/tmp}/" 2>/dev/null || true
 cd "$here"
 rm -rf "$root"
 [ "$handoffs" = 0 ] && exit 0

@@ -87,6 +87,9 @@ impl Reader {
         if self.put_msg(Msg::Edits { epoch, region, edits })
             && self.put_msg(Msg::Copied { epoch, region, lsn: self.copy.lsn })
         {
+            let secs = t0.elapsed().as_secs_f64();
+            let mib_s = done as f64 / (1 << 20) as f64 / secs.max(1e-9);
+            tracing::info!(region, backup = %self.link.node, bytes = done, secs, mib_s, "full copy sent");
             self.put(Chunk::Done);
         }
     }

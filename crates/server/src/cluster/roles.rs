@@ -218,8 +218,12 @@ impl halyard_replication::NodeHooks for ClusterNode {
         }
         // The copy is queued; answer once the backup has taken it (it acknowledges the copy's
         // last LSN, or a later one).
+        // A link that fails meanwhile copies again from the start: keep waiting for it.
         let lsn = self.db.region(region)?.lsn();
-        while link.acked() < lsn && link.is_live() {
+        while !(link.is_live() && link.copy_progress().is_none() && link.acked() >= lsn) {
+            if link.is_stopped() {
+                return Err(rejected(format!("{node} stopped taking region {region}'s copy (see this node's log)")));
+            }
             if std::time::Instant::now() > deadline {
                 return Err(rejected(format!("{node} did not acknowledge its full copy within 10 minutes")));
             }
