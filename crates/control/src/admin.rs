@@ -14,6 +14,7 @@ pub async fn init(
     layout: &Layout,
     replicas: usize,
     replace_after_secs: u64,
+    balance: bool,
     splits: &[String],
 ) -> Result<()> {
     if replicas == 0 {
@@ -24,7 +25,7 @@ pub async fn init(
     {
         return Err(Error::Invalid("split keys must be non-empty, distinct and in increasing order".into()));
     }
-    let config = ClusterConfig { replicas, format: FORMAT, replace_after_secs };
+    let config = ClusterConfig { replicas, format: FORMAT, replace_after_secs, balance };
     let mut ops = vec![TxnOp::put(layout.config(), serde_json::to_vec(&config).unwrap_or_default(), None)];
     let n = splits.len() + 1;
     for i in 0..n {

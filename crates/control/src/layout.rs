@@ -142,6 +142,13 @@ pub struct ClusterConfig {
     /// copy elsewhere: a node that flaps or restarts comes back to its places.
     #[serde(default = "default_replace_after")]
     pub replace_after_secs: u64,
+    /// Whether the master's balancer evens copies and primaries over the nodes by itself.
+    #[serde(default = "default_balance")]
+    pub balance: bool,
+}
+
+fn default_balance() -> bool {
+    true
 }
 
 /// `nodes/<name>` and `members/<name>`: where a node listens.

@@ -619,14 +619,14 @@ mod tests {
         s.away.insert("n2".into(), now_ms());
         // n2 is down, its place fresh: no copy on n3 meanwhile.
         let (mut v, r) = view(&[("n1", 1), ("n3", 3)], s.clone());
-        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 60 });
+        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 60, balance: true });
         assert_eq!(plan(&v, &r, 2, &mut Tally::default()), None);
         // n2 back (a new lease): it rejoins first.
         v.live.insert("n2".into(), crate::NodeRecord { name: "n2".into(), lease: 22, ..Default::default() });
         assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n2".into())));
         // The place expired and n2 is still down: the copy goes elsewhere.
         v.live.remove("n2");
-        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 0 });
+        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 0, balance: true });
         assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n3".into())));
         // A promotion keeps the old primary's place.
         let p = promoted(&r.spec, "n3", 9, 1234);

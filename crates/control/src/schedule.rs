@@ -210,7 +210,7 @@ fn move_step(
 /// `r`'s copies off the most loaded eligible node (a request, carried out by later ticks), or
 /// hand `r`'s primary role to a backup on a node that leads two or more fewer regions.
 fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Option<Step> {
-    if tally.busy > 0 || !view.requests.is_empty() {
+    if tally.busy > 0 || !view.requests.is_empty() || view.config.as_ref().is_some_and(|c| !c.balance) {
         return None;
     }
     let spec = &r.spec;
@@ -273,7 +273,7 @@ mod tests {
     /// learners), every member holding under its node's lease.
     fn cluster(live: usize, replicas: usize, regions: &[(&str, &[&str], &[&str])]) -> View {
         let mut v = View {
-            config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60 }),
+            config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60, balance: true }),
             revision: 7,
             ..View::default()
         };

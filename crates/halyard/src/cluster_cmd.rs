@@ -34,6 +34,10 @@ pub enum ClusterCmd {
         /// or flaps within it comes back to its places.
         #[arg(long, default_value_t = halyard_control::layout::DEFAULT_REPLACE_AFTER_SECS)]
         replace_after_secs: u64,
+        /// The master does not even out copies and primaries over the nodes by itself (moves,
+        /// drains and handoffs asked for still happen).
+        #[arg(long)]
+        no_balance: bool,
         /// Explicit split keys instead of --regions, comma-separated, increasing ("hex:..." for
         /// raw bytes): N keys make N+1 regions.
         #[arg(long, value_delimiter = ',')]
@@ -95,7 +99,17 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async {
         match cmd {
-            ClusterCmd::Init { etcd, regions, replicas, replace_after_secs, split, numeric_keys, bench_keys, redis } => {
+            ClusterCmd::Init {
+                etcd,
+                regions,
+                replicas,
+                replace_after_secs,
+                no_balance,
+                split,
+                numeric_keys,
+                bench_keys,
+                redis,
+            } => {
                 let layout = Layout::new(&etcd.cluster_name);
                 let mut c = connect(etcd).await?;
                 use halyard_control::admin::{even_splits, Keys};
@@ -112,7 +126,7 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                     true => halyard_control::admin::redis_splits(&splits).map_err(|e| e.to_string())?,
                     false => splits,
                 };
-                halyard_control::admin::init(&mut c, &layout, *replicas, *replace_after_secs, &splits).await.map_err(|e| e.to_string())?;
+                halyard_control::admin::init(&mut c, &layout, *replicas, *replace_after_secs, !*no_balance, &splits).await.map_err(|e| e.to_string())?;
                 println!(
                     "cluster {} created: {} regions, {replicas} copies each; start nodes with `halyard serve --etcd {} --cluster-name {} --node NAME`",
                     layout.root(),
