@@ -328,30 +328,29 @@ impl Master {
         Ok(r.succeeded())
     }
 
-    async fn carry(&self, term: &Term, view: &View, r: &RegionRecord, rev: i64, step: Step) -> Result<()> {
+    /// The transaction of a step that only rewrites the region record (or puts a request):
+    /// Away, Drop, Reconfirm, Schedule; None for the steps that need a node's help.
+    fn regroup(&self, view: &View, r: &RegionRecord, step: &Step) -> Option<Vec<TxnOp>> {
         let spec = &r.spec;
-        let at = Some((spec.id, rev));
+        let mut s = spec.clone();
+        s.epoch += 1;
         match step {
             Step::Away(nodes) => {
-                let mut s = spec.clone();
                 s.backups.retain(|b| !nodes.contains(b));
                 s.leases.retain(|n, _| !nodes.contains(n));
                 s.away.extend(nodes.iter().map(|n| (n.clone(), now_ms())));
-                s.epoch += 1;
                 tracing::info!(
                     region = spec.id,
                     ?nodes,
                     "backups out of the group, their places kept for replace_after"
                 );
-                self.commit(term, at, vec![self.put_region(&Self::with_spec(r, s))]).await?;
+                Some(vec![self.put_region(&Self::with_spec(r, s))])
             }
             Step::Drop(nodes) => {
-                let mut s = spec.clone();
                 s.away.retain(|n, _| !nodes.contains(n));
                 s.backups.retain(|b| !nodes.contains(b));
                 s.learners.retain(|b| !nodes.contains(b));
                 s.leases.retain(|n, _| !nodes.contains(n));
-                s.epoch += 1;
                 let mut ops = vec![self.put_region(&Self::with_spec(r, s))];
                 for (key, i) in &view.intents {
                     if matches!(i, Intent::AddBackup { region, node, .. } if *region == spec.id && nodes.contains(node))
@@ -359,15 +358,29 @@ impl Master {
                         ops.push(TxnOp::delete(key.as_str(), None));
                     }
                 }
-                self.commit(term, at, ops).await?;
+                Some(ops)
             }
             Step::Reconfirm => {
-                let mut s = spec.clone();
                 let lease = view.live.get(&s.primary).map_or(0, |n| n.lease);
                 s.leases.insert(s.primary.clone(), lease);
-                s.epoch += 1;
-                self.commit(term, at, vec![self.put_region(&Self::with_spec(r, s))]).await?;
+                Some(vec![self.put_region(&Self::with_spec(r, s))])
             }
+            Step::Schedule(q) => {
+                let key = self.session.layout().request(spec.id);
+                Some(vec![TxnOp::put(key, serde_json::to_vec(q).unwrap_or_default(), None)])
+            }
+            _ => None,
+        }
+    }
+
+    async fn carry(&self, term: &Term, view: &View, r: &RegionRecord, rev: i64, step: Step) -> Result<()> {
+        let spec = &r.spec;
+        let at = Some((spec.id, rev));
+        if let Some(ops) = self.regroup(view, r, &step) {
+            self.commit(term, at, ops).await?;
+            return Ok(());
+        }
+        match step {
             Step::Promote(node) => {
                 let epoch = spec.epoch + 1;
                 let key = self.session.layout().log(view.revision, spec.id);
@@ -405,10 +418,6 @@ impl Master {
                     self.promote(term, view, r, rev, &key, &node, epoch).await?;
                 }
             }
-            Step::Schedule(q) => {
-                let key = self.session.layout().request(spec.id);
-                self.commit(term, at, vec![TxnOp::put(key, serde_json::to_vec(&q).unwrap_or_default(), None)]).await?;
-            }
             Step::Transfer(to) => {
                 let epoch = spec.epoch + 1;
                 let key = self.session.layout().log(view.revision, spec.id);
@@ -440,6 +449,7 @@ impl Master {
                     self.copied(term, view, spec, &key, &node).await?;
                 }
             }
+            Step::Away(_) | Step::Drop(_) | Step::Reconfirm | Step::Schedule(_) => {}
         }
         Ok(())
     }
