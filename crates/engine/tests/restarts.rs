@@ -173,3 +173,21 @@ fn thousand_kills_keep_every_acknowledged_write_and_the_bounds() {
     let db = Db::open(dir.path(), opts.clone()).expect("open");
     check_bounds(&db.stats(), &model, &opts, 8, 8, "after SIGKILLs");
 }
+
+/// A process killed while it created a store leaves a data file without a superblock and the
+/// creation marker: the next open creates the store again. Without the marker such a file is
+/// refused and left untouched.
+#[test]
+fn an_interrupted_creation_is_created_again_and_a_damaged_store_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join(halyard_engine::DATA_FILE), vec![0u8; 1 << 16]).expect("data file");
+    let refused = Db::open(dir.path(), Options::default());
+    assert!(matches!(refused, Err(halyard_engine::Error::Corruption { .. })), "a file without a superblock was opened");
+    std::fs::write(dir.path().join("creating"), b"").expect("marker");
+    let db = Db::open(dir.path(), Options::default()).expect("created again");
+    db.put(b"k", b"v").expect("put");
+    drop(db);
+    assert!(!dir.path().join("creating").exists(), "the marker outlived the creation");
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert_eq!(db.get(b"k").expect("get").as_deref(), Some(b"v".as_slice()));
+}

@@ -18,18 +18,10 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, halyard, new_cluster, start_node, status, wait_settled, Node};
+use etcd_common::{cluster_client, halyard, key, new_cluster, start_node, status, value, wait_settled, Node};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{}{:07}", i % 10, i).into_bytes()
-}
-
-fn value(i: u64) -> Vec<u8> {
-    format!("value-{i}-{}", "x".repeat((i % 50) as usize)).into_bytes()
-}
 
 #[test]
 fn master_and_primary_killed_failover_without_a_person() {

@@ -12,9 +12,10 @@
 //!
 //! The cluster also changes shape on purpose in some runs: planned handoffs, a SIGTERM of the
 //! primary's node (it hands off and leaves) and its restart, a move of the primary's copy onto
-//! a fourth node, and a handoff asked while the primary is paused past its lease.
+//! a fourth node (plain, with the target killed during its copy, with the source killed), and a
+//! handoff asked while the primary is paused past its lease.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 8: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! `HALYARD_ROBUSTNESS_RUNS` (default 10: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
 //! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
@@ -59,9 +60,14 @@ enum Fault {
     MovePrimary,
     /// A handoff asked while the primary is SIGSTOPped past its lease.
     PauseDuringHandoff,
+    /// SIGKILL of the target of a move of the primary's copy, at a step of the move the seed
+    /// picks (0–600 ms after the request).
+    KillMoveTarget,
+    /// SIGKILL of the primary while its copy moves to a fourth node (likewise).
+    KillMoveSource,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 10] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -70,6 +76,8 @@ const FAULTS: [Fault; 8] = [
     Fault::TermPrimary,
     Fault::MovePrimary,
     Fault::PauseDuringHandoff,
+    Fault::KillMoveTarget,
+    Fault::KillMoveSource,
 ];
 
 /// One recorded operation (a line of the checker's input).
@@ -258,7 +266,7 @@ fn signal(n: &Node, sig: i32) {
 }
 
 /// Injects `fault` (on node `v` where it has one victim) while the clients run.
-fn inject(fault: Fault, nodes: &mut [Node], v: usize, url: &str) {
+fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
     let transfer = |to: &str| etcd_common::halyard(&["admin", "transfer", "--region", "1", "--to", to, "--etcd", url]);
     match fault {
         Fault::KillPrimary | Fault::KillMaster => {
@@ -307,6 +315,24 @@ fn inject(fault: Fault, nodes: &mut [Node], v: usize, url: &str) {
                 etcd_common::halyard(&["admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", url]);
             assert!(ok, "move {from} -> n4: {out}");
             std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::KillMoveTarget | Fault::KillMoveSource => {
+            let (from, url2) = (nodes[v].name.clone(), url.to_string());
+            let t = std::thread::spawn(move || {
+                etcd_common::halyard(&[
+                    "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
+                ])
+            });
+            // A step of the move chosen by the seed: before, during or after the copy.
+            std::thread::sleep(Duration::from_millis(seed.wrapping_mul(7919) % 600));
+            let victim = match fault {
+                Fault::KillMoveTarget => nodes.iter().position(|n| n.name == "n4").unwrap(),
+                _ => v,
+            };
+            nodes[victim].proc.kill9();
+            // The move ends one way or the other (the master drops it once a party is gone).
+            let _ = t.join();
+            std::thread::sleep(Duration::from_millis(3000));
         }
         Fault::PauseDuringHandoff => {
             let b = status(url)["regions"][0]["backups"][0].as_str().unwrap().to_string();
@@ -374,7 +400,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         Fault::KillMaster => master,
         _ => primary,
     };
-    if matches!(fault, Fault::MovePrimary) {
+    if matches!(fault, Fault::MovePrimary | Fault::KillMoveTarget | Fault::KillMoveSource) {
         nodes.push(start_node(dir.path(), &url, "n4"));
     }
     let v = nodes.iter().position(|n| n.name == victim).unwrap();
@@ -392,7 +418,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1000));
-    inject(fault, &mut nodes, v, &url);
+    inject(fault, seed, &mut nodes, v, &url);
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -405,7 +431,9 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The final reads: each key once more, through a client that retries while the region settles.
-    let live: Vec<String> = nodes.iter().filter(|n| n.name != victim).map(|n| n.native.clone()).collect();
+    // Nodes still running, the fault's victim aside.
+    let up = |n: &&Node| n.name != victim && n.proc.0.is_some();
+    let live: Vec<String> = nodes.iter().filter(up).map(|n| n.native.clone()).collect();
     let c = cluster_client(&live, Duration::from_secs(20));
     let mut finals: Vec<Op> = (0..KEYS)
         .map(|k| {
@@ -414,7 +442,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
             Op { client: 2 * CLIENTS, put: false, key: key(k), value, call, ret: Some(t0.elapsed().as_nanos()) }
         })
         .collect();
-    let live_resp: Vec<&Node> = nodes.iter().filter(|n| n.name != victim).collect();
+    let live_resp: Vec<&Node> = nodes.iter().filter(up).collect();
     for k in 0..KEYS {
         let call = t0.elapsed().as_nanos();
         let mut r = RespConn::open(&live_resp[k as usize % live_resp.len()].resp).expect("a live Redis port");

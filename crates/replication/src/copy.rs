@@ -56,7 +56,9 @@ impl Reader {
         let (epoch, region) = (self.epoch, self.region);
         let t0 = Instant::now();
         let total = self.copy.total_bytes();
-        tracing::info!(region, backup = %self.link.node, bytes = total, paused_us = self.copy.paused.as_micros() as u64, "full copy started");
+        let paused_us = self.copy.paused.as_micros() as u64;
+        tracing::info!(region, backup = %self.link.node, bytes = total, paused_us, "full copy started");
+        self.link.stats.copy_pause_micros_max.fetch_max(paused_us, Relaxed);
         let mut done = 0u64;
         if !self.put_msg(Msg::Reset { epoch, region }) {
             return;
@@ -90,6 +92,9 @@ impl Reader {
             let secs = t0.elapsed().as_secs_f64();
             let mib_s = done as f64 / (1 << 20) as f64 / secs.max(1e-9);
             tracing::info!(region, backup = %self.link.node, bytes = done, secs, mib_s, "full copy sent");
+            let st = &self.link.stats;
+            st.copies_sent.fetch_add(1, Relaxed);
+            st.copy_micros.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
             self.put(Chunk::Done);
         }
     }

@@ -27,6 +27,12 @@ pub struct ShipStats {
     pub catch_ups: AtomicU64,
     /// Segment bytes full copies read and handed to the connections' writers.
     pub copy_bytes: AtomicU64,
+    /// Full copies whose last frame was handed to the writer.
+    pub copies_sent: AtomicU64,
+    /// Microseconds those copies took, from the capture to their last frame (summed).
+    pub copy_micros: AtomicU64,
+    /// The longest time a capture held a region's writers, in microseconds.
+    pub copy_pause_micros_max: AtomicU64,
     /// Connections opened to backup nodes (one per backup node, again after a failure).
     pub connections: AtomicU64,
     /// Socket writes to backups (each carries whatever the node's regions had queued).

@@ -36,6 +36,15 @@ use std::time::{Duration, Instant};
 /// is always in the first.
 pub const DATA_FILE: &str = "data.hly";
 
+/// Present in a store's directory while the store is being created (until its first
+/// superblock is durable): a store found with it never held anything.
+const CREATING: &str = "creating";
+
+/// Makes a directory's entries (a file created or removed in it) durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(Error::io("syncing the store directory"))
+}
+
 /// The data files of the store in directory `dir`, first to last, as found on disk: what a copy
 /// of a closed store must take, and what holds its bytes on disk.
 pub fn data_files(dir: impl AsRef<Path>) -> Vec<PathBuf> {
@@ -292,14 +301,32 @@ impl Db {
         std::fs::create_dir_all(&path).map_err(Error::io("creating the store directory"))?;
         let lock = lock_dir(&path)?;
         let file = path.join(DATA_FILE);
+        let marker = path.join(CREATING);
+        if marker.exists() {
+            // A creation that did not finish (the process died before the first superblock
+            // was durable): the files hold nothing yet. Remove them and create again, rather
+            // than refuse a file without a superblock forever.
+            for f in data_files(&path) {
+                std::fs::remove_file(&f).map_err(Error::io("removing an unfinished store's data file"))?;
+            }
+        }
         if !file.exists() && !opts.create_if_missing {
             return Err(Error::InvalidOptions(format!(
                 "no store at {}; set Options::create_if_missing",
                 path.display()
             )));
         }
+        if !file.exists() {
+            std::fs::write(&marker, b"").map_err(Error::io("marking the store's creation"))?;
+            sync_dir(&path)?;
+        }
         let dev = Device::open_store(&file, opts.data_files, opts.seg_bits(), opts.direct_io)?;
-        Db::open_device(dev, opts, path, Some(lock), started)
+        let db = Db::open_device(dev, opts, path.clone(), Some(lock), started)?;
+        if marker.exists() {
+            std::fs::remove_file(&marker).map_err(Error::io("ending the store's creation"))?;
+            sync_dir(&path)?;
+        }
+        Ok(db)
     }
 
     /// Opens the store held by `storage` (see [`Storage`]): an in-memory store, or one whose

@@ -15,6 +15,17 @@ use std::time::{Duration, Instant};
 /// HALYARD_CLUSTER_SECRET).
 pub const SECRET: &str = "test-cluster-secret";
 
+/// The test key of id `i`: "key", its last digit (so that `cluster init --numeric-keys` puts
+/// ids ending 0..2 in the first of three regions), the id.
+pub fn key(i: u64) -> Vec<u8> {
+    format!("key{}{:07}", i % 10, i).into_bytes()
+}
+
+/// The value written under `key(i)`.
+pub fn value(i: u64) -> Vec<u8> {
+    format!("value-{i}-{}", "x".repeat((i % 50) as usize)).into_bytes()
+}
+
 pub struct Proc(pub Option<Child>);
 
 impl Proc {

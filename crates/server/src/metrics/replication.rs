@@ -86,6 +86,24 @@ impl ReplicationCollector {
             "halyard_replication_copy_bytes_total",
             "Segment bytes full copies read and sent (at most move_rate_mb a second each).",
             st.copy_bytes.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_copies_sent_total",
+            "Full copies whose last frame was sent.",
+            st.copies_sent.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_replication_copy_seconds_total",
+            "Seconds full copies took, from the capture to their last frame (summed; over copies_sent: the mean).",
+            st.copy_micros.load(Relaxed) as f64 / 1e6,
+        )?;
+        gauge(
+            e,
+            "halyard_replication_copy_pause_seconds_max",
+            "The longest time a full copy's capture held a region's writers.",
+            st.copy_pause_micros_max.load(Relaxed) as f64 / 1e6,
         )
     }
 
