@@ -31,9 +31,9 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// Longest a promotion request may take (the new primary rebuilds its L0).
 const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Longest a primary may take to fence a region it hands off (its backups acknowledge its
-/// last LSN meanwhile).
-const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a primary may take to fence a region it hands off: it first writes its L0 into L1
+/// (still serving), then fences and waits for its backups' acknowledgements.
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The master's election key and its create revision: the term every write compares.
 #[derive(Clone, Debug)]

@@ -545,7 +545,10 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(halyard_server::run(cfg, shutdown_signal())).map_err(|e| e.to_string())
+    let out = rt.block_on(halyard_server::run(cfg, shutdown_signal())).map_err(|e| e.to_string());
+    // A blocking task still running (a flush past its minute) does not hold the exit.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    out
 }
 
 async fn shutdown_signal() {

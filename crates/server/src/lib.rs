@@ -182,8 +182,10 @@ pub async fn run_with(
     }
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
-    for t in [resp_task, native_task, http_task] {
-        let _ = t.await;
+    for (name, t) in [("redis", resp_task), ("native", native_task), ("http", http_task)] {
+        if tokio::time::timeout(Duration::from_secs(5), t).await.is_err() {
+            tracing::warn!("the {name} listener did not stop within 5 s; going on without it");
+        }
     }
     if let Some(t) = repl_task {
         t.abort();
@@ -195,11 +197,15 @@ pub async fn run_with(
 }
 
 /// Writes the engine's memory out before the process ends.
+/// Writes the engine's memory out before the process ends, for at most a minute: what is not
+/// written out by then is in the synced logs, which the next open replays.
 async fn flush_on_exit(db: Arc<Db>) -> Result<(), ServerError> {
-    match tokio::task::spawn_blocking(move || db.flush()).await {
-        Ok(Ok(())) => tracing::info!("engine flushed; bye"),
-        Ok(Err(e)) => return Err(e.into()),
-        Err(e) => tracing::error!("flush task failed: {e}"),
+    let flush = tokio::task::spawn_blocking(move || db.flush());
+    match tokio::time::timeout(Duration::from_secs(60), flush).await {
+        Ok(Ok(Ok(()))) => tracing::info!("engine flushed; bye"),
+        Ok(Ok(Err(e))) => return Err(e.into()),
+        Ok(Err(e)) => tracing::error!("flush task failed: {e}"),
+        Err(_) => tracing::warn!("the engine did not flush within 60 s; exiting (the logs hold the writes)"),
     }
     Ok(())
 }

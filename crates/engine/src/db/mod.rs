@@ -756,6 +756,14 @@ impl RegionHandle {
     pub fn lsn(&self) -> u64 {
         self.region.lsn()
     }
+    /// Makes the region's acknowledged writes durable and writes its L0 into L1, waiting for
+    /// it (a primary about to hand the region off: the new primary then rebuilds a small L0).
+    pub fn flush(&self) -> Result<()> {
+        if self.region.is_backup() {
+            return Err(Error::BackupRegion(self.region.id()));
+        }
+        self.region.flush()
+    }
 }
 
 #[expect(clippy::panic, reason = "as std::thread::spawn: a store without its background threads cannot work")]

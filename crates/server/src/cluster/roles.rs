@@ -82,9 +82,14 @@ impl ClusterNode {
                 _ => return Err(rejected(format!("{} does not lead region {region}", self.name))),
             }
         }
+        let h = self.db.region(region)?;
+        // L0 into L1 first, while the region still serves: the new primary rebuilds only the
+        // L0 written since, which is most of the time the handoff keeps the region unavailable.
+        if !self.fences.lock().contains_key(&region) {
+            h.flush()?;
+        }
         self.fences.lock().insert(region, epoch);
         self.edit_file(|_| ());
-        let h = self.db.region(region)?;
         let rt = tokio::runtime::Handle::current();
         loop {
             let lsn = h.lsn();
