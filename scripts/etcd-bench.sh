@@ -9,15 +9,10 @@
 set -euo pipefail
 copies=$1; out=$(realpath -m "$2")
 B=${HALYARD_BIN:-"$(cd "$(dirname "$0")/.." && pwd)/target/release/halyard"}
+source "$(dirname "$(realpath "$0")")/etcd-local.sh"
 root=$(mktemp -d); cd "$root"
-etcd --logger zap --log-level error --data-dir etcd --listen-client-urls http://127.0.0.1:24790 \
-  --advertise-client-urls http://127.0.0.1:24790 --listen-peer-urls http://127.0.0.1:24800 \
-  --initial-advertise-peer-urls http://127.0.0.1:24800 --initial-cluster default=http://127.0.0.1:24800 \
-  --experimental-enable-lease-checkpoint >/dev/null 2>&1 &
-ETCD=$!
+start_etcd 24790 24800
 trap "kill \$ETCD 2>/dev/null; pkill -f \"halyard serve --dir n\" 2>/dev/null; true" EXIT
-sleep 1.5
-E=http://127.0.0.1:24790
 $B cluster init --etcd $E --regions 32 --replicas $copies --bench-keys >/dev/null
 pids=()
 for i in 1 2 3; do

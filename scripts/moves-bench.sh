@@ -14,15 +14,10 @@ set -euo pipefail
 gib=${1:-1}; rate=${2:-64}; handoffs=${3:-50}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
+source "$(dirname "$(realpath "$0")")/etcd-local.sh"
 root=$(mktemp -d); cd "$root"
-etcd --logger zap --log-level error --data-dir etcd --listen-client-urls http://127.0.0.1:24791 \
-  --advertise-client-urls http://127.0.0.1:24791 --listen-peer-urls http://127.0.0.1:24801 \
-  --initial-advertise-peer-urls http://127.0.0.1:24801 --initial-cluster default=http://127.0.0.1:24801 \
-  --experimental-enable-lease-checkpoint >/dev/null 2>&1 &
-ETCD=$!
+start_etcd 24791 24801
 trap "kill \$ETCD 2>/dev/null; pkill -f \"halyard serve --dir m\" 2>/dev/null; true" EXIT
-sleep 1.5
-E=http://127.0.0.1:24791
 $B cluster init --etcd $E --regions 1 --replicas 1 --bench-keys >/dev/null
 start() {
   RUST_LOG=warn,halyard_replication::copy=info $B serve --dir m$1 --etcd $E --node m$1 \

@@ -103,6 +103,11 @@ fn one() -> u64 {
 }
 
 impl RegionSpec {
+    /// Whether `node` is in the region's group: its primary, a backup or a learner.
+    pub fn has_member(&self, node: &str) -> bool {
+        self.primary == node || self.backups.iter().chain(&self.learners).any(|b| b == node)
+    }
+
     /// The first key as bytes.
     pub fn start_bytes(&self) -> Vec<u8> {
         key_bytes(&self.start)

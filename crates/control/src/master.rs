@@ -113,11 +113,10 @@ fn refill(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
     if spec.away.values().any(|at| !expired(view, *at)) {
         return None;
     }
-    let group = |n: &String| *n == spec.primary || spec.backups.contains(n) || spec.learners.contains(n);
     let pick = view
         .live
         .keys()
-        .filter(|n| !group(n) && crate::schedule::eligible(view, n))
+        .filter(|n| !spec.has_member(n) && crate::schedule::eligible(view, n))
         .min_by_key(|n| tally.loads.get(*n).copied().unwrap_or(0))
         .cloned()?;
     *tally.loads.entry(pick.clone()).or_default() += 1;

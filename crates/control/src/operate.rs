@@ -17,10 +17,6 @@ fn region(v: &View, id: u32) -> Result<&RegionRecord> {
     v.regions.get(&id).map(|(r, _)| r).ok_or_else(|| Error::Invalid(format!("the cluster has no region {id}")))
 }
 
-fn in_group(r: &RegionRecord, n: &str) -> bool {
-    r.spec.primary == n || r.spec.backups.iter().chain(&r.spec.learners).any(|b| b == n)
-}
-
 /// Waits until `done` holds for a view (calling `on` with each), giving up after `wait` or
 /// once the master dropped the request about `region` without it holding (no request and no
 /// change of the region in its log).
@@ -94,13 +90,13 @@ pub async fn move_region(
 ) -> Result<()> {
     let v = View::load(client, layout).await?;
     let r = region(&v, id)?;
-    if !in_group(r, from) {
+    if !r.spec.has_member(from) {
         return Err(Error::Invalid(format!(
             "{from} holds no copy of region {id} (primary {}, backups {:?})",
             r.spec.primary, r.spec.backups
         )));
     }
-    if in_group(r, to) {
+    if r.spec.has_member(to) {
         return Err(Error::Invalid(format!("{to} already holds a copy of region {id}")));
     }
     if !crate::schedule::eligible(&v, to) {
@@ -110,7 +106,7 @@ pub async fn move_region(
     client.put(layout.request(id), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
     let moved = |v: &View| {
         v.regions.get(&id).is_some_and(|(r, _)| {
-            !in_group(r, from) && (r.spec.primary == to || r.spec.backups.iter().any(|b| b == to))
+            !r.spec.has_member(from) && (r.spec.primary == to || r.spec.backups.iter().any(|b| b == to))
         })
     };
     wait_for(client, layout, Some(id), wait, on, moved).await.map(drop)
@@ -123,7 +119,7 @@ fn others(v: &View, node: &str) -> usize {
 
 /// Copies (primary, backup or learner) `node` holds.
 pub fn copies_on(v: &View, node: &str) -> usize {
-    v.regions.values().filter(|(r, _)| in_group(r, node)).count()
+    v.regions.values().filter(|(r, _)| r.spec.has_member(node)).count()
 }
 
 /// Marks `node` to be drained (or, with `remove`, removed: a tombstone under which it may not

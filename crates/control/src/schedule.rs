@@ -100,10 +100,6 @@ pub fn eligible(view: &View, node: &str) -> bool {
         && !view.removed.contains(node)
 }
 
-fn in_group(r: &RegionRecord, n: &str) -> bool {
-    r.spec.primary == n || r.spec.backups.iter().chain(&r.spec.learners).any(|b| b == n)
-}
-
 /// Whether region `r` can be handed to `to`: a backup of its group that holds it and stays.
 pub fn transfer_applies(view: &View, r: &RegionRecord, to: &str) -> bool {
     r.spec.backups.iter().any(|b| b == to) && view.holds(r, to) && !view.leaving.contains(to)
@@ -119,7 +115,7 @@ fn best_backup(view: &View, r: &RegionRecord) -> Option<String> {
 /// Power of two choices: of the eligible nodes outside `r`'s group that pass `fits`, two
 /// picked at random (seeded by `seed`), the less loaded.
 pub fn pick(view: &View, r: &RegionRecord, tally: &Tally, seed: u64, fits: impl Fn(&str) -> bool) -> Option<String> {
-    let c: Vec<&String> = view.live.keys().filter(|n| eligible(view, n) && !in_group(r, n) && fits(n)).collect();
+    let c: Vec<&String> = view.live.keys().filter(|n| eligible(view, n) && !r.spec.has_member(n) && fits(n)).collect();
     let (a, b) = match c.len() {
         0 => return None,
         1 => (0, 0),
@@ -160,7 +156,7 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
             return step;
         }
     }
-    let drained: Vec<&String> = view.draining.iter().chain(&view.removed).filter(|n| in_group(r, n)).collect();
+    let drained: Vec<&String> = view.draining.iter().chain(&view.removed).filter(|n| r.spec.has_member(n)).collect();
     if let Some(from) = drained.first() {
         return move_step(view, r, from, None, tally, seed);
     }
@@ -178,7 +174,7 @@ fn move_step(
     seed: u64,
 ) -> Option<Step> {
     let spec = &r.spec;
-    if !in_group(r, from) || !spec.learners.is_empty() {
+    if !r.spec.has_member(from) || !spec.learners.is_empty() {
         return None; // done, or a new copy is still being taken
     }
     let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
@@ -256,7 +252,7 @@ pub fn stale_requests(view: &View) -> Vec<String> {
             }
             match q {
                 Request::Transfer { to, .. } => !transfer_applies(view, r, to),
-                Request::Move { from, to, .. } => !in_group(r, from) || !view.live.contains_key(to),
+                Request::Move { from, to, .. } => !r.spec.has_member(from) || !view.live.contains_key(to),
             }
         })
         .map(|(k, _)| k.clone())

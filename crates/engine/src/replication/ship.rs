@@ -31,6 +31,15 @@ impl Replication<'_> {
         Ok(buf.to_vec())
     }
 
+    /// The bytes a region takes on the device: its SSTs' used bytes and its log segments
+    /// (counted whole). 0: the region holds nothing.
+    pub fn region_bytes(&self, region: u32) -> Result<u64> {
+        let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let ssts: u64 = meta.levels.iter().flatten().map(|s| u64::from(s.used_bytes)).sum();
+        let segs = meta.logs.iter().map(|l| l.len() as u64).sum::<u64>();
+        Ok(ssts + segs * self.db.inner.sh.dev.seg_bytes())
+    }
+
     /// The SSTs of a region per level (L1 first), as a primary would ship them to a new backup.
     pub fn level_ssts(&self, region: u32) -> Result<Vec<Vec<SstInfo>>> {
         let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;

@@ -45,9 +45,9 @@ impl ClusterNode {
             tracing::warn!("cannot mark this node as leaving in etcd: {e}; its regions fail over");
         }
         let me = self.name.as_str();
+        // A region whose only copy this node holds stays with it.
         let counted_on = |r: &halyard_control::RegionRecord| {
-            let r = &r.spec;
-            (r.primary == me && !r.backups.is_empty()) || r.backups.iter().chain(&r.learners).any(|b| b == me)
+            r.spec.has_member(me) && !(r.spec.primary == me && r.spec.backups.is_empty())
         };
         loop {
             match read_view(&s).await {
@@ -143,8 +143,7 @@ impl ClusterNode {
                 // Moved away (the map names this node nowhere in the group, under any lease):
                 // the copy's space goes back. A node the map still names under an old lease
                 // keeps its copy (it may be the only one, which leads again).
-                let named = r.primary == self.name || r.backups.iter().chain(&r.learners).any(|b| *b == self.name);
-                if !named {
+                if !r.has_member(&self.name) {
                     self.drop_copy(r.id)?;
                 }
             }
@@ -210,16 +209,13 @@ impl ClusterNode {
     /// Frees the space of this node's copy of a region it no longer holds (Send-Index: the
     /// region stays as an empty backup entry; Build-Index copies are left as they are).
     fn drop_copy(&self, id: u32) -> Result<(), String> {
-        let e = |e: halyard_engine::Error| e.to_string();
-        if self.mode != Mode::SendIndex || !self.db.regions().iter().any(|i| i.id == id) {
+        if self.mode != Mode::SendIndex {
             return Ok(());
         }
         let rep = self.db.replication();
-        let logs = [halyard_engine::LogKind::L0, halyard_engine::LogKind::Large, halyard_engine::LogKind::Medium];
-        let empty = rep.level_ssts(id).map_err(e)?.iter().all(Vec::is_empty)
-            && logs.iter().map(|l| rep.log_segments(id, *l)).all(|s| s.is_ok_and(|s| s.is_empty()));
-        if !empty {
-            rep.demote_to_backup(id).map_err(e)?;
+        // A region this node never held has nothing to drop.
+        if rep.region_bytes(id).is_ok_and(|b| b > 0) {
+            rep.demote_to_backup(id).map_err(|e| e.to_string())?;
             tracing::info!(region = id, "no longer in the region's group: dropped this node's copy");
         }
         Ok(())

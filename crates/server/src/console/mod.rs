@@ -9,7 +9,6 @@
 
 use crate::cluster::ClusterNode;
 use crate::state::Shared;
-use halyard_engine::Db;
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,15 +27,6 @@ pub(crate) fn authorized(auth: Option<&str>, password: Option<&str>) -> bool {
     let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
     let given = raw.splitn(2, |b| *b == b':').nth(1).unwrap_or_default();
     subtle::ConstantTimeEq::ct_eq(given, want.as_bytes()).into()
-}
-
-/// The bytes a region's SSTs and log segments take here.
-fn region_bytes(db: &Db, id: u32) -> u64 {
-    let rep = db.replication();
-    let ssts: u64 = rep.level_ssts(id).map_or(0, |l| l.iter().flatten().map(|s| u64::from(s.used_bytes)).sum());
-    let logs = [halyard_engine::LogKind::L0, halyard_engine::LogKind::Large, halyard_engine::LogKind::Medium];
-    let segs: u64 = logs.iter().map(|l| rep.log_segments(id, *l).map_or(0, |s| s.len() as u64)).sum();
-    ssts + segs * db.options().segment_bytes
 }
 
 /// This node's part of the console (called on a blocking thread: it reads engine statistics).
@@ -65,7 +55,7 @@ pub(crate) fn node_json(sh: &Shared, cluster: Option<&ClusterNode>) -> Value {
                     }
                 }
             };
-            json!({ "id": r.id, "role": role, "lsn": r.lsn, "bytes": region_bytes(db, r.id) })
+            json!({ "id": r.id, "role": role, "lsn": r.lsn, "bytes": db.replication().region_bytes(r.id).unwrap_or(0) })
         })
         .collect();
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -130,33 +120,17 @@ pub(crate) async fn cluster_json(sh: std::sync::Arc<Shared>, cluster: Option<std
                 .collect()
         })
         .unwrap_or_default();
-    let password = sh.requirepass.clone();
-    let asks = peers.into_iter().map(|(n, addr)| {
-        let p = password.clone();
-        async move {
+    let mut asks = tokio::task::JoinSet::new();
+    for (n, addr) in peers {
+        let p = sh.requirepass.clone();
+        asks.spawn(async move {
             let got = tokio::time::timeout(PEER_TIMEOUT, fetch_node(&addr, p.as_deref())).await;
             (n, got.unwrap_or_else(|_| Err("no answer in time".into())))
-        }
-    });
-    for (n, got) in futures_join_all(asks).await {
+        });
+    }
+    while let Some(Ok((n, got))) = asks.join_next().await {
         nodes.insert(n, got.unwrap_or_else(|e| json!({ "error": e })));
     }
     nodes.insert(name.clone(), me);
     json!({ "node": name, "status": status, "nodes": nodes })
-}
-
-/// Runs the futures concurrently and returns their outputs in order.
-async fn futures_join_all<F>(fs: impl IntoIterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = fs.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        if let Ok(v) = h.await {
-            out.push(v);
-        }
-    }
-    out
 }

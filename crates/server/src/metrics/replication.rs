@@ -29,69 +29,49 @@ impl ReplicationCollector {
         ReplicationCollector { shipper, replica, led: Box::new(led) }
     }
 
-    /// What this node queued and wrote to backups, and the bytes both directions moved.
+    /// What this node queued and wrote to backups, the bytes both directions moved, and its
+    /// full copies.
     fn encode_shipped(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         let (st, rs) = (&self.shipper.stats, &self.replica.stats);
-        counter(
+        counters(
             e,
-            "halyard_replication_shipped_bytes_total",
-            "Bytes of frames queued to backups (per backup).",
-            st.bytes.load(Relaxed),
-        )?;
-        counter(e, "halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed))?;
-        counter(
-            e,
-            "halyard_replication_shipped_image_bytes_total",
-            "Segment image bytes (SSTs, medium runs) queued to backups before LZ4 packing (per backup).",
-            st.image_bytes.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_sent_bytes_total",
-            "Replication bytes this node wrote to sockets: frames to backups and acknowledgements to primaries.",
-            st.sent.load(Relaxed) + rs.sent.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_socket_received_bytes_total",
-            "Replication bytes this node read from sockets: frames from primaries and acknowledgements from backups.",
-            rs.bytes.load(Relaxed) + st.received.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_link_failures_total",
-            "Backup links that failed.",
-            st.broken_links.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_connections_total",
-            "Connections opened to backup nodes (one per backup node, carrying all its regions' streams).",
-            st.connections.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_socket_writes_total",
-            "Writes to backup sockets; shipped frames over this is how many frames one write carries.",
-            st.writes.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_catch_ups_total",
-            "Full copies started to new or returning backups.",
-            st.catch_ups.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_copy_bytes_total",
-            "Segment bytes full copies read and sent (at most move_rate_mb a second each).",
-            st.copy_bytes.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_copies_sent_total",
-            "Full copies whose last frame was sent.",
-            st.copies_sent.load(Relaxed),
+            &[
+                ("halyard_replication_shipped_bytes_total", "Bytes of frames queued to backups (per backup).", st.bytes.load(Relaxed)),
+                ("halyard_replication_shipped_frames_total", "Frames queued to backups.", st.frames.load(Relaxed)),
+                (
+                    "halyard_replication_shipped_image_bytes_total",
+                    "Segment image bytes (SSTs, medium runs) queued to backups before LZ4 packing (per backup).",
+                    st.image_bytes.load(Relaxed),
+                ),
+                (
+                    "halyard_replication_sent_bytes_total",
+                    "Replication bytes this node wrote to sockets: frames to backups and acknowledgements to primaries.",
+                    st.sent.load(Relaxed) + rs.sent.load(Relaxed),
+                ),
+                (
+                    "halyard_replication_socket_received_bytes_total",
+                    "Replication bytes this node read from sockets: frames from primaries and acknowledgements from backups.",
+                    rs.bytes.load(Relaxed) + st.received.load(Relaxed),
+                ),
+                ("halyard_replication_link_failures_total", "Backup links that failed.", st.broken_links.load(Relaxed)),
+                (
+                    "halyard_replication_connections_total",
+                    "Connections opened to backup nodes (one per backup node, carrying all its regions' streams).",
+                    st.connections.load(Relaxed),
+                ),
+                (
+                    "halyard_replication_socket_writes_total",
+                    "Writes to backup sockets; shipped frames over this is how many frames one write carries.",
+                    st.writes.load(Relaxed),
+                ),
+                ("halyard_replication_catch_ups_total", "Full copies started to new or returning backups.", st.catch_ups.load(Relaxed)),
+                (
+                    "halyard_replication_copy_bytes_total",
+                    "Segment bytes full copies read and sent (at most move_rate_mb a second each).",
+                    st.copy_bytes.load(Relaxed),
+                ),
+                ("halyard_replication_copies_sent_total", "Full copies whose last frame was sent.", st.copies_sent.load(Relaxed)),
+            ],
         )?;
         counter(
             e,
@@ -110,23 +90,26 @@ impl ReplicationCollector {
     /// Writers held back by backups' full replication queues.
     fn encode_backpressure(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         let st = &self.shipper.stats;
-        counter(
+        counters(
             e,
-            "halyard_replication_throttled_waits_total",
-            "Times a writer waited for room in a backup's replication queue.",
-            st.throttled_waits.load(Relaxed),
+            &[
+                (
+                    "halyard_replication_throttled_waits_total",
+                    "Times a writer waited for room in a backup's replication queue.",
+                    st.throttled_waits.load(Relaxed),
+                ),
+                (
+                    "halyard_replication_stuck_links_total",
+                    "Backup links failed because their queue stayed full without draining for the ack timeout.",
+                    st.stuck_links.load(Relaxed),
+                ),
+            ],
         )?;
         counter(
             e,
             "halyard_replication_throttled_seconds_total",
             "Seconds writers spent waiting for room in backups' replication queues.",
             st.throttled_micros.load(Relaxed) as f64 / 1e6,
-        )?;
-        counter(
-            e,
-            "halyard_replication_stuck_links_total",
-            "Backup links failed because their queue stayed full without draining for the ack timeout.",
-            st.stuck_links.load(Relaxed),
         )?;
         gauge(
             e,
@@ -152,23 +135,21 @@ impl ReplicationCollector {
     /// What this node took from primaries as a backup.
     fn encode_received(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         let rs = &self.replica.stats;
-        counter(
+        counters(
             e,
-            "halyard_replication_received_bytes_total",
-            "Bytes received from primaries.",
-            rs.bytes.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_rejected_total",
-            "Streams or messages refused (stale epoch, unknown region).",
-            rs.rejected.load(Relaxed),
-        )?;
-        counter(
-            e,
-            "halyard_replication_unauthenticated_total",
-            "Connections to the replication port refused for a missing or wrong cluster secret.",
-            rs.unauthenticated.load(Relaxed),
+            &[
+                ("halyard_replication_received_bytes_total", "Bytes received from primaries.", rs.bytes.load(Relaxed)),
+                (
+                    "halyard_replication_rejected_total",
+                    "Streams or messages refused (stale epoch, unknown region).",
+                    rs.rejected.load(Relaxed),
+                ),
+                (
+                    "halyard_replication_unauthenticated_total",
+                    "Connections to the replication port refused for a missing or wrong cluster secret.",
+                    rs.unauthenticated.load(Relaxed),
+                ),
+            ],
         )
     }
 
@@ -190,6 +171,14 @@ impl ReplicationCollector {
             samples,
         )
     }
+}
+
+/// Encodes each (name, help, value) as a counter.
+fn counters(e: &mut DescriptorEncoder<'_>, list: &[(&str, &str, u64)]) -> fmt::Result {
+    for (name, help, v) in list {
+        counter(e, name, help, *v)?;
+    }
+    Ok(())
 }
 
 impl fmt::Debug for ReplicationCollector {
