@@ -282,7 +282,14 @@ fn run(mode: &str) {
     let mut s = std::net::TcpStream::connect(&n3).expect("connect n3");
     let mode_v = Mode::parse(mode).expect("mode");
     s.write_all(
-        &Msg::Hello { version: halyard_replication::wire::VERSION, epoch: 1, region: 1, mode: mode_v }.encode(),
+        &Msg::Hello {
+            version: halyard_replication::wire::VERSION,
+            epoch: 1,
+            region: 1,
+            mode: mode_v,
+            inventory: false,
+        }
+        .encode(),
     )
     .expect("hello");
     // The connection stays open for other regions' streams: one frame answers.
@@ -299,7 +306,8 @@ fn run(mode: &str) {
     }
     // So is a stream in another protocol version, with a reason that says what to do.
     let mut s = std::net::TcpStream::connect(&n3).expect("connect n3");
-    s.write_all(&Msg::Hello { version: 1, epoch: 9, region: 1, mode: mode_v }.encode()).expect("hello");
+    s.write_all(&Msg::Hello { version: 1, epoch: 9, region: 1, mode: mode_v, inventory: false }.encode())
+        .expect("hello");
     let mut reply = Vec::new();
     s.read_to_end(&mut reply).expect("reply");
     match halyard_replication::wire::decode_frame(&reply).expect("frame") {

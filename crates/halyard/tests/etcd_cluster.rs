@@ -135,6 +135,7 @@ fn master_and_primary_killed_failover_without_a_person() {
         epoch: 99,
         region: 1,
         mode: halyard_replication::Mode::SendIndex,
+        inventory: false,
     };
     std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
     let mut reply = Vec::new();

@@ -166,6 +166,7 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
     let led = leads(&s, &victim);
     let held = copies(&s, &victim);
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    preload(&addrs, 20 << 20);
     let writers = Writers::start(&addrs, 4, &[]);
     std::thread::sleep(Duration::from_millis(500));
     let v = nodes.iter().position(|n| n.name == victim).unwrap();
@@ -206,11 +207,59 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
     let acked_so_far = writers.acked.lock().unwrap().clone();
     let gap = longest_gap(&acked_so_far, t0, end);
     eprintln!("{victim} left in {left_in:?} (led {led:?}); longest write gap meanwhile {gap:?}");
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.name != victim).collect();
+    let before = copy_counters(&others);
     nodes[v].restart();
     let s = wait_settled(&url, 2, Duration::from_secs(60));
     assert_eq!(copies(&s, &victim), held, "{victim} is not back in its places: {s}");
+    // It rejoined with what it held, the regions it led included: only what it lacked travelled.
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.name != victim).collect();
+    let after = copy_counters(&others);
+    let d: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("rejoin: {} full and {} incremental copies, {} bytes sent, {} kept", d[0], d[1], d[2], d[3]);
+    assert_eq!(d[0], 0.0, "a full copy was sent to {victim} on its return");
+    assert!(d[1] >= held as f64 && d[3] > d[2], "incremental copies to {victim}: {d:?}");
     let acked = writers.stop();
     check_everything(&url, &addrs, &acked);
+}
+
+/// Writes about `bytes` of 2 KB pairs spread over the regions (keys apart from the writers'),
+/// so that every region's logs hold sealed segments.
+fn preload(addrs: &[String], bytes: usize) {
+    let c = cluster_client(addrs, Duration::from_secs(10));
+    let per_batch = 64;
+    for b in 0..bytes / (10 * per_batch * 2048) {
+        for digit in 0..10 {
+            let mut batch = halyard_client::Batch::new();
+            for j in 0..per_batch {
+                batch.put(format!("key{digit}pre{:07}", b * per_batch + j).into_bytes(), vec![b'p'; 2048]);
+            }
+            c.write_batch(&batch).unwrap();
+        }
+    }
+}
+
+/// Summed over `nodes`: full copies, incremental copies, bytes copies sent, bytes they kept.
+fn copy_counters(nodes: &[&Node]) -> Vec<f64> {
+    let names = [
+        "halyard_replication_catch_ups_total",
+        "halyard_replication_incremental_catch_ups_total",
+        "halyard_replication_copy_bytes_total",
+        "halyard_replication_copy_kept_bytes_total",
+    ];
+    let mut sums = vec![0.0; names.len()];
+    for n in nodes {
+        let http = n.args.iter().skip_while(|a| *a != "--http").nth(1).unwrap();
+        let mut c = std::net::TcpStream::connect(http.as_str()).unwrap();
+        std::io::Write::write_all(&mut c, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut c, &mut text).unwrap();
+        for (sum, name) in sums.iter_mut().zip(names) {
+            let line = text.lines().find(|l| l.split(' ').next() == Some(name));
+            *sum += line.and_then(|l| l.split(' ').nth(1)).map_or(0.0, |v| v.parse().unwrap());
+        }
+    }
+    sums
 }
 
 /// Every region's (epoch, primary, backups), to see whether anything changed.
@@ -226,8 +275,9 @@ fn shape(s: &serde_json::Value) -> Vec<(u64, String, Vec<String>)> {
         .collect()
 }
 
+/// Copies `node` holds (0 while it has not registered yet).
 fn copies(s: &serde_json::Value, node: &str) -> usize {
-    let n = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).unwrap();
+    let Some(n) = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node) else { return 0 };
     (n["primaries"].as_u64().unwrap() + n["backups"].as_u64().unwrap()) as usize
 }
 

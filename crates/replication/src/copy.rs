@@ -9,12 +9,16 @@
 //! therefore a few segments for the copy plus the link's bounded queue of live frames (writers
 //! wait when it is full, as for any slow backup); the backup applies frames as they arrive.
 //!
+//! An incremental copy (a returning backup reported what it holds) starts with Resync instead
+//! of Reset; the segments the backup holds identically are read (to compare their digests) but
+//! not sent: a Kept frame stands for each L0 or large log segment, nothing for the others.
+//!
 //! The reader stops, releasing its pin, as soon as the link is no longer live, a newer copy of
 //! the link started, or the writer dropped the feed; the next session sends a copy anew.
 
 use crate::link::{Chunk, Feed, Link};
 use crate::wire::Msg;
-use halyard_engine::{encode_shipped_edits, CopyImage, LogKind, RegionCopy};
+use halyard_engine::{encode_shipped_edits, CopyImage, Keep, LogKind, RegionCopy};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,17 +37,26 @@ struct Reader {
     /// Bytes a second (0: as fast as the writer takes them).
     rate: u64,
     gen: u64,
+    /// An incremental copy: what the backup keeps (see `Msg::Resync`).
+    resync: Option<Keep>,
 }
 
 /// Starts reading `copy` for `link` at `rate` bytes a second (0: unlimited) and returns the
 /// feed to queue on the link. Called under the region's write lock: it only spawns a thread.
-pub(crate) fn start(copy: RegionCopy, region: u32, epoch: u64, link: &Arc<Link>, rate: u64) -> Feed {
+pub(crate) fn start(
+    copy: RegionCopy,
+    region: u32,
+    epoch: u64,
+    link: &Arc<Link>,
+    rate: u64,
+    resync: Option<Keep>,
+) -> Feed {
     let (tx, rx) = mpsc::channel(FEED_FRAMES);
     let gen = link.copy_gen.fetch_add(1, Relaxed) + 1;
     link.copy_total.store(copy.total_bytes(), Relaxed);
     link.copy_done.store(0, Relaxed);
     link.copying.store(true, Relaxed);
-    let r = Reader { copy, region, epoch, link: link.clone(), tx: tx.clone(), rate, gen };
+    let r = Reader { copy, region, epoch, link: link.clone(), tx: tx.clone(), rate, gen, resync };
     let spawned = std::thread::Builder::new().name(format!("halyard-copy-{region}")).spawn(move || r.run());
     if let Err(e) = spawned {
         let _ = tx.try_send(Chunk::Failed(format!("starting the copy's reader: {e}")));
@@ -52,15 +65,20 @@ pub(crate) fn start(copy: RegionCopy, region: u32, epoch: u64, link: &Arc<Link>,
 }
 
 impl Reader {
-    fn run(self) {
+    fn run(mut self) {
         let (epoch, region) = (self.epoch, self.region);
         let t0 = Instant::now();
         let total = self.copy.total_bytes();
         let paused_us = self.copy.paused.as_micros() as u64;
-        tracing::info!(region, backup = %self.link.node, bytes = total, paused_us, "full copy started");
+        let kind = if self.resync.is_some() { "incremental" } else { "full" };
+        tracing::info!(region, backup = %self.link.node, bytes = total, paused_us, kind, "copy started");
         self.link.stats.copy_pause_micros_max.fetch_max(paused_us, Relaxed);
-        let mut done = 0u64;
-        if !self.put_msg(Msg::Reset { epoch, region }) {
+        let (mut done, mut sent) = (0u64, 0u64);
+        let first = match self.resync.take() {
+            Some(keep) => Msg::Resync { epoch, region, keep },
+            None => Msg::Reset { epoch, region },
+        };
+        if !self.put_msg(first) {
             return;
         }
         for i in 0..self.copy.pieces() {
@@ -72,7 +90,8 @@ impl Reader {
                 }
             };
             let n = image_bytes(&img);
-            if !matches!(img, CopyImage::Log(LogKind::L0 | LogKind::Large, ..)) {
+            let held = matches!(img, CopyImage::Held { .. });
+            if !held && !matches!(img, CopyImage::Log(LogKind::L0 | LogKind::Large, ..)) {
                 self.link.stats.image_bytes.fetch_add(n, Relaxed);
             }
             for m in self.frames(img) {
@@ -82,16 +101,21 @@ impl Reader {
             }
             done += n;
             self.link.copy_done.fetch_add(n, Relaxed);
-            self.link.stats.copy_bytes.fetch_add(n, Relaxed);
-            pace(t0, done, self.rate);
+            if held {
+                self.link.stats.copy_kept_bytes.fetch_add(n, Relaxed);
+            } else {
+                sent += n;
+                self.link.stats.copy_bytes.fetch_add(n, Relaxed);
+                pace(t0, sent, self.rate);
+            }
         }
         let edits = encode_shipped_edits(region, self.copy.edits());
         if self.put_msg(Msg::Edits { epoch, region, edits })
             && self.put_msg(Msg::Copied { epoch, region, lsn: self.copy.lsn })
         {
             let secs = t0.elapsed().as_secs_f64();
-            let mib_s = done as f64 / (1 << 20) as f64 / secs.max(1e-9);
-            tracing::info!(region, backup = %self.link.node, bytes = done, secs, mib_s, "full copy sent");
+            let mib_s = sent as f64 / (1 << 20) as f64 / secs.max(1e-9);
+            tracing::info!(region, backup = %self.link.node, sent, kept = done - sent, secs, mib_s, kind, "copy sent");
             let st = &self.link.stats;
             st.copies_sent.fetch_add(1, Relaxed);
             st.copy_micros.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
@@ -119,6 +143,11 @@ impl Reader {
                 }
             }
             CopyImage::Sst(info, bytes) => vec![Msg::Sst { epoch, region, info: info.to_bytes(), bytes }],
+            CopyImage::Held { log: Some((log @ (LogKind::L0 | LogKind::Large), seg, salt)), .. } => {
+                vec![Msg::Kept { epoch, region, log: log as u8, seg, salt }]
+            }
+            // Kept medium segments and SSTs rejoin the region with the copy's last edits.
+            CopyImage::Held { .. } => Vec::new(),
         }
     }
 
@@ -154,6 +183,7 @@ impl Reader {
 fn image_bytes(img: &CopyImage) -> u64 {
     match img {
         CopyImage::Log(.., bytes) | CopyImage::Sst(_, bytes) => bytes.len() as u64,
+        CopyImage::Held { bytes, .. } => *bytes,
     }
 }
 

@@ -25,6 +25,10 @@ pub struct ShipStats {
     pub broken_links: AtomicU64,
     /// Full copies sent to backups that (re)joined.
     pub catch_ups: AtomicU64,
+    /// Incremental copies sent to returning backups (what they held identically stayed).
+    pub incremental_catch_ups: AtomicU64,
+    /// Segment bytes incremental copies left out: the backup held them identically.
+    pub copy_kept_bytes: AtomicU64,
     /// Segment bytes full copies read and handed to the connections' writers.
     pub copy_bytes: AtomicU64,
     /// Full copies whose last frame was handed to the writer.

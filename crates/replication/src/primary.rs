@@ -22,7 +22,7 @@ use crate::link::{image_len, Item, Link};
 pub use crate::link::{ShipStats, DEFAULT_QUEUE_BYTES};
 use crate::peer::Peers;
 use crate::wire::{Mode, Msg};
-use halyard_engine::{encode_shipped_edits, Db, Edit, LogKind, RegionCopy, ShipListener, ShippedSegment};
+use halyard_engine::{encode_shipped_edits, Db, Edit, Inventory, LogKind, RegionCopy, ShipListener, ShippedSegment};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -357,25 +357,34 @@ impl Shipper {
     /// Captures the region for a full copy, queues the copy's feed on `l` and makes the link
     /// live, atomically with the region's stream (no write, compaction or GC runs in
     /// between); the copy's segments are then read and sent by its reader ([`crate::copy`]).
-    fn catch_up(&self, s: &RegionStream, l: &Arc<Link>) -> crate::Result<()> {
+    /// With a backup's inventory `held` (not empty), the copy is incremental: what the backup
+    /// holds identically is not sent again.
+    fn catch_up(&self, s: &RegionStream, l: &Arc<Link>, held: &Inventory) -> crate::Result<()> {
         let db = self.db.get().and_then(Weak::upgrade).ok_or_else(|| crate::Error::Protocol("store closed".into()))?;
         let (region, epoch) = (s.region, s.epoch.load(Relaxed));
         let rate = self.copy_rate.load(Relaxed);
-        let copying = db.replication().with_copy(region, |copy: RegionCopy| {
+        let incremental = !held.is_empty() && s.mode == Mode::SendIndex;
+        let copying = db.replication().with_copy(region, |mut copy: RegionCopy| {
             let _ = l.tx.send(Item::Restart);
             // A region that never held anything has nothing to copy.
             let copying = !copy.is_empty();
             if copying {
-                let _ = l.tx.send(Item::Copy(crate::copy::start(copy, region, epoch, l, rate)));
+                let resync = incremental.then(|| copy.resync(held));
+                if let Some(k) = &resync {
+                    tracing::info!(region, backup = %l.node, logs = k.logs.len(), ssts = k.ssts.len(), "incremental copy: what the backup keeps");
+                }
+                let _ = l.tx.send(Item::Copy(crate::copy::start(copy, region, epoch, l, rate, resync)));
             }
             l.live.store(true, Relaxed);
             *l.down_since.lock() = None;
             l.acked.send_replace(0);
             copying
         })?;
-        if copying {
-            self.stats.catch_ups.fetch_add(1, Relaxed);
-        }
+        match (copying, incremental) {
+            (true, true) => self.stats.incremental_catch_ups.fetch_add(1, Relaxed),
+            (true, false) => self.stats.catch_ups.fetch_add(1, Relaxed),
+            (false, _) => 0,
+        };
         Ok(())
     }
 
@@ -430,21 +439,22 @@ impl Shipper {
         let (route, mut replies) = conn.open(s.region, l);
         let lost = || crate::Error::Protocol("the connection to the backup node failed".into());
         let epoch = s.epoch.load(Relaxed);
-        let hello = Msg::Hello { version: crate::wire::VERSION, epoch, region: s.region, mode: s.mode };
+        let hello =
+            Msg::Hello { version: crate::wire::VERSION, epoch, region: s.region, mode: s.mode, inventory: !aligned };
         conn.send(&hello.encode());
-        match replies.recv().await {
-            Some(Msg::HelloOk { .. }) => {}
+        let held = match replies.recv().await {
+            Some(Msg::HelloOk { held, .. }) => held,
             Some(Msg::Reject { reason, .. }) => return crate::Error::Rejected(reason),
             Some(m) => return crate::Error::Protocol(format!("{m:?} instead of HelloOk")),
             None => return lost(),
-        }
+        };
         if let Some(m) = first.take() {
             conn.send(&m.encode());
         }
         *streamed = true;
         if !aligned {
             let (me, s2, l2) = (self.clone(), s.clone(), l.clone());
-            let r = tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2))
+            let r = tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2, &held))
                 .await
                 .map_err(|e| crate::Error::Protocol(e.to_string()))
                 .and_then(|r| r);

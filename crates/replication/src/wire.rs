@@ -9,13 +9,15 @@ use crate::error::{Error, Result};
 use halyard_admin::frame::{self, count};
 use halyard_admin::Msg as AdminMsg;
 use halyard_codec::{Reader, Short, Writer};
+use halyard_engine::{Inventory, Keep};
 
 pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
 
 /// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
-/// regions' streams).
-pub const VERSION: u16 = 4;
+/// regions' streams; 5: a Hello may ask for the backup's inventory, which its HelloOk carries, and
+/// an incremental copy starts with Resync instead of Reset).
+pub const VERSION: u16 = 5;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -56,10 +58,12 @@ pub type LogTail = (u8, u32, u32, Vec<u8>);
 #[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    /// Primary -> backup, first on a connection: this stream feeds `region` at `epoch`.
-    Hello { version: u16, epoch: u64, region: u32, mode: Mode },
-    /// Backup -> primary: accepted; the backup holds the region up to `lsn`.
-    HelloOk { region: u32, lsn: u64 },
+    /// Primary -> backup, first on a connection: this stream feeds `region` at `epoch`;
+    /// `inventory`: a copy follows, say what you hold.
+    Hello { version: u16, epoch: u64, region: u32, mode: Mode, inventory: bool },
+    /// Backup -> primary: accepted; the backup holds the region up to `lsn`, and (when asked)
+    /// the segments of `held` (empty: nothing worth keeping).
+    HelloOk { region: u32, lsn: u64, held: Inventory },
     /// Bytes appended to log `log` of the primary's segment `seg` at `offset`; `commit` is the
     /// highest LSN every backup has acknowledged (Build-Index backups apply up to it).
     Append {
@@ -100,7 +104,13 @@ pub enum Msg {
     },
     /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
     Reset { epoch: u64, region: u32 },
-    /// Primary -> backup: the full copy that began with a Reset ends here and holds the
+    /// Primary -> backup: an incremental copy follows; empty the region but keep the log
+    /// segments and SSTs `keep` names, re-keyed to the primary's segments.
+    Resync { epoch: u64, region: u32, keep: Keep },
+    /// Primary -> backup, in an incremental copy: the L0 or large log segment `(seg, salt)`
+    /// the backup holds goes back into log `log` here, in the primary's order.
+    Kept { epoch: u64, region: u32, log: u8, seg: u32, salt: u32 },
+    /// Primary -> backup: the full copy that began with a Reset (or Resync) ends here and holds the
     /// region up to `lsn`; the backup acknowledges `lsn` (a copy with no log tail carries no
     /// other LSN to acknowledge).
     Copied { epoch: u64, region: u32, lsn: u64 },
@@ -123,6 +133,8 @@ mod tag {
     pub(super) const REMAP: u8 = 12;
     pub(super) const RESET: u8 = 15;
     pub(super) const COPIED: u8 = 19;
+    pub(super) const RESYNC: u8 = 23;
+    pub(super) const KEPT: u8 = 24;
 }
 
 /// A body that ends before its last field.
@@ -191,11 +203,13 @@ impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = frame::begin();
         match self {
-            Msg::Hello { version, epoch, region, mode } => {
+            Msg::Hello { version, epoch, region, mode, inventory } => {
                 w.u8(tag::HELLO).u32(u32::from(*version)).u64(*epoch).u32(*region).u8(*mode as u8);
+                w.u8(u8::from(*inventory));
             }
-            Msg::HelloOk { region, lsn } => {
+            Msg::HelloOk { region, lsn, held } => {
                 w.u8(tag::HELLO_OK).u32(*region).u64(*lsn);
+                put_inventory(&mut w, held);
             }
             Msg::Append { epoch, region, log, seg, salt, offset, last_lsn, commit, bytes } => {
                 w.u8(tag::APPEND)
@@ -236,6 +250,19 @@ impl Msg {
             Msg::Reset { epoch, region } => {
                 w.u8(tag::RESET).u64(*epoch).u32(*region);
             }
+            Msg::Resync { epoch, region, keep } => {
+                w.u8(tag::RESYNC).u64(*epoch).u32(*region).u32(keep.logs.len() as u32);
+                for (key, salt, seg) in &keep.logs {
+                    w.u32(*key).u32(*salt).u32(*seg);
+                }
+                w.u32(keep.ssts.len() as u32);
+                for (key, seg) in &keep.ssts {
+                    w.u32(*key).u32(*seg);
+                }
+            }
+            Msg::Kept { epoch, region, log, seg, salt } => {
+                w.u8(tag::KEPT).u64(*epoch).u32(*region).u8(*log).u32(*seg).u32(*salt);
+            }
             Msg::Reject { region, reason } => {
                 return AdminMsg::Reject { region: *region, reason: reason.clone() }.encode();
             }
@@ -260,9 +287,14 @@ impl Msg {
                 let version = u16::try_from(r.u32()?).map_err(|_| Error::Malformed("protocol version out of range"))?;
                 let (epoch, region) = (r.u64()?, r.u32()?);
                 let mode = Mode::from_u8(r.u8()?).ok_or(Error::Malformed("unknown replication mode"))?;
-                Msg::Hello { version, epoch, region, mode }
+                let inventory = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(Error::Malformed("flag other than 0 or 1")),
+                };
+                Msg::Hello { version, epoch, region, mode, inventory }
             }
-            tag::HELLO_OK => Msg::HelloOk { region: r.u32()?, lsn: r.u64()? },
+            tag::HELLO_OK => Msg::HelloOk { region: r.u32()?, lsn: r.u64()?, held: inventory(&mut r)? },
             tag::APPEND => Msg::Append {
                 epoch: r.u64()?,
                 region: r.u32()?,
@@ -286,6 +318,8 @@ impl Msg {
             tag::REMAP => remap(&mut r)?,
             tag::RESET => Msg::Reset { epoch: r.u64()?, region: r.u32()? },
             tag::COPIED => Msg::Copied { epoch: r.u64()?, region: r.u32()?, lsn: r.u64()? },
+            tag::RESYNC => resync(&mut r)?,
+            tag::KEPT => Msg::Kept { epoch: r.u64()?, region: r.u32()?, log: r.u8()?, seg: r.u32()?, salt: r.u32()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
@@ -314,6 +348,50 @@ fn remap(r: &mut Reader<'_>) -> Result<Msg> {
     Ok(Msg::Remap { epoch, region, last_lsn, tails, log, index })
 }
 
+/// A backup's inventory: `u32 n | n × (u32 segment, u32 salt, u64 digest)` for log segments,
+/// then `u32 n | n × (u8 level, u32 segment, u64 digest)` for SSTs.
+fn put_inventory(w: &mut Writer, inv: &Inventory) {
+    w.u32(inv.logs.len() as u32);
+    for (seg, salt, d) in &inv.logs {
+        w.u32(*seg).u32(*salt).u64(*d);
+    }
+    w.u32(inv.ssts.len() as u32);
+    for (level, seg, d) in &inv.ssts {
+        w.u8(*level).u32(*seg).u64(*d);
+    }
+}
+
+/// Reads what [`put_inventory`] wrote.
+fn inventory(r: &mut Reader<'_>) -> Result<Inventory> {
+    let n = count(r, 16)?;
+    let mut inv = Inventory { logs: Vec::with_capacity(n), ssts: Vec::new() };
+    for _ in 0..n {
+        inv.logs.push((r.u32()?, r.u32()?, r.u64()?));
+    }
+    let n = count(r, 13)?;
+    inv.ssts.reserve(n);
+    for _ in 0..n {
+        inv.ssts.push((r.u8()?, r.u32()?, r.u64()?));
+    }
+    Ok(inv)
+}
+
+/// Reads a Resync's fields (after its tag).
+fn resync(r: &mut Reader<'_>) -> Result<Msg> {
+    let (epoch, region) = (r.u64()?, r.u32()?);
+    let n = count(r, 12)?;
+    let mut keep = Keep { logs: Vec::with_capacity(n), ssts: Vec::new() };
+    for _ in 0..n {
+        keep.logs.push((r.u32()?, r.u32()?, r.u32()?));
+    }
+    let n = count(r, 8)?;
+    keep.ssts.reserve(n);
+    for _ in 0..n {
+        keep.ssts.push((r.u32()?, r.u32()?));
+    }
+    Ok(Msg::Resync { epoch, region, keep })
+}
+
 /// Parses a frame header: the body length, after checking the magic and the limit.
 pub fn header(h: &[u8; HEADER]) -> Result<(usize, u32)> {
     Ok(frame::header(h)?)
@@ -340,8 +418,16 @@ mod tests {
 
     fn samples() -> Vec<Msg> {
         vec![
-            Msg::Hello { version: VERSION, epoch: 3, region: 7, mode: Mode::BuildIndex },
-            Msg::HelloOk { region: 7, lsn: 99 },
+            Msg::Hello { version: VERSION, epoch: 3, region: 7, mode: Mode::BuildIndex, inventory: false },
+            Msg::Hello { version: VERSION, epoch: 3, region: 7, mode: Mode::SendIndex, inventory: true },
+            Msg::HelloOk { region: 7, lsn: 99, held: Inventory::default() },
+            Msg::HelloOk {
+                region: 7,
+                lsn: 99,
+                held: Inventory { logs: vec![(1, 2, 3), (4, 5, u64::MAX)], ssts: vec![(1, 9, 7)] },
+            },
+            Msg::Resync { epoch: 5, region: 7, keep: Keep { logs: vec![(1, 2, 3), (3, 4, 3)], ssts: vec![(9, 10)] } },
+            Msg::Kept { epoch: 5, region: 7, log: 2, seg: 3, salt: 4 },
             Msg::Append {
                 epoch: 3,
                 region: 7,
@@ -417,8 +503,8 @@ mod tests {
 
     #[test]
     fn hello_matches_the_documented_bytes() {
-        let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex }.encode();
-        let doc = "48 4C 59 52 12 00 00 00 BC 08 A4 95 01 04 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00";
+        let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true }.encode();
+        let doc = "48 4C 59 52 13 00 00 00 68 CB BC 50 01 05 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

@@ -141,7 +141,7 @@ async fn only_the_newest_stream_of_a_region_applies() {
     let dir = tempfile::tempdir().expect("dir");
     let opts = Options { default_region: false, ..Options::tiny() };
     let (_backup, addr) = start_backup(dir.path(), opts, false).await;
-    let hello = Msg::Hello { version: VERSION, epoch: 1, region: 1, mode: Mode::SendIndex };
+    let hello = Msg::Hello { version: VERSION, epoch: 1, region: 1, mode: Mode::SendIndex, inventory: true };
     let mut conns = Vec::new();
     for _ in 0..2 {
         let mut c = tokio::net::TcpStream::connect(&addr).await.expect("connect");
@@ -178,7 +178,9 @@ async fn one_connection_carries_many_regions_and_a_refusal_ends_one() {
     let mut c = tokio::net::TcpStream::connect(&addr).await.expect("connect");
     let mut hellos = Vec::new();
     for region in [1, 2, 9] {
-        hellos.extend(Msg::Hello { version: VERSION, epoch: 2, region, mode: Mode::SendIndex }.encode());
+        hellos.extend(
+            Msg::Hello { version: VERSION, epoch: 2, region, mode: Mode::SendIndex, inventory: false }.encode(),
+        );
     }
     c.write_all(&hellos).await.expect("hellos");
     let mut answers = std::collections::BTreeMap::new();
@@ -222,9 +224,11 @@ async fn one_connection_carries_many_regions_and_a_refusal_ends_one() {
     assert_eq!(acks, vec![(1, 3)], "region 2's later append must not be acknowledged once its stream ended");
 
     // Region 2 opens again on the same connection and streams.
-    c.write_all(&Msg::Hello { version: VERSION, epoch: 2, region: 2, mode: Mode::SendIndex }.encode())
-        .await
-        .expect("hello");
+    c.write_all(
+        &Msg::Hello { version: VERSION, epoch: 2, region: 2, mode: Mode::SendIndex, inventory: false }.encode(),
+    )
+    .await
+    .expect("hello");
     assert!(matches!(read_msg(&mut c).await.expect("hello reply"), Msg::HelloOk { region: 2, .. }));
     c.write_all(&append(2, 2, 4).encode()).await.expect("append");
     assert!(matches!(read_msg(&mut c).await.expect("ack"), Msg::Ack { region: 2, lsn: 4 }));
@@ -251,7 +255,9 @@ async fn stalled_backup(go: tokio::sync::watch::Receiver<bool>) -> String {
         let (mut s, _) = listener.accept().await.expect("accept");
         match read_msg(&mut s).await.expect("hello") {
             Msg::Hello { region, .. } => {
-                s.write_all(&Msg::HelloOk { region, lsn: 0 }.encode()).await.expect("hello ok");
+                s.write_all(&Msg::HelloOk { region, lsn: 0, held: Default::default() }.encode())
+                    .await
+                    .expect("hello ok");
             }
             m => panic!("{m:?} instead of a Hello"),
         }

@@ -80,6 +80,8 @@ const REPLICATION: &[(&str, &str, &[&str])] = &[
     ("halyard_replication_connections_total", "counter", &[]),
     ("halyard_replication_socket_writes_total", "counter", &[]),
     ("halyard_replication_catch_ups_total", "counter", &[]),
+    ("halyard_replication_incremental_catch_ups_total", "counter", &[]),
+    ("halyard_replication_copy_kept_bytes_total", "counter", &[]),
     ("halyard_replication_throttled_waits_total", "counter", &[]),
     ("halyard_replication_throttled_seconds_total", "counter", &[]),
     ("halyard_replication_stuck_links_total", "counter", &[]),

@@ -679,6 +679,9 @@ impl RegionMeta {
         // A log-map target can be reserved before its segment joins a log (an SST pointing
         // into a log segment the backup has not received whole yet).
         out.extend(self.log_map.values());
+        // Normally the SSTs of the levels; between an incremental catch-up's start and its
+        // last edits, also the SSTs kept for it.
+        out.extend(self.index_map.values());
     }
 }
 
@@ -702,8 +705,16 @@ impl Catalog {
         for e in edits {
             meta.apply(e, &mut freed);
         }
-        // An SST moved to another level keeps its segment.
-        freed.retain(|s| !edits.iter().any(|e| matches!(e, Edit::AddSst { sst, .. } if sst.seg == *s)));
+        // An SST moved to another level keeps its segment, and so does a segment the same
+        // commit maps again (a backup's incremental catch-up empties its levels and logs but
+        // keeps what its primary still holds).
+        freed.retain(|s| {
+            !edits.iter().any(|e| match e {
+                Edit::AddSst { sst, .. } => sst.seg == *s,
+                Edit::Map { local, .. } => local == s,
+                _ => false,
+            })
+        });
         if !freed.is_empty() && (!meta.log_map.is_empty() || !meta.index_map.is_empty()) {
             meta.log_map.retain(|_, l| !freed.contains(l));
             meta.index_map.retain(|_, l| !freed.contains(l));

@@ -55,7 +55,7 @@ pub struct Promotion {
 }
 
 impl Replication<'_> {
-    fn backup_region(&self, region: u32) -> Result<RegionHandle> {
+    pub(super) fn backup_region(&self, region: u32) -> Result<RegionHandle> {
         let h = self.db.region(region)?;
         if !h.region.is_backup() {
             return Err(Error::InvalidOptions(format!("region {region} is not a backup")));
@@ -506,7 +506,7 @@ fn missing(what: &str, seg: u32) -> Error {
 
 /// Edits that remove every SST, every log segment (freeing them) and every range delete of a
 /// region.
-fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
+pub(super) fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
     let mut edits = Vec::new();
     for (i, ssts) in meta.levels.iter().enumerate() {
         let Some(level) = Level::at_index(i) else { continue };

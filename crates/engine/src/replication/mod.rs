@@ -2,6 +2,7 @@
 //! and a backup region taking them.
 
 pub(crate) mod backup;
+pub(crate) mod resync;
 pub(crate) mod ship;
 
 use crate::db::{Db, RegionHandle};

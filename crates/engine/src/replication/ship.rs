@@ -74,6 +74,10 @@ pub struct RegionCopy {
     pub paused: std::time::Duration,
     pieces: Vec<Piece>,
     edits: Vec<crate::catalog::Edit>,
+    /// An incremental copy: what the backup holds.
+    held: super::resync::Held,
+    /// The region's catalog entry at the capture.
+    meta: crate::catalog::RegionMeta,
     dev: std::sync::Arc<crate::device::Device>,
     _pin: crate::device::alloc::Pin,
 }
@@ -91,6 +95,15 @@ pub enum CopyImage {
     Log(LogKind, u32, u32, bool, Vec<u8>),
     /// An SST and its image (`info.used_bytes` long).
     Sst(SstInfo, Vec<u8>),
+    /// A segment the backup holds identically (an incremental copy), `bytes` long: a log
+    /// segment (`Some((log, segment, salt))`; an L0 or large one rejoins its log on the backup
+    /// through [`Replication::backup_keep_log`]) or an SST (None; the last edits install it).
+    Held {
+        /// The log segment, or None for an SST.
+        log: Option<(LogKind, u32, u32)>,
+        /// Its size.
+        bytes: u64,
+    },
 }
 
 impl RegionCopy {
@@ -131,7 +144,14 @@ impl RegionCopy {
                 let mut img = AlignedBuf::new(dev.seg_bytes() as usize);
                 dev.read_into(dev.seg_base(seg.seg), &mut img, IoKind::Replication)?;
                 let len = valid_len(*kind, &img, seg);
+                let held = self.held.logs.get(&(seg.seg, seg.salt));
+                if held.is_some_and(|d| *d == super::resync::log_digest(&img[..len], seg.salt)) {
+                    return Ok(CopyImage::Held { log: Some((*kind, seg.seg, seg.salt)), bytes: len as u64 });
+                }
                 Ok(CopyImage::Log(*kind, seg.seg, seg.salt, false, img[..len].to_vec()))
+            }
+            Piece::Sst(info) if self.held.ssts.contains(&info.seg) => {
+                Ok(CopyImage::Held { log: None, bytes: u64::from(info.used_bytes) })
             }
             Piece::Sst(info) => {
                 let mut img = AlignedBuf::new(info.used_bytes as usize);
@@ -139,6 +159,23 @@ impl RegionCopy {
                 Ok(CopyImage::Sst(info.clone(), img.to_vec()))
             }
         }
+    }
+
+    /// Makes this an incremental copy for a backup holding `inv`: SSTs it holds identically are
+    /// not read, log segments whose records it holds are not sent. Returns what the backup's
+    /// [`Replication::resync_backup`] keeps.
+    pub fn resync(&mut self, inv: &super::resync::Inventory) -> super::resync::Keep {
+        let logs: Vec<(u32, u32)> = self
+            .pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Log { seg, .. } => Some((seg.seg, seg.salt)),
+                Piece::Sst(_) => None,
+            })
+            .collect();
+        let (held, keep) = super::resync::plan(&self.meta, &logs, inv);
+        self.held = held;
+        keep
     }
 
     /// The edits that publish the levels, the medium log and GC accounting on the backup, once
@@ -216,7 +253,16 @@ impl Replication<'_> {
         pieces.extend(meta.levels.iter().flatten().map(|info| Piece::Sst(info.clone())));
         let lsn = w.next_lsn.saturating_sub(1);
         let paused = t0.elapsed();
-        let copy = RegionCopy { lsn, paused, pieces, edits: copy_edits(&meta), dev: sh.dev.clone(), _pin: pin };
+        let copy = RegionCopy {
+            lsn,
+            paused,
+            pieces,
+            edits: copy_edits(&meta),
+            held: Default::default(),
+            meta,
+            dev: sh.dev.clone(),
+            _pin: pin,
+        };
         let out = f(copy);
         drop(w);
         Ok(out)

@@ -75,6 +75,16 @@ impl Replica {
                 r.settle().await?;
                 apply_reset(db, r).await?
             }
+            Msg::Resync { keep, .. } if r.mode == Mode::SendIndex => {
+                r.settle().await?;
+                r.bufs.lock().clear();
+                let region = r.id;
+                run_now(Box::new(move || Ok(db.replication().resync_backup(region, &keep)?))).await?
+            }
+            Msg::Kept { log, seg, salt, .. } => {
+                let (region, kind) = (r.id, log_kind(log)?);
+                work.queue(Box::new(move || Ok(db.replication().backup_keep_log(region, kind, seg, salt)?))).await?
+            }
             m => return Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
         }
         Ok(None)

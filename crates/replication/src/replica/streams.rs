@@ -7,6 +7,7 @@ use super::jobs::Job;
 use super::{Replica, ReplicaRegion};
 use crate::wire::{self, Mode, Msg};
 use crate::{Error, Result};
+use halyard_engine::Inventory;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -195,12 +196,16 @@ impl Replica {
     /// Answers one Hello on a connection: the region's stream opens there, or a Reject says why
     /// not.
     async fn open(self: Arc<Self>, hello: Msg, subs: Subs, wr: Writer) {
-        let Msg::Hello { version, epoch, region, mode } = hello else { return };
+        let Msg::Hello { version, epoch, region, mode, inventory } = hello else { return };
         let reply = match self.accept_stream(version, epoch, region, mode).await {
             Ok((sub, lsn)) => {
+                let held = match inventory && mode == Mode::SendIndex {
+                    true => self.inventory(region).await,
+                    false => Inventory::default(),
+                };
                 // Open before the HelloOk leaves: the primary streams once it has it.
                 subs.lock().insert(region, sub);
-                Msg::HelloOk { region, lsn }
+                Msg::HelloOk { region, lsn, held }
             }
             Err(e) => {
                 self.stats.rejected.fetch_add(1, Relaxed);
@@ -212,6 +217,23 @@ impl Replica {
             }
         };
         let _ = wr.lock().await.write_all(&reply.encode()).await;
+    }
+
+    /// What the backup region holds, for an incremental copy (nothing when it cannot tell:
+    /// the copy is then a full one).
+    async fn inventory(&self, region: u32) -> Inventory {
+        let db = self.db.clone();
+        match tokio::task::spawn_blocking(move || db.replication().backup_inventory(region)).await {
+            Ok(Ok(inv)) => {
+                tracing::info!(region, logs = inv.logs.len(), ssts = inv.ssts.len(), "reported what this copy holds");
+                inv
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(region, "taking the region's inventory failed: {e}; a full copy follows");
+                Inventory::default()
+            }
+            Err(_) => Inventory::default(),
+        }
     }
 
     /// Ends a region's stream on this connection with a Reject saying why; its later frames
@@ -233,6 +255,8 @@ fn stream_ids(m: &Msg) -> Option<(u32, u64)> {
         | Msg::Edits { region, epoch, .. }
         | Msg::Remap { region, epoch, .. }
         | Msg::Reset { region, epoch, .. }
+        | Msg::Resync { region, epoch, .. }
+        | Msg::Kept { region, epoch, .. }
         | Msg::Copied { region, epoch, .. } => Some((*region, *epoch)),
         _ => None,
     }

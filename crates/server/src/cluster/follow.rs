@@ -142,8 +142,9 @@ impl ClusterNode {
                 }
                 // Moved away (the map names this node nowhere in the group, under any lease):
                 // the copy's space goes back. A node the map still names under an old lease
-                // keeps its copy (it may be the only one, which leads again).
-                if !r.has_member(&self.name) {
+                // keeps its copy (it may be the only one, which leads again), and so does one
+                // whose place is kept while it is away (it catches up incrementally on return).
+                if !r.has_member(&self.name) && !r.away.contains_key(&self.name) {
                     self.drop_copy(r.id)?;
                 }
             }
@@ -221,7 +222,8 @@ impl ClusterNode {
         Ok(())
     }
 
-    /// Becomes a backup of the region: an empty (or stale) copy the primary's full copy fills.
+    /// Becomes a backup of the region: an empty, stale or earlier copy the primary's copy
+    /// (full, or incremental when this node holds some of it) brings up to date.
     fn host_copy(&self, r: &RegionSpec) -> Result<(), String> {
         let (start, end) = (r.start_bytes(), r.end_bytes());
         let e = |e: halyard_engine::Error| e.to_string();
@@ -231,13 +233,15 @@ impl ClusterNode {
                 Mode::BuildIndex => self.db.create_region(r.id, &start, end.as_deref()).map(drop),
             }
             .map_err(e)?,
+            // It led the region (a handoff, or a failover while it was down): what it holds
+            // stays, and the new primary's copy sends only what differs.
             Some(i) if !i.backup && self.mode == Mode::SendIndex => {
-                self.db.replication().demote_to_backup(r.id).map_err(e)?;
+                self.db.replication().demote_keeping(r.id).map_err(e)?;
             }
             Some(_) => {}
         }
         self.replica.add_region(r.id, self.mode, r.epoch).map_err(|e| e.to_string())?;
-        tracing::info!(region = r.id, epoch = r.epoch, "backup of region; waiting for the primary's full copy");
+        tracing::info!(region = r.id, epoch = r.epoch, "backup of region; waiting for the primary's copy");
         Ok(())
     }
 }

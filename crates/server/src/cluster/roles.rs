@@ -159,7 +159,7 @@ impl halyard_replication::NodeHooks for ClusterNode {
                 }
             }
         });
-        tracing::info!(region, epoch, "hosting a new backup copy; waiting for the primary's full copy");
+        tracing::info!(region, epoch, "hosting a new backup copy; waiting for the primary's copy");
         Ok(())
     }
 

@@ -66,6 +66,16 @@ impl ReplicationCollector {
                 ),
                 ("halyard_replication_catch_ups_total", "Full copies started to new or returning backups.", st.catch_ups.load(Relaxed)),
                 (
+                    "halyard_replication_incremental_catch_ups_total",
+                    "Incremental copies started to returning backups (only what they lacked was sent).",
+                    st.incremental_catch_ups.load(Relaxed),
+                ),
+                (
+                    "halyard_replication_copy_kept_bytes_total",
+                    "Segment bytes incremental copies did not send: the backup held them identically.",
+                    st.copy_kept_bytes.load(Relaxed),
+                ),
+                (
                     "halyard_replication_copy_bytes_total",
                     "Segment bytes full copies read and sent (at most move_rate_mb a second each).",
                     st.copy_bytes.load(Relaxed),
