@@ -127,11 +127,22 @@ fn copy_events(copy: halyard_engine::RegionCopy) -> Vec<Event> {
 
 /// Applies an incremental copy for a backup that reported `inv` to `db`; returns the bytes
 /// (sent, kept).
-fn apply_incremental(db: &Db, mut copy: halyard_engine::RegionCopy, inv: &Inventory, bufs: &mut Buffers) -> (u64, u64) {
+fn apply_incremental(db: &Db, copy: halyard_engine::RegionCopy, inv: &Inventory, bufs: &mut Buffers) -> (u64, u64) {
+    apply_pieces(db, copy, inv, bufs, usize::MAX)
+}
+
+/// [`apply_incremental`], interrupted after `upto` pieces (no last edits) when there are more.
+fn apply_pieces(
+    db: &Db,
+    mut copy: halyard_engine::RegionCopy,
+    inv: &Inventory,
+    bufs: &mut Buffers,
+    upto: usize,
+) -> (u64, u64) {
     let keep = copy.resync(inv);
     db.replication().resync_backup(0, &keep).expect("resync");
     let (mut sent, mut kept) = (0, 0);
-    for i in 0..copy.pieces() {
+    for i in 0..copy.pieces().min(upto) {
         let ev = match copy.read(i).expect("read a piece of the copy") {
             CopyImage::Held { log, bytes } => {
                 kept += bytes;
@@ -157,7 +168,9 @@ fn apply_incremental(db: &Db, mut copy: halyard_engine::RegionCopy, inv: &Invent
             bufs.apply(db, &e);
         }
     }
-    bufs.apply(db, &Event::Edits(copy.edits().to_vec()));
+    if upto >= copy.pieces() {
+        bufs.apply(db, &Event::Edits(copy.edits().to_vec()));
+    }
     (sent, kept)
 }
 
@@ -592,4 +605,39 @@ fn a_returning_backup_takes_only_what_it_lacks() {
     }
     primary.replication().promote(0, &bufs.tails()).expect("promote the old primary");
     assert_same(&primary, &model, "the old primary, caught up and promoted again");
+}
+
+/// A copy interrupted half-way (the connection lost, the backup still up) starts again with
+/// what arrived: the segments and SSTs written whole are in the backup's inventory and are not
+/// sent again.
+#[test]
+fn an_interrupted_copy_resumes_with_what_arrived() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let mut model = BTreeMap::new();
+    for round in 0..4 {
+        write_round(&primary, round, &mut model);
+        if round == 1 {
+            primary.compact().expect("compact");
+        }
+    }
+    settle(&primary);
+    let b = open_backup(&root.path().join("b"), true);
+    let mut bufs = Buffers::default();
+    let none = Inventory::default();
+    let (first, _) = primary
+        .replication()
+        .with_copy(0, |c| {
+            let half = c.pieces() - 2;
+            apply_pieces(&b, c, &none, &mut bufs, half)
+        })
+        .expect("copy");
+    let inv = b.replication().backup_inventory(0).expect("inventory");
+    assert!(inv.ssts.iter().any(|s| s.0 == halyard_engine::ANY_LEVEL), "{inv:?}");
+    let mut bufs = Buffers::default();
+    let (sent, kept) = primary.replication().with_copy(0, |c| apply_incremental(&b, c, &inv, &mut bufs)).expect("copy");
+    eprintln!("interrupted after {first} bytes; then {sent} sent, {kept} kept");
+    assert!(kept * 10 >= first * 9, "kept {kept} of the {first} that arrived the first time");
+    b.replication().promote(0, &bufs.tails()).expect("promote");
+    assert_same(&b, &model, "the backup whose copy was interrupted, promoted");
 }

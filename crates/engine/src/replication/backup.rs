@@ -186,7 +186,9 @@ impl Replication<'_> {
             return sh.fail(e);
         }
         sh.alloc.trim(local, img.len() as u64);
-        if let Some(old) = r.backup_state().reserved.lock().index.insert(info.seg, local) {
+        let mut res = r.backup_state().reserved.lock();
+        res.index_digest.insert(info.seg, super::resync::sst_digest(info));
+        if let Some(old) = res.index.insert(info.seg, local) {
             // The same primary segment shipped twice before its edit: the first copy is void.
             sh.alloc.release(old);
         }
@@ -228,6 +230,7 @@ impl Replication<'_> {
         res.log.clear();
         for s in used_index {
             res.index.remove(&s);
+            res.index_digest.remove(&s);
         }
         drop(res);
         self.reload_levels(&h, freed);
@@ -317,6 +320,7 @@ impl Replication<'_> {
             let mut res = r.backup_state().reserved.lock();
             extra.extend(res.log.drain().map(|(_, l)| l));
             extra.extend(res.index.drain().map(|(_, l)| l));
+            res.index_digest.clear();
         }
         self.reload_levels(&h, freed);
         for l in extra {

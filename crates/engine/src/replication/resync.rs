@@ -16,6 +16,10 @@ use crate::format::record;
 use crate::replication::Replication;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+/// The level of an SST in an [`Inventory`] that an interrupted copy wrote but no edit has
+/// placed yet: it matches the SST at any level.
+pub const ANY_LEVEL: u8 = u8::MAX;
+
 /// What a backup region holds, as its primary names it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inventory {
@@ -53,20 +57,33 @@ impl Replication<'_> {
         let sh = &self.db.inner.sh;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mut inv = Inventory::default();
-        let primary_of_log = |local: u32, salt: u32| {
-            meta.log_map.iter().find(|((_, s), l)| **l == local && *s == salt).map(|((p, _), _)| *p)
-        };
-        let mut img = AlignedBuf::new(sh.dev.seg_bytes() as usize);
+        let by_local: HashMap<(u32, u32), u32> = meta.log_map.iter().map(|(&(p, salt), &l)| ((l, salt), p)).collect();
+        let primary_of_log = |local: u32, salt: u32| by_local.get(&(local, salt)).copied();
+        let mut logs: Vec<(u32, u32, u32)> = Vec::new();
         for kind in [LogKind::L0, LogKind::Large, LogKind::Medium] {
-            for s in meta.log(kind) {
-                let Some(p) = primary_of_log(s.seg, s.salt) else { continue };
-                sh.dev.read_into(sh.dev.seg_base(s.seg), &mut img, kind.io())?;
-                inv.logs.push((p, s.salt, log_digest(&img, s.salt)));
+            logs.extend(meta.log(kind).iter().filter_map(|s| Some((primary_of_log(s.seg, s.salt)?, s.salt, s.seg))));
+        }
+        // What an interrupted copy already wrote (no edit names it yet): medium segments, SSTs
+        // of any level, and the log segments SSTs point into (those partly, so they differ).
+        let h = self.backup_region(region)?;
+        {
+            let res = h.region.backup_state().reserved.lock();
+            logs.extend(res.log.iter().map(|(&(p, salt), &l)| (p, salt, l)));
+            for (&p, _) in res.index.iter() {
+                if let Some(&d) = res.index_digest.get(&p) {
+                    inv.ssts.push((ANY_LEVEL, p, d));
+                }
             }
         }
+        let mut img = AlignedBuf::new(sh.dev.seg_bytes() as usize);
+        for (p, salt, local) in logs {
+            sh.dev.read_into(sh.dev.seg_base(local), &mut img, crate::device::IoKind::Replication)?;
+            inv.logs.push((p, salt, log_digest(&img, salt)));
+        }
+        let sst_primary: HashMap<u32, u32> = meta.index_map.iter().map(|(&p, &l)| (l, p)).collect();
         for (i, ssts) in meta.levels.iter().enumerate() {
             for s in ssts {
-                let Some((&p, _)) = meta.index_map.iter().find(|(_, l)| **l == s.seg) else { continue };
+                let Some(&p) = sst_primary.get(&s.seg) else { continue };
                 inv.ssts.push((i as u8, p, sst_digest(&SstInfo { seg: p, ..s.clone() })));
             }
         }
@@ -90,27 +107,29 @@ impl Replication<'_> {
         for &primary in meta.index_map.keys() {
             edits.push(Edit::Unmap { kind: MapKind::Index, primary, salt: 0 });
         }
+        // Segments an interrupted copy wrote (reserved: no edit names them yet) are kept the
+        // same way; the reservations end.
+        let (res_log, res_index): (HashMap<(u32, u32), u32>, HashMap<u32, u32>) = {
+            let mut res = r.backup_state().reserved.lock();
+            res.index_digest.clear();
+            (res.log.drain().collect(), res.index.drain().collect())
+        };
         // Mapped again in the same commit: those segments stay (see `Catalog::apply`).
         for &(key, salt, primary) in &keep.logs {
-            if let Some(&local) = meta.log_map.get(&(key, salt)) {
+            if let Some(&local) = meta.log_map.get(&(key, salt)).or_else(|| res_log.get(&(key, salt))) {
                 edits.push(Edit::Map { kind: MapKind::Log, primary, salt, local });
             }
         }
         for &(key, primary) in &keep.ssts {
-            if let Some(&local) = meta.index_map.get(&key) {
+            if let Some(&local) = meta.index_map.get(&key).or_else(|| res_index.get(&key)) {
                 edits.push(Edit::Map { kind: MapKind::Index, primary, salt: 0, local });
             }
         }
+        let stale: Vec<u32> = res_log.into_values().chain(res_index.into_values()).collect();
         let freed = match sh.manifest.commit(region, &edits) {
             Ok(f) => f,
             Err(e) => return sh.fail(e),
         };
-        let mut stale = Vec::new();
-        {
-            let mut res = r.backup_state().reserved.lock();
-            stale.extend(res.log.drain().map(|(_, l)| l));
-            stale.extend(res.index.drain().map(|(_, l)| l));
-        }
         self.reload_levels(&h, freed);
         let mut in_use = BTreeSet::new();
         sh.manifest.with(|c| c.regions.values().for_each(|m: &RegionMeta| m.segments(&mut in_use)));
@@ -239,9 +258,11 @@ pub(crate) fn plan(meta: &RegionMeta, logs: &[(u32, u32)], inv: &Inventory) -> (
             let level = i as u8;
             let mut keys = vec![s.seg];
             keys.extend(old_sst.get(&s.seg));
-            let key = keys
-                .into_iter()
-                .find(|&k| inv_ssts.contains(&(level, k, sst_digest(&SstInfo { seg: k, ..s.clone() }))));
+            let holds = |k: u32| {
+                let d = sst_digest(&SstInfo { seg: k, ..s.clone() });
+                inv_ssts.contains(&(level, k, d)) || inv_ssts.contains(&(ANY_LEVEL, k, d))
+            };
+            let key = keys.into_iter().find(|&k| holds(k));
             if let Some(key) = key {
                 held.ssts.insert(s.seg);
                 keep.ssts.push((key, s.seg));
