@@ -12,10 +12,11 @@
 //!
 //! The cluster also changes shape on purpose in some runs: planned handoffs, a SIGTERM of the
 //! primary's node (it hands off and leaves) and its restart, a move of the primary's copy onto
-//! a fourth node (plain, with the target killed during its copy, with the source killed), and a
-//! handoff asked while the primary is paused past its lease.
+//! a fourth node (plain, with the target killed during its copy, with the source killed, with
+//! the master killed, with the target cut off by iptables during a slowed copy), and a handoff
+//! asked while the primary is paused past its lease.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 10: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! `HALYARD_ROBUSTNESS_RUNS` (default 12: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
 //! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
@@ -31,9 +32,7 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{
-    cluster_client, new_cluster, port, start_node, start_node_as, status, wait_settled, Cut, Node, CUT_UID,
-};
+use etcd_common::{cluster_client, new_cluster, port, start_node_with, status, wait_settled, Cut, Node, CUT_UID};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -46,7 +45,7 @@ const KEYS: u64 = 4;
 /// apart from the native one).
 const CLIENTS: usize = 4;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     KillPrimary,
     KillMaster,
@@ -65,9 +64,14 @@ enum Fault {
     KillMoveTarget,
     /// SIGKILL of the primary while its copy moves to a fourth node (likewise).
     KillMoveSource,
+    /// SIGKILL of the master node while the primary's copy moves to a fourth node (likewise).
+    KillMasterDuringMove,
+    /// The move's target cut off by iptables for 3 s during its copy (slowed to 1 MiB/s over a
+    /// few MiB of preloaded data): it reaches nobody and nobody reaches it.
+    PartitionMoveTarget,
 }
 
-const FAULTS: [Fault; 10] = [
+const FAULTS: [Fault; 12] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -78,6 +82,8 @@ const FAULTS: [Fault; 10] = [
     Fault::PauseDuringHandoff,
     Fault::KillMoveTarget,
     Fault::KillMoveSource,
+    Fault::KillMasterDuringMove,
+    Fault::PartitionMoveTarget,
 ];
 
 /// One recorded operation (a line of the checker's input).
@@ -316,8 +322,9 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             assert!(ok, "move {from} -> n4: {out}");
             std::thread::sleep(Duration::from_millis(2000));
         }
-        Fault::KillMoveTarget | Fault::KillMoveSource => {
-            let (from, url2) = (nodes[v].name.clone(), url.to_string());
+        Fault::KillMoveTarget | Fault::KillMoveSource | Fault::KillMasterDuringMove => {
+            let from = status(url)["regions"][0]["primary"].as_str().unwrap().to_string();
+            let url2 = url.to_string();
             let t = std::thread::spawn(move || {
                 etcd_common::halyard(&[
                     "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
@@ -325,6 +332,7 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             });
             // A step of the move chosen by the seed: before, during or after the copy.
             std::thread::sleep(Duration::from_millis(seed.wrapping_mul(7919) % 600));
+            // The source is the victim `v` of KillMoveSource, the master that of KillMasterDuringMove.
             let victim = match fault {
                 Fault::KillMoveTarget => nodes.iter().position(|n| n.name == "n4").unwrap(),
                 _ => v,
@@ -333,6 +341,27 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             // The move ends one way or the other (the master drops it once a party is gone).
             let _ = t.join();
             std::thread::sleep(Duration::from_millis(3000));
+        }
+        Fault::PartitionMoveTarget => {
+            let from = nodes[v].name.clone();
+            let url2 = url.to_string();
+            let t = std::thread::spawn(move || {
+                etcd_common::halyard(&[
+                    "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
+                ])
+            });
+            std::thread::sleep(Duration::from_millis(800 + seed.wrapping_mul(7919) % 800));
+            let n4 = nodes.iter().find(|n| n.name == "n4").unwrap();
+            let mut out = vec![port(url)];
+            for n in nodes.iter().filter(|n| n.name != "n4") {
+                out.extend([port(&n.native), port(&n.replication)]);
+            }
+            let cuts = (Cut::new(out), Cut::to(vec![port(&n4.native), port(&n4.replication)]));
+            std::thread::sleep(Duration::from_millis(3000));
+            drop(cuts);
+            // The move finishes (the copy resumes) or is given up: either way the history holds.
+            let _ = t.join();
+            std::thread::sleep(Duration::from_millis(2000));
         }
         Fault::PauseDuringHandoff => {
             let b = status(url)["regions"][0]["backups"][0].as_str().unwrap().to_string();
@@ -348,6 +377,20 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             let _ = t.join();
             std::thread::sleep(Duration::from_millis(2000));
         }
+    }
+}
+
+/// Writes about `bytes` of 4 KiB pairs under keys the clients never use, so that a copy of the
+/// region takes a while.
+fn preload(nodes: &[Node], bytes: usize) {
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    for b in 0..bytes / (64 * 4096) {
+        let mut batch = halyard_client::Batch::new();
+        for j in 0..64 {
+            batch.put(format!("preload{:07}", b * 64 + j).into_bytes(), vec![b'p'; 4096]);
+        }
+        c.write_batch(&batch).unwrap();
     }
 }
 
@@ -386,10 +429,14 @@ fn lost_writes(ops: &[Op], finals: &[Op]) -> usize {
 
 fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     let (dir, _etcd, url) = new_cluster(1, 3, false);
-    // n1 runs as its own user, so that iptables can cut it off; with every node equally loaded
-    // the master gives the region to the first node by name.
-    let mut nodes = vec![start_node_as(dir.path(), &url, "n1", Some(CUT_UID))];
-    nodes.extend((2..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))));
+    // n1 runs as its own user, so that iptables can cut it off (n4 instead when the move's
+    // target is cut off); with every node equally loaded the master gives the region to the
+    // first node by name.
+    let cut_target = matches!(fault, Fault::PartitionMoveTarget);
+    let slow: &[&str] = if cut_target { &["--move-rate-mb", "1"] } else { &[] };
+    let n1_uid = if cut_target { None } else { Some(CUT_UID) };
+    let mut nodes = vec![start_node_with(dir.path(), &url, "n1", n1_uid, slow)];
+    nodes.extend((2..=3).map(|i| start_node_with(dir.path(), &url, &format!("n{i}"), None, slow)));
     let s = wait_settled(&url, 3, Duration::from_secs(60));
     let primary = s["regions"][0]["primary"].as_str().unwrap().to_string();
     if matches!(fault, Fault::PartitionPrimary) {
@@ -397,11 +444,15 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     }
     let master = s["master"].as_str().unwrap().to_string();
     let victim = match fault {
-        Fault::KillMaster => master,
+        Fault::KillMaster | Fault::KillMasterDuringMove => master,
         _ => primary,
     };
-    if matches!(fault, Fault::MovePrimary | Fault::KillMoveTarget | Fault::KillMoveSource) {
-        nodes.push(start_node(dir.path(), &url, "n4"));
+    let moves = [Fault::MovePrimary, Fault::KillMoveTarget, Fault::KillMoveSource, Fault::KillMasterDuringMove];
+    if moves.contains(&fault) || cut_target {
+        nodes.push(start_node_with(dir.path(), &url, "n4", cut_target.then_some(CUT_UID), slow));
+    }
+    if cut_target {
+        preload(&nodes, 4 << 20);
     }
     let v = nodes.iter().position(|n| n.name == victim).unwrap();
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();

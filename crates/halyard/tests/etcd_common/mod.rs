@@ -256,30 +256,44 @@ pub const CUT_UID: u32 = 65534;
 /// iptables rules dropping `CUT_UID`'s packets to these ports on loopback; removed on drop.
 /// Packets to the node still arrive, and its answers to them leave (their destination ports
 /// are the peers' own): it is cut off from what it would reach, not from its clients.
-pub struct Cut(Vec<u16>);
+/// [`Cut::to`] drops every packet to the ports instead (nobody reaches them).
+pub struct Cut(Vec<u16>, bool);
 
 impl Cut {
-    fn rule(op: &str, port: u16) -> bool {
+    fn rule(op: &str, port: u16, owner: bool) -> bool {
         let port = port.to_string();
-        let args = ["-o", "lo", "-p", "tcp", "--dport", &port, "-m", "owner", "--uid-owner", "65534", "-j", "DROP"];
+        let mut args = vec!["-o", "lo", "-p", "tcp", "--dport", &port];
+        if owner {
+            args.extend(["-m", "owner", "--uid-owner", "65534"]);
+        }
+        args.extend(["-j", "DROP"]);
         std::process::Command::new("iptables").arg(op).arg("OUTPUT").args(args).status().is_ok_and(|s| s.success())
     }
 
-    pub fn new(ports: Vec<u16>) -> Cut {
+    fn add(ports: Vec<u16>, owner: bool) -> Cut {
         for &p in &ports {
             assert!(
-                Cut::rule("-A", p),
+                Cut::rule("-A", p, owner),
                 "iptables -A failed: this test needs root and iptables (apt-get install iptables)"
             );
         }
-        Cut(ports)
+        Cut(ports, owner)
+    }
+
+    pub fn new(ports: Vec<u16>) -> Cut {
+        Cut::add(ports, true)
+    }
+
+    /// Drops every packet to `ports`, whoever sends it.
+    pub fn to(ports: Vec<u16>) -> Cut {
+        Cut::add(ports, false)
     }
 }
 
 impl Drop for Cut {
     fn drop(&mut self) {
         for &p in &self.0 {
-            Cut::rule("-D", p);
+            Cut::rule("-D", p, self.1);
         }
     }
 }
