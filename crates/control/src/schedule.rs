@@ -358,7 +358,14 @@ mod tests {
         // Primaries: n1 leads three, n2 none.
         let v = cluster(2, 2, &[("n1", &["n2"], &[]), ("n1", &["n2"], &[]), ("n1", &["n2"], &[])]);
         assert_eq!(step(&v, 1), Some(Step::Transfer("n2".into())));
+        // A node back from a restart, its places still kept (away): nothing moves onto it.
+        let mut v = cluster(3, 2, &[("n1", &["n2"], &[]), ("n2", &["n1"], &[]), ("n1", &["n2"], &[])]);
+        for id in 1..=3 {
+            v.regions.get_mut(&id).unwrap().0.spec.away.insert("n3".into(), 5);
+        }
+        assert_eq!(step(&v, 1), None, "moved a region onto a node about to take its places back");
         // Nothing while a change is under way.
+        let v = cluster(2, 2, &[("n1", &["n2"], &[]), ("n1", &["n2"], &[]), ("n1", &["n2"], &[])]);
         let mut v = v;
         v.intents.push(("x".into(), Intent::Promote { region: 9, node: "n2".into(), epoch: 1 }));
         assert_eq!(step(&v, 1), None);

@@ -156,11 +156,12 @@ impl View {
         ClusterFile { nodes, regions }
     }
 
-    /// How many regions `node` is in (primary or backup), to spread new assignments.
+    /// How many regions `node` is in (primary, backup, learner, or a place kept while it is
+    /// away), to spread new assignments and balance.
     pub fn load_of(&self, node: &str) -> usize {
-        self.regions
-            .values()
-            .filter(|(r, _)| r.spec.primary == node || r.spec.backups.iter().any(|b| b == node))
-            .count()
+        // Places kept while the node is away, and copies it is taking, are its load too: a node
+        // that returns is about to hold them again (counted out, the balancer moved a region
+        // onto it, and away again once it had taken its places back).
+        self.regions.values().filter(|(r, _)| r.spec.has_member(node) || r.spec.away.contains_key(node)).count()
     }
 }
