@@ -45,7 +45,8 @@ $B cluster init --etcd $E --regions 32 --replicas "$copies" --bench-keys >/dev/n
 start() {
   local a=10.77.$1.2
   RUST_LOG=warn ip netns exec hy$1 $B serve --dir s$1 --etcd http://10.77.$1.1:24794 --node n$1 \
-    --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 > s$1.log 2>&1 &
+    --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 \
+    --requirepass scaleout --cluster-secret scaleout-secret > s$1.log 2>&1 &
 }
 # Quiet and even: every region led and with its copies, nothing moving, and the nodes' copies and
 # primaries within one of each other, for 3 s in a row.
@@ -65,7 +66,7 @@ balanced() { local quiet=0 since=0; for _ in $(seq 1 3000); do
     sleep 0.2; done
   echo "no balance with $1 nodes" >&2; exit 1; }
 run() { # run NODES: Run A, its ops/s
-  $B bench --target halyard://10.77.1.2:7400 --records $records --ops $((20000 * $1)) --threads 32 \
+  $B bench --target halyard://10.77.1.2:7400 --password scaleout --records $records --ops $((20000 * $1)) --threads 32 \
     --workloads run-a --mix L --quiet --json run-$1.json > run-$1.txt 2>&1
   python3 -c "
 import json
@@ -78,7 +79,7 @@ def walk(x):
 walk(json.load(open('run-$1.json')))"; }
 start 1
 balanced 1 >/dev/null
-$B bench --target halyard://10.77.1.2:7400 --records $records --ops 1 --threads 32 --workloads load-a --mix L --quiet > load.txt 2>&1
+$B bench --target halyard://10.77.1.2:7400 --password scaleout --records $records --ops 1 --threads 32 --workloads load-a --mix L --quiet > load.txt 2>&1 || { tail -5 load.txt; exit 1; }
 one=$(run 1)
 echo "scale-out ($copies copies, $rate Mbit/s links, $records records): 1 node: Run A $one ops/s"
 for n in 3 5; do

@@ -34,6 +34,10 @@ pub struct BenchArgs {
     /// server. Without it those figures are reported as unknown (CPU: client side).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// The password of halyard:// targets (their `requirepass`), for servers bound beyond
+    /// loopback.
+    #[arg(long)]
+    pub password: Option<String>,
     /// Start a local cluster of N `halyard serve` processes and run the workloads through it
     /// once per mode of --replication (node n1 leads every region; the others hold the
     /// backups, so that primary and backup work are measured per process).
@@ -324,6 +328,8 @@ pub struct Config {
     pub keep: bool,
     /// Prometheus endpoint of the Halyard server behind the targets.
     pub metrics: Option<String>,
+    /// Password of halyard:// targets.
+    pub password: Option<String>,
     /// `--cluster`.
     pub cluster: Option<ClusterSpec>,
 }
@@ -514,6 +520,7 @@ impl Config {
             quiet: a.quiet,
             keep: a.keep,
             metrics: a.metrics.clone(),
+            password: a.password.clone(),
         })
     }
 }

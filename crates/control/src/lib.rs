@@ -26,6 +26,7 @@ pub mod master;
 pub mod operate;
 pub mod schedule;
 pub mod session;
+pub mod stats;
 pub mod view;
 
 pub use error::{Error, Result};

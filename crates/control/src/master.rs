@@ -217,13 +217,14 @@ fn expired(view: &View, at: u64) -> bool {
 pub struct Master {
     session: Arc<Session>,
     busy: Mutex<HashSet<u32>>,
+    stats: Arc<crate::stats::MasterStats>,
 }
 
 impl Master {
     /// Campaigns for the master role with the session's lease and, while elected, keeps the
-    /// regions' groups whole. Runs until the process ends.
-    pub async fn run(session: Arc<Session>) {
-        let m = Arc::new(Master { session, busy: Mutex::new(HashSet::new()) });
+    /// regions' groups whole, recording its handoffs in `stats`. Runs until the process ends.
+    pub async fn run(session: Arc<Session>, stats: Arc<crate::stats::MasterStats>) {
+        let m = Arc::new(Master { session, busy: Mutex::new(HashSet::new()), stats });
         loop {
             let Some(lease) = m.session.holds() else {
                 tokio::time::sleep(TICK).await;
@@ -503,12 +504,15 @@ impl Master {
         };
         let fenced_in = t0.elapsed();
         self.promote(term, view, r, rev, key, to, epoch).await?;
+        self.stats.fence_seconds.observe(fenced_in.as_secs_f64());
+        self.stats.handoff_seconds.observe(t0.elapsed().as_secs_f64());
         tracing::info!(region = spec.id, from = %spec.primary, to, epoch, last_lsn = lsn, ?fenced_in, took = ?t0.elapsed(), "handed off");
         Ok(())
     }
 
     async fn failed_handoff(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str, why: &str) -> Result<()> {
         tracing::warn!(region = r.spec.id, primary = %r.spec.primary, "the primary did not fence the region for a handoff: {why}; rolling back");
+        self.stats.handoffs_rolled_back.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.roll_back(term, r, rev, key).await?;
         Err(Error::Invalid(format!("handoff of region {} rolled back: {why}", r.spec.id)))
     }

@@ -174,7 +174,10 @@ fn move_step(
     seed: u64,
 ) -> Option<Step> {
     let spec = &r.spec;
-    if !r.spec.has_member(from) || !spec.learners.is_empty() {
+    // A source that led and handed off is out of the group with its place kept (away): the
+    // move still drops it, so that the place is not kept for a copy that moved.
+    let holds_place = spec.has_member(from) || spec.away.contains_key(from);
+    if !holds_place || !spec.learners.is_empty() {
         return None; // done, or a new copy is still being taken
     }
     let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
@@ -252,7 +255,9 @@ pub fn stale_requests(view: &View) -> Vec<String> {
             }
             match q {
                 Request::Transfer { to, .. } => !transfer_applies(view, r, to),
-                Request::Move { from, to, .. } => !r.spec.has_member(from) || !view.live.contains_key(to),
+                Request::Move { from, to, .. } => {
+                    !(r.spec.has_member(from) || r.spec.away.contains_key(from)) || !view.live.contains_key(to)
+                }
             }
         })
         .map(|(k, _)| k.clone())
@@ -317,6 +322,13 @@ mod tests {
         assert_eq!(step(&v, 1), Some(Step::Transfer("n3".into())), "the source led: the target takes over");
         let mut v = cluster(3, 2, &[("n3", &["n2", "n1"], &[])]);
         request(&mut v, mv.clone());
+        assert_eq!(step(&v, 1), Some(Step::Drop(vec!["n1".into()])));
+        // One copy: the source led, handed off to the target and is out of the group with its
+        // place kept; the move drops that place too.
+        let mut v = cluster(3, 1, &[("n3", &[], &[])]);
+        v.regions.get_mut(&1).unwrap().0.spec.away.insert("n1".into(), 5);
+        request(&mut v, mv.clone());
+        assert!(stale_requests(&v).is_empty(), "the source still holds a place");
         assert_eq!(step(&v, 1), Some(Step::Drop(vec!["n1".into()])));
         let mut v = cluster(3, 2, &[("n3", &["n2"], &[])]);
         request(&mut v, mv);

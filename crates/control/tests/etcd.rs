@@ -204,7 +204,7 @@ async fn a_session_registers_and_the_elected_master_assigns_the_region() {
     assert_eq!(v.live.get("n1").map(|n| n.lease), Some(lease));
     assert!(v.members.contains_key("n1"));
 
-    tokio::spawn(halyard_control::master::Master::run(session.clone()));
+    tokio::spawn(halyard_control::master::Master::run(session.clone(), Default::default()));
     let t0 = Instant::now();
     loop {
         let v = View::load(&mut c, &layout).await.unwrap();

@@ -144,6 +144,11 @@ fn planned_handoffs_under_writes_lose_nothing() {
     );
     // Far below the lease TTL's failover path: each handoff is a fence and a promotion.
     assert!(max < Duration::from_secs(5), "a handoff stopped writes for {max:?}");
+    // The masters' histograms saw every handoff.
+    let all: Vec<&Node> = nodes.iter().collect();
+    let names = ["halyard_master_handoff_duration_seconds_count", "halyard_master_handoff_fence_seconds_count"];
+    let counts = metric_sums(&all, &names);
+    assert!(counts.iter().all(|c| *c >= rounds as f64), "handoffs in the masters' histograms: {counts:?}");
     check_everything(&url, &addrs, &acked);
 }
 
@@ -247,6 +252,11 @@ fn copy_counters(nodes: &[&Node]) -> Vec<f64> {
         "halyard_replication_copy_bytes_total",
         "halyard_replication_copy_kept_bytes_total",
     ];
+    metric_sums(nodes, &names)
+}
+
+/// Each metric of `names` (a sample without labels) summed over `nodes`' `/metrics`.
+fn metric_sums(nodes: &[&Node], names: &[&str]) -> Vec<f64> {
     let mut sums = vec![0.0; names.len()];
     for n in nodes {
         let http = n.args.iter().skip_while(|a| *a != "--http").nth(1).unwrap();
@@ -255,7 +265,7 @@ fn copy_counters(nodes: &[&Node]) -> Vec<f64> {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut c, &mut text).unwrap();
         for (sum, name) in sums.iter_mut().zip(names) {
-            let line = text.lines().find(|l| l.split(' ').next() == Some(name));
+            let line = text.lines().find(|l| l.split(' ').next() == Some(*name));
             *sum += line.and_then(|l| l.split(' ').nth(1)).map_or(0.0, |v| v.parse().unwrap());
         }
     }

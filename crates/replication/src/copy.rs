@@ -119,6 +119,7 @@ impl Reader {
             let st = &self.link.stats;
             st.copies_sent.fetch_add(1, Relaxed);
             st.copy_micros.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
+            st.copy_seconds.observe(secs);
             self.put(Chunk::Done);
         }
     }

@@ -3,6 +3,7 @@
 
 use crate::wire::Msg;
 use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +36,8 @@ pub struct ShipStats {
     pub copies_sent: AtomicU64,
     /// Microseconds those copies took, from the capture to their last frame (summed).
     pub copy_micros: AtomicU64,
+    /// The same, one observation a copy (seconds).
+    pub copy_seconds: CopySeconds,
     /// The longest time a capture held a region's writers, in microseconds.
     pub copy_pause_micros_max: AtomicU64,
     /// Connections opened to backup nodes (one per backup node, again after a failure).
@@ -49,6 +52,23 @@ pub struct ShipStats {
     pub throttled_micros: AtomicU64,
     /// Links failed because their queue stayed full, without draining, for the ack timeout.
     pub stuck_links: AtomicU64,
+}
+
+/// Copies' durations: a histogram from 10 ms to about 3 hours.
+#[derive(Debug)]
+pub struct CopySeconds(Histogram);
+
+impl Default for CopySeconds {
+    fn default() -> CopySeconds {
+        CopySeconds(Histogram::new(exponential_buckets(0.01, 4.0, 12)))
+    }
+}
+
+impl std::ops::Deref for CopySeconds {
+    type Target = Histogram;
+    fn deref(&self) -> &Histogram {
+        &self.0
+    }
 }
 
 /// Default bound of one link's queue: frame bytes queued for one backup of one region and not

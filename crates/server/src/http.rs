@@ -33,8 +33,8 @@ pub fn registry(sh: Arc<Shared>, cluster: Option<Arc<ClusterNode>>) -> Registry 
     let mut r = Registry::default();
     r.register_collector(Box::new(NodeCollector(sh)));
     if let Some(c) = cluster {
-        let (shipper, replica) = (c.shipper.clone(), c.replica.clone());
-        r.register_collector(Box::new(ReplicationCollector::new(shipper, replica, move || c.led_regions())));
+        let (shipper, replica, master) = (c.shipper.clone(), c.replica.clone(), c.master_stats.clone());
+        r.register_collector(Box::new(ReplicationCollector::new(shipper, replica, master, move || c.led_regions())));
     }
     r
 }

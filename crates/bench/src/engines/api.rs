@@ -69,6 +69,8 @@ pub struct EngineConfig {
     pub threads: usize,
     /// Prometheus endpoint of the Halyard server behind a target.
     pub metrics: Option<String>,
+    /// Password of halyard:// targets.
+    pub password: Option<String>,
     /// `--cluster`: the local cluster's shape.
     pub cluster: Option<crate::args::ClusterSpec>,
 }
@@ -85,6 +87,7 @@ impl EngineConfig {
             sync: c.sync,
             threads: c.threads,
             metrics: c.metrics.clone(),
+            password: c.password.clone(),
             cluster: c.cluster.clone(),
         }
     }

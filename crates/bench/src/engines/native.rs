@@ -22,7 +22,8 @@ pub(super) struct Native {
 
 impl Native {
     pub(super) fn connect(t: &Target, cfg: &EngineConfig) -> Result<Native, String> {
-        let opts = ClientOptions { timeout: Duration::from_secs(60), ..Default::default() };
+        let opts =
+            ClientOptions { timeout: Duration::from_secs(60), password: cfg.password.clone(), ..Default::default() };
         let clients = (0..cfg.threads.max(1))
             .map(|_| Client::connect(&[t.addr.as_str()], opts.clone()).map_err(|e| format!("connect {}: {e}", t.url)))
             .collect::<Result<Vec<_>, _>>()?;

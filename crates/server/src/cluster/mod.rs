@@ -110,4 +110,6 @@ pub struct ClusterNode {
     pub mode: Mode,
     /// Wait for backups before answering writes.
     pub last_write: bool,
+    /// What this node's master measured (etcd mode; nothing while another node is master).
+    pub master_stats: Arc<halyard_control::stats::MasterStats>,
 }

@@ -72,7 +72,7 @@ impl ClusterNode {
         node.attach();
         tokio::spawn(node.clone().follow(session.clone()));
         tokio::spawn(node.clone().publish_progress(session.clone()));
-        tokio::spawn(halyard_control::master::Master::run(session));
+        tokio::spawn(halyard_control::master::Master::run(session, node.master_stats.clone()));
         Ok(node)
     }
 
@@ -107,6 +107,7 @@ impl ClusterNode {
             replica: Replica::new(db.clone(), cfg.dir.join("replica-epochs")),
             mode: Mode::from(cfg.replication),
             last_write: cfg.ack == Ack::LastWrite,
+            master_stats: Default::default(),
         }
     }
 

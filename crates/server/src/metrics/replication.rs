@@ -2,9 +2,11 @@
 //! backup, backpressure from backups' queues, and each backup's acknowledged LSN.
 
 use super::{counter, gauge, labeled_values};
+use halyard_control::stats::MasterStats;
 use halyard_replication::{Replica, Shipper};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::EncodeMetric;
 use prometheus_client::metrics::MetricType;
 use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
@@ -14,19 +16,52 @@ use std::sync::Arc;
 pub struct ReplicationCollector {
     shipper: Arc<Shipper>,
     replica: Arc<Replica>,
+    master: Arc<MasterStats>,
     /// The regions this node leads now (whose backups' links are reported).
     led: Box<dyn Fn() -> Vec<u32> + Send + Sync>,
 }
 
 impl ReplicationCollector {
-    /// Reports the counters of `shipper` and `replica`, and the links of the regions `led`
-    /// lists at each scrape.
+    /// Reports the counters of `shipper`, `replica` and `master`, and the links of the
+    /// regions `led` lists at each scrape.
     pub fn new(
         shipper: Arc<Shipper>,
         replica: Arc<Replica>,
+        master: Arc<MasterStats>,
         led: impl Fn() -> Vec<u32> + Send + Sync + 'static,
     ) -> ReplicationCollector {
-        ReplicationCollector { shipper, replica, led: Box::new(led) }
+        ReplicationCollector { shipper, replica, master, led: Box::new(led) }
+    }
+
+    /// The durations of full copies (this node as a primary) and of planned handoffs (this
+    /// node as the master).
+    fn encode_durations(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let hists = [
+            (
+                "halyard_replication_copy_duration_seconds",
+                "Copies to backups (full or incremental), from the capture to the last frame.",
+                &*self.shipper.stats.copy_seconds,
+            ),
+            (
+                "halyard_master_handoff_duration_seconds",
+                "Planned handoffs this node's master made, from the fence request to the new primary named.",
+                &self.master.handoff_seconds,
+            ),
+            (
+                "halyard_master_handoff_fence_seconds",
+                "How long the old primary took to fence a region it handed off (its L0 flush included).",
+                &self.master.fence_seconds,
+            ),
+        ];
+        for (name, help, h) in hists {
+            h.encode(e.encode_descriptor(name, help, None, h.metric_type())?)?;
+        }
+        counter(
+            e,
+            "halyard_master_handoffs_rolled_back_total",
+            "Planned handoffs rolled back: the primary could not fence the region.",
+            self.master.handoffs_rolled_back.load(Relaxed),
+        )
     }
 
     /// What this node queued and wrote to backups, the bytes both directions moved, and its
@@ -202,6 +237,7 @@ impl Collector for ReplicationCollector {
         self.encode_shipped(&mut e)?;
         self.encode_backpressure(&mut e)?;
         self.encode_received(&mut e)?;
+        self.encode_durations(&mut e)?;
         self.encode_acked(&mut e)
     }
 }
