@@ -2,10 +2,10 @@
 # Scale-out on etcd: nodes in network namespaces joined to this host by veth pairs, each link
 # limited by `tbf` to RATE Mbit/s each way, so that on a machine of two cores the curve shows
 # what adding machines does, not how the processes share the cores. A cluster of 32 regions
-# (COPIES copies) starts on one node; YCSB Load A then Run A (1228 B pairs, 32 client threads on
-# the host, the region-aware native client); then two nodes join and the master balances, Run A
-# again; then two more. Prints Run A's throughput at 1, 3 and 5 nodes, its ratio to one node,
-# and how long each balance took (from the join to a quiet, even cluster).
+# (COPIES copies) starts on COPIES nodes (one, or two); YCSB Load A then Run A (1228 B pairs,
+# 32 client threads on the host, the region-aware native client); then nodes join up to three
+# and the master balances, Run A again; then up to five. Prints Run A's throughput at each size,
+# its ratio to the first, and how long each balance took (from the join to a quiet, even cluster).
 #   cargo build --release -p halyard          # or HALYARD_BIN=path/to/halyard
 #   sudo bash scripts/scaleout-bench.sh [COPIES] [RATE] [RECORDS]     # defaults 1, 16, 100000
 # Needs root (ip netns, tc, iptables), etcd; uses 10.77.1.0/24 .. 10.77.5.0/24 and port 24794.
@@ -20,6 +20,7 @@ cleanup() {
   kill "${ETCD:-}" 2>/dev/null || true
   for i in 1 2 3 4 5; do ip netns del hy$i 2>/dev/null || true; ip link del hyv$i 2>/dev/null || true; done
   iptables -D FORWARD -s 10.77.0.0/16 -d 10.77.0.0/16 -j ACCEPT 2>/dev/null || true
+  cp s*.log run-*.txt "${TMPDIR:-/tmp}/" 2>/dev/null || true
   cd "$here"; rm -rf "$root"
 }
 trap cleanup EXIT
@@ -44,7 +45,7 @@ sleep 1.5
 $B cluster init --etcd $E --regions 32 --replicas "$copies" --bench-keys >/dev/null
 start() {
   local a=10.77.$1.2
-  RUST_LOG=warn ip netns exec hy$1 $B serve --dir s$1 --etcd http://10.77.$1.1:24794 --node n$1 \
+  RUST_LOG=${HALYARD_LOG:-warn} ip netns exec hy$1 $B serve --dir s$1 --etcd http://10.77.$1.1:24794 --node n$1 \
     --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 \
     --requirepass scaleout --cluster-secret scaleout-secret > s$1.log 2>&1 &
 }
@@ -54,7 +55,7 @@ even() { $B cluster status --etcd $E --json | python3 -c "
 import json,sys; s=json.load(sys.stdin)
 live=[n for n in s['nodes'] if n['alive']]
 c=[n['primaries']+n['backups'] for n in live]; p=[n['primaries'] for n in live]
-ok = all(r['primary_alive'] and len(r['backups']) == $copies - 1 and not r['copying'] for r in s['regions'])
+ok = all(r['primary_alive'] and len(r['backups']) == min($copies, $1) - 1 and not r['copying'] for r in s['regions'])
 ok = ok and not s['log'] and not s['requests'] and max(c) - min(c) <= 1 and max(p) - min(p) <= 1 and len(live) == $1
 sys.exit(0 if ok else 1)"; }
 # balanced NODES: waits for that, prints when the quiet stretch began.
@@ -77,16 +78,19 @@ def walk(x):
     elif isinstance(x, list):
         for v in x: walk(v)
 walk(json.load(open('run-$1.json')))"; }
-start 1
-balanced 1 >/dev/null
+first=$copies
+for i in $(seq 1 "$first"); do start "$i"; done
+balanced "$first" >/dev/null
 $B bench --target halyard://10.77.1.2:7400 --password scaleout --records $records --ops 1 --threads 32 --workloads load-a --mix L --quiet > load.txt 2>&1 || { tail -5 load.txt; exit 1; }
-one=$(run 1)
-echo "scale-out ($copies copies, $rate Mbit/s links, $records records): 1 node: Run A $one ops/s"
+one=$(run "$first")
+echo "scale-out ($copies copies, $rate Mbit/s links, $records records): $first node(s): Run A $one ops/s"
+prev=$first
 for n in 3 5; do
   t0=$(date +%s.%N)
-  start $((n - 1)); start $n
+  for i in $(seq $((prev + 1)) "$n"); do start "$i"; done
+  prev=$n
   since=$(balanced $n)
   took=$(python3 -c "print(f'{$since - $t0:.1f}')")
   ops=$(run $n)
-  echo "scale-out ($copies copies): $n nodes: balanced $took s after the join; Run A $ops ops/s, $(python3 -c "print(f'{$ops / $one:.2f}')") x one node"
+  echo "scale-out ($copies copies): $n nodes: balanced $took s after the join; Run A $ops ops/s, $(python3 -c "print(f'{$ops / $one:.2f}')") x $first node(s)"
 done

@@ -217,6 +217,10 @@ pub struct Progress {
     /// A primary's full copies under way, by region and backup: (bytes sent, bytes in all).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub copies: BTreeMap<u32, BTreeMap<String, (u64, u64)>>,
+    /// A primary's regions, by id: the writes a second it took over the last publication's
+    /// interval (LSNs handed out; regions that took none are left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub writes: BTreeMap<u32, u64>,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes

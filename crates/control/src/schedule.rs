@@ -224,9 +224,15 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
             return Some(Step::Schedule(Request::Move { region: spec.id, from: from.to_string(), to }));
         }
     }
+    if let Some(step) = hot_step(view, r, tally) {
+        return Some(step);
+    }
     let leads = |n: &str| view.regions.values().filter(|(x, _)| x.spec.primary == n).count();
     let (mine, fewest) = (leads(&spec.primary), nodes.iter().map(|n| leads(n)).min()?);
-    if mine >= fewest + 2 {
+    // By count, the coolest regions move (the hot ones are `hot_step`'s).
+    let cooler =
+        view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && writes(view, x) < writes(view, r));
+    if mine >= fewest + 2 && !cooler {
         let to = spec
             .backups
             .iter()
@@ -239,6 +245,45 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
         }
     }
     None
+}
+
+/// A node must take at least this many writes a second before its primaries move for heat.
+const HOT_MIN_WRITES: u64 = 200;
+
+/// The writes a second region `r` takes, as its primary last published them.
+fn writes(view: &View, r: &RegionRecord) -> u64 {
+    view.progress.get(&r.spec.primary).and_then(|p| p.writes.get(&r.spec.id)).copied().unwrap_or(0)
+}
+
+/// The writes a second the regions `node` leads take.
+fn heat(view: &View, node: &str) -> u64 {
+    view.regions.values().filter(|(x, _)| x.spec.primary == node).map(|(x, _)| writes(view, x)).sum()
+}
+
+/// Hot regions first: when `r`'s primary takes at least 1.5 times the writes of `r`'s coolest
+/// backup node, and `r` is the hottest region it leads whose move lowers the hotter of the two
+/// nodes (the backup, once leading `r`, stays cooler than the primary was), `r`'s primary role
+/// goes to that backup. A region hotter than the gap stays: moving it only moves the heat.
+fn hot_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
+    let spec = &r.spec;
+    let (hot, w) = (heat(view, &spec.primary), writes(view, r));
+    let to = spec
+        .backups
+        .iter()
+        .filter(|b| transfer_applies(view, r, b) && eligible(view, b))
+        .min_by_key(|b| heat(view, b))?;
+    let cool = heat(view, to);
+    if w == 0 || hot < HOT_MIN_WRITES || hot.saturating_mul(2) < cool.saturating_mul(3) || cool + w >= hot {
+        return None;
+    }
+    let fits = |x: &RegionRecord| writes(view, x) + cool < hot;
+    let hotter = view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && writes(view, x) > w && fits(x));
+    if hotter {
+        return None;
+    }
+    tally.busy += 1;
+    tracing::info!(region = spec.id, from = %spec.primary, to = %to, writes_per_sec = w, "balancing hot primaries: {hot} writes/s against {cool}");
+    Some(Step::Transfer(to.clone()))
 }
 
 /// Requests that cannot be carried out or are done: dropped by the master (a transfer to a
@@ -376,6 +421,18 @@ mod tests {
             v.regions.get_mut(&id).unwrap().0.spec.away.insert("n3".into(), 5);
         }
         assert_eq!(step(&v, 1), None, "moved a region onto a node about to take its places back");
+        // Heat: the region whose move evens two nodes' writes goes first; one that would only
+        // carry the heat over stays.
+        let mut v = cluster(2, 2, &[("n1", &["n2"], &[]), ("n2", &["n1"], &[]), ("n1", &["n2"], &[])]);
+        let writes = |v: &mut View, node: &str, w: &[(u32, u64)]| {
+            v.progress.entry(node.to_string()).or_default().writes = w.iter().copied().collect();
+        };
+        writes(&mut v, "n1", &[(1, 5000), (3, 3000)]);
+        writes(&mut v, "n2", &[(2, 100)]);
+        assert_eq!(step(&v, 1), Some(Step::Transfer("n2".into())), "the hottest region that fits moves");
+        assert_eq!(step(&v, 3), None, "a cooler one waits for the hottest");
+        writes(&mut v, "n1", &[(1, 5000)]);
+        assert_eq!(step(&v, 1), None, "moving the only hot region would only move the heat");
         // Nothing while a change is under way.
         let v = cluster(2, 2, &[("n1", &["n2"], &[]), ("n1", &["n2"], &[]), ("n1", &["n2"], &[])]);
         let mut v = v;

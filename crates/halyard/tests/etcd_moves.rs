@@ -464,3 +464,50 @@ fn the_console_asks_for_the_password() {
     assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("\"node\""), "{ok}");
     assert!(s.http_get("/metrics").starts_with("HTTP/1.1 200"), "metrics stay open to scrapers");
 }
+
+#[test]
+fn hot_primaries_move_to_the_cooler_node() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(4, 2, &["--numeric-keys"]);
+    let nodes: Vec<Node> = (1..=2).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    // Each node leads two regions; writes go to the two that n1 leads.
+    let hot: Vec<serde_json::Value> =
+        s["regions"].as_array().unwrap().iter().filter(|r| r["primary"] == "n1").cloned().collect();
+    assert_eq!(hot.len(), 2, "two regions led by n1: {s}");
+    let inside = |k: &[u8], r: &serde_json::Value| {
+        let start = r["start"].as_str().unwrap().as_bytes();
+        k >= start && r["end"].as_str().is_none_or(|e| k < e.as_bytes())
+    };
+    let ids: Vec<u64> = (0..20_000).filter(|i| hot.iter().any(|r| inside(&key(*i), r))).collect();
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, addrs, ids) = (stop.clone(), addrs.clone(), ids.clone());
+        std::thread::spawn(move || {
+            let c = cluster_client(&addrs, Duration::from_secs(10));
+            for i in ids.iter().cycle() {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                c.put(key(*i), value(*i)).unwrap();
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let split = loop {
+        let s = status(&url);
+        let leaders: Vec<String> =
+            hot.iter().map(|h| region(&s, h["id"].as_u64().unwrap())["primary"].to_string()).collect();
+        if leaders[0] != leaders[1] {
+            break t0.elapsed();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the hot regions still share a primary: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    eprintln!("the two hot regions have different primaries {split:?} after the writes began");
+    let s = status(&url);
+    let leads = |n: &str| s["regions"].as_array().unwrap().iter().filter(|r| r["primary"] == n).count();
+    assert!(leads("n1").abs_diff(leads("n2")) <= 1, "primaries uneven by count: {s}");
+}

@@ -1,6 +1,7 @@
 //! Linearizability under faults, in the manner of etcd's robustness tests: a real etcd and three
 //! real `halyard serve --etcd` nodes; a few sequential clients (region-aware native clients, and
-//! Redis clients each talking to one node's Redis port, which forwards to the primary) put and
+//! Redis clients each talking to one node's Redis port, which forwards to the primary; one of
+//! the native clients keeps talking to the node that led at the start, a stale map) put and
 //! get a small set of keys and record every operation with its call and return time;
 //! one fault per run (SIGKILL of the keys' primary, SIGKILL of the master, SIGSTOP of the
 //! primary for longer than its lease, the primary cut off from etcd and the other nodes by
@@ -139,9 +140,46 @@ fn key(k: u64) -> String {
     format!("rk{k}")
 }
 
-/// A sequential client: puts and gets until `stop`, recording each.
+/// What a native client does: a region-aware one follows the map; a stale one keeps talking to
+/// the node that led when it started, whatever the map says since (the node must refuse what it
+/// no longer leads).
+trait Kv {
+    fn put(&self, k: &str, v: &str) -> halyard_client::Result<()>;
+    fn get(&self, k: &str) -> halyard_client::Result<Option<Vec<u8>>>;
+}
+
+impl Kv for halyard_client::blocking::ClusterClient {
+    fn put(&self, k: &str, v: &str) -> halyard_client::Result<()> {
+        halyard_client::blocking::ClusterClient::put(self, k, v)
+    }
+    fn get(&self, k: &str) -> halyard_client::Result<Option<Vec<u8>>> {
+        halyard_client::blocking::ClusterClient::get(self, k)
+    }
+}
+
+impl Kv for halyard_client::blocking::Client {
+    fn put(&self, k: &str, v: &str) -> halyard_client::Result<()> {
+        halyard_client::blocking::Client::put(self, k, v)
+    }
+    fn get(&self, k: &str) -> halyard_client::Result<Option<Vec<u8>>> {
+        halyard_client::blocking::Client::get(self, k)
+    }
+}
+
+/// A sequential client: puts and gets until `stop`, recording each. With `stale`, it talks to
+/// `addrs[0]` only, never following the map.
 fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<Op>>>) {
-    let c = cluster_client(&addrs, Duration::from_secs(1));
+    let stale = id == 0;
+    let c: Box<dyn Kv> = match stale {
+        false => Box::new(cluster_client(&addrs, Duration::from_secs(1))),
+        true => {
+            let opts = halyard_client::ClientOptions { timeout: Duration::from_secs(1), ..Default::default() };
+            match halyard_client::blocking::Client::connect(addrs[0].as_str(), opts) {
+                Ok(c) => Box::new(c),
+                Err(_) => return,
+            }
+        }
+    };
     let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(id as u64 + 1) | 1);
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -169,6 +207,11 @@ fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<Atomi
             }
         };
         match op {
+            // The stale client's node is gone (killed, cut off): it has nothing more to show.
+            Some(op) if stale && op.ret.is_none() => {
+                out.lock().unwrap().push(op);
+                break;
+            }
             Some(op) => out.lock().unwrap().push(op),
             None => std::thread::sleep(Duration::from_millis(20)),
         }

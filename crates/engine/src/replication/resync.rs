@@ -174,6 +174,11 @@ impl Replication<'_> {
         if let Err(e) = sh.manifest.commit(region, &edits) {
             return sh.fail(e);
         }
+        // Its log segments may be written again in place by the new primary's copy (records
+        // of its own that no backup received are replaced): no value read from them may stay
+        // cached for when it leads again.
+        let segs: HashSet<(u32, u32)> = meta.logs.iter().flatten().map(|s| (s.seg, s.salt)).collect();
+        sh.ctx.cache.forget_values(&segs, sh.dev.seg_bits());
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let fresh = std::sync::Arc::new(crate::region::Region::new(
             region,

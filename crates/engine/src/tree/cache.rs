@@ -100,6 +100,18 @@ impl Cache {
         }
     }
 
+    /// Drops the cached values of the log segments `segs` (`(segment, salt)`; keys of
+    /// `region::value_cache_key`: the pointer above the salt). Walks the whole cache: for a
+    /// region whose segments may be written again in place, which is rare.
+    pub(crate) fn forget_values(&self, segs: &std::collections::HashSet<(u32, u32)>, seg_bits: u32) {
+        if let Some(c) = &self.inner {
+            c.retain(|k, _| {
+                let (ptr, salt) = ((k >> 32) as u64, *k as u32);
+                is_row(*k) || !segs.contains(&((ptr >> seg_bits) as u32, salt))
+            });
+        }
+    }
+
     /// (node and value hits, their misses, bytes held)
     pub(crate) fn stats(&self) -> (u64, u64, u64) {
         let used = self.inner.as_ref().map_or(0, |c| c.weight());

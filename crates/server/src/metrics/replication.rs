@@ -112,10 +112,10 @@ impl ReplicationCollector {
                 ),
                 (
                     "halyard_replication_copy_bytes_total",
-                    "Segment bytes full copies read and sent (at most move_rate_mb a second each).",
+                    "Segment bytes copies (full or incremental) read and sent (at most move_rate_mb a second each).",
                     st.copy_bytes.load(Relaxed),
                 ),
-                ("halyard_replication_copies_sent_total", "Full copies whose last frame was sent.", st.copies_sent.load(Relaxed)),
+                ("halyard_replication_copies_sent_total", "Copies (full or incremental) whose last frame was sent.", st.copies_sent.load(Relaxed)),
             ],
         )?;
         counter(
