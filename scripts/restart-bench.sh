@@ -61,7 +61,7 @@ t1=$(date +%s.%N)
 sleep "$away"
 before=$(lsns)
 start 3
-t2=$(date +%s.%N)
+t2=$(date +%s.%N); since=$(date -u +%Y-%m-%dT%H:%M:%S)
 ( while [ ! -e whole ]; do rss; sleep 0.2; done ) > rss.txt &
 wait_whole
 t3=$(date +%s.%N)
@@ -72,6 +72,7 @@ to_n3=$(cat r1.log r2.log | grep 'copy sent' | grep 'backup=n3' | python3 -c "
 import re,sys
 f=i=s=k=0
 for l in sys.stdin:
+    if l[:19] < '$since': continue
     s += int(re.search(r'sent=(\d+)', l).group(1)); k += int(re.search(r'kept=(\d+)', l).group(1))
     if 'kind=\"full\"' in l: f += 1
     else: i += 1

@@ -45,7 +45,7 @@ sleep 1.5
 $B cluster init --etcd $E --regions 32 --replicas "$copies" --bench-keys >/dev/null
 start() {
   local a=10.77.$1.2
-  RUST_LOG=${HALYARD_LOG:-warn} ip netns exec hy$1 $B serve --dir s$1 --etcd http://10.77.$1.1:24794 --node n$1 \
+  RUST_LOG=${HALYARD_LOG:-warn} ip netns exec hy$1 ${HALYARD_SERVE_BIN:-$B} serve --dir s$1 --etcd http://10.77.$1.1:24794 --node n$1 \
     --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 \
     --requirepass scaleout --cluster-secret scaleout-secret > s$1.log 2>&1 &
 }
