@@ -78,6 +78,14 @@ pub struct SstInfo {
     pub range_lsn: u64,
 }
 
+impl SstInfo {
+    /// A digest of the description (XXH3 of its encoding): how a returning backup and its
+    /// primary tell that they hold the same SST (`replication/resync.rs`).
+    pub fn digest(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.to_bytes())
+    }
+}
+
 /// The first byte of an encoded [`Edit`]: which edit follows (`docs/format.md` §3.3). Each is
 /// used by `Edit::encode` and `Edit::decode`.
 mod tag {

@@ -187,7 +187,7 @@ impl Replication<'_> {
         }
         sh.alloc.trim(local, img.len() as u64);
         let mut res = r.backup_state().reserved.lock();
-        res.index_digest.insert(info.seg, super::resync::sst_digest(info));
+        res.index_digest.insert(info.seg, info.digest());
         if let Some(old) = res.index.insert(info.seg, local) {
             // The same primary segment shipped twice before its edit: the first copy is void.
             sh.alloc.release(old);

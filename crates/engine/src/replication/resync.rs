@@ -47,7 +47,7 @@ pub fn log_digest(img: &[u8], salt: u32) -> u64 {
 /// A digest of an SST's description as its primary wrote it (`info.seg` the primary's
 /// segment): its key range, LSN range, sizes and layout.
 pub fn sst_digest(info: &SstInfo) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(&info.to_bytes())
+    info.digest()
 }
 
 impl Replication<'_> {
