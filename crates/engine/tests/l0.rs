@@ -199,7 +199,11 @@ fn superseded_large_values_switch_the_table_before_their_garbage_piles_up() {
             db.put(&key(i), &vec![round as u8; 400]).unwrap();
         }
     }
-    assert!(db.stats().l0_bytes < 64 << 10);
+    // The table never fills (256 KiB): it holds 50 live versions plus the superseded ones
+    // not yet removed, up to two prune batches of 64 KiB when a background thread still holds
+    // an older view (their removal waits for its readers).
+    let l0 = db.stats().l0_bytes;
+    assert!(l0 < 192 << 10, "L0 holds {l0} bytes");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while db.stats().compactions == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
