@@ -641,3 +641,145 @@ fn an_interrupted_copy_resumes_with_what_arrived() {
     b.replication().promote(0, &bufs.tails()).expect("promote");
     assert_same(&b, &model, "the backup whose copy was interrupted, promoted");
 }
+
+/// A backup that follows its primary is caught up incrementally again and again (a link that
+/// dropped and came back) while the primary goes on between the capture and the reads of the
+/// copy's pieces, as the copy's reader thread sees it: writes, range deletes, compactions and
+/// GC. Its live stream then resumes after the copy; promoted, it holds what the primary holds.
+#[test]
+fn a_live_backup_caught_up_again_and_again_holds_what_its_primary_holds() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let b = open_backup(&root.path().join("b"), true);
+    let mut model = BTreeMap::new();
+    let mut bufs = Buffers::default();
+    let (mut sent_all, mut kept_all) = (0, 0);
+    for round in 0..12u32 {
+        write_round(&primary, round, &mut model);
+        if round % 3 == 1 {
+            primary.compact().expect("compact");
+        }
+        for ev in rec.take() {
+            bufs.apply(&b, &ev);
+        }
+        if round % 2 == 0 {
+            continue;
+        }
+        let inv = b.replication().backup_inventory(0).expect("inventory");
+        // The capture: what queued for the link before it is dropped with the old session.
+        let (copy, keep) = primary
+            .replication()
+            .with_copy(0, |mut c| {
+                rec.take();
+                let keep = c.resync(&inv);
+                (c, keep)
+            })
+            .expect("copy");
+        b.replication().resync_backup(0, &keep).expect("resync");
+        bufs = Buffers::default();
+        // The primary goes on while the copy's pieces are read.
+        let (sent, kept) = std::thread::scope(|sc| {
+            let model = &mut model;
+            let writer = sc.spawn(|| {
+                write_round(&primary, round + 100, model);
+                primary.compact().expect("compact");
+            });
+            let r = apply_copy_pieces(&b, &copy, &mut bufs);
+            writer.join().expect("writer");
+            r
+        });
+        bufs.apply(&b, &Event::Edits(copy.edits().to_vec()));
+        drop(copy);
+        (sent_all, kept_all) = (sent_all + sent, kept_all + kept);
+        settle(&primary);
+        for ev in rec.take() {
+            bufs.apply(&b, &ev);
+        }
+    }
+    eprintln!("incremental copies: {sent_all} bytes sent, {kept_all} kept");
+    assert!(kept_all > sent_all, "sent {sent_all}, kept {kept_all}");
+    b.replication().promote(0, &bufs.tails()).expect("promote");
+    assert_same(&b, &model, "the backup caught up again and again, promoted");
+}
+
+/// Applies the pieces of an incremental copy whose resync already ran; (sent, kept) bytes.
+fn apply_copy_pieces(db: &Db, copy: &halyard_engine::RegionCopy, bufs: &mut Buffers) -> (u64, u64) {
+    let (mut sent, mut kept) = (0, 0);
+    for i in 0..copy.pieces() {
+        let evs = match copy.read(i).expect("read a piece of the copy") {
+            CopyImage::Held { log, bytes } => {
+                kept += bytes;
+                if let Some((log, seg, salt)) = log {
+                    db.replication().backup_keep_log(0, log, seg, salt).expect("keep a log segment");
+                }
+                continue;
+            }
+            CopyImage::Log(LogKind::Medium, seg, salt, _, bytes) => vec![Event::Medium(seg, salt, bytes)],
+            CopyImage::Log(log, seg, salt, tail, bytes) => {
+                let mut evs = vec![Event::Append { log, seg, salt, offset: 0, bytes }];
+                if !tail {
+                    evs.push(Event::Sealed { log, seg, salt });
+                }
+                evs
+            }
+            CopyImage::Sst(info, bytes) => vec![Event::Sst(info, bytes)],
+        };
+        for e in evs {
+            if let Event::Append { bytes, .. } | Event::Sst(_, bytes) | Event::Medium(_, _, bytes) = &e {
+                sent += bytes.len() as u64;
+            }
+            bufs.apply(db, &e);
+        }
+    }
+    (sent, kept)
+}
+
+/// A backup reads what its levels hold as its primary does: a range delete that the catalog
+/// keeps (its keys are in deeper levels than the merge that took it in) hides them on the
+/// backup too, although the backup itself never wrote anything (its LSN stays where it was).
+#[test]
+fn a_backup_reads_its_levels_through_their_range_deletes() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let b = open_backup(&root.path().join("b"), true);
+    let mut bufs = Buffers::default();
+    let mut model = BTreeMap::new();
+    for round in 0..3 {
+        write_round(&primary, round, &mut model);
+    }
+    primary.compact().expect("compact");
+    // The primary's background compactions may apply a range delete all the way down before
+    // the backup sees it kept: a few tries, each on keys of its own.
+    let mut checked = None;
+    for attempt in 0..10u32 {
+        let (lo, hi) = (format!("user{:06}", 1000 + attempt * 150), format!("user{:06}", 1100 + attempt * 150));
+        let (lo, hi) = (lo.into_bytes(), hi.into_bytes());
+        primary.delete_range(&lo, &hi).expect("delete range");
+        model.retain(|k, _| !(*k >= lo && *k < hi));
+        primary.flush().expect("flush");
+        for ev in rec.take() {
+            bufs.apply(&b, &ev);
+        }
+        if b.stats().range_dels >= 1 {
+            checked = Some((lo, hi, 1000 + attempt * 150));
+            break;
+        }
+    }
+    let (lo, hi, base) = checked.expect("a range delete kept in the backup's catalog");
+    // Values the levels point to in the logs' unsealed tails are read from what arrived.
+    for t in bufs.tails() {
+        b.replication().backup_stage_tail(0, t.primary, t.salt, t.bytes).expect("stage");
+    }
+    if let Some(k) = b.scan(lo.clone()..hi.clone()).map(|r| r.expect("scan").0).next() {
+        panic!("{} on the backup's scan", String::from_utf8_lossy(&k));
+    }
+    for i in base..base + 100 {
+        let k = format!("user{i:06}").into_bytes();
+        assert_eq!(b.get(&k).expect("get"), None, "{} on the backup", String::from_utf8_lossy(&k));
+    }
+    assert_eq!(contents(&b), model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
+}

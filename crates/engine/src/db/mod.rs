@@ -534,7 +534,7 @@ impl Db {
         let regions: Vec<Arc<Region>> = self.inner.regions.read().values().cloned().collect();
         // Hold every writer still so that the parts are taken at one moment.
         let guards: Vec<_> = regions.iter().map(|r| r.w().lock()).collect();
-        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.lsn())).collect();
+        let parts = regions.iter().map(|r| (r.clone(), r.view(), r.read_snap())).collect();
         drop(guards);
         let mut parts: Vec<(Arc<Region>, Arc<View>, u64)> = parts;
         parts.sort_by(|a, b| a.0.start().cmp(b.0.start()));
@@ -725,7 +725,7 @@ impl RegionHandle {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
-        let snap = r.lsn();
+        let snap = r.read_snap();
         scan_parts(&[(r.clone(), view, snap)], lo, hi, opts)
     }
     /// A forward scan of the region that yields each pair's version (the LSN that wrote it);
@@ -734,7 +734,7 @@ impl RegionHandle {
         let (lo, hi) = range.into_bounds();
         let r = &self.region;
         let view = r.view();
-        let snap = r.lsn();
+        let snap = r.read_snap();
         crate::region::iter::VersionedScan(crate::region::iter::RegionScan::new(
             r.clone(),
             view,
@@ -749,7 +749,7 @@ impl RegionHandle {
     pub fn snapshot(&self) -> Snapshot {
         let r = &self.region;
         let view = r.view();
-        let snap = r.lsn();
+        let snap = r.read_snap();
         Snapshot { parts: vec![(r.clone(), view, snap)] }
     }
     /// Last LSN written.

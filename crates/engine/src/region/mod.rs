@@ -156,6 +156,18 @@ impl Region {
         self.visible.load(Relaxed)
     }
 
+    /// The snapshot a read of the region takes: its last visible LSN, or on a backup region
+    /// everything its levels hold. A backup writes nothing itself (its `visible` stays where
+    /// it was made), and its levels and range deletes change only by its primary's committed
+    /// edits; a range delete of a higher LSN than `visible` must still hide what it covers.
+    pub(crate) fn read_snap(&self) -> u64 {
+        if self.backup {
+            u64::MAX
+        } else {
+            self.visible.load(Relaxed)
+        }
+    }
+
     /// The LSM bypass, when the region keeps one: compaction maintains it, reads use it.
     pub(crate) fn bypass(&self) -> Option<&Bypass> {
         self.bypass.as_ref()

@@ -120,7 +120,7 @@ impl Region {
         // installed after GC moved a value is only seen together with the moved entries.
         let epoch = self.row_epoch.load(SeqCst);
         let view = self.view();
-        let snap = self.visible.load(Relaxed);
+        let snap = self.read_snap();
         if self.backup {
             return self.get_at(&view, snap, key);
         }
@@ -178,7 +178,7 @@ impl Region {
     /// The value of `key` and its expiry time, from the newest entry (no row cache).
     pub(crate) fn get_with_expiry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
         let view = self.view();
-        let snap = self.visible.load(Relaxed);
+        let snap = self.read_snap();
         let Some(e) = self.lookup(&view, snap, key)? else { return Ok(None) };
         Ok(self.resolve(&e)?.map(|v| (v, e.value.expire_at())))
     }
