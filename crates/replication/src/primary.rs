@@ -30,13 +30,6 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
 
-/// Whether a link that reconnects asks its backup what it holds and sends an incremental copy.
-/// Off: with it on, a static cluster's test (`cluster.rs send_index_added_backup_...`) once found
-/// both backups of a region holding a pair the primary did not, after copies that were
-/// incremental; until that is explained every catch-up is a full copy. The engine's side
-/// (`Replication::backup_inventory`, `RegionCopy::resync`, `resync_backup`) is tested on its own.
-const INCREMENTAL: bool = false;
-
 /// Bytes a second one full copy reads and sends by default (64 MiB/s, `move_rate_mb`).
 pub const DEFAULT_COPY_RATE: u64 = 64 << 20;
 
@@ -446,13 +439,8 @@ impl Shipper {
         let (route, mut replies) = conn.open(s.region, l);
         let lost = || crate::Error::Protocol("the connection to the backup node failed".into());
         let epoch = s.epoch.load(Relaxed);
-        let hello = Msg::Hello {
-            version: crate::wire::VERSION,
-            epoch,
-            region: s.region,
-            mode: s.mode,
-            inventory: !aligned && INCREMENTAL,
-        };
+        let hello =
+            Msg::Hello { version: crate::wire::VERSION, epoch, region: s.region, mode: s.mode, inventory: !aligned };
         conn.send(&hello.encode());
         let held = match replies.recv().await {
             Some(Msg::HelloOk { held, .. }) => held,
