@@ -783,3 +783,80 @@ fn a_backup_reads_its_levels_through_their_range_deletes() {
     }
     assert_eq!(contents(&b), model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
 }
+
+/// The primary role handed back and forth between two stores, each old primary keeping its
+/// store (`demote_keeping`) and caught up incrementally from the new one, with writes, range
+/// deletes, compactions and GC on whichever leads; every value, read through its pointer on
+/// each new primary, is the model's.
+#[test]
+fn the_primary_role_handed_back_and_forth_keeps_every_value_readable() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut dbs = [Db::open(root.path().join("x"), opts()).expect("x"), open_backup(&root.path().join("y"), true)];
+    let rec = Arc::new(Recorder::default());
+    dbs[0].replication().set_ship_listener(Some(rec.clone()));
+    let mut model = BTreeMap::new();
+    let mut bufs = Buffers::default();
+    let mut lead = 0usize;
+    for hand in 0..6u32 {
+        for round in 0..3 {
+            write_round(&dbs[lead], hand * 10 + round, &mut model);
+            if round == 1 {
+                dbs[lead].compact().expect("compact");
+            }
+            if hand % 2 == 1 {
+                dbs[lead].gc().expect("gc");
+            }
+            for ev in rec.take() {
+                bufs.apply(&dbs[1 - lead], &ev);
+            }
+        }
+        // The handoff: the primary writes its L0 out (every other time), the backup holds
+        // everything and is promoted; the old primary keeps its store and catches up.
+        if hand % 2 == 0 {
+            dbs[lead].flush().expect("flush");
+        }
+        settle(&dbs[lead]);
+        for ev in rec.take() {
+            bufs.apply(&dbs[1 - lead], &ev);
+        }
+        dbs[lead].replication().set_ship_listener(None);
+        let next = 1 - lead;
+        dbs[next].replication().promote(0, &bufs.tails()).expect("promote");
+        assert_same(&dbs[next], &model, &format!("the new primary after handoff {hand}"));
+        // The new primary takes writes before its old primary is back as a backup.
+        dbs[next].replication().set_ship_listener(Some(rec.clone()));
+        write_round(&dbs[next], hand * 10 + 5, &mut model);
+        dbs[lead].replication().demote_keeping(0).expect("demote keeping");
+        let inv = dbs[lead].replication().backup_inventory(0).expect("inventory");
+        bufs = Buffers::default();
+        let (copy, keep) = dbs[next]
+            .replication()
+            .with_copy(0, |mut c| {
+                rec.take();
+                let keep = c.resync(&inv);
+                (c, keep)
+            })
+            .expect("copy");
+        dbs[lead].replication().resync_backup(0, &keep).expect("resync");
+        // And while the copy's pieces are read.
+        let (sent, kept) = std::thread::scope(|sc| {
+            let (writer, model) = (&dbs[next], &mut model);
+            let w = sc.spawn(move || write_round(writer, hand * 10 + 6, model));
+            let r = apply_copy_pieces(&dbs[lead], &copy, &mut bufs);
+            w.join().expect("writer");
+            r
+        });
+        bufs.apply(&dbs[lead], &Event::Edits(copy.edits().to_vec()));
+        drop(copy);
+        eprintln!("handoff {hand}: {sent} bytes sent, {kept} kept");
+        assert_same(&dbs[next], &model, &format!("the new primary after its old primary's copy {hand}"));
+        lead = next;
+    }
+    // The last old primary, promoted once more, reads what the model holds too.
+    for ev in rec.take() {
+        bufs.apply(&dbs[1 - lead], &ev);
+    }
+    dbs[lead].replication().set_ship_listener(None);
+    dbs[1 - lead].replication().promote(0, &bufs.tails()).expect("promote");
+    assert_same(&dbs[1 - lead], &model, "the last old primary, promoted");
+}
