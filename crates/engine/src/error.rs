@@ -79,6 +79,11 @@ pub enum Error {
     /// A write batch names keys of more than one region; a batch is atomic within one region.
     #[error("a write batch spans regions {0} and {1}; split it per region (Db::region)")]
     BatchSpansRegions(u32, u32),
+    /// The region was split or merged while the write waited: its keys are in other regions
+    /// now. `Db`'s writes route again by themselves; a [`crate::RegionHandle`]'s caller
+    /// looks the key's region up again (`Db::regions`).
+    #[error("region {0} was split or merged: route the write again")]
+    RegionChanged(u32),
     /// Client writes went to a region that is a replication backup.
     #[error("region {0} is a backup: it takes replicated data only")]
     BackupRegion(u32),

@@ -791,7 +791,7 @@ fn a_backup_reads_its_levels_through_their_range_deletes() {
 #[test]
 fn the_primary_role_handed_back_and_forth_keeps_every_value_readable() {
     let root = tempfile::tempdir().expect("tempdir");
-    let mut dbs = [Db::open(root.path().join("x"), opts()).expect("x"), open_backup(&root.path().join("y"), true)];
+    let dbs = [Db::open(root.path().join("x"), opts()).expect("x"), open_backup(&root.path().join("y"), true)];
     let rec = Arc::new(Recorder::default());
     dbs[0].replication().set_ship_listener(Some(rec.clone()));
     let mut model = BTreeMap::new();

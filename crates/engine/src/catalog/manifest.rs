@@ -23,10 +23,11 @@ use std::sync::Arc;
 const SB_MAGIC: &[u8; 8] = b"HALYARD1";
 /// The format this build writes. Version 2 added the `LogFill` edit (tag 13); version 3 pairs
 /// that expire (log record kind 3, leaf cell flag 0x10); version 4 range deletes (log record
-/// kind 4, edits `AddRangeDel` and `DropRangeDel`, tags 14 and 15). A store of an older version opens
+/// kind 4, edits `AddRangeDel` and `DropRangeDel`, tags 14 and 15); version 5 region splits
+/// (edit `Split`, tag 17; segments several regions name). A store of an older version opens
 /// unchanged and is written as the current version from its first checkpoint on, so that a
 /// build that cannot read the new records refuses it.
-const FORMAT_VERSION: u32 = 4;
+const FORMAT_VERSION: u32 = 5;
 /// The oldest format this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 const SB_LEN: usize = 44;
@@ -345,6 +346,7 @@ pub(crate) fn load(dev: &Device) -> Result<Option<Loaded>> {
             decode_edits(r).map_err(|_| Error::corrupt(sb.redo_seg as u64, 0, "undecodable redo record"))?;
         catalog.apply(region, &edits);
     }
+    catalog.rebuild_shared();
     if let Err((seg, what)) = catalog.check(dev.seg_bytes(), sb.node_bytes as usize) {
         return Err(Error::corrupt(
             u64::from(seg),

@@ -106,6 +106,7 @@ mod tag {
     pub(super) const DROP_RANGE_DEL: u8 = 15;
     /// `ADD_SST` whose SST has a `range_lsn`, which follows the description.
     pub(super) const ADD_SST_RANGED: u8 = 16;
+    pub(super) const SPLIT: u8 = 17;
 }
 
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
@@ -334,6 +335,22 @@ pub enum Edit {
         /// LSN of the delete.
         lsn: u64,
     },
+    /// The region this record is for is made from region `parent`'s keys from `at` on (format
+    /// 5): it names the same SSTs, medium and large log segments (shared: a segment is freed
+    /// when no region names it any more), and the parent ends at `at`. Each side hides the
+    /// other's keys with a range delete at `lsn` (the parent's up to `past`, a key above every
+    /// key of the parent's range), which compactions then clean up; nothing is rewritten.
+    /// Both sides' levels hold everything up to `lsn`; the new region has no L0 log.
+    Split {
+        /// The region split.
+        parent: u32,
+        /// First key of the new region.
+        at: Vec<u8>,
+        /// LSN of the two range deletes (the parent's next LSN, taken by the split).
+        lsn: u64,
+        /// End of the parent's range delete: the parent's end, or past every key it may hold.
+        past: Vec<u8>,
+    },
     /// Drops a map entry (a backup remapping to a new primary's segments).
     Unmap {
         /// Log or index map.
@@ -415,6 +432,9 @@ impl Edit {
             Edit::DropRangeDel { lsn } => {
                 e.u8(tag::DROP_RANGE_DEL).u64(*lsn);
             }
+            Edit::Split { parent, at, lsn, past } => {
+                e.u8(tag::SPLIT).u32(*parent).bytes(at).u64(*lsn).bytes(past);
+            }
         }
     }
 
@@ -469,6 +489,14 @@ impl Edit {
                 Edit::AddRangeDel { start, end, lsn }
             }
             tag::DROP_RANGE_DEL => Edit::DropRangeDel { lsn: d.u64()? },
+            tag::SPLIT => {
+                let (parent, at, lsn, past) = (d.u32()?, d.bytes()?.to_vec(), d.u64()?, d.bytes()?.to_vec());
+                // The parent's range delete [at, past) is never empty.
+                if past <= at {
+                    return Err(Short);
+                }
+                Edit::Split { parent, at, lsn, past }
+            }
             _ => return Err(Short),
         })
     }
@@ -631,6 +659,8 @@ impl RegionMeta {
                 rangedel::add(&mut self.range_dels, RangeDel { start: start.clone(), end: end.clone(), lsn: *lsn })
             }
             Edit::DropRangeDel { lsn } => self.range_dels.retain(|d| d.lsn != *lsn),
+            // Two regions at once: `Catalog::apply`.
+            Edit::Split { .. } => {}
         }
     }
 
@@ -680,6 +710,14 @@ impl RegionMeta {
         v
     }
 
+    /// Whether this region names `seg` (see [`RegionMeta::segments`]).
+    fn names(&self, seg: u32) -> bool {
+        self.levels.iter().flatten().any(|s| s.seg == seg)
+            || self.logs.iter().flatten().any(|s| s.seg == seg)
+            || self.log_map.values().any(|&l| l == seg)
+            || self.index_map.values().any(|&l| l == seg)
+    }
+
     /// Every segment this region names.
     pub(crate) fn segments(&self, out: &mut BTreeSet<u32>) {
         out.extend(self.levels.iter().flatten().map(|s| s.seg));
@@ -698,6 +736,9 @@ impl RegionMeta {
 pub(crate) struct Catalog {
     /// By region id.
     pub regions: std::collections::BTreeMap<u32, RegionMeta>,
+    /// Segments more than one region may name (since a split): one of them dropping such a
+    /// segment frees it only when no other names it.
+    shared: BTreeSet<u32>,
 }
 
 impl Catalog {
@@ -709,10 +750,14 @@ impl Catalog {
 
     pub(crate) fn apply(&mut self, region: u32, edits: &[Edit]) -> Vec<u32> {
         let mut freed = Vec::new();
-        let meta = self.regions.entry(region).or_default();
         for e in edits {
-            meta.apply(e, &mut freed);
+            match e {
+                Edit::Split { parent, at, lsn, past } => self.split(*parent, region, at, *lsn, past),
+                _ => self.regions.entry(region).or_default().apply(e, &mut freed),
+            }
         }
+        self.keep_shared(region, &mut freed);
+        let meta = self.regions.entry(region).or_default();
         // An SST moved to another level keeps its segment, and so does a segment the same
         // commit maps again (a backup's incremental catch-up empties its levels and logs but
         // keeps what its primary still holds).
@@ -728,6 +773,59 @@ impl Catalog {
             meta.index_map.retain(|_, l| !freed.contains(l));
         }
         freed
+    }
+
+    /// Applies [`Edit::Split`]: `child` is made from `parent`'s keys from `at` on.
+    fn split(&mut self, parent: u32, child: u32, at: &[u8], lsn: u64, past: &[u8]) {
+        let Some(p) = self.regions.get_mut(&parent) else { return };
+        let mut c = p.clone();
+        let old_end = p.end.replace(at.to_vec());
+        let old_start = std::mem::replace(&mut c.start, at.to_vec());
+        let end = old_end.unwrap_or_else(|| past.to_vec());
+        rangedel::add(&mut p.range_dels, RangeDel { start: at.to_vec(), end, lsn });
+        p.l1_lsn = p.l1_lsn.max(lsn);
+        rangedel::add(&mut c.range_dels, RangeDel { start: old_start, end: at.to_vec(), lsn });
+        c.l1_lsn = c.l1_lsn.max(lsn);
+        // L0 is empty at a split: the parent's L0 log holds nothing the levels do not.
+        c.log_mut(LogKind::L0).clear();
+        let mut segs = BTreeSet::new();
+        c.segments(&mut segs);
+        self.shared.extend(segs);
+        self.regions.insert(child, c);
+    }
+
+    /// Keeps out of `freed` (dropped by `region`) the shared segments another region names.
+    fn keep_shared(&mut self, region: u32, freed: &mut Vec<u32>) {
+        if freed.is_empty() || self.shared.is_empty() {
+            return;
+        }
+        let (regions, shared) = (&self.regions, &mut self.shared);
+        freed.retain(|&s| {
+            if !shared.contains(&s) {
+                return true;
+            }
+            let named = regions.iter().any(|(id, m)| *id != region && m.names(s));
+            if !named {
+                shared.remove(&s);
+            }
+            !named
+        });
+    }
+
+    /// Finds the segments more than one region names (after a replay: a checkpoint lists each
+    /// region's segments without saying which are shared).
+    pub(crate) fn rebuild_shared(&mut self) {
+        let mut seen = BTreeSet::new();
+        self.shared.clear();
+        for m in self.regions.values() {
+            let mut segs = BTreeSet::new();
+            m.segments(&mut segs);
+            for s in segs {
+                if !seen.insert(s) {
+                    self.shared.insert(s);
+                }
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The store: opening and recovery, routing to regions, background work, the public API.
 
 pub(crate) mod checkpoint;
+mod reshape;
 pub(crate) mod stats;
 
 use crate::catalog::manifest::{self, Manifest};
@@ -57,9 +58,15 @@ pub(crate) struct DbInner {
     /// The same regions for routing: read on every operation without a lock or a reference
     /// count change, replaced whenever `regions` changes.
     routes: arc_swap::ArcSwap<Vec<Arc<Region>>>,
+    /// One split or merge at a time (`reshape.rs`).
+    reshaping: Mutex<()>,
     path: PathBuf,
     _lock: Option<File>,
 }
+
+/// How long a write waits for the split or merge of its region to end before it reports
+/// [`Error::RegionChanged`] (a split holds writers for as long as its last flush takes).
+const RESHAPE_WAIT: Duration = Duration::from_secs(30);
 
 /// An open store. Cheap to share across threads by reference (`&Db` is `Sync`); closes on drop.
 pub struct Db {
@@ -403,7 +410,14 @@ impl Db {
         c.open_read_bytes.store(sh.dev.counters().total_read(), Relaxed);
         c.open_micros.store(started.elapsed().as_micros() as u64, Relaxed);
         let routes = arc_swap::ArcSwap::from_pointee(regions.values().cloned().collect());
-        let inner = Arc::new(DbInner { sh, regions: RwLock::new(regions), routes, path, _lock: lock });
+        let inner = Arc::new(DbInner {
+            sh,
+            regions: RwLock::new(regions),
+            routes,
+            reshaping: Mutex::new(()),
+            path,
+            _lock: lock,
+        });
         let db = Db { inner, threads: Mutex::new(Vec::new()) };
         db.start_threads();
         Ok(db)
@@ -445,11 +459,14 @@ impl Db {
         self.inner.routes.load().iter().find(|r| r.contains(key)).cloned().ok_or(Error::NoRegionForKey)
     }
 
-    /// Runs `f` on the region holding `key` (the hot path: no lock, no reference count).
-    fn on_region<T>(&self, key: &[u8], f: impl FnOnce(&Region) -> Result<T>) -> Result<T> {
-        let routes = self.inner.routes.load();
-        let r = routes.iter().find(|r| r.contains(key)).ok_or(Error::NoRegionForKey)?;
-        f(r)
+    /// Runs `f` on the region holding `key` (the hot path: no lock, no reference count);
+    /// again on the key's new region when a split or merge retired the one it found.
+    fn on_region<T>(&self, key: &[u8], f: impl Fn(&Region) -> Result<T>) -> Result<T> {
+        self.rerouted(|| {
+            let routes = self.inner.routes.load();
+            let r = routes.iter().find(|r| r.contains(key)).ok_or(Error::NoRegionForKey)?;
+            f(r)
+        })
     }
 
     /// Stores `value` under `key`.
@@ -502,6 +519,11 @@ impl Db {
         if end <= start {
             return Err(Error::EmptyRange);
         }
+        // A part deleted again after a split is deleted no less.
+        self.rerouted(|| self.delete_range_once(start, end))
+    }
+
+    fn delete_range_once(&self, start: &[u8], end: &[u8]) -> Result<()> {
         let mut parts: Vec<Arc<Region>> = self.inner.regions.read().values().cloned().collect();
         parts.sort_by(|a, b| a.start().cmp(b.start()));
         for r in parts {
@@ -519,14 +541,35 @@ impl Db {
         let Some(first) = batch.keys().next() else {
             return Ok(());
         };
-        let r = self.route(first)?;
-        for k in batch.keys() {
-            if !r.contains(k) {
-                let other = self.route(k)?;
-                return Err(Error::BatchSpansRegions(r.id(), other.id()));
+        self.rerouted(|| {
+            let r = self.route(first)?;
+            for k in batch.keys() {
+                if !r.contains(k) {
+                    let other = self.route(k)?;
+                    return Err(Error::BatchSpansRegions(r.id(), other.id()));
+                }
+            }
+            r.write(&batch.as_ops()).map(|_| ())
+        })
+    }
+
+    /// Runs `f` again while it finds a region a split or merge retired (for up to
+    /// [`RESHAPE_WAIT`]): the routes name the new regions once it is done.
+    fn rerouted<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
+        // No clock read on the hot path: only once a region turned out retired.
+        let mut deadline = None;
+        loop {
+            match f() {
+                Err(Error::RegionChanged(id)) => {
+                    let until = *deadline.get_or_insert_with(|| Instant::now() + RESHAPE_WAIT);
+                    if Instant::now() >= until {
+                        return Err(Error::RegionChanged(id));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                out => return out,
             }
         }
-        r.write(&batch.as_ops()).map(|_| ())
     }
 
     /// Every region's current view and LSN.
@@ -643,8 +686,24 @@ impl Db {
 
     /// Swaps in a rebuilt region object (a backup promoted to primary).
     pub(crate) fn replace_region(&self, r: Arc<Region>) {
+        self.install_regions(vec![r], &[]);
+    }
+
+    /// Puts region objects in place (new or rebuilt) and takes out the regions `gone`, at
+    /// once for the routes.
+    pub(crate) fn install_regions(&self, regions: Vec<Arc<Region>>, gone: &[u32]) {
         let mut g = self.inner.regions.write();
-        g.insert(r.id(), r);
+        for id in gone {
+            if let Some(old) = g.remove(id) {
+                old.mark_retired();
+            }
+        }
+        for r in regions {
+            // The object replaced is out of service for good (GC passes that listed it skip it).
+            if let Some(old) = g.insert(r.id(), r) {
+                old.mark_retired();
+            }
+        }
         self.inner.routes.store(Arc::new(g.values().cloned().collect()));
     }
 

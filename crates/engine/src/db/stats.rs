@@ -85,6 +85,8 @@ pub struct Stats {
     pub stalls: [u64; 5],
     /// Compactions completed (merges and moves).
     pub compactions: u64,
+    /// Regions split (`Db::split_region`).
+    pub splits: u64,
     /// Compactions that moved an SST down without rewriting it.
     pub trivial_moves: u64,
     /// Expired pairs compactions dropped (or replaced by a tombstone above older versions).
@@ -185,6 +187,7 @@ impl Db {
             stall_seconds: c.stall_ns.load(Relaxed) as f64 / 1e9,
             stalls: std::array::from_fn(|i| c.stalls.get(i).map_or(0, |n| n.load(Relaxed))),
             compactions: c.compactions.load(Relaxed),
+            splits: c.splits.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
             expired_dropped: c.expired_dropped.load(Relaxed),
             medium_merged: c.medium_merged.load(Relaxed),

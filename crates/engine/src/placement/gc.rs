@@ -28,6 +28,11 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
         return Ok(0);
     }
     let _g = keep_out(r);
+    // A region object a split, a merge or a change of role replaced: a pass that listed it
+    // before must not move records into it or drop segments its successor's catalog names.
+    if r.is_retired() {
+        return Ok(0);
+    }
     let Some(meta) = r.sh().manifest.region(r.id()) else {
         return Ok(0);
     };

@@ -109,6 +109,9 @@ pub(crate) struct Region {
     row_gate: parking_lot::RwLock<()>,
     /// The LSM bypass (`tree/bypass.rs`): None when off, and for backup regions.
     bypass: Option<Bypass>,
+    /// Set (under the write lock) when a split or merge takes this region object out of
+    /// service: writes then fail with `RegionChanged` (`Db::split_region`).
+    retired: AtomicBool,
 }
 
 static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
@@ -154,6 +157,24 @@ impl Region {
     /// The last LSN readers may see.
     pub(crate) fn lsn(&self) -> u64 {
         self.visible.load(Relaxed)
+    }
+
+    /// Takes the region out of service for writes (true) or puts it back (false, a split
+    /// that failed). Writers check it under the write lock, so once this returns no write
+    /// appends to the region any more.
+    pub(crate) fn set_retired(&self, retired: bool) {
+        let _w = self.w.lock();
+        self.retired.store(retired, Relaxed);
+    }
+
+    /// Marks a region object its successor replaces (see [`Region::set_retired`]); its
+    /// caller stopped its writes already, perhaps holding the write lock.
+    pub(crate) fn mark_retired(&self) {
+        self.retired.store(true, Relaxed);
+    }
+
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Relaxed)
     }
 
     /// The snapshot a read of the region takes: its last visible LSN, or on a backup region
@@ -231,6 +252,7 @@ impl Region {
             row_epoch: AtomicU64::new(0),
             row_gate: parking_lot::RwLock::new(()),
             bypass: (sh.opts.lsm_bypass_bytes > 0 && !meta.backup).then(|| Bypass::new(sh.opts.lsm_bypass_bytes)),
+            retired: AtomicBool::new(false),
             sh,
         }
     }

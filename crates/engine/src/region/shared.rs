@@ -32,6 +32,7 @@ pub(crate) struct Counters {
     /// Writes that waited for L0 room, by how long (see [`STALL_BUCKETS_NS`]).
     pub stalls: [AtomicU64; 5],
     pub compactions: AtomicU64,
+    pub splits: AtomicU64,
     pub trivial_moves: AtomicU64,
     pub expired_dropped: AtomicU64,
     pub medium_merged: AtomicU64,

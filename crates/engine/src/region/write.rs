@@ -114,6 +114,10 @@ impl Region {
         let pending = {
             let mut w = self.lock_long(&self.w);
             self.make_room(&mut w)?;
+            // After the wait for room, which lets the lock go.
+            if self.is_retired() {
+                return Err(Error::RegionChanged(self.id));
+            }
             self.append_locked(&mut w, ops, true)?
         };
         // L0 insertion runs outside the write lock, concurrently with other writers; the

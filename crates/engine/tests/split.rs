@@ -1,0 +1,275 @@
+//! Region splits: a region cut at a key reads as before on both sides, takes writes on both,
+//! survives reopening, and its halves clean the other's keys up by compaction; writers go on
+//! through a split; a SIGKILL at any moment of splits under writes reopens with regions that
+//! partition the key space and every acknowledged write.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
+use halyard_engine::{Db, Error, Options, RegionInfo, SyncMode};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A small deterministic generator (xorshift64*): a failing seed replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+/// Small, medium and large values (the tiny options' thresholds are 40 and 200 bytes).
+fn value(i: u64, round: u64) -> Vec<u8> {
+    let len = [8usize, 120, 600][(i % 3) as usize];
+    let mut v = format!("{round}-{i}-").into_bytes();
+    v.resize(len, b'a' + (round % 26) as u8);
+    v
+}
+
+fn opts() -> Options {
+    Options { gc_threshold: 0.2, ..Options::tiny() }
+}
+
+/// Every acknowledged write durable (the kill test's).
+fn durable() -> Options {
+    Options { sync: SyncMode::Always, ..opts() }
+}
+
+fn contents(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    db.scan(..).map(|r| r.expect("scan")).collect()
+}
+
+/// The regions cover the whole key space, in order, without a gap or an overlap.
+fn assert_partition(regions: &[RegionInfo]) {
+    let mut rs: Vec<&RegionInfo> = regions.iter().collect();
+    rs.sort_by(|a, b| a.start.cmp(&b.start));
+    assert!(rs.first().is_some_and(|r| r.start.is_empty()), "{regions:?}");
+    for pair in rs.windows(2) {
+        assert_eq!(pair[0].end.as_ref(), Some(&pair[1].start), "{regions:?}");
+    }
+    assert!(rs.last().is_some_and(|r| r.end.is_none()), "{regions:?}");
+}
+
+/// A random workload with splits at random keys, compactions, GC and reopens, against a model.
+#[test]
+fn splits_read_and_write_like_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut db = Db::open(dir.path(), opts()).expect("open");
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut next_id = 1u32;
+    for step in 0..30u64 {
+        for _ in 0..400 {
+            let i = rng.below(3000);
+            match rng.below(20) {
+                0 => {
+                    let j = i + 1 + rng.below(60);
+                    db.delete_range(&key(i), &key(j)).expect("delete range");
+                    model.retain(|k, _| !(*k >= key(i) && *k < key(j)));
+                }
+                1..=3 => {
+                    db.delete(&key(i)).expect("delete");
+                    model.remove(&key(i));
+                }
+                _ => {
+                    db.put(&key(i), &value(i, step)).expect("put");
+                    model.insert(key(i), value(i, step));
+                }
+            }
+        }
+        if step % 2 == 0 {
+            let at = key(rng.below(3000));
+            match db.split_region(region_of(&db, &at), &at, next_id) {
+                Ok(h) => {
+                    assert_eq!(h.id(), next_id);
+                    next_id += 1;
+                }
+                // At the start of its region: nothing to cut.
+                Err(Error::InvalidOptions(_)) => {}
+                Err(e) => panic!("split at {at:?}: {e}"),
+            }
+        }
+        match step % 5 {
+            1 => db.compact().expect("compact"),
+            2 => drop(db.gc().expect("gc")),
+            3 => {
+                drop(db);
+                db = Db::open(dir.path(), opts()).expect("reopen");
+            }
+            _ => {}
+        }
+        assert_partition(&db.regions());
+        assert!(contents(&db) == model, "step {step}: the store differs from the model");
+        for _ in 0..50 {
+            let k = key(rng.below(3000));
+            assert_eq!(db.get(&k).expect("get"), model.get(&k).cloned(), "step {step}: get {k:?}");
+        }
+    }
+    assert!(db.stats().splits >= 10 || next_id > 10, "{:?} splits", db.stats().splits);
+    // Compactions clean each half of the other's keys: the split's range deletes go.
+    for _ in 0..20 {
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        if db.stats().range_dels == 0 {
+            break;
+        }
+    }
+    let s = db.stats();
+    assert!(s.range_covered_dropped + s.range_ssts_freed > 0, "{s:?}");
+    assert!(contents(&db) == model, "after the clean-up");
+    drop(db);
+    let db = Db::open(dir.path(), opts()).expect("reopen");
+    assert!(contents(&db) == model, "reopened after the clean-up");
+}
+
+fn region_of(db: &Db, k: &[u8]) -> u32 {
+    db.regions()
+        .into_iter()
+        .find(|r| k >= r.start.as_slice() && r.end.as_ref().is_none_or(|e| k < e.as_slice()))
+        .map(|r| r.id)
+        .expect("a region for the key")
+}
+
+#[test]
+fn a_split_key_must_lie_inside_the_region_and_the_new_id_be_free() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), opts()).expect("open");
+    db.put(b"b", b"1").expect("put");
+    assert!(matches!(db.split_region(0, b"", 1), Err(Error::InvalidOptions(_))));
+    assert!(matches!(db.split_region(9, b"m", 1), Err(Error::NoSuchRegion(9))));
+    assert!(matches!(db.split_region(0, b"m", 0), Err(Error::RegionExists(0))));
+    let long = vec![b'x'; db.options().max_key_bytes + 1];
+    assert!(matches!(db.split_region(0, &long, 1), Err(Error::KeyTooLarge { .. })));
+    db.split_region(0, b"m", 1).expect("split");
+    assert!(matches!(db.split_region(0, b"n", 2), Err(Error::InvalidOptions(_))), "m.. is region 1's now");
+    assert_eq!(db.get(b"b").expect("get"), Some(b"1".to_vec()));
+    assert!(matches!(db.region(0).expect("region 0").put(b"z", b"1"), Err(Error::KeyOutOfRegion(0))));
+    db.region(1).expect("region 1").put(b"z", b"2").expect("put into the new region");
+    assert_eq!(db.get(b"z").expect("get"), Some(b"2".to_vec()));
+}
+
+/// Writers on both sides of the split key go on while the region is split again and again;
+/// none of them sees an error, and every acknowledged write reads back.
+#[test]
+fn writers_go_on_through_splits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), opts()).expect("open"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let writers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (db, stop, acked) = (db.clone(), stop.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = key(i % 3000);
+                    db.put(&k, &value(i, i)).expect("a write during a split");
+                    acked.lock().unwrap().insert(k, value(i, i));
+                    i += 3;
+                }
+            })
+        })
+        .collect();
+    for (n, at) in [1500u64, 750, 2250, 300, 2700, 1100].into_iter().enumerate() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let at = key(at);
+        db.split_region(region_of(&db, &at), &at, n as u32 + 1).expect("split");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("writer");
+    }
+    assert_eq!(db.regions().len(), 7);
+    assert_partition(&db.regions());
+    let acked = acked.lock().unwrap();
+    assert!(acked.len() > 1000, "{} writes", acked.len());
+    assert!(contents(&db) == *acked, "the store differs from the acknowledged writes");
+}
+
+/// The child of `a_kill_during_splits_keeps_the_regions_whole_or_split`: writes keys, acknowledging
+/// each on stdout, and splits its regions as it goes, until it is killed.
+#[test]
+fn split_writer_child() {
+    let Ok(dir) = std::env::var("HALYARD_SPLIT_DIR") else { return };
+    let round: u64 = std::env::var("HALYARD_SPLIT_ROUND").ok().and_then(|r| r.parse().ok()).unwrap_or(0);
+    let db = Db::open(&dir, durable()).expect("open");
+    let mut out = std::io::stdout();
+    let mut next_id = db.regions().iter().map(|r| r.id).max().unwrap_or(0) + 1;
+    let mut rng = Rng(round * 7919 + 1);
+    for n in 0..100_000u64 {
+        let i = rng.below(3000);
+        db.put(&key(i), &value(i, round)).expect("put");
+        writeln!(out, "ack {i}").expect("stdout");
+        if n % 97 == 0 {
+            let at = key(rng.below(3000));
+            if db.split_region(region_of(&db, &at), &at, next_id).is_ok() {
+                next_id += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_kill_during_splits_keeps_the_regions_whole_or_split() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for round in 0..12u64 {
+        let mut child = Command::new(&exe)
+            .args(["--exact", "split_writer_child", "--nocapture", "--test-threads=1"])
+            .env("HALYARD_SPLIT_DIR", dir.path())
+            .env("HALYARD_SPLIT_ROUND", round.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the writer");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        // Killed after a different number of acknowledged writes each round.
+        let kill_after = 200 + round * 173;
+        let mut acked = Vec::new();
+        while (acked.len() as u64) < kill_after {
+            let Some(Ok(line)) = lines.next() else { break };
+            if let Some(i) = line.strip_prefix("ack ").and_then(|i| i.parse::<u64>().ok()) {
+                acked.push(i);
+            }
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        let db = Db::open(dir.path(), durable()).expect("open after SIGKILL");
+        assert_partition(&db.regions());
+        let got = contents(&db);
+        for &i in &acked {
+            model.insert(key(i), value(i, round));
+        }
+        // Every acknowledged write is there, or a later write of this round that was under
+        // way at the kill.
+        for i in 0..3000 {
+            let (k, later) = (key(i), value(i, round));
+            if let Some(v) = model.get(&k) {
+                let g = got.get(&k);
+                assert!(g == Some(v) || g == Some(&later), "round {round}: acknowledged write of {k:?} lost");
+            }
+        }
+        model = got;
+    }
+}
