@@ -77,7 +77,7 @@ fn splits_read_and_write_like_the_model() {
     let mut db = Db::open(dir.path(), opts()).expect("open");
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let mut next_id = 1u32;
+    let (mut next_id, mut merges) = (1u32, 0);
     for step in 0..30u64 {
         for _ in 0..400 {
             let i = rng.below(3000);
@@ -109,6 +109,9 @@ fn splits_read_and_write_like_the_model() {
                 Err(e) => panic!("split at {at:?}: {e}"),
             }
         }
+        if step % 6 == 5 && merge_two(&db, &mut rng) {
+            merges += 1;
+        }
         match step % 5 {
             1 => db.compact().expect("compact"),
             2 => drop(db.gc().expect("gc")),
@@ -125,21 +128,44 @@ fn splits_read_and_write_like_the_model() {
             assert_eq!(db.get(&k).expect("get"), model.get(&k).cloned(), "step {step}: get {k:?}");
         }
     }
-    assert!(db.stats().splits >= 10 || next_id > 10, "{:?} splits", db.stats().splits);
+    assert!(merges >= 4, "{merges} merges");
     // Compactions clean each half of the other's keys: the split's range deletes go.
-    for _ in 0..20 {
-        db.flush().expect("flush");
-        db.compact().expect("compact");
-        if db.stats().range_dels == 0 {
-            break;
-        }
-    }
+    settle(&db);
     let s = db.stats();
     assert!(s.range_covered_dropped + s.range_ssts_freed > 0, "{s:?}");
     assert!(contents(&db) == model, "after the clean-up");
     drop(db);
     let db = Db::open(dir.path(), opts()).expect("reopen");
     assert!(contents(&db) == model, "reopened after the clean-up");
+}
+
+/// Flushes and compacts until no region holds a range delete (a split's halves are clean).
+fn settle(db: &Db) {
+    for _ in 0..30 {
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        if db.stats().range_dels == 0 {
+            return;
+        }
+    }
+    panic!("range deletes left after 30 compactions: {:?}", db.stats().range_dels);
+}
+
+/// Merges two neighbouring regions picked at random, once the store is clean; false when there
+/// is one region.
+fn merge_two(db: &Db, rng: &mut Rng) -> bool {
+    let mut rs = db.regions();
+    if rs.len() < 2 {
+        return false;
+    }
+    rs.sort_by(|a, b| a.start.cmp(&b.start));
+    settle(db);
+    let i = rng.below(rs.len() as u64 - 1) as usize;
+    let (l, r) = (rs[i].id, rs[i + 1].id);
+    let h = db.merge_regions(l, r).unwrap_or_else(|e| panic!("merge {l} and {r}: {e}"));
+    assert_eq!(h.id(), l);
+    assert!(db.region(r).is_err(), "region {r} is gone");
+    true
 }
 
 fn region_of(db: &Db, k: &[u8]) -> u32 {
@@ -206,8 +232,9 @@ fn writers_go_on_through_splits() {
     assert!(contents(&db) == *acked, "the store differs from the acknowledged writes");
 }
 
-/// The child of `a_kill_during_splits_keeps_the_regions_whole_or_split`: writes keys, acknowledging
-/// each on stdout, and splits its regions as it goes, until it is killed.
+/// The child of `a_kill_during_splits_and_merges_keeps_the_regions_whole_or_reshaped`: writes
+/// keys, acknowledging each on stdout, and splits and merges its regions as it goes, until it
+/// is killed.
 #[test]
 fn split_writer_child() {
     let Ok(dir) = std::env::var("HALYARD_SPLIT_DIR") else { return };
@@ -226,11 +253,23 @@ fn split_writer_child() {
                 next_id += 1;
             }
         }
+        // And merges, once a pair is clean (not always by then: a refusal is fine).
+        if n % 389 == 388 {
+            db.compact().expect("compact");
+            let mut rs = db.regions();
+            rs.sort_by(|a, b| a.start.cmp(&b.start));
+            if let Some(i) = (rs.len() > 1).then(|| rng.below(rs.len() as u64 - 1) as usize) {
+                match db.merge_regions(rs[i].id, rs[i + 1].id) {
+                    Ok(_) | Err(Error::InvalidOptions(_)) => {}
+                    Err(e) => panic!("merge: {e}"),
+                }
+            }
+        }
     }
 }
 
 #[test]
-fn a_kill_during_splits_keeps_the_regions_whole_or_split() {
+fn a_kill_during_splits_and_merges_keeps_the_regions_whole_or_reshaped() {
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = std::env::current_exe().expect("test binary");
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -272,4 +311,39 @@ fn a_kill_during_splits_keeps_the_regions_whole_or_split() {
         }
         model = got;
     }
+}
+
+#[test]
+fn a_merge_waits_for_the_split_halves_to_be_clean_and_then_joins_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), opts()).expect("open");
+    let mut model = BTreeMap::new();
+    for i in 0..3000u64 {
+        db.put(&key(i), &value(i, 0)).expect("put");
+        model.insert(key(i), value(i, 0));
+    }
+    db.compact().expect("compact");
+    db.split_region(0, &key(1500), 1).expect("split");
+    for i in (0..3000u64).step_by(7) {
+        db.put(&key(i), &value(i, 1)).expect("put");
+        model.insert(key(i), value(i, 1));
+    }
+    assert!(matches!(db.merge_regions(1, 0), Err(Error::InvalidOptions(_))), "the right one first");
+    assert!(matches!(db.merge_regions(0, 1), Err(Error::InvalidOptions(_))), "not clean yet");
+    settle(&db);
+    db.merge_regions(0, 1).expect("merge");
+    assert_eq!(db.regions().len(), 1);
+    assert_partition(&db.regions());
+    assert!(contents(&db) == model);
+    // One region again: a batch across the old boundary is atomic in it.
+    let mut b = halyard_engine::WriteBatch::new();
+    b.put(key(1499), b"a".to_vec()).put(key(1500), b"b".to_vec());
+    db.write(&b).expect("a batch across the old boundary");
+    model.insert(key(1499), b"a".to_vec());
+    model.insert(key(1500), b"b".to_vec());
+    drop(db);
+    let db = Db::open(dir.path(), opts()).expect("reopen");
+    assert_eq!(db.regions().len(), 1);
+    assert!(contents(&db) == model, "reopened after the merge");
+    assert_eq!(db.stats().merges, 0, "counted per process");
 }

@@ -107,6 +107,7 @@ mod tag {
     /// `ADD_SST` whose SST has a `range_lsn`, which follows the description.
     pub(super) const ADD_SST_RANGED: u8 = 16;
     pub(super) const SPLIT: u8 = 17;
+    pub(super) const MERGE: u8 = 18;
 }
 
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
@@ -351,6 +352,13 @@ pub enum Edit {
         /// End of the parent's range delete: the parent's end, or past every key it may hold.
         past: Vec<u8>,
     },
+    /// The region this record is for takes in region `right`, which starts where it ends
+    /// (format 5): its levels, medium and large logs and their counts join this region's
+    /// (neither holds a key of the other's range, nor a range delete), `right` is gone.
+    Merge {
+        /// The region merged in.
+        right: u32,
+    },
     /// Drops a map entry (a backup remapping to a new primary's segments).
     Unmap {
         /// Log or index map.
@@ -435,6 +443,9 @@ impl Edit {
             Edit::Split { parent, at, lsn, past } => {
                 e.u8(tag::SPLIT).u32(*parent).bytes(at).u64(*lsn).bytes(past);
             }
+            Edit::Merge { right } => {
+                e.u8(tag::MERGE).u32(*right);
+            }
         }
     }
 
@@ -497,6 +508,7 @@ impl Edit {
                 }
                 Edit::Split { parent, at, lsn, past }
             }
+            tag::MERGE => Edit::Merge { right: d.u32()? },
             _ => return Err(Short),
         })
     }
@@ -660,7 +672,7 @@ impl RegionMeta {
             }
             Edit::DropRangeDel { lsn } => self.range_dels.retain(|d| d.lsn != *lsn),
             // Two regions at once: `Catalog::apply`.
-            Edit::Split { .. } => {}
+            Edit::Split { .. } | Edit::Merge { .. } => {}
         }
     }
 
@@ -753,6 +765,7 @@ impl Catalog {
         for e in edits {
             match e {
                 Edit::Split { parent, at, lsn, past } => self.split(*parent, region, at, *lsn, past),
+                Edit::Merge { right } => self.merge(region, *right),
                 _ => self.regions.entry(region).or_default().apply(e, &mut freed),
             }
         }
@@ -792,6 +805,37 @@ impl Catalog {
         c.segments(&mut segs);
         self.shared.extend(segs);
         self.regions.insert(child, c);
+    }
+
+    /// Applies [`Edit::Merge`]: `left` takes in `right`.
+    fn merge(&mut self, left: u32, right: u32) {
+        let Some(r) = self.regions.remove(&right) else { return };
+        let l = self.regions.entry(left).or_default();
+        l.end = r.end;
+        l.l1_lsn = l.l1_lsn.max(r.l1_lsn);
+        while l.levels.len() < r.levels.len() {
+            l.levels.push(Vec::new());
+        }
+        for (lv, theirs) in l.levels.iter_mut().zip(r.levels) {
+            // Disjoint key ranges, the right ones above: the level stays sorted.
+            lv.extend(theirs);
+        }
+        for (mine, theirs) in l.logs.iter_mut().zip(r.logs) {
+            for s in theirs {
+                // A segment both name (shared since a split) is listed once.
+                if !mine.iter().any(|m| m.seg == s.seg) {
+                    mine.push(s);
+                }
+            }
+        }
+        for (seg, n) in r.medium_ptrs {
+            *l.medium_ptrs.entry(seg).or_insert(0) += n;
+        }
+        for (seg, g) in r.large_garbage {
+            *l.large_garbage.entry(seg).or_insert(0) += g;
+        }
+        l.log_map.extend(r.log_map);
+        l.index_map.extend(r.index_map);
     }
 
     /// Keeps out of `freed` (dropped by `region`) the shared segments another region names.

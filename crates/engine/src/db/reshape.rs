@@ -63,23 +63,12 @@ impl Db {
             compaction::release_all_levels(r);
             return Err(Error::InvalidOptions(format!("region {} took writes during its split", r.id())));
         }
-        if let Err(e) = r.write_out(&mut w) {
-            compaction::release_all_levels(r);
-            return Err(e);
-        }
         // The split takes an LSN of its own: its range deletes hide everything before it, and
         // both halves write after it.
         let lsn = w.next_lsn;
-        let mut edits = Vec::new();
-        if let Some((seg, _)) = w.large.seg {
-            // Neither half writes the parent's large-log tail again: what it holds is known.
-            let fill = (sh.dev.seg_bytes() as usize).saturating_sub(w.large.remaining()) as u32;
-            edits.push(Edit::LogSeal { log: LogKind::Large, seg, max_lsn: w.large.last_lsn });
-            edits.push(Edit::LogFill { log: LogKind::Large, seg, bytes: fill });
-        }
         let past = vec![u8::MAX; sh.opts.max_key_bytes + 1];
         let split = Edit::Split { parent: r.id(), at: at.to_vec(), lsn, past };
-        let committed = sh.manifest.commit(r.id(), &edits).and_then(|_| sh.manifest.commit(new_id, &[split]));
+        let committed = seal_large_tail(r, &mut w).and_then(|_| sh.manifest.commit(new_id, &[split]));
         if let Err(e) = committed {
             drop(w);
             compaction::release_all_levels(r);
@@ -101,4 +90,111 @@ impl Db {
         drop(w);
         Ok(RegionHandle { region: child })
     }
+}
+
+impl Db {
+    /// Merges region `right` into region `left`, which ends where `right` starts: `left`
+    /// then covers both ranges and `right` is gone. Nothing is copied: `left`'s catalog takes
+    /// in `right`'s SSTs and log segments, in one durable record. Both regions' writers wait
+    /// while their L0s are written out. Refused while either region still holds keys or range
+    /// deletes beyond its own range (a split's halves until their compactions cleaned up:
+    /// `Db::compact` does it) or a range delete of its own (their LSNs are counted per region,
+    /// so two regions' could meet).
+    pub fn merge_regions(&self, left: u32, right: u32) -> Result<RegionHandle> {
+        let _one = self.inner.reshaping.lock();
+        let (l, r) = (self.region(left)?.region, self.region(right)?.region);
+        if l.end().as_deref() != Some(r.start().as_slice()) || left == right {
+            return Err(Error::InvalidOptions(format!("region {left} does not end where region {right} starts")));
+        }
+        if l.is_backup() || r.is_backup() {
+            return Err(Error::BackupRegion(if l.is_backup() { left } else { right }));
+        }
+        self.inner.sh.check()?;
+        for x in [&l, &r] {
+            x.flush()?;
+            check_mergeable(x)?;
+        }
+        for x in [&l, &r] {
+            x.set_retired(true);
+        }
+        let merged = self.merge_retired(&l, &r);
+        if merged.is_err() {
+            for x in [&l, &r] {
+                x.set_retired(false);
+            }
+        }
+        merged
+    }
+
+    /// The merge once no write appends to either region any more.
+    fn merge_retired(&self, l: &Arc<Region>, r: &Arc<Region>) -> Result<RegionHandle> {
+        let sh = l.sh().clone();
+        for x in [l, r] {
+            x.flush()?;
+        }
+        let _gc = (gc::keep_out(l), gc::keep_out(r));
+        compaction::claim_all_levels(l)?;
+        if let Err(e) = compaction::claim_all_levels(r) {
+            compaction::release_all_levels(l);
+            return Err(e);
+        }
+        let release = || [l, r].iter().for_each(|x| compaction::release_all_levels(x));
+        let (mut wl, mut wr) = (l.w().lock(), r.w().lock());
+        let ready = check_mergeable(l).and_then(|_| check_mergeable(r));
+        let sealed = ready.and_then(|_| seal_large_tail(l, &mut wl)).and_then(|_| seal_large_tail(r, &mut wr));
+        let committed = sealed.and_then(|_| sh.manifest.commit(l.id(), &[Edit::Merge { right: r.id() }]));
+        if let Err(e) = committed {
+            drop((wl, wr));
+            release();
+            return match e {
+                Error::InvalidOptions(_) => Err(e),
+                e => sh.fail(e),
+            };
+        }
+        let next_lsn = wl.next_lsn.max(wr.next_lsn);
+        for x in [l, r] {
+            let pin = sh.alloc.pin();
+            x.view().on_release(Box::new(move || drop(pin)));
+        }
+        let meta = sh.manifest.region(l.id()).ok_or(Error::NoSuchRegion(l.id()))?;
+        let joined = Arc::new(Region::new(l.id(), &meta, sh.clone(), Memtable::new(), next_lsn));
+        self.install_regions(vec![joined.clone()], &[r.id()]);
+        sh.counters.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        drop((wl, wr));
+        Ok(RegionHandle { region: joined })
+    }
+}
+
+/// Whether `r` may be merged: an empty L0, no range delete, no SST beyond its range.
+fn check_mergeable(r: &Region) -> Result<()> {
+    let v = r.view();
+    let refuse = |why: &str| Err(Error::InvalidOptions(format!("region {} cannot be merged yet: {why}", r.id())));
+    if !v.mem.is_empty() || v.imm.is_some() {
+        return refuse("it took writes while its L0 was written out");
+    }
+    if !v.version.range_dels.is_empty() {
+        return refuse("it holds range deletes that its compactions have not cleaned up yet (Db::compact)");
+    }
+    let (start, end) = (r.start(), r.end());
+    let outside =
+        v.version.levels.iter().flatten().any(|s| {
+            s.info.first_key.as_slice() < start.as_slice() || end.as_ref().is_some_and(|e| s.info.last_key >= *e)
+        });
+    if outside {
+        return refuse("an SST still holds keys beyond its range (Db::compact cleans a split's halves up)");
+    }
+    Ok(())
+}
+
+/// Seals the large-log segment the region's tail is filling: no region object writes it again.
+fn seal_large_tail(r: &Region, w: &mut crate::region::WriteState) -> Result<()> {
+    r.write_out(w)?;
+    let Some((seg, _)) = w.large.seg else { return Ok(()) };
+    let sh = r.sh();
+    let fill = (sh.dev.seg_bytes() as usize).saturating_sub(w.large.remaining()) as u32;
+    let edits = [
+        Edit::LogSeal { log: LogKind::Large, seg, max_lsn: w.large.last_lsn },
+        Edit::LogFill { log: LogKind::Large, seg, bytes: fill },
+    ];
+    sh.manifest.commit(r.id(), &edits).map(|_| ())
 }

@@ -87,6 +87,8 @@ pub struct Stats {
     pub compactions: u64,
     /// Regions split (`Db::split_region`).
     pub splits: u64,
+    /// Regions merged into their left neighbour (`Db::merge_regions`).
+    pub merges: u64,
     /// Compactions that moved an SST down without rewriting it.
     pub trivial_moves: u64,
     /// Expired pairs compactions dropped (or replaced by a tombstone above older versions).
@@ -188,6 +190,7 @@ impl Db {
             stalls: std::array::from_fn(|i| c.stalls.get(i).map_or(0, |n| n.load(Relaxed))),
             compactions: c.compactions.load(Relaxed),
             splits: c.splits.load(Relaxed),
+            merges: c.merges.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
             expired_dropped: c.expired_dropped.load(Relaxed),
             medium_merged: c.medium_merged.load(Relaxed),

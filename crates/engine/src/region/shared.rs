@@ -33,6 +33,7 @@ pub(crate) struct Counters {
     pub stalls: [AtomicU64; 5],
     pub compactions: AtomicU64,
     pub splits: AtomicU64,
+    pub merges: AtomicU64,
     pub trivial_moves: AtomicU64,
     pub expired_dropped: AtomicU64,
     pub medium_merged: AtomicU64,

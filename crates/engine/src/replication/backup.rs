@@ -491,9 +491,9 @@ impl Translation<'_> {
             Edit::AddRangeDel { .. } | Edit::DropRangeDel { .. } => self.local.push(e.clone()),
             Edit::ClearL1Lsn => self.local.push(Edit::ClearL1Lsn),
             // A split is not shipped as an edit: a backup splits its own copy.
-            Edit::Split { parent, .. } => {
-                let what = format!("a shipped edit splits region {parent}; splits are not replicated as edits");
-                return Err(Error::InvalidOptions(what));
+            Edit::Split { .. } | Edit::Merge { .. } => {
+                let what = "a shipped edit splits or merges regions; those are not replicated as edits";
+                return Err(Error::InvalidOptions(what.into()));
             }
             // The backup's own copies of the L0 and large logs arrive whole
             // (`backup_log_segment`); the rest is never shipped.
