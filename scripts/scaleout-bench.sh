@@ -66,9 +66,11 @@ balanced() { local quiet=0 since=0; for _ in $(seq 1 3000); do
     else quiet=0; fi
     sleep 0.2; done
   echo "no balance with $1 nodes" >&2; exit 1; }
-run() { # run NODES: Run A, its ops/s
-  $B bench --target halyard://10.77.1.2:7400 --password scaleout --records $records --ops $((20000 * $1)) --threads 32 \
-    --workloads run-a --mix L --quiet --json run-$1.json > run-$1.txt 2>&1
+run() { # run NODES: Run A, its ops/s ("failed", with the bench's last lines on stderr, if it failed)
+  if ! $B bench --target halyard://10.77.1.2:7400 --password scaleout --records $records --ops $((20000 * $1)) \
+    --threads 32 --workloads run-a --mix L --quiet --json run-$1.json > run-$1.txt 2>&1; then
+    tail -3 run-$1.txt >&2; echo failed; return
+  fi
   python3 -c "
 import json
 def walk(x):
@@ -92,5 +94,6 @@ for n in 3 5; do
   since=$(balanced $n)
   took=$(python3 -c "print(f'{$since - $t0:.1f}')")
   ops=$(run $n)
-  echo "scale-out ($copies copies): $n nodes: balanced $took s after the join; Run A $ops ops/s, $(python3 -c "print(f'{$ops / $one:.2f}')") x $first node(s)"
+  ratio=-; [ "$ops" != failed ] && [ "$one" != failed ] && ratio=$(python3 -c "print(f'{$ops / $one:.2f}')")
+  echo "scale-out ($copies copies): $n nodes: balanced $took s after the join; Run A $ops ops/s, $ratio x $first node(s)"
 done
