@@ -141,33 +141,7 @@ fn apply_pieces(
 ) -> (u64, u64) {
     let keep = copy.resync(inv);
     db.replication().resync_backup(0, &keep).expect("resync");
-    let (mut sent, mut kept) = (0, 0);
-    for i in 0..copy.pieces().min(upto) {
-        let ev = match copy.read(i).expect("read a piece of the copy") {
-            CopyImage::Held { log, bytes } => {
-                kept += bytes;
-                if let Some((log, seg, salt)) = log {
-                    db.replication().backup_keep_log(0, log, seg, salt).expect("keep a log segment");
-                }
-                continue;
-            }
-            CopyImage::Log(LogKind::Medium, seg, salt, _, bytes) => vec![Event::Medium(seg, salt, bytes)],
-            CopyImage::Log(log, seg, salt, tail, bytes) => {
-                let mut evs = vec![Event::Append { log, seg, salt, offset: 0, bytes }];
-                if !tail {
-                    evs.push(Event::Sealed { log, seg, salt });
-                }
-                evs
-            }
-            CopyImage::Sst(info, bytes) => vec![Event::Sst(info, bytes)],
-        };
-        for e in ev {
-            if let Event::Append { bytes, .. } | Event::Sst(_, bytes) | Event::Medium(_, _, bytes) = &e {
-                sent += bytes.len() as u64;
-            }
-            bufs.apply(db, &e);
-        }
-    }
+    let (sent, kept) = apply_copy_pieces(db, &copy, bufs, upto);
     if upto >= copy.pieces() {
         bufs.apply(db, &Event::Edits(copy.edits().to_vec()));
     }
@@ -686,7 +660,7 @@ fn a_live_backup_caught_up_again_and_again_holds_what_its_primary_holds() {
                 write_round(&primary, round + 100, model);
                 primary.compact().expect("compact");
             });
-            let r = apply_copy_pieces(&b, &copy, &mut bufs);
+            let r = apply_copy_pieces(&b, &copy, &mut bufs, usize::MAX);
             writer.join().expect("writer");
             r
         });
@@ -704,10 +678,11 @@ fn a_live_backup_caught_up_again_and_again_holds_what_its_primary_holds() {
     assert_same(&b, &model, "the backup caught up again and again, promoted");
 }
 
-/// Applies the pieces of an incremental copy whose resync already ran; (sent, kept) bytes.
-fn apply_copy_pieces(db: &Db, copy: &halyard_engine::RegionCopy, bufs: &mut Buffers) -> (u64, u64) {
+/// Applies the first `upto` pieces of an incremental copy whose resync already ran (no last
+/// edits); (sent, kept) bytes.
+fn apply_copy_pieces(db: &Db, copy: &halyard_engine::RegionCopy, bufs: &mut Buffers, upto: usize) -> (u64, u64) {
     let (mut sent, mut kept) = (0, 0);
-    for i in 0..copy.pieces() {
+    for i in 0..copy.pieces().min(upto) {
         let evs = match copy.read(i).expect("read a piece of the copy") {
             CopyImage::Held { log, bytes } => {
                 kept += bytes;
@@ -842,7 +817,7 @@ fn the_primary_role_handed_back_and_forth_keeps_every_value_readable() {
         let (sent, kept) = std::thread::scope(|sc| {
             let (writer, model) = (&dbs[next], &mut model);
             let w = sc.spawn(move || write_round(writer, hand * 10 + 6, model));
-            let r = apply_copy_pieces(&dbs[lead], &copy, &mut bufs);
+            let r = apply_copy_pieces(&dbs[lead], &copy, &mut bufs, usize::MAX);
             w.join().expect("writer");
             r
         });
