@@ -70,6 +70,6 @@ pub use replication::backup::{
     decode_log_records, decode_shipped_edits, encode_shipped_edits, replay_batches, LogRecord, Overlay, Promotion,
     ReplicaMaps, TailImage,
 };
-pub use replication::resync::{log_digest, sst_digest, Inventory, Keep, ANY_LEVEL};
+pub use replication::resync::{log_digest, Inventory, Keep, ANY_LEVEL};
 pub use replication::ship::{CopyImage, RegionCopy};
 pub use replication::Replication;

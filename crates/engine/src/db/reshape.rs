@@ -74,11 +74,8 @@ impl Db {
             compaction::release_all_levels(r);
             return sh.fail(e);
         }
-        // The old object's levels stay claimed for good: it is about to be replaced. Its
-        // readers keep their views; segments the halves free are not reused before the last
-        // of those views is gone (with the old object).
-        let pin = sh.alloc.pin();
-        r.view().on_release(Box::new(move || drop(pin)));
+        // The old object's levels stay claimed for good: it is about to be replaced.
+        keep_views(r);
         let halves = [r.id(), new_id].map(|id| {
             let meta = sh.manifest.region(id).ok_or(Error::NoSuchRegion(id))?;
             Ok(Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), lsn + 1)))
@@ -153,8 +150,7 @@ impl Db {
         }
         let next_lsn = wl.next_lsn.max(wr.next_lsn);
         for x in [l, r] {
-            let pin = sh.alloc.pin();
-            x.view().on_release(Box::new(move || drop(pin)));
+            keep_views(x);
         }
         let meta = sh.manifest.region(l.id()).ok_or(Error::NoSuchRegion(l.id()))?;
         let joined = Arc::new(Region::new(l.id(), &meta, sh.clone(), Memtable::new(), next_lsn));
@@ -163,6 +159,13 @@ impl Db {
         drop((wl, wr));
         Ok(RegionHandle { region: joined })
     }
+}
+
+/// Keeps the segments the readers of a replaced region object may read: none freed from now
+/// on is reused before the last of its views is gone (with the object).
+fn keep_views(r: &Region) {
+    let pin = r.sh().alloc.pin();
+    r.view().on_release(Box::new(move || drop(pin)));
 }
 
 /// Whether `r` may be merged: an empty L0, no range delete, no SST beyond its range.

@@ -47,7 +47,7 @@ pub(crate) struct Reserved {
     pub(crate) log: HashMap<(u32, u32), u32>,
     /// Primary SST segment -> local segment holding the rewritten SST.
     pub(crate) index: HashMap<u32, u32>,
-    /// Primary SST segment -> digest of its description (`resync::sst_digest`), so that an
+    /// Primary SST segment -> digest of its description (`SstInfo::digest`), so that an
     /// interrupted copy's next try leaves out the SSTs that arrived whole.
     pub(crate) index_digest: HashMap<u32, u64>,
 }

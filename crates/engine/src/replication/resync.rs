@@ -25,7 +25,7 @@ pub const ANY_LEVEL: u8 = u8::MAX;
 pub struct Inventory {
     /// Log segments held whole: (primary segment, salt, [`log_digest`] of the records).
     pub logs: Vec<(u32, u32, u64)>,
-    /// SSTs installed: (level index, primary segment, [`sst_digest`]).
+    /// SSTs installed: (level index, primary segment, [`SstInfo::digest`]).
     pub ssts: Vec<(u8, u32, u64)>,
 }
 
@@ -42,12 +42,6 @@ pub fn log_digest(img: &[u8], salt: u32) -> u64 {
     let (records, _) = record::scan_checked(img, salt);
     let end = records.last().map_or(0, |(o, r)| o + r.len);
     xxhash_rust::xxh3::xxh3_64(img.get(..end).unwrap_or_default())
-}
-
-/// A digest of an SST's description as its primary wrote it (`info.seg` the primary's
-/// segment): its key range, LSN range, sizes and layout.
-pub fn sst_digest(info: &SstInfo) -> u64 {
-    info.digest()
 }
 
 impl Replication<'_> {
@@ -84,7 +78,7 @@ impl Replication<'_> {
         for (i, ssts) in meta.levels.iter().enumerate() {
             for s in ssts {
                 let Some(&p) = sst_primary.get(&s.seg) else { continue };
-                inv.ssts.push((i as u8, p, sst_digest(&SstInfo { seg: p, ..s.clone() })));
+                inv.ssts.push((i as u8, p, SstInfo { seg: p, ..s.clone() }.digest()));
             }
         }
         Ok(inv)
@@ -264,7 +258,7 @@ pub(crate) fn plan(meta: &RegionMeta, logs: &[(u32, u32)], inv: &Inventory) -> (
             let mut keys = vec![s.seg];
             keys.extend(old_sst.get(&s.seg));
             let holds = |k: u32| {
-                let d = sst_digest(&SstInfo { seg: k, ..s.clone() });
+                let d = SstInfo { seg: k, ..s.clone() }.digest();
                 inv_ssts.contains(&(level, k, d)) || inv_ssts.contains(&(ANY_LEVEL, k, d))
             };
             let key = keys.into_iter().find(|&k| holds(k));
