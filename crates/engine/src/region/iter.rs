@@ -106,7 +106,12 @@ pub(crate) struct RegionScan {
     limit: usize,
     /// An error met while gathering a batch, reported after the pairs before it.
     pending_err: Option<crate::error::Error>,
+    /// Keys left out before their values are read (see [`VersionedScan::skipping`]).
+    skip: Option<KeySkip>,
 }
+
+/// Which keys a scan leaves out unread.
+pub type KeySkip = Box<dyn Fn(&[u8]) -> bool + Send>;
 
 impl RegionScan {
     pub(crate) fn new(
@@ -159,6 +164,7 @@ impl RegionScan {
             batch,
             limit: limit.unwrap_or(usize::MAX),
             pending_err: None,
+            skip: None,
         }
     }
 
@@ -270,6 +276,7 @@ impl RegionScan {
         let mut bytes = 0;
         while batch.len() < want && bytes < MAX_BATCH_BYTES {
             match self.next_entry() {
+                Ok(Some(e)) if self.skip.as_ref().is_some_and(|f| f(&e.key)) => {}
                 Ok(Some(e)) => {
                     if let Value::Medium { len, .. } | Value::Large { len, .. } = e.value.base() {
                         bytes += *len as usize;
@@ -361,6 +368,16 @@ impl Iterator for RegionScan {
 
 /// A scan of one region that also yields each pair's version (the LSN that wrote it).
 pub struct VersionedScan(pub(crate) RegionScan);
+
+impl VersionedScan {
+    /// Leaves out the keys `skip` names without reading their values: a caller that overlays
+    /// newer versions of its own (a backup's replicated logs) must not read what they
+    /// supersede, which may point into log segments already collected.
+    pub fn skipping(mut self, skip: KeySkip) -> VersionedScan {
+        self.0.skip = Some(skip);
+        self
+    }
+}
 
 impl Iterator for VersionedScan {
     type Item = Result<Versioned>;

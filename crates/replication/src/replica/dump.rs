@@ -63,14 +63,17 @@ impl Replica {
             None => Bound::Unbounded,
         };
         let limit = if limit == 0 { 1000 } else { limit.min(10_000) } as usize;
-        let overlay = self.overlay(db, region)?;
-        // The levels' scan and the logs' overlay, merged lazily in key order; the overlay is
-        // newer where both hold a key.
+        let overlay = Arc::new(self.overlay(db, region)?);
+        // The levels' scan and the logs' overlay, merged in key order; the overlay is newer
+        // where both hold a key. The levels' versions it supersedes or a range delete of it
+        // hides are left out unread: they are not there once promoted, and their values may
+        // lie in large-log segments the primary's GC has collected since (it re-appended the
+        // live ones, which the overlay holds).
         let mut pairs =
             overlay.pairs.clone().into_iter().filter(|(k, _)| after.as_ref().is_none_or(|a| k > a)).peekable();
-        // The levels' pairs a range delete of the overlay hides are not there once promoted.
-        let scan = h.scan_versions((start, Bound::<&[u8]>::Unbounded));
-        let mut scan = scan.filter(|x| x.as_ref().map_or(true, |(k, ..)| !overlay.hides(k))).peekable();
+        let o = overlay.clone();
+        let skip = Box::new(move |k: &[u8]| o.pairs.contains_key(k) || o.hides(k));
+        let mut scan = h.scan_versions((start, Bound::<&[u8]>::Unbounded)).skipping(skip).peekable();
         let mut next = || -> Result<Option<Entry>> {
             let take_overlay = match (scan.peek(), pairs.peek()) {
                 (_, None) => false,
@@ -80,9 +83,6 @@ impl Replica {
             };
             if take_overlay {
                 let Some((k, (lsn, v))) = pairs.next() else { return Ok(None) };
-                if scan.peek().is_some_and(|x| x.as_ref().is_ok_and(|x| x.0 == k)) {
-                    scan.next();
-                }
                 return Ok(Some((k, lsn, v)));
             }
             match scan.next() {
