@@ -27,33 +27,45 @@ enum Event {
     Sst(SstInfo, Vec<u8>),
     Medium(u32, u32, Vec<u8>),
     Edits(Vec<Edit>),
+    Split { at: Vec<u8>, lsn: u64, child: u32 },
 }
 
+/// What a primary shipped, with the region of each event, in the order it happened.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<Event>>);
+struct Recorder(Mutex<Vec<(u32, Event)>>);
 
 impl Recorder {
+    /// The events of a primary with one region.
     fn take(&self) -> Vec<Event> {
+        self.take_tagged().into_iter().map(|(_, e)| e).collect()
+    }
+    fn take_tagged(&self) -> Vec<(u32, Event)> {
         std::mem::take(&mut *self.0.lock().expect("lock"))
+    }
+    fn push(&self, region: u32, ev: Event) {
+        self.0.lock().expect("lock").push((region, ev));
     }
 }
 
 impl ShipListener for Recorder {
-    fn log_append(&self, _: u32, log: LogKind, seg: u32, salt: u32, offset: u32, bytes: &[u8], _: u64) {
-        self.0.lock().expect("lock").push(Event::Append { log, seg, salt, offset, bytes: bytes.to_vec() });
+    fn log_append(&self, region: u32, log: LogKind, seg: u32, salt: u32, offset: u32, bytes: &[u8], _: u64) {
+        self.push(region, Event::Append { log, seg, salt, offset, bytes: bytes.to_vec() });
     }
-    fn log_sealed(&self, _: u32, log: LogKind, seg: u32, salt: u32) {
-        self.0.lock().expect("lock").push(Event::Sealed { log, seg, salt });
+    fn log_sealed(&self, region: u32, log: LogKind, seg: u32, salt: u32) {
+        self.push(region, Event::Sealed { log, seg, salt });
     }
-    fn segment(&self, _: u32, seg: ShippedSegment<'_>) {
+    fn segment(&self, region: u32, seg: ShippedSegment<'_>) {
         let ev = match seg {
             ShippedSegment::Sst { info, bytes } => Event::Sst(info.clone(), bytes.to_vec()),
             ShippedSegment::MediumRun { seg, salt, bytes } => Event::Medium(seg, salt, bytes.to_vec()),
         };
-        self.0.lock().expect("lock").push(ev);
+        self.push(region, ev);
     }
-    fn edits(&self, _: u32, edits: &[Edit]) {
-        self.0.lock().expect("lock").push(Event::Edits(edits.to_vec()));
+    fn edits(&self, region: u32, edits: &[Edit]) {
+        self.push(region, Event::Edits(edits.to_vec()));
+    }
+    fn split(&self, region: u32, at: &[u8], lsn: u64, child: u32) {
+        self.push(region, Event::Split { at: at.to_vec(), lsn, child });
     }
 }
 
@@ -63,6 +75,10 @@ struct Buffers(HashMap<LogKind, (u32, u32, Vec<u8>)>);
 
 impl Buffers {
     fn apply(&mut self, db: &Db, ev: &Event) {
+        self.apply_to(db, 0, ev);
+    }
+
+    fn apply_to(&mut self, db: &Db, region: u32, ev: &Event) {
         match ev {
             Event::Append { log, seg, salt, offset, bytes } => {
                 let b = self.0.entry(*log).or_insert((*seg, *salt, Vec::new()));
@@ -80,15 +96,18 @@ impl Buffers {
                     Some((s, t, b)) if (s, t) == (*seg, *salt) => b,
                     _ => Vec::new(),
                 };
-                db.replication().backup_log_segment(0, *log, *seg, *salt, &bytes).expect("flush");
+                db.replication().backup_log_segment(region, *log, *seg, *salt, &bytes).expect("flush");
             }
             Event::Sst(info, bytes) => {
-                db.replication().backup_sst(0, info, bytes).expect("sst");
+                db.replication().backup_sst(region, info, bytes).expect("sst");
             }
             Event::Medium(seg, salt, bytes) => {
-                db.replication().backup_medium_run(0, *seg, *salt, bytes).expect("medium run");
+                db.replication().backup_medium_run(region, *seg, *salt, bytes).expect("medium run");
             }
-            Event::Edits(e) => db.replication().backup_edits(0, e).expect("edits"),
+            Event::Edits(e) => db.replication().backup_edits(region, e).expect("edits"),
+            Event::Split { at, lsn, child } => {
+                db.replication().backup_split(region, at, *lsn, *child).expect("split");
+            }
         }
     }
 
@@ -276,7 +295,7 @@ fn backups_follow_restart_promote_and_remap() {
                 Event::Medium(..) => runs += 1,
                 Event::Edits(..) => edits += 1,
                 Event::Sealed { .. } => seals += 1,
-                Event::Append { .. } => {}
+                Event::Append { .. } | Event::Split { .. } => {}
             }
             buf1.apply(&b1, &ev);
             buf2.apply(&b2, &ev);
@@ -834,4 +853,77 @@ fn the_primary_role_handed_back_and_forth_keeps_every_value_readable() {
     dbs[lead].replication().set_ship_listener(None);
     dbs[1 - lead].replication().promote(0, &bufs.tails()).expect("promote");
     assert_same(&dbs[1 - lead], &model, "the last old primary, promoted");
+}
+
+/// A primary's splits reach its backup in the stream (after the tails they seal, before either
+/// half's writes): the backup splits at the same LSN, both halves follow their primaries
+/// through writes, compactions and GC of the segments they share, and each half, promoted,
+/// reads what the primary's does.
+#[test]
+fn a_backup_splits_where_its_primary_did_and_both_halves_follow() {
+    let root = tempfile::tempdir().expect("tempdir");
+    // GC runs when the test says (the segment the last split sealed must stay).
+    let primary = Db::open(root.path().join("p"), Options { gc_interval_ms: 3_600_000, ..opts() }).expect("primary");
+    let backup = open_backup(&root.path().join("b"), true);
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let mut model = BTreeMap::new();
+    let mut bufs: HashMap<u32, Buffers> = HashMap::new();
+    let ship = |bufs: &mut HashMap<u32, Buffers>| {
+        for (region, ev) in rec.take_tagged() {
+            bufs.entry(region).or_default().apply_to(&backup, region, &ev);
+        }
+    };
+    for round in 0..2 {
+        write_round(&primary, round, &mut model);
+        ship(&mut bufs);
+    }
+    primary.compact().expect("compact");
+    // Splits with writers going on (their puts route to the halves by themselves).
+    for (round, (at, child)) in
+        [(b"user001500".as_slice(), 1u32), (b"user002500".as_slice(), 2)].into_iter().enumerate()
+    {
+        let round = 10 + round as u32;
+        std::thread::scope(|sc| {
+            let (p, m) = (&primary, &mut model);
+            let w = sc.spawn(move || write_round(p, round, m));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let parent = primary
+                .regions()
+                .into_iter()
+                .find(|r| r.start.as_slice() <= at && r.end.as_deref().is_none_or(|e| at < e))
+                .map(|r| r.id);
+            primary.split_region(parent.expect("parent"), at, child).expect("split");
+            w.join().expect("writer");
+        });
+        // GC of the segments the halves share, the first time; the second time the values
+        // written before the split stay where they are.
+        if child == 1 {
+            primary.gc().expect("gc");
+        }
+        ship(&mut bufs);
+    }
+    // No write after the last split's round: the values it wrote before the split stay live
+    // in the large-log segment the split sealed.
+    primary.compact().expect("compact");
+    settle(&primary);
+    ship(&mut bufs);
+    assert_same(&primary, &model, "the primary");
+    let ranges = |db: &Db| db.regions().into_iter().map(|r| (r.id, r.start, r.end)).collect::<Vec<_>>();
+    assert_eq!(ranges(&backup), ranges(&primary), "the backup's regions");
+    // Each large-log segment of each half reached the backup: whole, or as the buffer of the
+    // tail (the one a split sealed included, which both halves name).
+    for (id, b) in &bufs {
+        let maps = backup.replication().replica_maps(*id).expect("maps");
+        for (seg, salt) in primary.replication().log_segments(*id, LogKind::Large).expect("large log") {
+            let held =
+                maps.log.iter().any(|(k, _)| *k == (seg, salt)) || b.0.values().any(|t| (t.0, t.1) == (seg, salt));
+            assert!(held, "region {id}: large-log segment {seg} never reached the backup");
+        }
+    }
+    primary.replication().set_ship_listener(None);
+    for (id, b) in &bufs {
+        backup.replication().promote(*id, &b.tails()).expect("promote");
+    }
+    assert_same(&backup, &model, "the backup, each half promoted");
 }

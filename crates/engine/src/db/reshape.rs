@@ -21,8 +21,19 @@ impl Db {
     /// route again by themselves; a [`RegionHandle`] of the parent answers
     /// [`Error::RegionChanged`] from then on.
     pub fn split_region(&self, id: u32, at: &[u8], new_id: u32) -> Result<RegionHandle> {
+        self.split(id, at, new_id, None)
+    }
+
+    /// [`Db::split_region`] of a primary region, or with `backup_lsn` of a backup region at the
+    /// LSN its primary split at ([`crate::Replication::backup_split`]).
+    pub(crate) fn split(&self, id: u32, at: &[u8], new_id: u32, backup_lsn: Option<u64>) -> Result<RegionHandle> {
         let _one = self.inner.reshaping.lock();
         let r = self.region(id)?.region;
+        match (r.is_backup(), backup_lsn) {
+            (true, None) => return Err(Error::BackupRegion(id)),
+            (false, Some(_)) => return Err(Error::InvalidOptions(format!("region {id} is not a backup"))),
+            _ => {}
+        }
         if !r.contains(at) || at == r.start().as_slice() {
             return Err(Error::InvalidOptions(format!(
                 "split key must lie inside region {id} and after its first key; it is outside or at its start"
@@ -41,7 +52,7 @@ impl Db {
             r.flush()?;
         }
         r.set_retired(true);
-        let split = self.split_retired(&r, at, new_id);
+        let split = self.split_retired(&r, at, new_id, backup_lsn);
         if split.is_err() {
             r.set_retired(false);
         }
@@ -49,8 +60,11 @@ impl Db {
     }
 
     /// The split once no write appends to `r` any more.
-    fn split_retired(&self, r: &Arc<Region>, at: &[u8], new_id: u32) -> Result<RegionHandle> {
+    fn split_retired(&self, r: &Arc<Region>, at: &[u8], new_id: u32, backup_lsn: Option<u64>) -> Result<RegionHandle> {
         let sh = r.sh().clone();
+        // A writer that appended before the region retired may still be inserting into its
+        // table (outside the write lock): a table that looks empty now may not be in a moment.
+        r.view().mem.wait_for_writers();
         if !r.is_backup() {
             r.flush()?;
         }
@@ -58,14 +72,23 @@ impl Db {
         compaction::claim_all_levels(r)?;
         let mut w = r.w().lock();
         let v = r.view();
-        if !v.mem.is_empty() || v.imm.is_some() {
+        let refused = if !v.mem.is_empty() || v.imm.is_some() {
+            Some("it took writes during its split")
+        } else if r.is_backup() && !r.backup_state().reserved.lock().is_empty() {
+            // Its primary splits with no compaction running: every SST shipped before is
+            // installed by then, unless the stream broke off in between.
+            Some("it holds shipped segments no edit has installed yet")
+        } else {
+            None
+        };
+        if let Some(why) = refused {
             drop(w);
             compaction::release_all_levels(r);
-            return Err(Error::InvalidOptions(format!("region {} took writes during its split", r.id())));
+            return Err(Error::InvalidOptions(format!("region {} cannot split: {why}", r.id())));
         }
         // The split takes an LSN of its own: its range deletes hide everything before it, and
-        // both halves write after it.
-        let lsn = w.next_lsn;
+        // both halves write after it. A backup splits at its primary's.
+        let lsn = backup_lsn.unwrap_or(w.next_lsn);
         let past = vec![u8::MAX; sh.opts.max_key_bytes + 1];
         let split = Edit::Split { parent: r.id(), at: at.to_vec(), lsn, past };
         let committed = seal_large_tail(r, &mut w).and_then(|_| sh.manifest.commit(new_id, &[split]));
@@ -73,6 +96,11 @@ impl Db {
             drop(w);
             compaction::release_all_levels(r);
             return sh.fail(e);
+        }
+        // Backups split at the same point of the stream: after the tails sealed above, before
+        // any write of either half.
+        if let Some(l) = sh.listener().filter(|_| !r.is_backup()) {
+            l.split(r.id(), at, lsn, new_id);
         }
         // The old object's levels stay claimed for good: it is about to be replaced.
         keep_views(r);
@@ -127,6 +155,8 @@ impl Db {
     fn merge_retired(&self, l: &Arc<Region>, r: &Arc<Region>) -> Result<RegionHandle> {
         let sh = l.sh().clone();
         for x in [l, r] {
+            // See `split_retired`: appends made before retiring may still be inserting.
+            x.view().mem.wait_for_writers();
             x.flush()?;
         }
         let _gc = (gc::keep_out(l), gc::keep_out(r));
@@ -190,8 +220,13 @@ fn check_mergeable(r: &Region) -> Result<()> {
 }
 
 /// Seals the large-log segment the region's tail is filling: no region object writes it again.
+/// Backups are told (they store their buffers of both tails as segments), as at a switch.
 fn seal_large_tail(r: &Region, w: &mut crate::region::WriteState) -> Result<()> {
     r.write_out(w)?;
+    if let Some(l) = r.sh().listener().filter(|_| !r.is_backup()) {
+        w.l0.ship(l.as_ref(), r.id(), true);
+        w.large.ship(l.as_ref(), r.id(), true);
+    }
     let Some((seg, _)) = w.large.seg else { return Ok(()) };
     let sh = r.sh();
     let fill = (sh.dev.seg_bytes() as usize).saturating_sub(w.large.remaining()) as u32;

@@ -17,6 +17,13 @@ pub trait ShipListener: Send + Sync {
     fn segment(&self, region: u32, seg: ShippedSegment<'_>);
     /// The edits a compaction or GC committed, in primary segment numbers.
     fn edits(&self, region: u32, edits: &[Edit]);
+    /// `region` split at key `at` and LSN `lsn`: its keys from `at` on are region `child` now
+    /// ([`crate::Db::split_region`]). Called after both log tails were sealed and before either
+    /// half appends; a backup applies it with [`crate::Replication::backup_split`]. Ignored by
+    /// default (a listener that ships no splits has no backups that follow them).
+    fn split(&self, region: u32, at: &[u8], lsn: u64, child: u32) {
+        let _ = (region, at, lsn, child);
+    }
 }
 
 /// A compaction output segment.

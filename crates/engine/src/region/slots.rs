@@ -51,3 +51,10 @@ pub(crate) struct Reserved {
     /// interrupted copy's next try leaves out the SSTs that arrived whole.
     pub(crate) index_digest: HashMap<u32, u64>,
 }
+
+impl Reserved {
+    /// Whether no shipped segment waits for the edit that installs it.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.log.is_empty() && self.index.is_empty()
+    }
+}

@@ -297,6 +297,15 @@ impl Replication<'_> {
         Ok(())
     }
 
+    /// Splits a backup region where its primary split (the listener's
+    /// [`crate::ShipListener::split`]): at key `at`, at LSN `lsn`, its keys from `at` on
+    /// becoming backup region `child` with the same segments and maps. Apply it in stream order:
+    /// after the tails the primary sealed for it (stored with [`Self::backup_log_segment`]),
+    /// before anything either half ships.
+    pub fn backup_split(&self, region: u32, at: &[u8], lsn: u64, child: u32) -> Result<RegionHandle> {
+        self.db.split(region, at, child, Some(lsn))
+    }
+
     /// Empties a backup region (levels, logs, maps, reservations) before a full copy.
     pub fn reset_backup(&self, region: u32) -> Result<()> {
         let h = self.backup_region(region)?;
