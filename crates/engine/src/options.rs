@@ -64,6 +64,10 @@ pub struct Options {
     pub gc_threshold: f64,
     /// How often the GC thread looks for candidates.
     pub gc_interval_ms: u64,
+    /// A region whose estimated size passes this many bytes splits at the key that halves it
+    /// (`Db::split_oversized`, run by the GC thread on its period); 0: regions never split by
+    /// themselves. Leave it 0 on a replicated store: there the cluster decides splits.
+    pub region_max_bytes: u64,
     /// Durability of writes.
     pub sync: SyncMode,
     /// Group-commit period for `SyncMode::Group`.
@@ -162,6 +166,7 @@ impl Default for Options {
             medium_placement: MediumPlacement::Last,
             gc_threshold: 0.10,
             gc_interval_ms: 1000,
+            region_max_bytes: 0,
             sync: SyncMode::Group,
             group_commit_ms: 5,
             log_chunk_bytes: 256 << 10,

@@ -347,3 +347,37 @@ fn a_merge_waits_for_the_split_halves_to_be_clean_and_then_joins_them() {
     assert!(contents(&db) == model, "reopened after the merge");
     assert_eq!(db.stats().merges, 0, "counted per process");
 }
+
+/// With `region_max_bytes` set, regions split by themselves as data arrives: in the end each
+/// is at most the limit and none is tiny, the regions partition the key space, and every
+/// write reads back.
+#[test]
+fn regions_split_by_size_as_data_arrives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let max = 256u64 << 10;
+    let db = Db::open(dir.path(), Options { region_max_bytes: max, ..opts() }).expect("open");
+    let mut model = BTreeMap::new();
+    for round in 0..3 {
+        for i in 0..6000 {
+            let (k, v) = (key(i * 7 % 6000), value(i, round));
+            db.put(&k, &v).expect("put");
+            model.insert(k, v);
+        }
+    }
+    db.compact().expect("compact");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let sizes = loop {
+        db.compact().expect("compact");
+        db.split_oversized().expect("split");
+        let sizes: Vec<u64> = db.regions().iter().map(|r| db.region_size(r.id).expect("size").0).collect();
+        if sizes.iter().all(|&s| s <= max) {
+            break sizes;
+        }
+        assert!(std::time::Instant::now() < deadline, "regions still above {max} bytes: {sizes:?}");
+    };
+    assert!(sizes.len() >= 4, "{sizes:?}");
+    assert!(sizes.iter().all(|&s| s >= max / 8), "a tiny region: {sizes:?}");
+    assert!(db.stats().splits as usize >= sizes.len() - 1);
+    assert_partition(&db.regions());
+    assert_eq!(contents(&db), model);
+}

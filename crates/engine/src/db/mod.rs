@@ -2,6 +2,7 @@
 
 pub(crate) mod checkpoint;
 mod reshape;
+mod size;
 pub(crate) mod stats;
 
 use crate::catalog::manifest::{self, Manifest};
@@ -62,6 +63,26 @@ pub(crate) struct DbInner {
     reshaping: Mutex<()>,
     path: PathBuf,
     _lock: Option<File>,
+}
+
+impl DbInner {
+    /// Puts region objects in place (new or rebuilt) and takes out the regions `gone`, at
+    /// once for the routes.
+    pub(crate) fn install_regions(&self, regions: Vec<Arc<Region>>, gone: &[u32]) {
+        let mut g = self.regions.write();
+        for id in gone {
+            if let Some(old) = g.remove(id) {
+                old.mark_retired();
+            }
+        }
+        for r in regions {
+            // The object replaced is out of service for good (GC passes that listed it skip it).
+            if let Some(old) = g.insert(r.id(), r) {
+                old.mark_retired();
+            }
+        }
+        self.routes.store(Arc::new(g.values().cloned().collect()));
+    }
 }
 
 /// How long a write waits for the split or merge of its region to end before it reports
@@ -689,22 +710,8 @@ impl Db {
         self.install_regions(vec![r], &[]);
     }
 
-    /// Puts region objects in place (new or rebuilt) and takes out the regions `gone`, at
-    /// once for the routes.
     pub(crate) fn install_regions(&self, regions: Vec<Arc<Region>>, gone: &[u32]) {
-        let mut g = self.inner.regions.write();
-        for id in gone {
-            if let Some(old) = g.remove(id) {
-                old.mark_retired();
-            }
-        }
-        for r in regions {
-            // The object replaced is out of service for good (GC passes that listed it skip it).
-            if let Some(old) = g.insert(r.id(), r) {
-                old.mark_retired();
-            }
-        }
-        self.inner.routes.store(Arc::new(g.values().cloned().collect()));
+        self.inner.install_regions(regions, gone);
     }
 
     /// A handle on one region.
@@ -917,6 +924,9 @@ fn gc_worker(inner: &DbInner) {
                 Err(e) => inner.sh.poison(format!("garbage collection failed: {e}")),
             }
         }
+        // A split that cannot run now (writes raced it, no space) is tried on the next pass;
+        // a device failure has poisoned the store already.
+        let _ = guarded(inner, "a size split", || inner.split_oversized().map(|_| ()));
     }
 }
 

@@ -4,7 +4,7 @@
 //! other's keys with a range delete that its compactions clean up.
 
 use crate::catalog::{Edit, LogKind};
-use crate::db::{Db, RegionHandle};
+use crate::db::{Db, DbInner, RegionHandle};
 use crate::error::{Error, Result};
 use crate::placement::{compaction, gc};
 use crate::region::Region;
@@ -21,14 +21,32 @@ impl Db {
     /// route again by themselves; a [`RegionHandle`] of the parent answers
     /// [`Error::RegionChanged`] from then on.
     pub fn split_region(&self, id: u32, at: &[u8], new_id: u32) -> Result<RegionHandle> {
-        self.split(id, at, new_id, None)
+        self.inner.split(id, at, new_id, None)
+    }
+
+    /// Merges region `right` into region `left`, which ends where `right` starts: `left`
+    /// then covers both ranges and `right` is gone. Nothing is copied: `left`'s catalog takes
+    /// in `right`'s SSTs and log segments, in one durable record. Both regions' writers wait
+    /// while their L0s are written out. Refused while either region still holds keys or range
+    /// deletes beyond its own range (a split's halves until their compactions cleaned up:
+    /// `Db::compact` does it) or a range delete of its own (their LSNs are counted per region,
+    /// so two regions' could meet).
+    pub fn merge_regions(&self, left: u32, right: u32) -> Result<RegionHandle> {
+        self.inner.merge(left, right)
+    }
+}
+
+impl DbInner {
+    /// A region object by id.
+    fn get(&self, id: u32) -> Result<Arc<Region>> {
+        self.regions.read().get(&id).cloned().ok_or(Error::NoSuchRegion(id))
     }
 
     /// [`Db::split_region`] of a primary region, or with `backup_lsn` of a backup region at the
     /// LSN its primary split at ([`crate::Replication::backup_split`]).
     pub(crate) fn split(&self, id: u32, at: &[u8], new_id: u32, backup_lsn: Option<u64>) -> Result<RegionHandle> {
-        let _one = self.inner.reshaping.lock();
-        let r = self.region(id)?.region;
+        let _one = self.reshaping.lock();
+        let r = self.get(id)?;
         match (r.is_backup(), backup_lsn) {
             (true, None) => return Err(Error::BackupRegion(id)),
             (false, Some(_)) => return Err(Error::InvalidOptions(format!("region {id} is not a backup"))),
@@ -39,14 +57,14 @@ impl Db {
                 "split key must lie inside region {id} and after its first key; it is outside or at its start"
             )));
         }
-        let o = &self.inner.sh.opts;
+        let o = &self.sh.opts;
         if at.len() > o.max_key_bytes {
             return Err(Error::KeyTooLarge { len: at.len(), limit: o.max_key_bytes });
         }
-        if self.inner.regions.read().contains_key(&new_id) {
+        if self.regions.read().contains_key(&new_id) {
             return Err(Error::RegionExists(new_id));
         }
-        self.inner.sh.check()?;
+        self.sh.check()?;
         if !r.is_backup() {
             // The bulk of L0 goes out while writes go on.
             r.flush()?;
@@ -62,13 +80,15 @@ impl Db {
     /// The split once no write appends to `r` any more.
     fn split_retired(&self, r: &Arc<Region>, at: &[u8], new_id: u32, backup_lsn: Option<u64>) -> Result<RegionHandle> {
         let sh = r.sh().clone();
+        // GC re-appends records without the writers' check of the retired flag: its running
+        // pass ends first.
+        let _gc = gc::keep_out(r);
         // A writer that appended before the region retired may still be inserting into its
         // table (outside the write lock): a table that looks empty now may not be in a moment.
         r.view().mem.wait_for_writers();
         if !r.is_backup() {
             r.flush()?;
         }
-        let _gc = gc::keep_out(r);
         compaction::claim_all_levels(r)?;
         let mut w = r.w().lock();
         let v = r.view();
@@ -117,24 +137,18 @@ impl Db {
     }
 }
 
-impl Db {
-    /// Merges region `right` into region `left`, which ends where `right` starts: `left`
-    /// then covers both ranges and `right` is gone. Nothing is copied: `left`'s catalog takes
-    /// in `right`'s SSTs and log segments, in one durable record. Both regions' writers wait
-    /// while their L0s are written out. Refused while either region still holds keys or range
-    /// deletes beyond its own range (a split's halves until their compactions cleaned up:
-    /// `Db::compact` does it) or a range delete of its own (their LSNs are counted per region,
-    /// so two regions' could meet).
-    pub fn merge_regions(&self, left: u32, right: u32) -> Result<RegionHandle> {
-        let _one = self.inner.reshaping.lock();
-        let (l, r) = (self.region(left)?.region, self.region(right)?.region);
+impl DbInner {
+    /// See [`Db::merge_regions`].
+    fn merge(&self, left: u32, right: u32) -> Result<RegionHandle> {
+        let _one = self.reshaping.lock();
+        let (l, r) = (self.get(left)?, self.get(right)?);
         if l.end().as_deref() != Some(r.start().as_slice()) || left == right {
             return Err(Error::InvalidOptions(format!("region {left} does not end where region {right} starts")));
         }
         if l.is_backup() || r.is_backup() {
             return Err(Error::BackupRegion(if l.is_backup() { left } else { right }));
         }
-        self.inner.sh.check()?;
+        self.sh.check()?;
         for x in [&l, &r] {
             x.flush()?;
             check_mergeable(x)?;
@@ -154,12 +168,13 @@ impl Db {
     /// The merge once no write appends to either region any more.
     fn merge_retired(&self, l: &Arc<Region>, r: &Arc<Region>) -> Result<RegionHandle> {
         let sh = l.sh().clone();
+        // See `split_retired`: GC passes end first, appends made before retiring may still be
+        // inserting.
+        let _gc = (gc::keep_out(l), gc::keep_out(r));
         for x in [l, r] {
-            // See `split_retired`: appends made before retiring may still be inserting.
             x.view().mem.wait_for_writers();
             x.flush()?;
         }
-        let _gc = (gc::keep_out(l), gc::keep_out(r));
         compaction::claim_all_levels(l)?;
         if let Err(e) = compaction::claim_all_levels(r) {
             compaction::release_all_levels(l);

@@ -303,7 +303,7 @@ impl Replication<'_> {
     /// after the tails the primary sealed for it (stored with [`Self::backup_log_segment`]),
     /// before anything either half ships.
     pub fn backup_split(&self, region: u32, at: &[u8], lsn: u64, child: u32) -> Result<RegionHandle> {
-        self.db.split(region, at, child, Some(lsn))
+        self.db.inner.split(region, at, child, Some(lsn))
     }
 
     /// Empties a backup region (levels, logs, maps, reservations) before a full copy.

@@ -455,6 +455,15 @@ impl Sst {
         Ok(bloom::may_contain(self.filter(ctx)?, h))
     }
 
+    /// The keys of the root node, in order: they divide the SST's entries into about equal
+    /// parts (its leaves' first keys when the root is a leaf's parent).
+    pub(crate) fn root_keys(&self, ctx: &ReadCtx) -> Result<Vec<Vec<u8>>> {
+        let (seg, off) = (self.info.seg, self.info.root_off);
+        let n = ctx.node(self.uid, seg, off)?;
+        let node = Node { bytes: &n };
+        (0..node.count()).map(|i| node.key(i).map(|k| k.to_vec()).map_err(bad(seg, off))).collect()
+    }
+
     /// The entry for `key`, if this SST has one.
     pub(crate) fn get(&self, ctx: &ReadCtx, key: &[u8], h: u64) -> Result<Option<Entry>> {
         if !bloom::may_contain(self.filter(ctx)?, h) {

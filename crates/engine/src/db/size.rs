@@ -1,0 +1,219 @@
+//! How big a region is and where it splits in two, from its catalog alone (the SSTs'
+//! descriptors and the large log's fill): no scan, no read of the device.
+//!
+//! A split's halves name the parent's SSTs and large-log segments until their compactions and
+//! GC move on, so a region counts an SST that lies inside its range whole, one that straddles
+//! a bound half, and one outside not at all; large values count through the SSTs' pointers to
+//! them, at the region's average large record size. Right after a split each half therefore
+//! counts about half of the parent, and shrinks to its exact share as it is cleaned up.
+
+use crate::catalog::{LogKind, RegionMeta, SstInfo};
+use crate::db::{Db, DbInner};
+use crate::error::Result;
+use crate::region::Region;
+use std::sync::Arc;
+
+impl Db {
+    /// Splits every region whose estimated size passes [`crate::Options::region_max_bytes`]
+    /// at the key that halves it; returns the new regions' ids. The background thread does
+    /// this by itself every `gc_interval_ms` when that option is set.
+    pub fn split_oversized(&self) -> Result<Vec<u32>> {
+        self.inner.split_oversized()
+    }
+
+    /// A region's estimated size in bytes and the key that halves it (see `db/size.rs`).
+    pub fn region_size(&self, id: u32) -> Result<(u64, Option<Vec<u8>>)> {
+        let meta = self.inner.sh.manifest.region(id).ok_or(crate::error::Error::NoSuchRegion(id))?;
+        Ok(size_and_middle(&meta, self.inner.large_per_ptr()))
+    }
+}
+
+impl DbInner {
+    pub(crate) fn split_oversized(&self) -> Result<Vec<u32>> {
+        let max = self.sh.opts.region_max_bytes;
+        let mut new = Vec::new();
+        if max == 0 {
+            return Ok(new);
+        }
+        let regions: Vec<Arc<Region>> = self.regions.read().values().cloned().collect();
+        let per_ptr = self.large_per_ptr();
+        for r in regions.iter().filter(|r| !r.is_backup() && !r.is_retired()) {
+            let Some(meta) = self.sh.manifest.region(r.id()) else { continue };
+            let (size, middle) = size_and_middle(&meta, per_ptr);
+            // A split's half whose compactions have not cleaned the other half's keys out yet
+            // counts the SSTs they share by estimate: it waits, lest the estimate split it again.
+            if size <= max || straddles(&meta) {
+                continue;
+            }
+            let Some(at) = middle.map_or_else(|| root_middle(r, &meta), |m| Ok(Some(m)))? else { continue };
+            let next = self.sh.manifest.with(|c| c.regions.keys().max().copied()).unwrap_or(0);
+            let Some(id) = next.checked_add(1) else { continue };
+            match self.split(r.id(), &at, id, None) {
+                Ok(_) => {}
+                // Writes raced it (a split of a live region gives up rather than hold them):
+                // the next pass tries again.
+                // Or another caller took the id meanwhile.
+                Err(crate::error::Error::InvalidOptions(why)) => {
+                    tracing::debug!(region = r.id(), %why, "size split put off");
+                    continue;
+                }
+                Err(crate::error::Error::RegionExists(_)) => continue,
+                Err(e) => return Err(e),
+            }
+            tracing::info!(region = r.id(), bytes = size, new = id, "region split by size");
+            new.push(id);
+        }
+        Ok(new)
+    }
+
+    fn large_per_ptr(&self) -> u64 {
+        let seg_bytes = self.sh.dev.seg_bytes();
+        self.sh.manifest.with(|c| large_per_ptr(&c.regions, seg_bytes))
+    }
+}
+
+/// A region's estimated logical size in bytes and the key that halves it, if the estimate
+/// can name one inside the region (a key past its first); `per_ptr` is what a pointer to a
+/// large value stands for ([`large_per_ptr`]). The size counts every level; the key comes from
+/// the level holding the most bytes (its SSTs do not overlap, so the bytes before an SST's
+/// first key are those of the SSTs before it), at the SST start that best balances the two
+/// sides, and none if even that leaves less than an eighth on one side (a level of few SSTs:
+/// see `root_middle`).
+pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<Vec<u8>>) {
+    let levels: Vec<Vec<(&[u8], u64)>> = meta
+        .levels
+        .iter()
+        .map(|ssts| {
+            ssts.iter()
+                .map(|s| (s.first_key.as_slice(), share(meta, s, s.full_bytes + u64::from(s.large_ptrs) * per_ptr)))
+                .filter(|w| w.1 > 0)
+                .collect()
+        })
+        .collect();
+    let sum = |l: &Vec<(&[u8], u64)>| l.iter().map(|w| w.1).sum::<u64>();
+    let total: u64 = levels.iter().map(sum).sum();
+    let Some(biggest) = levels.iter().max_by_key(|l| sum(l)) else { return (total, None) };
+    let level_total = sum(biggest);
+    let inside = |k: &[u8]| k > meta.start.as_slice() && meta.end.as_ref().is_none_or(|e| k < e.as_slice());
+    let mut before = 0u64;
+    let mut best: Option<(u64, &[u8])> = None;
+    for &(first, w) in biggest {
+        let off = (2 * before).abs_diff(level_total);
+        if inside(first) && best.is_none_or(|b| off < b.0) {
+            best = Some((off, first));
+        }
+        before += w;
+    }
+    let middle = best.filter(|b| b.0 <= level_total / 4 * 3).map(|b| b.1.to_vec());
+    (total, middle)
+}
+
+/// Where a region too few SSTs begin in (a split's halves, whose SSTs still span both)
+/// divides: the middle one of the keys of its biggest SST's root node that lie inside the
+/// region. One read of a node, usually cached.
+fn root_middle(r: &Region, meta: &RegionMeta) -> Result<Option<Vec<u8>>> {
+    let view = r.view();
+    let biggest = view.version.levels.iter().flatten().max_by_key(|s| share(meta, &s.info, s.info.full_bytes));
+    // (The biggest SST of any level: a level with one SST has it as its biggest anyway.)
+    let Some(sst) = biggest else { return Ok(None) };
+    let inside = |k: &[u8]| k > meta.start.as_slice() && meta.end.as_ref().is_none_or(|e| k < e.as_slice());
+    let keys: Vec<Vec<u8>> = sst.root_keys(&r.sh().ctx)?.into_iter().filter(|k| inside(k)).collect();
+    Ok(keys.get(keys.len() / 2).cloned())
+}
+
+/// Whether an SST of the region holds keys beyond its range.
+fn straddles(meta: &RegionMeta) -> bool {
+    meta.levels
+        .iter()
+        .flatten()
+        .any(|s| s.first_key.as_slice() < meta.start.as_slice() || meta.end.as_ref().is_some_and(|e| s.last_key >= *e))
+}
+
+/// The store's average large record size: the large logs' written bytes over the SSTs'
+/// pointers into them, each segment and SST counted once however many regions name it (the
+/// halves of a split share them, and a half that cleaned the other's keys up still names
+/// all of the segments: a per-region average would grow with every split).
+pub(crate) fn large_per_ptr(regions: &std::collections::BTreeMap<u32, RegionMeta>, seg_bytes: u64) -> u64 {
+    let mut segs = std::collections::BTreeMap::new();
+    let mut ssts = std::collections::BTreeMap::new();
+    for m in regions.values().filter(|m| !m.backup) {
+        for s in m.log(LogKind::Large) {
+            segs.insert(s.seg, s.written(seg_bytes));
+        }
+        for s in m.levels.iter().flatten() {
+            ssts.insert(s.seg, u64::from(s.large_ptrs));
+        }
+    }
+    segs.values().sum::<u64>().checked_div(ssts.values().sum()).unwrap_or(0)
+}
+
+/// The part of an SST's `bytes` a region counts: whole inside its range, half across a
+/// bound, none outside.
+fn share(meta: &RegionMeta, s: &SstInfo, bytes: u64) -> u64 {
+    let below = s.last_key.as_slice() < meta.start.as_slice();
+    let above = meta.end.as_ref().is_some_and(|e| s.first_key.as_slice() >= e.as_slice());
+    if below || above {
+        return 0;
+    }
+    let across = s.first_key.as_slice() < meta.start.as_slice()
+        || meta.end.as_ref().is_some_and(|e| s.last_key.as_slice() >= e.as_slice());
+    if across {
+        bytes / 2
+    } else {
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
+    use super::*;
+
+    fn sst(first: &str, last: &str, bytes: u64) -> SstInfo {
+        SstInfo {
+            seg: 0,
+            used_bytes: 0,
+            leaf_count: 0,
+            root_off: 0,
+            height: 0,
+            bloom_off: 0,
+            bloom_len: 0,
+            entries: 0,
+            stored_bytes: bytes,
+            full_bytes: bytes,
+            medium_ptrs: 0,
+            large_ptrs: 0,
+            min_lsn: 0,
+            max_lsn: 0,
+            first_key: first.into(),
+            last_key: last.into(),
+            range_lsn: 0,
+        }
+    }
+
+    fn meta(start: &str, end: Option<&str>, ssts: Vec<SstInfo>) -> RegionMeta {
+        RegionMeta { start: start.into(), end: end.map(Into::into), levels: vec![ssts], ..RegionMeta::default() }
+    }
+
+    #[test]
+    fn the_middle_halves_the_bytes_and_lies_inside() {
+        let m = meta("", None, vec![sst("a", "c", 100), sst("d", "f", 100), sst("g", "i", 100), sst("j", "l", 100)]);
+        assert_eq!(size_and_middle(&m, 0), (400, Some(b"g".to_vec())));
+        // Weighted by bytes: the best cut leaves a side below an eighth, so none is named.
+        let m = meta("", None, vec![sst("a", "c", 900), sst("d", "f", 50), sst("g", "i", 50)]);
+        assert_eq!(size_and_middle(&m, 0).1, None);
+        let m = meta("", None, vec![sst("a", "c", 300), sst("d", "f", 500), sst("g", "i", 200)]);
+        assert_eq!(size_and_middle(&m, 0).1, Some(b"d".to_vec()));
+        // One SST: no key inside to cut at.
+        let m = meta("a", None, vec![sst("a", "z", 900)]);
+        assert_eq!(size_and_middle(&m, 0), (900, None));
+    }
+
+    #[test]
+    fn a_split_half_counts_what_lies_in_its_range() {
+        let ssts = vec![sst("a", "c", 100), sst("d", "h", 100), sst("i", "l", 100)];
+        assert_eq!(size_and_middle(&meta("", Some("e"), ssts.clone()), 0).0, 150);
+        assert_eq!(size_and_middle(&meta("e", None, ssts.clone()), 0).0, 150);
+        assert_eq!(size_and_middle(&meta("m", None, ssts), 0), (0, None));
+    }
+}
