@@ -387,7 +387,7 @@ impl Master {
                 let intent = Intent::Promote { region: spec.id, node: node.clone(), epoch };
                 let put = TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None);
                 if self.commit(term, at, vec![put]).await? {
-                    self.promote(term, view, r, rev, &key, &node, epoch).await?;
+                    self.promote(term, view, r, rev, &key, (&node, epoch), 0).await?;
                 }
             }
             Step::Add(node) => {
@@ -415,7 +415,7 @@ impl Master {
                     // Done already, or the node is lost too (a later tick picks another).
                     self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
                 } else {
-                    self.promote(term, view, r, rev, &key, &node, epoch).await?;
+                    self.promote(term, view, r, rev, &key, (&node, epoch), 0).await?;
                 }
             }
             Step::Transfer(to) => {
@@ -437,7 +437,7 @@ impl Master {
                     // Done, or the primary was lost meanwhile (a failover takes over).
                     self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
                 } else if !transfer_applies(view, r, &to) {
-                    self.roll_back(term, r, rev, &key).await?;
+                    self.roll_back(term, r, rev, &key, 0).await?;
                 } else {
                     self.transfer(term, view, r, rev, &key, &to, epoch).await?;
                 }
@@ -454,7 +454,9 @@ impl Master {
         Ok(())
     }
 
-    /// Asks `node` to lead the region at `epoch`, then records it and ends the log entry.
+    /// Asks `node` to lead the region at `epoch`, then records it and ends the log entry. A
+    /// node whose last LSN falls short of `min_lsn` (a handoff's fenced LSN; 0 after a failure)
+    /// is not recorded: the handoff is rolled back.
     #[expect(clippy::too_many_arguments, reason = "the pieces of one promotion, all needed by its last step")]
     async fn promote(
         &self,
@@ -463,14 +465,32 @@ impl Master {
         r: &RegionRecord,
         rev: i64,
         key: &str,
-        node: &str,
-        epoch: u64,
+        (node, epoch): (&str, u64),
+        min_lsn: u64,
     ) -> Result<()> {
         let addr = view.members.get(node).map(|m| m.replication.clone()).unwrap_or_default();
         let ask = halyard_admin::promote(&addr, r.spec.id, epoch);
         let (lsn, dropped) = tokio::time::timeout(PROMOTE_TIMEOUT, ask)
             .await
             .map_err(|_| Error::Invalid(format!("{node} did not finish its promotion within {PROMOTE_TIMEOUT:?}")))??;
+        if lsn < min_lsn {
+            // A handoff's target that lacks writes the fenced primary acknowledged must not be
+            // named: the old primary, which holds them all, leads again at an epoch above the
+            // target's (which then serves nothing and takes a copy as a backup).
+            tracing::error!(
+                region = r.spec.id,
+                node,
+                lsn,
+                fenced = min_lsn,
+                "the promoted backup lacks acknowledged writes; rolling the handoff back"
+            );
+            self.stats.handoffs_rolled_back.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.roll_back(term, r, rev, key, epoch + 1).await?;
+            return Err(Error::Invalid(format!(
+                "handoff of region {} rolled back: {node} holds LSN {lsn}, the primary fenced at {min_lsn}",
+                r.spec.id
+            )));
+        }
         let s = promoted(&r.spec, node, epoch, now_ms());
         let ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
         self.commit(term, Some((r.spec.id, rev)), ops).await?;
@@ -481,7 +501,8 @@ impl Master {
     /// A planned handoff: the primary fences the region (and its backups acknowledge its last
     /// LSN), then `to` is promoted at `epoch` and the map names it, ending the log entry. If
     /// the primary cannot fence, the handoff is rolled back. A promotion that fails is tried
-    /// again by a later tick (never rolled back: the target may have begun to lead).
+    /// again by a later tick (the target may have begun to lead); one whose target reports
+    /// less than the fenced LSN is rolled back at an epoch above the target's.
     #[expect(clippy::too_many_arguments, reason = "the pieces of one handoff, all needed by its last step")]
     async fn transfer(
         &self,
@@ -503,7 +524,7 @@ impl Master {
             Err(_) => return self.failed_handoff(term, r, rev, key, "no answer in time").await,
         };
         let fenced_in = t0.elapsed();
-        self.promote(term, view, r, rev, key, to, epoch).await?;
+        self.promote(term, view, r, rev, key, (to, epoch), lsn).await?;
         self.stats.fence_seconds.observe(fenced_in.as_secs_f64());
         self.stats.handoff_seconds.observe(t0.elapsed().as_secs_f64());
         tracing::info!(region = spec.id, from = %spec.primary, to, epoch, last_lsn = lsn, ?fenced_in, took = ?t0.elapsed(), "handed off");
@@ -513,15 +534,15 @@ impl Master {
     async fn failed_handoff(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str, why: &str) -> Result<()> {
         tracing::warn!(region = r.spec.id, primary = %r.spec.primary, "the primary did not fence the region for a handoff: {why}; rolling back");
         self.stats.handoffs_rolled_back.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.roll_back(term, r, rev, key).await?;
+        self.roll_back(term, r, rev, key, 0).await?;
         Err(Error::Invalid(format!("handoff of region {} rolled back: {why}", r.spec.id)))
     }
 
     /// Ends a handoff without a new primary: a new epoch names the old one again (which ends
     /// its fence).
-    async fn roll_back(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str) -> Result<()> {
+    async fn roll_back(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str, epoch: u64) -> Result<()> {
         let mut s = r.spec.clone();
-        s.epoch += 1;
+        s.epoch = epoch.max(s.epoch + 1);
         let ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
         self.commit(term, Some((r.spec.id, rev)), ops).await?;
         Ok(())

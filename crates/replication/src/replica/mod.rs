@@ -161,13 +161,21 @@ impl Replica {
             deferred: Arc::new(Deferred::new()),
             gate: Arc::new(tokio::sync::RwLock::new(())),
         };
-        self.regions.lock().insert(id, Arc::new(r));
+        if let Some(old) = self.regions.lock().insert(id, Arc::new(r)) {
+            // The streams bound to the replaced object end (a newer stream took over): what
+            // they delivered and had acknowledged went to buffers no promotion reads, and the
+            // primary must not count those acknowledgements any longer.
+            old.stream_gen.fetch_add(1, Relaxed);
+        }
         Ok(())
     }
 
     /// Stops being a backup of `region` (it left the group): its streams are refused.
     pub fn remove_region(&self, id: u32) {
-        self.regions.lock().remove(&id);
+        if let Some(old) = self.regions.lock().remove(&id) {
+            // Its open streams end at their next frame, unacknowledged (see `add_region`).
+            old.stream_gen.fetch_add(1, Relaxed);
+        }
     }
 
     /// The backup regions.
