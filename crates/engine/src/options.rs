@@ -68,6 +68,10 @@ pub struct Options {
     /// (`Db::split_oversized`, run by the GC thread on its period); 0: regions never split by
     /// themselves. Leave it 0 on a replicated store: there the cluster decides splits.
     pub region_max_bytes: u64,
+    /// Maps the key a size split proposes to the one it cuts at, for a layer above whose
+    /// groups of keys must stay in one region (a Redis hash's fields): the group's first key.
+    /// `None`: the proposed key.
+    pub split_key: Option<SplitKey>,
     /// Durability of writes.
     pub sync: SyncMode,
     /// Group-commit period for `SyncMode::Group`.
@@ -137,6 +141,16 @@ impl std::fmt::Debug for Clock {
     }
 }
 
+/// See [`Options::split_key`].
+#[derive(Clone)]
+pub struct SplitKey(pub std::sync::Arc<dyn Fn(&[u8]) -> Vec<u8> + Send + Sync>);
+
+impl std::fmt::Debug for SplitKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SplitKey")
+    }
+}
+
 /// Runs the wait it is given (see [`Options::wait_hook`]).
 pub type WaitFn = dyn Fn(&mut dyn FnMut()) + Send + Sync;
 
@@ -167,6 +181,7 @@ impl Default for Options {
             gc_threshold: 0.10,
             gc_interval_ms: 1000,
             region_max_bytes: 0,
+            split_key: None,
             sync: SyncMode::Group,
             group_commit_ms: 5,
             log_chunk_bytes: 256 << 10,

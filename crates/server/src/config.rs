@@ -154,6 +154,13 @@ pub struct ServerConfig {
     /// segments earlier ones lack.
     #[arg(long)]
     pub backup_dir: Option<PathBuf>,
+    /// A region of a single-node store whose estimated size passes this many MiB splits at
+    /// the key that halves it, never inside a Redis key's encoding; 0: never. Regions compact
+    /// and collect garbage in parallel, but a multi-key write (MSET, a native batch) whose keys
+    /// lie on both sides of a split point is then refused, as Redis Cluster refuses CROSSSLOT
+    /// writes. Ignored in a cluster, where splits are not replicated yet [default: 0].
+    #[arg(long, required = false)]
+    pub region_max_mb: u64,
     /// Engine settings (`[engine]` in the file).
     #[command(flatten)]
     pub engine: EngineConfig,
@@ -227,6 +234,7 @@ impl Default for ServerConfig {
             cluster_secret: None,
             min_replicas: 1,
             backup_dir: None,
+            region_max_mb: 0,
             engine: EngineConfig::default(),
         }
     }
@@ -281,8 +289,15 @@ impl ServerConfig {
             direct_io: e.direct_io,
             max_device_bytes: (e.max_device_mb > 0).then_some(e.max_device_mb << 20),
             compaction_threads: e.compaction_threads,
+            region_max_bytes: if self.is_cluster() { 0 } else { self.region_max_mb << 20 },
+            split_key: Some(crate::keyspace::split_key()),
             ..Options::default()
         }
+    }
+
+    /// Whether the node is part of a cluster (etcd or a static file).
+    fn is_cluster(&self) -> bool {
+        !self.etcd.is_empty() || self.cluster_file.is_some()
     }
 
     /// The file's settings (or the defaults), then the flags present in `m`, which was parsed
@@ -339,6 +354,19 @@ mod tests {
         assert_eq!((both.resp.as_str(), both.engine.sync, both.lease_ttl_secs), ("127.0.0.1:2", WriteSync::None, 9));
         assert_eq!((both.ack, both.engine.l0_mb), (Ack::LastFlush, 4), "flags leave what they do not name");
         assert_eq!(both.etcd, vec!["http://a".to_string(), "http://b".to_string()]);
+    }
+
+    #[test]
+    fn regions_split_by_size_on_a_single_node_only_when_asked() {
+        assert_eq!(parse(None, &[]).engine_options().region_max_bytes, 0);
+        let one = parse(Some("region_max_mb = 64\n"), &[]);
+        assert_eq!(one.engine_options().region_max_bytes, 64 << 20);
+        let clustered = parse(Some("region_max_mb = 64\n"), &["--etcd", "http://a"]);
+        assert_eq!(clustered.engine_options().region_max_bytes, 0, "splits are not replicated yet");
+        let cut = one.engine_options().split_key.unwrap();
+        let field = crate::keyspace::key(b"user:1").to_vec();
+        assert_eq!((cut.0)(&field), b"ruser:1".to_vec(), "a Redis key's record and fields stay together");
+        assert_eq!((cut.0)(b"native-key"), b"native-key".to_vec());
     }
 
     #[test]

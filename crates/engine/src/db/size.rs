@@ -46,6 +46,13 @@ impl DbInner {
                 continue;
             }
             let Some(at) = middle.map_or_else(|| root_middle(r, &meta), |m| Ok(Some(m)))? else { continue };
+            let at = match &self.sh.opts.split_key {
+                Some(f) => (f.0)(&at),
+                None => at,
+            };
+            if at.as_slice() <= meta.start.as_slice() || meta.end.as_ref().is_some_and(|e| at >= *e) {
+                continue;
+            }
             let next = self.sh.manifest.with(|c| c.regions.keys().max().copied()).unwrap_or(0);
             let Some(id) = next.checked_add(1) else { continue };
             match self.split(r.id(), &at, id, None) {

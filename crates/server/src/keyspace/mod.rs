@@ -31,6 +31,15 @@ use std::ops::Bound;
 
 const STRIPES: usize = 1024;
 
+/// Where a size split of the store cuts (`Options::split_key`): before the first 00 byte of the
+/// key it proposes, so that no Redis key's record and fields are ever parted (see `encoding`).
+pub fn split_key() -> halyard_engine::SplitKey {
+    halyard_engine::SplitKey(std::sync::Arc::new(|k: &[u8]| {
+        let cut = k.iter().position(|&b| b == 0).unwrap_or(k.len());
+        k.get(..cut).unwrap_or(k).to_vec()
+    }))
+}
+
 /// Key-value pairs, in order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
