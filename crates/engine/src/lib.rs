@@ -64,7 +64,7 @@ pub use device::{IoKind, Storage};
 pub use error::{Error, Result};
 pub use format::record::RECORD_OVERHEAD;
 pub use log::listener::{ShipListener, ShippedSegment};
-pub use options::{Clock, MediumPlacement, Options, SplitKey, SyncMode, WaitFn, WaitHook, MAX_DATA_FILES};
+pub use options::{Clock, MediumPlacement, Options, SplitKey, SplitKeyFn, SyncMode, WaitFn, WaitHook, MAX_DATA_FILES};
 pub use region::iter::{KeySkip, Versioned, VersionedScan};
 pub use replication::backup::{
     decode_log_records, decode_shipped_edits, encode_shipped_edits, replay_batches, LogRecord, Overlay, Promotion,

@@ -141,9 +141,12 @@ impl std::fmt::Debug for Clock {
     }
 }
 
+/// Maps a proposed split key to the key a split cuts at (see [`Options::split_key`]).
+pub type SplitKeyFn = dyn Fn(&[u8]) -> Vec<u8> + Send + Sync;
+
 /// See [`Options::split_key`].
 #[derive(Clone)]
-pub struct SplitKey(pub std::sync::Arc<dyn Fn(&[u8]) -> Vec<u8> + Send + Sync>);
+pub struct SplitKey(pub std::sync::Arc<SplitKeyFn>);
 
 impl std::fmt::Debug for SplitKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
