@@ -548,13 +548,36 @@ impl Master {
         Ok(())
     }
 
+    /// Returns once `node` no longer holds its learner's place in `region` (its lease changed or
+    /// ended, or the map moved on): the copy it was taking cannot make it a backup any more, and
+    /// the next tick decides anew. Checks the map twice a second.
+    async fn learner_lost(&self, region: u32, node: &str) -> String {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let mut c = self.session.client();
+            let Ok(now) = View::load(&mut c, self.session.layout()).await else { continue };
+            match now.regions.get(&region) {
+                Some((r, _)) if r.spec.learners.iter().any(|l| l == node) && now.holds(r, node) => {}
+                _ => {
+                    return format!(
+                        "{node} no longer holds its place as a learner of region {region}; its copy is given up"
+                    )
+                }
+            }
+        }
+    }
+
     /// Waits until the primary has sent learner `node` its full copy of the region, then makes
     /// it a backup (a new epoch: writes wait for it from then on, and it may be promoted) and
     /// ends the log entry, in one transaction.
     async fn copied(&self, term: &Term, view: &View, spec: &RegionSpec, key: &str, node: &str) -> Result<()> {
         let addr = |n: &str| view.members.get(n).cloned().unwrap_or_default();
         let (p, b) = (addr(&spec.primary), addr(node));
-        halyard_admin::add_backup(&p.replication, spec.id, spec.epoch, node, &b.native, &b.replication).await?;
+        let ask = halyard_admin::add_backup(&p.replication, spec.id, spec.epoch, node, &b.native, &b.replication);
+        tokio::select! {
+            done = ask => done?,
+            why = self.learner_lost(spec.id, node) => return Err(Error::Invalid(why)),
+        }
         // The copy took a while: decide on the region as it is now.
         let mut c = self.session.client();
         let now = View::load(&mut c, self.session.layout()).await?;

@@ -79,6 +79,29 @@ pub struct SstInfo {
 }
 
 impl SstInfo {
+    /// A description with every count and offset 0 and no keys, for a builder to fill in.
+    pub(crate) fn blank() -> SstInfo {
+        SstInfo {
+            seg: 0,
+            used_bytes: 0,
+            leaf_count: 0,
+            root_off: 0,
+            height: 0,
+            bloom_off: 0,
+            bloom_len: 0,
+            entries: 0,
+            stored_bytes: 0,
+            full_bytes: 0,
+            medium_ptrs: 0,
+            large_ptrs: 0,
+            min_lsn: 0,
+            max_lsn: 0,
+            first_key: Vec::new(),
+            last_key: Vec::new(),
+            range_lsn: 0,
+        }
+    }
+
     /// A digest of the description (XXH3 of its encoding): how a returning backup and its
     /// primary tell that they hold the same SST (`replication/resync.rs`).
     pub fn digest(&self) -> u64 {

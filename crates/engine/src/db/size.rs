@@ -178,23 +178,11 @@ mod tests {
 
     fn sst(first: &str, last: &str, bytes: u64) -> SstInfo {
         SstInfo {
-            seg: 0,
-            used_bytes: 0,
-            leaf_count: 0,
-            root_off: 0,
-            height: 0,
-            bloom_off: 0,
-            bloom_len: 0,
-            entries: 0,
             stored_bytes: bytes,
             full_bytes: bytes,
-            medium_ptrs: 0,
-            large_ptrs: 0,
-            min_lsn: 0,
-            max_lsn: 0,
             first_key: first.into(),
             last_key: last.into(),
-            range_lsn: 0,
+            ..SstInfo::blank()
         }
     }
 

@@ -61,25 +61,7 @@ impl SstBuilder {
             next_off: 0,
             hashes: Vec::new(),
             cell: Vec::new(),
-            info: SstInfo {
-                seg: 0,
-                used_bytes: 0,
-                leaf_count: 0,
-                root_off: 0,
-                height: 0,
-                bloom_off: 0,
-                bloom_len: 0,
-                entries: 0,
-                stored_bytes: 0,
-                full_bytes: 0,
-                medium_ptrs: 0,
-                large_ptrs: 0,
-                min_lsn: u64::MAX,
-                max_lsn: 0,
-                first_key: Vec::new(),
-                last_key: Vec::new(),
-                range_lsn: 0,
-            },
+            info: SstInfo { min_lsn: u64::MAX, ..SstInfo::blank() },
         }
     }
 
