@@ -45,7 +45,7 @@ pub enum Msg {
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and
-/// `decode_body`; the tags missing here (1..=8, 12, 15, 19) are the replication streams'.
+/// `decode_body`; the tags missing here (1..=8, 12, 15, 19, 23..=25) are the replication streams'.
 mod tag {
     pub(super) const REJECT: u8 = 9;
     pub(super) const PROMOTE: u8 = 10;

@@ -53,6 +53,10 @@ pub struct Shipper {
     copy_rate: AtomicU64,
     db: OnceLock<Weak<Db>>,
     peers: Peers,
+    /// This shipper, for the streams a split starts from inside the engine's hook.
+    me: Weak<Shipper>,
+    /// The runtime the links run on (the first [`Shipper::start`]'s).
+    rt: OnceLock<tokio::runtime::Handle>,
 }
 
 impl Shipper {
@@ -66,7 +70,7 @@ impl Shipper {
     /// As [`Shipper::new`], with links that queue up to `queue_bytes` (at least 1) before
     /// writers wait.
     pub fn with_queue_limit(ack_timeout: Duration, queue_bytes: u64) -> Arc<Shipper> {
-        Arc::new(Shipper {
+        Arc::new_cyclic(|me| Shipper {
             regions: RwLock::new(HashMap::new()),
             stats: Arc::default(),
             ack_timeout,
@@ -74,6 +78,8 @@ impl Shipper {
             copy_rate: AtomicU64::new(DEFAULT_COPY_RATE),
             db: OnceLock::new(),
             peers: Peers::default(),
+            me: me.clone(),
+            rt: OnceLock::new(),
         })
     }
 
@@ -163,6 +169,7 @@ impl Shipper {
     /// Connects the links of a region added with [`Shipper::add_region`] (on the current
     /// tokio runtime); `first` goes out right after the handshake.
     pub fn start(self: &Arc<Self>, stream: &Arc<RegionStream>, first: Option<Msg>) {
+        let _ = self.rt.set(tokio::runtime::Handle::current());
         for l in &stream.links {
             if l.started.swap(true, Relaxed) {
                 continue;
@@ -516,5 +523,34 @@ impl ShipListener for Shipper {
 
     fn edits(&self, region: u32, edits: &[Edit]) {
         self.send(region, true, |epoch, _| Msg::Edits { epoch, region, edits: encode_shipped_edits(region, edits) });
+    }
+
+    /// The parent's live Send-Index backups get the split in its stream, and the child's stream
+    /// starts at once, aligned with them: its frames queue until the backup, having split, takes
+    /// the child's stream. A backup that does not take the split (its link was down, a
+    /// Build-Index copy) gets the child by a copy when it hosts it.
+    fn split(&self, region: u32, at: &[u8], lsn: u64, child: u32) {
+        let Some(s) = self.regions.read().get(&region).cloned() else { return };
+        let carried = s.mode == Mode::SendIndex;
+        if carried {
+            self.send(region, false, |epoch, _| Msg::Split { epoch, region, at: at.to_vec(), lsn, child });
+        }
+        let links = s
+            .links
+            .iter()
+            .map(|l| {
+                let n = self.new_link(&l.node, &l.addr, carried && l.is_live(), true);
+                n.counted.store(l.counted.load(Relaxed), Relaxed);
+                n
+            })
+            .collect();
+        let epoch = Arc::new(AtomicU64::new(s.epoch.load(Relaxed)));
+        let cs = Arc::new(RegionStream { region: child, epoch, mode: s.mode, links });
+        self.regions.write().insert(child, cs.clone());
+        if let (Some(me), Some(rt)) = (self.me.upgrade(), self.rt.get()) {
+            let _in = rt.enter();
+            me.start(&cs, None);
+        }
+        tracing::info!(region, child, lsn, "split; the child's stream starts");
     }
 }

@@ -16,8 +16,8 @@ pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
 /// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
 /// regions' streams; 5: a Hello may ask for the backup's inventory, which its HelloOk carries, and
-/// an incremental copy starts with Resync instead of Reset).
-pub const VERSION: u16 = 5;
+/// an incremental copy starts with Resync instead of Reset; 6: Split).
+pub const VERSION: u16 = 6;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -117,6 +117,9 @@ pub enum Msg {
     /// Any -> node: the cluster secret, the first frame of every connection to a replication
     /// port when the cluster has one. Encoded by `halyard-admin` (its `Msg::Auth`).
     Auth { secret: Vec<u8> },
+    /// Primary -> backup: `region` split at key `at` and LSN `lsn`; its keys from `at` on are
+    /// region `child` now, whose own stream follows (Send-Index backups only).
+    Split { epoch: u64, region: u32, at: Vec<u8>, lsn: u64, child: u32 },
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`;
@@ -135,6 +138,7 @@ mod tag {
     pub(super) const COPIED: u8 = 19;
     pub(super) const RESYNC: u8 = 23;
     pub(super) const KEPT: u8 = 24;
+    pub(super) const SPLIT: u8 = 25;
 }
 
 /// A body that ends before its last field.
@@ -263,6 +267,9 @@ impl Msg {
             Msg::Kept { epoch, region, log, seg, salt } => {
                 w.u8(tag::KEPT).u64(*epoch).u32(*region).u8(*log).u32(*seg).u32(*salt);
             }
+            Msg::Split { epoch, region, at, lsn, child } => {
+                w.u8(tag::SPLIT).u64(*epoch).u32(*region).bytes(at).u64(*lsn).u32(*child);
+            }
             Msg::Reject { region, reason } => {
                 return AdminMsg::Reject { region: *region, reason: reason.clone() }.encode();
             }
@@ -320,6 +327,13 @@ impl Msg {
             tag::COPIED => Msg::Copied { epoch: r.u64()?, region: r.u32()?, lsn: r.u64()? },
             tag::RESYNC => resync(&mut r)?,
             tag::KEPT => Msg::Kept { epoch: r.u64()?, region: r.u32()?, log: r.u8()?, seg: r.u32()?, salt: r.u32()? },
+            tag::SPLIT => Msg::Split {
+                epoch: r.u64()?,
+                region: r.u32()?,
+                at: r.bytes()?.to_vec(),
+                lsn: r.u64()?,
+                child: r.u32()?,
+            },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
@@ -428,6 +442,7 @@ mod tests {
             },
             Msg::Resync { epoch: 5, region: 7, keep: Keep { logs: vec![(1, 2, 3), (3, 4, 3)], ssts: vec![(9, 10)] } },
             Msg::Kept { epoch: 5, region: 7, log: 2, seg: 3, salt: 4 },
+            Msg::Split { epoch: 5, region: 7, at: b"user5000".to_vec(), lsn: 99, child: 8 },
             Msg::Append {
                 epoch: 3,
                 region: 7,
@@ -504,7 +519,7 @@ mod tests {
     #[test]
     fn hello_matches_the_documented_bytes() {
         let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true }.encode();
-        let doc = "48 4C 59 52 13 00 00 00 68 CB BC 50 01 05 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
+        let doc = "48 4C 59 52 13 00 00 00 15 CD 07 41 01 06 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

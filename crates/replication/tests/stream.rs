@@ -100,35 +100,89 @@ async fn the_backup_holds_every_acknowledged_write_when_the_ack_arrives() {
         shipper.wait_acked(1, last).await;
         let link = &shipper.links(1)[0];
         assert!(link.is_live() && link.acked() >= last, "round {round}: the backup did not acknowledge LSN {last}");
-        // No waiting for the backup's installs: the dump itself must account for them. The
-        // primary's large-log GC re-appends live pairs under new LSNs at any time, so the
-        // comparison holds for a moment in which the primary wrote nothing.
-        let mut attempts = 0;
-        loop {
-            let lsn = region.lsn();
-            shipper.wait_acked(1, lsn).await;
-            let want: Vec<(Vec<u8>, u64, Vec<u8>)> =
-                region.scan_versions(..).map(|x| x.expect("primary scan")).collect();
-            let got = admin::dump(&addr, 1).await.expect("dump of the backup");
-            if region.lsn() != lsn && attempts < 50 {
-                attempts += 1;
-                continue;
-            }
-            assert_eq!(got.len(), want.len(), "round {round}: number of keys on the backup");
-            if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
-                let show = |x: &(Vec<u8>, u64, Vec<u8>)| (String::from_utf8_lossy(&x.0).into_owned(), x.1, x.2.len());
-                panic!(
-                    "round {round} (primary at LSN {lsn}): the backup differs from the primary at entry {i}: backup {:?}, primary {:?}",
-                    show(&got[i]),
-                    show(&want[i])
-                );
-            }
-            break;
-        }
+        assert_backup_holds(&shipper, &region, &addr, &format!("round {round}")).await;
     }
     let s = primary.stats();
     assert!(s.compactions > 0, "the primary must have compacted (and shipped SSTs) during the test");
     assert!(shipper.stats.image_bytes.load(std::sync::atomic::Ordering::Relaxed) > 0, "no index images were shipped");
+}
+
+/// Asserts that the backup at `addr` holds what the primary's `region` holds, keys, versions
+/// and values. No waiting for the backup's installs: the dump itself must account for them.
+/// The primary's large-log GC re-appends live pairs under new LSNs at any time, so the
+/// comparison holds for a moment in which the primary wrote nothing.
+async fn assert_backup_holds(shipper: &Shipper, region: &halyard_engine::RegionHandle, addr: &str, when: &str) {
+    let id = region.id();
+    let mut attempts = 0;
+    loop {
+        let lsn = region.lsn();
+        shipper.wait_acked(id, lsn).await;
+        let want: Vec<(Vec<u8>, u64, Vec<u8>)> = region.scan_versions(..).map(|x| x.expect("primary scan")).collect();
+        let got = admin::dump(addr, id).await.expect("dump of the backup");
+        if region.lsn() != lsn && attempts < 50 {
+            attempts += 1;
+            continue;
+        }
+        assert_eq!(got.len(), want.len(), "{when}: number of keys of region {id} on the backup");
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            let show = |x: &(Vec<u8>, u64, Vec<u8>)| (String::from_utf8_lossy(&x.0).into_owned(), x.1, x.2.len());
+            panic!(
+                "{when} (primary at LSN {lsn}): region {id} on the backup differs from the primary at entry {i}: backup {:?}, primary {:?}",
+                show(&got[i]),
+                show(&want[i])
+            );
+        }
+        return;
+    }
+}
+
+/// A primary's split reaches its backup in the region's stream: the backup splits at the same
+/// LSN, the child's stream starts aligned (no copy) and both regions go on streaming writes,
+/// compactions and GC; the backup holds what the primary holds in each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_reaches_the_backup_in_the_stream_and_both_halves_stream_on() {
+    let dir = tempfile::tempdir().expect("dir");
+    let opts = Options { default_region: false, ..Options::tiny() };
+    let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
+    primary.create_region(1, b"", None).expect("region");
+    let (backup, addr) = start_backup(dir.path(), opts, false).await;
+    let shipper = Shipper::new(Duration::from_secs(20));
+    shipper.set_db(&primary);
+    primary.replication().set_ship_listener(Some(shipper.clone()));
+    let stream = shipper.add_region(1, 1, Mode::SendIndex, &[("backup".to_string(), addr.clone())], false);
+    shipper.start(&stream, None);
+    let write = |round: u32| {
+        let p = primary.clone();
+        tokio::task::spawn_blocking(move || {
+            for i in 0..3000 {
+                let (k, v) = pair(i, round);
+                p.put(&k, &v).expect("put");
+            }
+        })
+    };
+    for round in 0..3 {
+        write(round).await.expect("writer");
+    }
+    // The split with a writer going on.
+    let copies = || shipper.stats.catch_ups.load(std::sync::atomic::Ordering::Relaxed);
+    let before = copies();
+    let writer = write(3);
+    let p = primary.clone();
+    tokio::task::spawn_blocking(move || p.split_region(1, b"user001500", 2).map(drop))
+        .await
+        .expect("split")
+        .expect("split");
+    writer.await.expect("writer");
+    for round in 4..7 {
+        write(round).await.expect("writer");
+    }
+    for id in [1, 2] {
+        let region = primary.region(id).expect("region");
+        assert_backup_holds(&shipper, &region, &addr, "after the split").await;
+    }
+    assert_eq!(copies(), before, "the child's stream must start aligned, without a copy");
+    let ranges = |db: &Db| db.regions().into_iter().map(|r| (r.id, r.start, r.end)).collect::<Vec<_>>();
+    assert_eq!(ranges(&backup), ranges(&primary), "the backup's regions");
 }
 
 /// A primary that reconnects while its old connection is still open (half-open after a

@@ -81,6 +81,16 @@ impl Replica {
                 let region = r.id;
                 run_now(Box::new(move || Ok(db.replication().resync_backup(region, &keep)?))).await?
             }
+            Msg::Split { at, lsn, child, .. } if r.mode == Mode::SendIndex => {
+                // Whatever the stream delivered before the split is installed first (the tails
+                // the primary sealed for it among them); the child's own stream then finds it.
+                r.settle().await?;
+                let (region, epoch) = (r.id, r.epoch.load(Relaxed));
+                run_now(Box::new(move || Ok(db.replication().backup_split(region, &at, lsn, child).map(drop)?)))
+                    .await?;
+                self.add_region(child, Mode::SendIndex, epoch)?;
+                tracing::info!(region, child, lsn, "split where the primary did");
+            }
             Msg::Kept { log, seg, salt, .. } => {
                 let (region, kind) = (r.id, log_kind(log)?);
                 work.queue(Box::new(move || Ok(db.replication().backup_keep_log(region, kind, seg, salt)?))).await?

@@ -257,6 +257,7 @@ fn stream_ids(m: &Msg) -> Option<(u32, u64)> {
         | Msg::Reset { region, epoch, .. }
         | Msg::Resync { region, epoch, .. }
         | Msg::Kept { region, epoch, .. }
+        | Msg::Split { region, epoch, .. }
         | Msg::Copied { region, epoch, .. } => Some((*region, *epoch)),
         _ => None,
     }
