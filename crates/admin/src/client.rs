@@ -34,6 +34,16 @@ pub async fn handoff(addr: &str, region: u32, epoch: u64) -> Result<u64> {
     }
 }
 
+/// Asks the primary at `addr` to fence `region` at `epoch` and split it at `at` into `child`;
+/// returns the region's last LSN, which every backup holds.
+pub async fn split(addr: &str, region: u32, epoch: u64, at: Vec<u8>, child: u32) -> Result<u64> {
+    match request(addr, Msg::Split { epoch, region, at, child }).await? {
+        Msg::HandedOff { last_lsn, .. } => Ok(last_lsn),
+        Msg::Reject { reason, .. } => Err(Error::Rejected(reason)),
+        m => Err(Error::Protocol(format!("{m:?}"))),
+    }
+}
+
 fn done(m: Msg) -> Result<()> {
     match m {
         Msg::Done { .. } => Ok(()),

@@ -42,6 +42,11 @@ pub enum Msg {
     Handoff { epoch: u64, region: u32 },
     /// Primary -> master: fenced; every backup holds the region up to `last_lsn`.
     HandedOff { region: u32, last_lsn: u64 },
+    /// Master -> primary of `region` at `epoch`: fence the region (as for a handoff), then split
+    /// it at key `at`, its keys from `at` on becoming region `child` (fenced too); answered with
+    /// HandedOff once the backups hold the region up to the split. Both serve again with a map
+    /// that names them at a higher epoch. Asked again after the split, it only fences.
+    Split { epoch: u64, region: u32, at: Vec<u8>, child: u32 },
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and
@@ -58,6 +63,7 @@ mod tag {
     pub(super) const AUTH: u8 = 20;
     pub(super) const HANDOFF: u8 = 21;
     pub(super) const HANDED_OFF: u8 = 22;
+    pub(super) const SPLIT: u8 = 26;
 }
 
 /// Whether a body whose first byte is `tag` is an admin message ([`Msg`]) rather than one of
@@ -76,6 +82,7 @@ pub fn is_admin_tag(tag: u8) -> bool {
             | tag::AUTH
             | tag::HANDOFF
             | tag::HANDED_OFF
+            | tag::SPLIT
     )
 }
 
@@ -169,6 +176,9 @@ impl Msg {
             Msg::Handoff { epoch, region } => {
                 w.u8(tag::HANDOFF).u64(*epoch).u32(*region);
             }
+            Msg::Split { epoch, region, at, child } => {
+                w.u8(tag::SPLIT).u64(*epoch).u32(*region).bytes(at).u32(*child);
+            }
             Msg::HandedOff { region, last_lsn } => {
                 w.u8(tag::HANDED_OFF).u32(*region).u64(*last_lsn);
             }
@@ -203,6 +213,7 @@ impl Msg {
             tag::DONE => Msg::Done { region: r.u32()? },
             tag::HANDOFF => Msg::Handoff { epoch: r.u64()?, region: r.u32()? },
             tag::HANDED_OFF => Msg::HandedOff { region: r.u32()?, last_lsn: r.u64()? },
+            tag::SPLIT => Msg::Split { epoch: r.u64()?, region: r.u32()?, at: r.bytes()?.to_vec(), child: r.u32()? },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
@@ -249,6 +260,7 @@ mod tests {
             Msg::Done { region: 7 },
             Msg::Handoff { epoch: 9, region: 7 },
             Msg::HandedOff { region: 7, last_lsn: 1234 },
+            Msg::Split { epoch: 9, region: 7, at: b"k5".to_vec(), child: 8 },
         ]
     }
 

@@ -279,7 +279,7 @@ impl Status {
                 n.name, n.state, n.lease, n.primaries, n.backups, n.native, n.resp, n.replication
             ));
         }
-        out.push_str("\nREGION  START         END           EPOCH  PRIMARY   UP   LSN         LAG     BACKUPS\n");
+        out.push_str("\nREGION  START         END           EPOCH  VER  PRIMARY   UP   LSN         LAG     BACKUPS\n");
         for r in &self.regions {
             let copying = match r.copying.is_empty() {
                 true => String::new(),
@@ -301,11 +301,12 @@ impl Status {
             };
             let copying = copying + &away;
             out.push_str(&format!(
-                "{:<7} {:<13} {:<13} {:<6} {:<9} {:<4} {:<11} {:<7} {}{}\n",
+                "{:<7} {:<13} {:<13} {:<6} {:<4} {:<9} {:<4} {:<11} {:<7} {}{}\n",
                 r.id,
                 format!("{:?}", r.start),
                 r.end.as_deref().map_or("(end)".to_string(), |e| format!("{e:?}")),
                 r.epoch,
+                r.version,
                 if r.primary.is_empty() { "-" } else { &r.primary },
                 if r.primary_alive { "yes" } else { "no" },
                 known(r.lsn),

@@ -262,15 +262,31 @@ pub enum Intent {
         /// The region's epoch with the node added.
         epoch: u64,
     },
+    /// `region`, at epoch `epoch`, is being split at key `at` (as region keys are written:
+    /// UTF-8 or `hex:`): its primary fences it and splits its store, backups follow in its
+    /// stream, then one transaction narrows it and creates region `child` for the keys from
+    /// `at` on, both at `epoch` + 1 and `version` + 1. A new master asks the primary again (it
+    /// only fences when already split) and commits, or drops the entry if the primary changed.
+    Split {
+        /// Region id.
+        region: u32,
+        /// The split key.
+        at: String,
+        /// The new region's id.
+        child: u32,
+        /// The region's epoch when the split began.
+        epoch: u64,
+    },
 }
 
 impl Intent {
     /// The region the change is about.
     pub fn region(&self) -> u32 {
         match self {
-            Intent::Promote { region, .. } | Intent::AddBackup { region, .. } | Intent::Transfer { region, .. } => {
-                *region
-            }
+            Intent::Promote { region, .. }
+            | Intent::AddBackup { region, .. }
+            | Intent::Transfer { region, .. }
+            | Intent::Split { region, .. } => *region,
         }
     }
 }
@@ -297,13 +313,21 @@ pub enum Request {
         /// The node taking a copy.
         to: String,
     },
+    /// Split the region at key `at` (UTF-8 or `hex:`): the keys from `at` on become a new
+    /// region with the same group.
+    Split {
+        /// Region id.
+        region: u32,
+        /// The first key of the new region.
+        at: String,
+    },
 }
 
 impl Request {
     /// The region the request is about.
     pub fn region(&self) -> u32 {
         match self {
-            Request::Transfer { region, .. } | Request::Move { region, .. } => *region,
+            Request::Transfer { region, .. } | Request::Move { region, .. } | Request::Split { region, .. } => *region,
         }
     }
 }
@@ -327,5 +351,13 @@ mod tests {
         let r: RegionRecord =
             serde_json::from_str(r#"{"id":1,"start":"","primary":"n1","backups":["n2"],"epoch":3}"#).unwrap();
         assert_eq!((r.spec.epoch, r.version, r.spec.backups.len()), (3, 1, 1));
+        let i = Intent::Split { region: 3, at: "key5".into(), child: 4, epoch: 7 };
+        let j = serde_json::to_string(&i).unwrap();
+        assert_eq!(j, r#"{"op":"split","region":3,"at":"key5","child":4,"epoch":7}"#);
+        assert_eq!(serde_json::from_str::<Intent>(&j).unwrap(), i);
+        let q = Request::Split { region: 3, at: "hex:6b00".into() };
+        let j = serde_json::to_string(&q).unwrap();
+        assert_eq!(j, r#"{"op":"split","region":3,"at":"hex:6b00"}"#);
+        assert_eq!(serde_json::from_str::<Request>(&j).unwrap(), q);
     }
 }

@@ -449,6 +449,15 @@ impl Master {
                     self.copied(term, view, spec, &key, &node).await?;
                 }
             }
+            Step::Split(at) => self.begin_split(term, view, r, rev, &at).await?,
+            Step::Finish(key, Intent::Split { at, child, epoch, .. }) => {
+                if spec.epoch > epoch || !view.holds(r, &spec.primary) {
+                    // Done, or its primary was lost: a failover decides (the split is dropped).
+                    self.commit(term, None, vec![TxnOp::delete(key.as_str(), None)]).await?;
+                } else {
+                    self.split(term, view, r, rev, &key, (&at, child)).await?;
+                }
+            }
             Step::Away(_) | Step::Drop(_) | Step::Reconfirm | Step::Schedule(_) => {}
         }
         Ok(())
@@ -528,6 +537,68 @@ impl Master {
         self.stats.fence_seconds.observe(fenced_in.as_secs_f64());
         self.stats.handoff_seconds.observe(t0.elapsed().as_secs_f64());
         tracing::info!(region = spec.id, from = %spec.primary, to, epoch, last_lsn = lsn, ?fenced_in, took = ?t0.elapsed(), "handed off");
+        Ok(())
+    }
+
+    /// Logs a split of `r` at `at` (taking the operator's request) with a fresh id for the new
+    /// region, above every region's and every pending split's, then carries it out.
+    async fn begin_split(&self, term: &Term, view: &View, r: &RegionRecord, rev: i64, at: &str) -> Result<()> {
+        let spec = &r.spec;
+        let pending = view.intents.iter().filter_map(|(_, i)| match i {
+            Intent::Split { child, .. } => Some(*child),
+            _ => None,
+        });
+        let child = view.regions.keys().copied().chain(pending).max().unwrap_or(0) + 1;
+        let key = self.session.layout().log(view.revision, spec.id);
+        let intent = Intent::Split { region: spec.id, at: at.to_string(), child, epoch: spec.epoch };
+        let ops = vec![
+            TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None),
+            TxnOp::delete(self.session.layout().request(spec.id), None),
+        ];
+        if self.commit(term, Some((spec.id, rev)), ops).await? {
+            self.split(term, view, r, rev, &key, (at, child)).await?;
+        }
+        Ok(())
+    }
+
+    /// A split: the primary fences the region and splits its store at `at` into `child` (its
+    /// backups follow in the stream), then one transaction narrows the region and creates the
+    /// child with the same group, both at the next epoch and version (which ends the fence),
+    /// and ends the log entry. A split that fails is asked again by a later tick: the primary
+    /// may have split already, and the region stays fenced until the map moves on.
+    async fn split(
+        &self,
+        term: &Term,
+        view: &View,
+        r: &RegionRecord,
+        rev: i64,
+        key: &str,
+        (at, child): (&str, u32),
+    ) -> Result<()> {
+        let spec = &r.spec;
+        let t0 = std::time::Instant::now();
+        let addr = view.members.get(&spec.primary).map(|m| m.replication.clone()).unwrap_or_default();
+        let ask = halyard_admin::split(&addr, spec.id, spec.epoch, halyard_cluster::key_bytes(at), child);
+        let lsn = tokio::time::timeout(HANDOFF_TIMEOUT, ask)
+            .await
+            .map_err(|_| Error::Invalid(format!("{} did not split region {} in time", spec.primary, spec.id)))??;
+        let (mut left, mut right) = (spec.clone(), spec.clone());
+        left.end = Some(at.to_string());
+        right.id = child;
+        right.start = at.to_string();
+        for s in [&mut left, &mut right] {
+            s.epoch += 1;
+        }
+        let version = r.version + 1;
+        let ops = vec![
+            self.put_region(&RegionRecord { spec: left, version }),
+            self.put_region(&RegionRecord { spec: right, version }),
+            TxnOp::delete(key, None),
+        ];
+        if self.commit(term, Some((spec.id, rev)), ops).await? {
+            self.stats.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(region = spec.id, child, at, last_lsn = lsn, took = ?t0.elapsed(), "split");
+        }
         Ok(())
     }
 

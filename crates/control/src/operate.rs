@@ -77,6 +77,24 @@ pub async fn transfer(client: &mut Client, layout: &Layout, id: u32, to: &str, w
     Ok(region(&v, id)?.spec.epoch)
 }
 
+/// Asks the master to split region `id` at key `at` (as region keys are written: UTF-8 or
+/// `hex:`) and waits until the map holds a region starting there; returns its id.
+pub async fn split(client: &mut Client, layout: &Layout, id: u32, at: &str, wait: Duration) -> Result<u32> {
+    let v = View::load(client, layout).await?;
+    let r = region(&v, id)?;
+    if !crate::schedule::split_applies(r, at) {
+        return Err(Error::Invalid(format!(
+            "{at:?} is not a key inside region {id} past its first ({:?}..{:?}): a split key lies strictly inside the region",
+            r.spec.start, r.spec.end
+        )));
+    }
+    let q = Request::Split { region: id, at: at.to_string() };
+    client.put(layout.request(id), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
+    let child = |v: &View| v.regions.values().find(|(r, _)| r.spec.start == at).map(|(r, _)| r.spec.id);
+    let v = wait_for(client, layout, Some(id), wait, |_| {}, |v| child(v).is_some()).await?;
+    child(&v).ok_or_else(|| Error::Invalid("the split region vanished from the map".into()))
+}
+
 /// Asks the master to move region `id`'s copy from `from` to `to` and waits until `to` holds
 /// it and `from` left the group.
 pub async fn move_region(

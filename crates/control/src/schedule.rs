@@ -40,6 +40,8 @@ pub enum Step {
     Transfer(String),
     /// Record this request (the balancer's move), carried out by later ticks.
     Schedule(Request),
+    /// Split the region at this key (as region keys are written).
+    Split(String),
 }
 
 /// What the steps planned so far in one tick commit nodes to, so that later regions of the
@@ -130,6 +132,12 @@ pub fn pick(view: &View, r: &RegionRecord, tally: &Tally, seed: u64, fits: impl 
     Some(if tally.load(y) < tally.load(x) { (*y).clone() } else { (*x).clone() })
 }
 
+/// Whether region `r` can split at `at`: a key inside it, past its first.
+pub fn split_applies(r: &RegionRecord, at: &str) -> bool {
+    let k = halyard_cluster::key_bytes(at);
+    r.spec.contains(&k) && k != r.spec.start_bytes()
+}
+
 /// The planned change region `r` needs next, if any (its group is whole): see the module
 /// documentation. `seed` varies the balancer's samples from tick to tick.
 pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Option<Step> {
@@ -151,6 +159,7 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
         let step = match q {
             Request::Transfer { to, .. } => transfer_applies(view, r, to).then(|| Step::Transfer(to.clone())),
             Request::Move { from, to, .. } => move_step(view, r, from, Some(to), tally, seed),
+            Request::Split { at, .. } => split_applies(r, at).then(|| Step::Split(at.clone())),
         };
         if step.is_some() {
             return step;
@@ -303,6 +312,7 @@ pub fn stale_requests(view: &View) -> Vec<String> {
                 Request::Move { from, to, .. } => {
                     !(r.spec.has_member(from) || r.spec.away.contains_key(from)) || !view.live.contains_key(to)
                 }
+                Request::Split { at, .. } => !split_applies(r, at),
             }
         })
         .map(|(k, _)| k.clone())
@@ -351,6 +361,20 @@ mod tests {
 
     fn request(v: &mut View, q: Request) {
         v.requests.push(("k".into(), q));
+    }
+
+    #[test]
+    fn a_split_request_splits_a_whole_group_at_a_key_inside_the_region() {
+        let mut v = cluster(3, 3, &[("n1", &["n2", "n3"], &[])]);
+        request(&mut v, Request::Split { region: 1, at: "m".into() });
+        assert_eq!(step(&v, 1), Some(Step::Split("m".into())));
+        assert!(stale_requests(&v).is_empty());
+        // The region's own first key cannot cut it: the request is stale.
+        let mut v = cluster(3, 3, &[("n1", &["n2", "n3"], &[])]);
+        let first = v.regions[&1].0.spec.start.clone();
+        request(&mut v, Request::Split { region: 1, at: first });
+        assert_eq!(step(&v, 1), None);
+        assert_eq!(stale_requests(&v).len(), 1);
     }
 
     #[test]

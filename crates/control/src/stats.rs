@@ -14,6 +14,8 @@ pub struct MasterStats {
     pub fence_seconds: Histogram,
     /// Handoffs rolled back (the primary could not fence the region).
     pub handoffs_rolled_back: AtomicU64,
+    /// Regions split (the map narrowed one and added its child).
+    pub splits: AtomicU64,
 }
 
 impl Default for MasterStats {
@@ -24,6 +26,7 @@ impl Default for MasterStats {
             handoff_seconds: Histogram::new(buckets()),
             fence_seconds: Histogram::new(buckets()),
             handoffs_rolled_back: AtomicU64::new(0),
+            splits: AtomicU64::new(0),
         }
     }
 }

@@ -222,6 +222,20 @@ pub async fn transfer(etcd: &EtcdArgs, region: u32, to: &str) -> Result<(), Stri
     Ok(())
 }
 
+/// `halyard admin split`: asks the master to split a region and waits for the new map.
+pub async fn split(etcd: &EtcdArgs, region: u32, at: &str) -> Result<(), String> {
+    let mut c = connect(etcd).await?;
+    let layout = Layout::new(&etcd.cluster_name);
+    let t0 = std::time::Instant::now();
+    let wait = std::time::Duration::from_secs(60);
+    let child = halyard_control::operate::split(&mut c, &layout, region, at, wait).await.map_err(|e| e.to_string())?;
+    println!(
+        "region {region} split at {at:?}: keys from there on are region {child} ({} ms after the request)",
+        t0.elapsed().as_millis()
+    );
+    Ok(())
+}
+
 /// `halyard admin move`: the request, then a bar of the new copy's bytes.
 pub async fn move_region(etcd: &EtcdArgs, region: u32, from: &str, to: &str) -> Result<(), String> {
     let mut c = connect(etcd).await?;

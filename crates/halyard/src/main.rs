@@ -193,6 +193,22 @@ enum AdminCmd {
         #[command(flatten)]
         etcd: cluster_cmd::EtcdArgs,
     },
+    /// Split a region in two at a key (etcd mode): the primary fences the region and splits its
+    /// store without copying data, its backups split at the same point of their streams, and
+    /// one map change narrows the region and adds the new one (same group, next epoch and
+    /// version). Requests wait for the new map, a few milliseconds.
+    Split {
+        /// Region id.
+        #[arg(long)]
+        region: u32,
+        /// The first key of the new region (UTF-8, or hex: followed by hex digits); it must lie
+        /// inside the region, past its first key. For Redis keys give the engine key's prefix
+        /// `r` and no 00 byte (as `cluster init --redis` does).
+        #[arg(long)]
+        at: String,
+        #[command(flatten)]
+        etcd: cluster_cmd::EtcdArgs,
+    },
     /// Move a region's copy from one node to another (etcd mode): the target takes a full copy
     /// as a learner (streamed at the primary's --move-rate-mb), becomes a backup, takes the
     /// primary role if the source led, and the source leaves the group and drops its copy.
@@ -270,6 +286,7 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
             }
             AdminCmd::Transfer { region, to, etcd } => cluster_cmd::transfer(etcd, *region, to).await,
             AdminCmd::Move { region, from, to, etcd } => cluster_cmd::move_region(etcd, *region, from, to).await,
+            AdminCmd::Split { region, at, etcd } => cluster_cmd::split(etcd, *region, at).await,
             AdminCmd::Verify { region, cluster_file, etcd, cluster_name } => {
                 let file = match cluster_file {
                     Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,

@@ -1,6 +1,7 @@
-//! Regions that change hands on purpose, in a cluster coordinated by a real etcd: planned
-//! handoffs (`halyard admin transfer`) under writes, and a node that leaves on SIGTERM, handing
-//! its primaries to backups before it gives its lease back. Writers use the region-aware
+//! Regions that change hands or shape on purpose, in a cluster coordinated by a real etcd:
+//! planned handoffs (`halyard admin transfer`) and splits (`halyard admin split`) under writes,
+//! and a node that leaves on SIGTERM, handing its primaries to backups before it gives its lease
+//! back. Writers use the region-aware
 //! client; every acknowledged write must be readable afterwards and every copy equal.
 
 #![allow(
@@ -149,6 +150,51 @@ fn planned_handoffs_under_writes_lose_nothing() {
     let names = ["halyard_master_handoff_duration_seconds_count", "halyard_master_handoff_fence_seconds_count"];
     let counts = metric_sums(&all, &names);
     assert!(counts.iter().all(|c| *c >= rounds as f64), "handoffs in the masters' histograms: {counts:?}");
+    check_everything(&url, &addrs, &acked);
+}
+
+/// A region split under writes: the map holds two regions that partition the key space, each
+/// at a higher epoch and version; the new region's primary role is handed off at once; every
+/// acknowledged write reads back and every copy of each region is equal.
+#[test]
+fn a_split_under_writes_loses_nothing_and_its_half_moves_on() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &["--no-balance"]);
+    let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let writers = Writers::start(&addrs, 4, &[]);
+    std::thread::sleep(Duration::from_millis(800));
+    let before = region(&status(&url), 1);
+    let t0 = Instant::now();
+    let (ok, out) = halyard(&["admin", "split", "--region", "1", "--at", "key5", "--etcd", &url]);
+    assert!(ok, "split: {out}");
+    let split_at = Instant::now();
+    let s = status(&url);
+    let regions = s["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), 2, "{s}");
+    let (left, right) = (region(&s, 1), region(&s, 2));
+    assert_eq!((left["start"].as_str(), left["end"].as_str()), (before["start"].as_str(), Some("key5")), "{s}");
+    assert_eq!((right["start"].as_str(), right["end"].as_str()), (Some("key5"), before["end"].as_str()), "{s}");
+    for r in [&left, &right] {
+        assert!(r["epoch"].as_u64() > before["epoch"].as_u64(), "the epoch did not rise: {s}");
+        assert_eq!(r["version"].as_u64(), Some(before["version"].as_u64().unwrap() + 1), "{s}");
+        assert_eq!(r["primary"], before["primary"], "{s}");
+        assert_eq!(r["backups"], before["backups"], "{s}");
+    }
+    // The new region's primary role moves at once.
+    let to = right["backups"][0].as_str().unwrap().to_string();
+    let (ok, out) = halyard(&["admin", "transfer", "--region", "2", "--to", &to, "--etcd", &url]);
+    assert!(ok, "transfer of the new region: {out}");
+    std::thread::sleep(Duration::from_millis(800));
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let acked = writers.stop();
+    let gap = longest_gap(&acked, t0, split_at);
+    let both =
+        |right: bool| acked.iter().any(|a| a.1 > split_at && (key(a.0).as_slice() >= b"key5".as_slice()) == right);
+    assert!(both(false) && both(true), "writes went on in both halves after the split");
+    eprintln!("split under writes: longest write gap {gap:?} ({} writes)", acked.len());
+    let all: Vec<&Node> = nodes.iter().collect();
+    assert!(metric_sums(&all, &["halyard_master_splits_total"])[0] >= 1.0, "the masters' split counter");
     check_everything(&url, &addrs, &acked);
 }
 

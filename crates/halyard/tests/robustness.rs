@@ -14,10 +14,11 @@
 //! The cluster also changes shape on purpose in some runs: planned handoffs, a SIGTERM of the
 //! primary's node (it hands off and leaves) and its restart, a move of the primary's copy onto
 //! a fourth node (plain, with the target killed during its copy, with the source killed, with
-//! the master killed, with the target cut off by iptables during a slowed copy), and a handoff
-//! asked while the primary is paused past its lease.
+//! the master killed, with the target cut off by iptables during a slowed copy), a handoff
+//! asked while the primary is paused past its lease, and a split of the region between the
+//! keys followed at once by a handoff of the new region.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 12: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! `HALYARD_ROBUSTNESS_RUNS` (default 13: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
 //! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
@@ -70,9 +71,12 @@ enum Fault {
     /// The move's target cut off by iptables for 3 s during its copy (slowed to 1 MiB/s over a
     /// few MiB of preloaded data): it reaches nobody and nobody reaches it.
     PartitionMoveTarget,
+    /// `halyard admin split` of the region between the native keys (the Redis keys go right),
+    /// then at once a handoff of the new region to a backup.
+    SplitThenHandoff,
 }
 
-const FAULTS: [Fault; 12] = [
+const FAULTS: [Fault; 13] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -85,6 +89,7 @@ const FAULTS: [Fault; 12] = [
     Fault::KillMoveSource,
     Fault::KillMasterDuringMove,
     Fault::PartitionMoveTarget,
+    Fault::SplitThenHandoff,
 ];
 
 /// One recorded operation (a line of the checker's input).
@@ -336,6 +341,16 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             let cut = Cut::new(ports);
             std::thread::sleep(Duration::from_millis(5000)); // past its 2 s lease: another leads
             drop(cut);
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::SplitThenHandoff => {
+            let (ok, out) = etcd_common::halyard(&["admin", "split", "--region", "1", "--at", "rk2", "--etcd", url]);
+            assert!(ok, "split: {out}");
+            let s = status(url);
+            let right = s["regions"].as_array().unwrap().iter().find(|r| r["start"] == "rk2").unwrap().clone();
+            let (id, to) = (right["id"].to_string(), right["backups"][0].as_str().unwrap().to_string());
+            let (ok, out) = etcd_common::halyard(&["admin", "transfer", "--region", &id, "--to", &to, "--etcd", url]);
+            assert!(ok, "handoff of the new region {id} to {to}: {out}");
             std::thread::sleep(Duration::from_millis(2000));
         }
         Fault::Handoffs => {

@@ -130,6 +130,10 @@ pub struct Link {
     /// Bytes of segments the current or last copy holds, and how many were read so far.
     pub(crate) copy_total: AtomicU64,
     pub(crate) copy_done: AtomicU64,
+    /// The LSN its region split at, for a link a split started (0: none): a backup that takes
+    /// the stream holding the region that far (its HelloOk) applied the split, and holds the
+    /// new region up to it without a frame to acknowledge.
+    pub(crate) split_lsn: AtomicU64,
     /// Woken when the queue drops below its bound and when the link fails.
     pub(crate) room: Notify,
     pub(crate) stats: Arc<ShipStats>,

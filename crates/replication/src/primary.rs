@@ -140,6 +140,7 @@ impl Shipper {
             copy_gen: AtomicU64::new(0),
             copy_total: AtomicU64::new(0),
             copy_done: AtomicU64::new(0),
+            split_lsn: AtomicU64::new(0),
             room: Notify::new(),
             stats: self.stats.clone(),
         })
@@ -450,7 +451,13 @@ impl Shipper {
             Msg::Hello { version: crate::wire::VERSION, epoch, region: s.region, mode: s.mode, inventory: !aligned };
         conn.send(&hello.encode());
         let held = match replies.recv().await {
-            Some(Msg::HelloOk { held, .. }) => held,
+            Some(Msg::HelloOk { held, lsn, .. }) => {
+                let split = l.split_lsn.load(Relaxed);
+                if aligned && split > 0 && lsn >= split {
+                    l.acked.send_if_modified(|v| std::mem::replace(v, (*v).max(split)) < split);
+                }
+                held
+            }
             Some(Msg::Reject { reason, .. }) => return crate::Error::Rejected(reason),
             Some(m) => return crate::Error::Protocol(format!("{m:?} instead of HelloOk")),
             None => return lost(),
@@ -541,6 +548,7 @@ impl ShipListener for Shipper {
             .map(|l| {
                 let n = self.new_link(&l.node, &l.addr, carried && l.is_live(), true);
                 n.counted.store(l.counted.load(Relaxed), Relaxed);
+                n.split_lsn.store(lsn, Relaxed);
                 n
             })
             .collect();

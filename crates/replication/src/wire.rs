@@ -123,7 +123,7 @@ pub enum Msg {
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`;
-/// the tags missing here (9..=11, 13, 14, 16..=18, 20) are `halyard-admin`'s.
+/// the tags missing here (9..=11, 13, 14, 16..=18, 20..=22, 26) are `halyard-admin`'s.
 mod tag {
     pub(super) const HELLO: u8 = 1;
     pub(super) const HELLO_OK: u8 = 2;

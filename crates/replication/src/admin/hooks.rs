@@ -18,6 +18,12 @@ pub trait NodeHooks: Send + Sync {
     fn handoff(&self, region: u32, _epoch: u64) -> Result<u64> {
         Err(crate::Error::Rejected(format!("this node does not hand off region {region}")))
     }
+    /// As the primary of `region` at `epoch`, fence it (as for a handoff) and split it at `at`
+    /// into `child` (fenced too); return the last LSN once every backup acknowledged it. Asked
+    /// again once split, it only fences.
+    fn split(&self, region: u32, _epoch: u64, _at: &[u8], _child: u32) -> Result<u64> {
+        Err(crate::Error::Rejected(format!("this node does not split region {region}")))
+    }
     /// The region's last LSN if this node already leads it at `epoch` or later: a promotion
     /// asked again (its answer was lost) is answered with that instead of refused.
     fn leads(&self, _region: u32, _epoch: u64) -> Option<u64> {

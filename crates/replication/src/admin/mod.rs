@@ -9,7 +9,7 @@
 mod auth;
 mod hooks;
 
-pub use halyard_admin::{add_backup, dump, host, promote};
+pub use halyard_admin::{add_backup, dump, host, promote, split};
 pub use hooks::{Hooks, NodeHooks};
 
 use crate::replica::Replica;
@@ -67,13 +67,12 @@ impl Replica {
             }
             AdminMsg::Handoff { epoch, region } => {
                 let h = hooks.clone();
-                let reply = match tokio::task::spawn_blocking(move || h.handoff(region, epoch)).await {
-                    Ok(Ok(last_lsn)) => AdminMsg::HandedOff { region, last_lsn },
-                    Ok(Err(e)) => AdminMsg::Reject { region, reason: e.to_string() },
-                    Err(e) => AdminMsg::Reject { region, reason: e.to_string() },
-                };
-                s.write_all(&reply.encode()).await?;
-                Ok(())
+                reply_fenced(s, region, tokio::task::spawn_blocking(move || h.handoff(region, epoch)).await).await
+            }
+            AdminMsg::Split { epoch, region, at, child } => {
+                let h = hooks.clone();
+                let r = tokio::task::spawn_blocking(move || h.split(region, epoch, &at, child)).await;
+                reply_fenced(s, region, r).await
             }
             m => Err(Error::Protocol(format!("{m:?} cannot open a connection"))),
         }
@@ -94,6 +93,21 @@ impl Replica {
             .await
             .map_err(|e| Error::Protocol(e.to_string()))?
     }
+}
+
+/// The reply to Handoff or Split: HandedOff with the last LSN, or a Reject saying why not.
+async fn reply_fenced(
+    s: &mut TcpStream,
+    region: u32,
+    r: std::result::Result<Result<u64>, tokio::task::JoinError>,
+) -> Result<()> {
+    let reply = match r {
+        Ok(Ok(last_lsn)) => AdminMsg::HandedOff { region, last_lsn },
+        Ok(Err(e)) => AdminMsg::Reject { region, reason: e.to_string() },
+        Err(e) => AdminMsg::Reject { region, reason: e.to_string() },
+    };
+    s.write_all(&reply.encode()).await?;
+    Ok(())
 }
 
 /// The reply to Host or AddBackup: Done, or a Reject saying why not.

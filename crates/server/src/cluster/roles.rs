@@ -66,7 +66,8 @@ impl ClusterNode {
     /// returns that LSN.
     pub fn handoff(&self, region: u32, epoch: u64) -> halyard_replication::Result<u64> {
         let rejected = |m: String| halyard_replication::Error::Rejected(m);
-        let behind = self.file.read().region(region).is_some_and(|r| r.epoch < epoch);
+        // (A region missing from this node's map is one a split just added.)
+        let behind = self.file.read().region(region).is_none_or(|r| r.epoch < epoch);
         if behind && self.control.is_some() {
             // The master decided on a map this node has not polled yet: take it now.
             let map = self.fetch_map().map_err(rejected)?;
@@ -107,7 +108,28 @@ impl ClusterNode {
     }
 }
 
+impl ClusterNode {
+    /// Called (on a blocking thread) when the master splits `region`: fences it as for a
+    /// handoff, then splits the store at `at` into `child` (its backups follow in the stream;
+    /// the child's stream starts to the same backups). Neither half serves until a map names
+    /// them at a higher epoch (the child is in no map yet, so its keys still locate the fenced
+    /// region). Asked again once split, it only fences. Returns the fenced LSN.
+    pub fn split(&self, region: u32, epoch: u64, at: &[u8], child: u32) -> halyard_replication::Result<u64> {
+        let lsn = self.handoff(region, epoch)?;
+        let split_here = self.db.regions().into_iter().any(|r| r.id == child && r.start == at);
+        if !split_here {
+            self.db.split_region(region, at, child)?;
+            tracing::info!(region, child, epoch, "split the store; waiting for the map");
+        }
+        Ok(lsn)
+    }
+}
+
 impl halyard_replication::NodeHooks for ClusterNode {
+    fn split(&self, region: u32, epoch: u64, at: &[u8], child: u32) -> halyard_replication::Result<u64> {
+        ClusterNode::split(self, region, epoch, at, child)
+    }
+
     fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
         ClusterNode::promote(self, region, epoch)
     }

@@ -61,6 +61,12 @@ impl ReplicationCollector {
             "halyard_master_handoffs_rolled_back_total",
             "Planned handoffs rolled back: the primary could not fence the region.",
             self.master.handoffs_rolled_back.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_master_splits_total",
+            "Regions this node's master split (the map narrowed one and added its child).",
+            self.master.splits.load(Relaxed),
         )
     }
 
