@@ -28,7 +28,6 @@ enum Event {
     Medium(u32, u32, Vec<u8>),
     Edits(Vec<Edit>),
     Split { at: Vec<u8>, lsn: u64, child: u32 },
-    Merged { right: u32 },
 }
 
 /// What a primary shipped, with the region of each event, in the order it happened.
@@ -67,9 +66,6 @@ impl ShipListener for Recorder {
     }
     fn split(&self, region: u32, at: &[u8], lsn: u64, child: u32) {
         self.push(region, Event::Split { at: at.to_vec(), lsn, child });
-    }
-    fn merged(&self, left: u32, right: u32) {
-        self.push(left, Event::Merged { right });
     }
 }
 
@@ -111,9 +107,6 @@ impl Buffers {
             Event::Edits(e) => db.replication().backup_edits(region, e).expect("edits"),
             Event::Split { at, lsn, child } => {
                 db.replication().backup_split(region, at, *lsn, *child).expect("split");
-            }
-            Event::Merged { right } => {
-                db.replication().backup_merge(region, *right).expect("merge");
             }
         }
     }
@@ -302,7 +295,7 @@ fn backups_follow_restart_promote_and_remap() {
                 Event::Medium(..) => runs += 1,
                 Event::Edits(..) => edits += 1,
                 Event::Sealed { .. } => seals += 1,
-                Event::Append { .. } | Event::Split { .. } | Event::Merged { .. } => {}
+                Event::Append { .. } | Event::Split { .. } => {}
             }
             buf1.apply(&b1, &ev);
             buf2.apply(&b2, &ev);
@@ -862,12 +855,12 @@ fn the_primary_role_handed_back_and_forth_keeps_every_value_readable() {
     assert_same(&dbs[1 - lead], &model, "the last old primary, promoted");
 }
 
-/// A primary's splits and merges reach its backup in the stream (after the tails they seal,
-/// before the new regions' writes): the backup splits at the same LSN and merges the same
-/// regions, the regions follow their primaries through writes, compactions and GC of the
-/// segments they share, and each, promoted, reads what the primary's does.
+/// A primary's splits reach its backup in the stream (after the tails they seal, before either
+/// half's writes): the backup splits at the same LSN, both halves follow their primaries
+/// through writes, compactions and GC of the segments they share, and each half, promoted,
+/// reads what the primary's does.
 #[test]
-fn a_backup_splits_and_merges_where_its_primary_did() {
+fn a_backup_splits_where_its_primary_did_and_both_halves_follow() {
     let root = tempfile::tempdir().expect("tempdir");
     // GC runs when the test says (the segment the last split sealed must stay).
     let primary = Db::open(root.path().join("p"), Options { gc_interval_ms: 3_600_000, ..opts() }).expect("primary");
@@ -879,11 +872,6 @@ fn a_backup_splits_and_merges_where_its_primary_did() {
     let ship = |bufs: &mut HashMap<u32, Buffers>| {
         for (region, ev) in rec.take_tagged() {
             bufs.entry(region).or_default().apply_to(&backup, region, &ev);
-            if let Event::Merged { right } = ev {
-                // Its tails were sealed before the merge: nothing is left in its buffers.
-                let gone = bufs.remove(&right).expect("the merged region's buffers");
-                assert!(gone.0.is_empty(), "region {right} merged with records in its buffers");
-            }
         }
     };
     for round in 0..2 {
@@ -915,15 +903,8 @@ fn a_backup_splits_and_merges_where_its_primary_did() {
         }
         ship(&mut bufs);
     }
-    // The first two halves merge back once their compactions cleaned the split up, with a
-    // round of writes after; the backup merges where its primary did.
-    primary.compact().expect("compact");
-    settle(&primary);
-    primary.merge_regions(0, 1).expect("merge");
-    write_round(&primary, 30, &mut model);
-    ship(&mut bufs);
-    // No write after the last round: the values it wrote stay live in the segments its tail
-    // sealed.
+    // No write after the last split's round: the values it wrote before the split stay live
+    // in the large-log segment the split sealed.
     primary.compact().expect("compact");
     settle(&primary);
     ship(&mut bufs);

@@ -32,7 +32,7 @@ impl Db {
     /// `Db::compact` does it) or a range delete of its own (their LSNs are counted per region,
     /// so two regions' could meet).
     pub fn merge_regions(&self, left: u32, right: u32) -> Result<RegionHandle> {
-        self.inner.merge(left, right, false)
+        self.inner.merge(left, right)
     }
 }
 
@@ -138,26 +138,19 @@ impl DbInner {
 }
 
 impl DbInner {
-    /// See [`Db::merge_regions`]; with `backup`, of two backup regions whose primaries merged
-    /// ([`crate::Replication::backup_merge`]).
-    pub(crate) fn merge(&self, left: u32, right: u32, backup: bool) -> Result<RegionHandle> {
+    /// See [`Db::merge_regions`].
+    fn merge(&self, left: u32, right: u32) -> Result<RegionHandle> {
         let _one = self.reshaping.lock();
         let (l, r) = (self.get(left)?, self.get(right)?);
         if l.end().as_deref() != Some(r.start().as_slice()) || left == right {
             return Err(Error::InvalidOptions(format!("region {left} does not end where region {right} starts")));
         }
-        for x in [&l, &r] {
-            match (x.is_backup(), backup) {
-                (true, false) => return Err(Error::BackupRegion(x.id())),
-                (false, true) => return Err(Error::InvalidOptions(format!("region {} is not a backup", x.id()))),
-                _ => {}
-            }
+        if l.is_backup() || r.is_backup() {
+            return Err(Error::BackupRegion(if l.is_backup() { left } else { right }));
         }
         self.sh.check()?;
         for x in [&l, &r] {
-            if !backup {
-                x.flush()?;
-            }
+            x.flush()?;
             check_mergeable(x)?;
         }
         for x in [&l, &r] {
@@ -178,7 +171,7 @@ impl DbInner {
         // See `split_retired`: GC passes end first, appends made before retiring may still be
         // inserting.
         let _gc = (gc::keep_out(l), gc::keep_out(r));
-        for x in [l, r].into_iter().filter(|x| !x.is_backup()) {
+        for x in [l, r] {
             x.view().mem.wait_for_writers();
             x.flush()?;
         }
@@ -200,10 +193,6 @@ impl DbInner {
                 e => sh.fail(e),
             };
         }
-        // Backups merge at the same point of their streams: after both regions' sealed tails.
-        if let Some(ship) = sh.listener().filter(|_| !l.is_backup()) {
-            ship.merged(l.id(), r.id());
-        }
         let next_lsn = wl.next_lsn.max(wr.next_lsn);
         for x in [l, r] {
             keep_views(x);
@@ -224,14 +213,10 @@ fn keep_views(r: &Region) {
     r.view().on_release(Box::new(move || drop(pin)));
 }
 
-/// Whether `r` may be merged: an empty L0, no range delete, no SST beyond its range (and on a
-/// backup, no shipped segment waiting for its edit).
+/// Whether `r` may be merged: an empty L0, no range delete, no SST beyond its range.
 fn check_mergeable(r: &Region) -> Result<()> {
     let v = r.view();
     let refuse = |why: &str| Err(Error::InvalidOptions(format!("region {} cannot be merged yet: {why}", r.id())));
-    if r.is_backup() && !r.backup_state().reserved.lock().is_empty() {
-        return refuse("it holds shipped segments no edit has installed yet");
-    }
     if !v.mem.is_empty() || v.imm.is_some() {
         return refuse("it took writes while its L0 was written out");
     }

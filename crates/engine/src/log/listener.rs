@@ -24,13 +24,6 @@ pub trait ShipListener: Send + Sync {
     fn split(&self, region: u32, at: &[u8], lsn: u64, child: u32) {
         let _ = (region, at, lsn, child);
     }
-    /// Region `right` merged into `left` ([`crate::Db::merge_regions`]). Called after both
-    /// regions' log tails were sealed and before the merged region appends; a backup applies it
-    /// with [`crate::Replication::backup_merge`] once it holds all of both streams up to here.
-    /// Ignored by default.
-    fn merged(&self, left: u32, right: u32) {
-        let _ = (left, right);
-    }
 }
 
 /// A compaction output segment.

@@ -306,13 +306,6 @@ impl Replication<'_> {
         self.db.inner.split(region, at, child, Some(lsn))
     }
 
-    /// Merges backup region `right` into `left` where their primaries merged (the listener's
-    /// [`crate::ShipListener::merged`]); apply it once both regions' streams delivered
-    /// everything before it.
-    pub fn backup_merge(&self, left: u32, right: u32) -> Result<RegionHandle> {
-        self.db.inner.merge(left, right, true)
-    }
-
     /// Empties a backup region (levels, logs, maps, reservations) before a full copy.
     pub fn reset_backup(&self, region: u32) -> Result<()> {
         let h = self.backup_region(region)?;
