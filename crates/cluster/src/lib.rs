@@ -122,6 +122,15 @@ impl RegionSpec {
     }
 }
 
+/// How a key is written in the file: UTF-8 when it is (and does not itself start `hex:`),
+/// else `hex:` and its bytes in hex ([`key_bytes`] reads both).
+pub fn key_text(k: &[u8]) -> String {
+    match std::str::from_utf8(k) {
+        Ok(s) if !s.starts_with("hex:") => s.to_string(),
+        _ => format!("hex:{}", k.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+    }
+}
+
 /// Keys in the file are UTF-8, or `hex:` followed by hex digits for arbitrary bytes.
 pub fn key_bytes(s: &str) -> Vec<u8> {
     match s.strip_prefix("hex:") {
@@ -345,5 +354,8 @@ mod tests {
         std::fs::write(&path, "[[regions]]\nid = \"x\"\n").unwrap();
         assert!(matches!(ClusterFile::load(&path), Err(ClusterError::Parse { .. })));
         assert_eq!(key_bytes("hex:6162ff"), vec![0x61, 0x62, 0xff]);
+        for k in [&b"key5"[..], b"r\x00\x01", b"hex:ab", b"", b"\xff"] {
+            assert_eq!(key_bytes(&key_text(k)), k.to_vec(), "{k:?}");
+        }
     }
 }

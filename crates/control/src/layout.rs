@@ -221,6 +221,10 @@ pub struct Progress {
     /// interval (LSNs handed out; regions that took none are left out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub writes: BTreeMap<u32, u64>,
+    /// A primary's regions past its `--region-max-mb`, by id: the key that halves each (as
+    /// region keys are written); the master splits them there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub splits: BTreeMap<u32, String>,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes

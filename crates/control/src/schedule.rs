@@ -165,6 +165,11 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
             return step;
         }
     }
+    // A region its primary finds past its size limit splits where the primary says it halves.
+    let wanted = view.progress.get(&spec.primary).and_then(|p| p.splits.get(&spec.id));
+    if let Some(at) = wanted.filter(|at| split_applies(r, at)) {
+        return Some(Step::Split(at.clone()));
+    }
     let drained: Vec<&String> = view.draining.iter().chain(&view.removed).filter(|n| r.spec.has_member(n)).collect();
     if let Some(from) = drained.first() {
         return move_step(view, r, from, None, tally, seed);

@@ -198,6 +198,60 @@ fn a_split_under_writes_loses_nothing_and_its_half_moves_on() {
     check_everything(&url, &addrs, &acked);
 }
 
+/// A region past its primary's `--region-max-mb` is split by the master at the key its primary
+/// names, without an operator: the map ends with regions that partition the key space, and every
+/// write reads back with every copy equal.
+#[test]
+fn a_region_past_its_size_limit_splits_by_itself() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &["--no-balance"]);
+    // A 1 MiB L0, so that the data reaches the SSTs the size is estimated from.
+    let conf = dir.path().join("node.toml");
+    std::fs::write(&conf, "[engine]\nl0_mb = 1\n").unwrap();
+    let extra = ["--config", conf.to_str().unwrap(), "--region-max-mb", "2"];
+    let nodes: Vec<Node> =
+        (1..=3).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    let ids: Vec<u64> = (0..6000).collect();
+    for chunk in ids.chunks(200) {
+        let mut batch = halyard_client::Batch::new();
+        for &i in chunk {
+            batch.put(key(i), [value(i), vec![b'v'; 1000]].concat());
+        }
+        // A batch lies in one region: split by the region it goes to when the map changed.
+        if c.write_batch(&batch).is_err() {
+            for &i in chunk {
+                c.put(key(i), [value(i), vec![b'v'; 1000]].concat()).unwrap();
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let s = loop {
+        let s = status(&url);
+        if s["regions"].as_array().unwrap().len() >= 2 && s["log"].as_array().unwrap().is_empty() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no split within 60 s: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("split by size {:?} after the load", t0.elapsed());
+    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
+    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
+    assert_eq!(rs[0]["start"].as_str(), Some(""), "{s}");
+    for w in rs.windows(2) {
+        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
+        assert!(w[0]["version"].as_u64() >= Some(2), "{s}");
+    }
+    assert!(rs.last().unwrap()["end"].is_null(), "{s}");
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let r = cluster_client(&addrs, Duration::from_secs(10));
+    for &i in &ids {
+        assert_eq!(r.get(key(i)).unwrap(), Some([value(i), vec![b'v'; 1000]].concat()), "key {i}");
+    }
+    check_everything(&url, &addrs, &[]);
+}
+
 #[test]
 fn sigterm_hands_primaries_off_before_the_node_leaves() {
     // The default replace_after: the places of the node that left are kept for it.

@@ -154,13 +154,13 @@ pub struct ServerConfig {
     /// segments earlier ones lack.
     #[arg(long)]
     pub backup_dir: Option<PathBuf>,
-    /// A region of a single-node store whose estimated size passes this many MiB splits at
-    /// the key that halves it, never inside a Redis key's encoding; 0: never. Regions compact
-    /// and collect garbage in parallel, but a multi-key write (MSET, a native batch) whose keys
-    /// lie on both sides of a split point is then refused, as Redis Cluster refuses CROSSSLOT
-    /// writes. Ignored in a cluster, where splits are not replicated yet [default: 0].
-    #[arg(long, required = false)]
-    pub region_max_mb: u64,
+    /// A region whose estimated size passes this many MiB splits at the key that halves it,
+    /// never inside a Redis key's encoding; 0: never. In an etcd cluster the primary reports
+    /// it and the master splits the region [default there: 256]. On a single node the store
+    /// splits by itself, off unless set: a multi-key write (MSET, a native batch) whose keys lie
+    /// on both sides of a split point is then refused, as Redis Cluster refuses CROSSSLOT writes.
+    #[arg(long)]
+    pub region_max_mb: Option<u64>,
     /// Engine settings (`[engine]` in the file).
     #[command(flatten)]
     pub engine: EngineConfig,
@@ -234,7 +234,7 @@ impl Default for ServerConfig {
             cluster_secret: None,
             min_replicas: 1,
             backup_dir: None,
-            region_max_mb: 0,
+            region_max_mb: None,
             engine: EngineConfig::default(),
         }
     }
@@ -289,9 +289,18 @@ impl ServerConfig {
             direct_io: e.direct_io,
             max_device_bytes: (e.max_device_mb > 0).then_some(e.max_device_mb << 20),
             compaction_threads: e.compaction_threads,
-            region_max_bytes: if self.is_cluster() { 0 } else { self.region_max_mb << 20 },
+            region_max_bytes: if self.is_cluster() { 0 } else { self.region_max_mb.unwrap_or(0) << 20 },
             split_key: Some(crate::keyspace::split_key()),
             ..Options::default()
+        }
+    }
+
+    /// The size past which an etcd cluster's primary asks for its region's split (bytes; 0:
+    /// never).
+    pub fn cluster_region_max_bytes(&self) -> u64 {
+        match self.etcd.is_empty() {
+            true => 0,
+            false => self.region_max_mb.unwrap_or(256) << 20,
         }
     }
 
@@ -362,7 +371,9 @@ mod tests {
         let one = parse(Some("region_max_mb = 64\n"), &[]);
         assert_eq!(one.engine_options().region_max_bytes, 64 << 20);
         let clustered = parse(Some("region_max_mb = 64\n"), &["--etcd", "http://a"]);
-        assert_eq!(clustered.engine_options().region_max_bytes, 0, "splits are not replicated yet");
+        assert_eq!(clustered.engine_options().region_max_bytes, 0, "the master splits a cluster's regions");
+        assert_eq!(clustered.cluster_region_max_bytes(), 64 << 20);
+        assert_eq!(parse(None, &["--etcd", "http://a"]).cluster_region_max_bytes(), 256 << 20);
         let cut = one.engine_options().split_key.unwrap();
         let field = crate::keyspace::key(b"user:1").to_vec();
         assert_eq!((cut.0)(&field), b"ruser:1".to_vec(), "a Redis key's record and fields stay together");

@@ -26,6 +26,17 @@ impl Db {
         let meta = self.inner.sh.manifest.region(id).ok_or(crate::error::Error::NoSuchRegion(id))?;
         Ok(size_and_middle(&meta, self.inner.large_per_ptr()))
     }
+
+    /// Where region `id` splits when its estimated size passes `max` bytes (what
+    /// [`Db::split_oversized`] would do, for a caller that splits by other means: a cluster's
+    /// master): its estimated size and the key, moved by [`crate::Options::split_key`]. None
+    /// within `max`, while it still shares SSTs with a split sibling, or when no key inside it
+    /// can be named.
+    pub fn split_point(&self, id: u32, max: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        let r = self.inner.regions.read().get(&id).cloned().ok_or(crate::error::Error::NoSuchRegion(id))?;
+        let meta = self.inner.sh.manifest.region(id).ok_or(crate::error::Error::NoSuchRegion(id))?;
+        self.inner.split_point(&r, &meta, max, self.inner.large_per_ptr())
+    }
 }
 
 impl DbInner {
@@ -39,20 +50,7 @@ impl DbInner {
         let per_ptr = self.large_per_ptr();
         for r in regions.iter().filter(|r| !r.is_backup() && !r.is_retired()) {
             let Some(meta) = self.sh.manifest.region(r.id()) else { continue };
-            let (size, middle) = size_and_middle(&meta, per_ptr);
-            // A split's half whose compactions have not cleaned the other half's keys out yet
-            // counts the SSTs they share by estimate: it waits, lest the estimate split it again.
-            if size <= max || straddles(&meta) {
-                continue;
-            }
-            let Some(at) = middle.map_or_else(|| root_middle(r, &meta), |m| Ok(Some(m)))? else { continue };
-            let at = match &self.sh.opts.split_key {
-                Some(f) => (f.0)(&at),
-                None => at,
-            };
-            if at.as_slice() <= meta.start.as_slice() || meta.end.as_ref().is_some_and(|e| at >= *e) {
-                continue;
-            }
+            let Some((size, at)) = self.split_point(r, &meta, max, per_ptr)? else { continue };
             let next = self.sh.manifest.with(|c| c.regions.keys().max().copied()).unwrap_or(0);
             let Some(id) = next.checked_add(1) else { continue };
             match self.split(r.id(), &at, id, None) {
@@ -71,6 +69,23 @@ impl DbInner {
             new.push(id);
         }
         Ok(new)
+    }
+
+    /// See [`Db::split_point`].
+    fn split_point(&self, r: &Region, meta: &RegionMeta, max: u64, per_ptr: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        let (size, middle) = size_and_middle(meta, per_ptr);
+        // A split's half whose compactions have not cleaned the other half's keys out yet
+        // counts the SSTs they share by estimate: it waits, lest the estimate split it again.
+        if size <= max || straddles(meta) {
+            return Ok(None);
+        }
+        let Some(at) = middle.map_or_else(|| root_middle(r, meta), |m| Ok(Some(m)))? else { return Ok(None) };
+        let at = match &self.sh.opts.split_key {
+            Some(f) => (f.0)(&at),
+            None => at,
+        };
+        let inside = at.as_slice() > meta.start.as_slice() && meta.end.as_ref().is_none_or(|e| at < *e);
+        Ok(inside.then_some((size, at)))
     }
 
     fn large_per_ptr(&self) -> u64 {

@@ -112,4 +112,6 @@ pub struct ClusterNode {
     pub last_write: bool,
     /// What this node's master measured (etcd mode; nothing while another node is master).
     pub master_stats: Arc<halyard_control::stats::MasterStats>,
+    /// Past this estimated size (bytes) a region led here is reported for a split (0: never).
+    pub(crate) region_max_bytes: u64,
 }

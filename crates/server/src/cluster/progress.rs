@@ -1,5 +1,6 @@
 //! etcd mode: this node's replication progress (each primary region's LSN and its backups'
-//! acknowledgements, each backup region's last received LSN), published to etcd every second:
+//! acknowledgements, each backup region's last received LSN, the regions it leads that are past
+//! `--region-max-mb` with the key that halves each), published to etcd every second:
 //! the master promotes the backup that holds the most of the log, and `halyard cluster
 //! status` shows each region's replication lag.
 
@@ -56,6 +57,11 @@ impl ClusterNode {
                     links.iter().filter_map(|l| Some((l.node.clone(), l.copy_progress()?))).collect();
                 if !copies.is_empty() {
                     p.copies.insert(id, copies);
+                }
+                if self.region_max_bytes > 0 {
+                    if let Ok(Some((_, at))) = self.db.split_point(id, self.region_max_bytes) {
+                        p.splits.insert(id, halyard_cluster::key_text(&at));
+                    }
                 }
             } else if let Some(rr) = self.replica.region(id) {
                 p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));

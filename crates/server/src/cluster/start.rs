@@ -108,6 +108,7 @@ impl ClusterNode {
             mode: Mode::from(cfg.replication),
             last_write: cfg.ack == Ack::LastWrite,
             master_stats: Default::default(),
+            region_max_bytes: cfg.cluster_region_max_bytes(),
         }
     }
 
