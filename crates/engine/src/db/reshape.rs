@@ -151,7 +151,8 @@ impl DbInner {
         self.sh.check()?;
         for x in [&l, &r] {
             x.flush()?;
-            check_mergeable(x)?;
+            // Its L0 is checked once no GC pass or writer can append (`merge_retired`).
+            check_mergeable(x, false)?;
         }
         for x in [&l, &r] {
             x.set_retired(true);
@@ -182,7 +183,7 @@ impl DbInner {
         }
         let release = || [l, r].iter().for_each(|x| compaction::release_all_levels(x));
         let (mut wl, mut wr) = (l.w().lock(), r.w().lock());
-        let ready = check_mergeable(l).and_then(|_| check_mergeable(r));
+        let ready = check_mergeable(l, true).and_then(|_| check_mergeable(r, true));
         let sealed = ready.and_then(|_| seal_large_tail(l, &mut wl)).and_then(|_| seal_large_tail(r, &mut wr));
         let committed = sealed.and_then(|_| sh.manifest.commit(l.id(), &[Edit::Merge { right: r.id() }]));
         if let Err(e) = committed {
@@ -213,11 +214,12 @@ fn keep_views(r: &Region) {
     r.view().on_release(Box::new(move || drop(pin)));
 }
 
-/// Whether `r` may be merged: an empty L0, no range delete, no SST beyond its range.
-fn check_mergeable(r: &Region) -> Result<()> {
+/// Whether `r` may be merged: no range delete, no SST beyond its range and, with `l0`, an
+/// empty L0.
+fn check_mergeable(r: &Region, l0: bool) -> Result<()> {
     let v = r.view();
     let refuse = |why: &str| Err(Error::InvalidOptions(format!("region {} cannot be merged yet: {why}", r.id())));
-    if !v.mem.is_empty() || v.imm.is_some() {
+    if l0 && (!v.mem.is_empty() || v.imm.is_some()) {
         return refuse("it took writes while its L0 was written out");
     }
     if !v.version.range_dels.is_empty() {
