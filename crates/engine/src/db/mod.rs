@@ -716,8 +716,7 @@ impl Db {
 
     /// A handle on one region.
     pub fn region(&self, id: u32) -> Result<RegionHandle> {
-        let r = self.inner.regions.read().get(&id).cloned().ok_or(Error::NoSuchRegion(id))?;
-        Ok(RegionHandle { region: r })
+        Ok(RegionHandle { region: self.inner.get(id)? })
     }
 
     /// Ids and key ranges of all regions.

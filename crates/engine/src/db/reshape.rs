@@ -38,7 +38,7 @@ impl Db {
 
 impl DbInner {
     /// A region object by id.
-    fn get(&self, id: u32) -> Result<Arc<Region>> {
+    pub(crate) fn get(&self, id: u32) -> Result<Arc<Region>> {
         self.regions.read().get(&id).cloned().ok_or(Error::NoSuchRegion(id))
     }
 

@@ -33,9 +33,22 @@ impl Db {
     /// within `max`, while it still shares SSTs with a split sibling, or when no key inside it
     /// can be named.
     pub fn split_point(&self, id: u32, max: u64) -> Result<Option<(u64, Vec<u8>)>> {
-        let r = self.inner.regions.read().get(&id).cloned().ok_or(crate::error::Error::NoSuchRegion(id))?;
-        let meta = self.inner.sh.manifest.region(id).ok_or(crate::error::Error::NoSuchRegion(id))?;
-        self.inner.split_point(&r, &meta, max, self.inner.large_per_ptr())
+        Ok(self.split_points(&[id], max)?.pop().map(|(_, size, at)| (size, at)))
+    }
+
+    /// [`Db::split_point`] of each region of `ids` that has one: (id, size, key). The store's
+    /// average large record size, which every estimate takes, is computed once.
+    pub fn split_points(&self, ids: &[u32], max: u64) -> Result<Vec<(u32, u64, Vec<u8>)>> {
+        let per_ptr = self.inner.large_per_ptr();
+        let mut out = Vec::new();
+        for &id in ids {
+            let r = self.inner.get(id)?;
+            let meta = self.inner.sh.manifest.region(id).ok_or(crate::error::Error::NoSuchRegion(id))?;
+            if let Some((size, at)) = self.inner.split_point(&r, &meta, max, per_ptr)? {
+                out.push((id, size, at));
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -58,13 +58,14 @@ impl ClusterNode {
                 if !copies.is_empty() {
                     p.copies.insert(id, copies);
                 }
-                if self.region_max_bytes > 0 {
-                    if let Ok(Some((_, at))) = self.db.split_point(id, self.region_max_bytes) {
-                        p.splits.insert(id, halyard_cluster::key_text(&at));
-                    }
-                }
             } else if let Some(rr) = self.replica.region(id) {
                 p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+        if self.region_max_bytes > 0 {
+            let led: Vec<u32> = p.acked.keys().copied().collect();
+            if let Ok(points) = self.db.split_points(&led, self.region_max_bytes) {
+                p.splits = points.into_iter().map(|(id, _, at)| (id, halyard_cluster::key_text(&at))).collect();
             }
         }
         p
