@@ -102,6 +102,11 @@ impl SstInfo {
         }
     }
 
+    /// Whether the SST holds keys outside `[start, end)` (`end` None: no end).
+    pub(crate) fn beyond(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+        self.first_key.as_slice() < start || end.is_some_and(|e| self.last_key.as_slice() >= e)
+    }
+
     /// A digest of the description (XXH3 of its encoding): how a returning backup and its
     /// primary tell that they hold the same SST (`replication/resync.rs`).
     pub fn digest(&self) -> u64 {

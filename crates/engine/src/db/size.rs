@@ -97,8 +97,7 @@ impl DbInner {
             Some(f) => (f.0)(&at),
             None => at,
         };
-        let inside = at.as_slice() > meta.start.as_slice() && meta.end.as_ref().is_none_or(|e| at < *e);
-        Ok(inside.then_some((size, at)))
+        Ok(inside(meta, &at).then_some((size, at)))
     }
 
     fn large_per_ptr(&self) -> u64 {
@@ -129,12 +128,11 @@ pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<V
     let total: u64 = levels.iter().map(sum).sum();
     let Some(biggest) = levels.iter().max_by_key(|l| sum(l)) else { return (total, None) };
     let level_total = sum(biggest);
-    let inside = |k: &[u8]| k > meta.start.as_slice() && meta.end.as_ref().is_none_or(|e| k < e.as_slice());
     let mut before = 0u64;
     let mut best: Option<(u64, &[u8])> = None;
     for &(first, w) in biggest {
         let off = (2 * before).abs_diff(level_total);
-        if inside(first) && best.is_none_or(|b| off < b.0) {
+        if inside(meta, first) && best.is_none_or(|b| off < b.0) {
             best = Some((off, first));
         }
         before += w;
@@ -151,17 +149,18 @@ fn root_middle(r: &Region, meta: &RegionMeta) -> Result<Option<Vec<u8>>> {
     let biggest = view.version.levels.iter().flatten().max_by_key(|s| share(meta, &s.info, s.info.full_bytes));
     // (The biggest SST of any level: a level with one SST has it as its biggest anyway.)
     let Some(sst) = biggest else { return Ok(None) };
-    let inside = |k: &[u8]| k > meta.start.as_slice() && meta.end.as_ref().is_none_or(|e| k < e.as_slice());
-    let keys: Vec<Vec<u8>> = sst.root_keys(&r.sh().ctx)?.into_iter().filter(|k| inside(k)).collect();
+    let keys: Vec<Vec<u8>> = sst.root_keys(&r.sh().ctx)?.into_iter().filter(|k| inside(meta, k)).collect();
     Ok(keys.get(keys.len() / 2).cloned())
 }
 
 /// Whether an SST of the region holds keys beyond its range.
 fn straddles(meta: &RegionMeta) -> bool {
-    meta.levels
-        .iter()
-        .flatten()
-        .any(|s| s.first_key.as_slice() < meta.start.as_slice() || meta.end.as_ref().is_some_and(|e| s.last_key >= *e))
+    meta.levels.iter().flatten().any(|s| s.beyond(&meta.start, meta.end.as_deref()))
+}
+
+/// Whether `k` may cut the region: inside it, past its first key.
+fn inside(meta: &RegionMeta, k: &[u8]) -> bool {
+    k > meta.start.as_slice() && meta.end.as_deref().is_none_or(|e| k < e)
 }
 
 /// The store's average large record size: the large logs' written bytes over the SSTs'
@@ -190,9 +189,7 @@ fn share(meta: &RegionMeta, s: &SstInfo, bytes: u64) -> u64 {
     if below || above {
         return 0;
     }
-    let across = s.first_key.as_slice() < meta.start.as_slice()
-        || meta.end.as_ref().is_some_and(|e| s.last_key.as_slice() >= e.as_slice());
-    if across {
+    if s.beyond(&meta.start, meta.end.as_deref()) {
         bytes / 2
     } else {
         bytes
