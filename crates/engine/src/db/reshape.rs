@@ -226,7 +226,7 @@ fn check_mergeable(r: &Region, l0: bool) -> Result<()> {
         return refuse("it holds range deletes that its compactions have not cleaned up yet (Db::compact)");
     }
     let (start, end) = (r.start(), r.end());
-    if v.version.levels.iter().flatten().any(|s| s.info.beyond(&start, end.as_deref())) {
+    if v.version.levels.iter().flatten().any(|s| s.info.beyond(start, end.as_deref())) {
         return refuse("an SST still holds keys beyond its range (Db::compact cleans a split's halves up)");
     }
     Ok(())
