@@ -71,6 +71,28 @@ pub async fn run(sh: &Shared, sess: &mut Session, cmd: &Command, args: &[Vec<u8>
         "scan" => scan(c, sh, sess, rest).await,
         "halyard.range" => range(c, sh, sess, &a).await,
         "halyard.delrange" => delrange(c, sh, sess, &a).await,
+        "flushdb" | "flushall" => {
+            for t in c.targets() {
+                let part = on_region(c, sh, sess, t.id, &a, false).await?;
+                if part.starts_with(b"-") {
+                    return Ok(part);
+                }
+            }
+            Ok(encode(sess.proto, Reply::ok()))
+        }
+        "randomkey" => {
+            // A random region first, then the others in order: the first key one holds.
+            let mut targets = c.targets();
+            let turn = if targets.is_empty() { 0 } else { rand::random::<usize>() % targets.len() };
+            targets.rotate_left(turn);
+            for t in targets {
+                let part = on_region(c, sh, sess, t.id, &a, true).await?;
+                if !matches!(part.as_slice(), b"$-1\r\n" | b"_\r\n") {
+                    return Ok(part);
+                }
+            }
+            Ok(encode(sess.proto, Reply::Nil))
+        }
         _ => on_key(c, sh, sess, &a, cmd.flags & WRITE == 0).await,
     }
 }

@@ -212,6 +212,14 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// One reply another node encoded for this connection's protocol, relayed as it is.
     Encoded(Vec<u8>),
+    /// A set (RESP3 `~`; an array in RESP2).
+    Set(Vec<Reply>),
+    /// A double (RESP3 `,`; a bulk string in RESP2), written as Redis 7.0 writes it (`%.17g`).
+    Double(f64),
+    /// The null array (`*-1` in RESP2: an aborted EXEC, a timed-out blocking pop).
+    NilArray,
+    /// A push message (RESP3 `>`; an array in RESP2): what pub/sub delivers.
+    Push(Vec<Reply>),
     /// An array of `len` replies other nodes encoded for this connection's protocol, given
     /// back to back in `items` (regions' parts of one reply).
     EncodedItems {
@@ -220,6 +228,48 @@ pub enum Reply {
         /// The replies, encoded.
         items: Vec<u8>,
     },
+}
+
+/// An aggregate's header (`kind` and length) and its items.
+fn aggregate(kind: u8, items: &[Reply], proto: u8, out: &mut Vec<u8>) {
+    out.push(kind);
+    num(out, items.len());
+    out.extend_from_slice(b"\r\n");
+    for i in items {
+        i.encode(proto, out);
+    }
+}
+
+/// A double as Redis 7.0 replies it: C's `%.17g` (17 significant digits, trailing zeros
+/// dropped, an exponent below 1e-4 and from 1e17), `inf`, `-inf` and `nan`.
+pub fn fmt_double(d: f64) -> String {
+    if d.is_nan() {
+        return "nan".into();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{d:.16e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..17).contains(&exp) {
+        let m = trim_zeros(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{m}e{sign}{:02}", exp.unsigned_abs());
+    }
+    let decimals = usize::try_from(16 - exp).unwrap_or(0);
+    trim_zeros(&format!("{d:.decimals$}")).to_string()
+}
+
+/// `s` without the zeros that end its fraction, nor a point left alone.
+fn trim_zeros(s: &str) -> &str {
+    if !s.contains('.') {
+        return s;
+    }
+    s.trim_end_matches('0').trim_end_matches('.')
 }
 
 impl Reply {
@@ -273,12 +323,18 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(items);
             }
-            Reply::Array(items) => {
-                out.push(b'*');
-                num(out, items.len());
-                out.extend_from_slice(b"\r\n");
-                for i in items {
-                    i.encode(proto, out);
+            Reply::Array(items) => aggregate(b'*', items, proto, out),
+            Reply::Set(items) => aggregate(if proto >= 3 { b'~' } else { b'*' }, items, proto, out),
+            Reply::Push(items) => aggregate(if proto >= 3 { b'>' } else { b'*' }, items, proto, out),
+            Reply::NilArray => out.extend_from_slice(if proto >= 3 { b"_\r\n" } else { b"*-1\r\n" }),
+            Reply::Double(d) => {
+                let text = fmt_double(*d);
+                if proto >= 3 {
+                    out.push(b',');
+                    out.extend_from_slice(text.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                } else {
+                    Reply::Bulk(text.into_bytes()).encode(proto, out);
                 }
             }
             Reply::Map(pairs) => {
@@ -304,6 +360,27 @@ mod tests {
     use super::*;
 
     const L: Limits = Limits { max_request_bytes: 1 << 20, max_args: 1024 };
+
+    #[test]
+    fn doubles_read_as_redis_7_0_writes_them() {
+        let cases: [(f64, &str); 12] = [
+            (1.0, "1"),
+            (1.5, "1.5"),
+            (-2.25, "-2.25"),
+            (0.1, "0.10000000000000001"),
+            (1e17, "1e+17"),
+            (12345678901234567.0, "12345678901234568"),
+            (0.0001, "0.0001"),
+            (0.00001, "1.0000000000000001e-05"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (0.0, "0"),
+            (3.0e-300, "3.0000000000000002e-300"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(fmt_double(d), want, "{d:e}");
+        }
+    }
 
     #[test]
     fn multibulk_and_partial_input() {

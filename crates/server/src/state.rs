@@ -28,6 +28,8 @@ pub struct Session {
     pub span: Option<crate::keyspace::Span>,
     /// The region of `span`: every key the command names must lie in it.
     pub region: Option<u32>,
+    /// The database SELECT chose (0 in a cluster).
+    pub db: u8,
 }
 
 /// SCAN cursors: numbers that stand for "continue after this key". Old ones are forgotten
@@ -58,9 +60,15 @@ impl Cursors {
     }
 }
 
+/// The number of databases of a single node (Redis' `databases` default).
+pub const DATABASES: u8 = 16;
+
 /// Server-wide state.
 pub struct Shared {
+    /// Database 0: the whole key space of a cluster node.
     pub ks: Keyspace,
+    /// Databases 1 to [`DATABASES`] - 1 of a single node (none on a cluster node).
+    pub numbered: Vec<Keyspace>,
     pub requirepass: Option<String>,
     pub metrics: Metrics,
     pub cursors: Mutex<Cursors>,
@@ -81,8 +89,11 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(ks: Keyspace, requirepass: Option<String>, metrics: Metrics) -> Shared {
+        let numbered =
+            if ks.db.options().default_region { (1..DATABASES).map(|n| ks.numbered(n)).collect() } else { Vec::new() };
         Shared {
             ks,
+            numbered,
             requirepass,
             metrics,
             cursors: Mutex::new(Cursors { next: 0, map: HashMap::new(), order: VecDeque::new() }),
@@ -111,16 +122,36 @@ impl Shared {
             writes: Vec::new(),
             span: None,
             region: None,
+            db: 0,
         }
+    }
+
+    /// The database `sess` works in.
+    pub fn db(&self, sess: &Session) -> &Keyspace {
+        self.database(sess.db).unwrap_or(&self.ks)
+    }
+
+    /// Database `n`, if this server has it.
+    pub fn database(&self, n: u8) -> Option<&Keyspace> {
+        match n {
+            0 => Some(&self.ks),
+            n => self.numbered.get(usize::from(n) - 1),
+        }
+    }
+
+    /// Every database of this server, numbered.
+    pub fn databases(&self) -> impl Iterator<Item = (u8, &Keyspace)> {
+        std::iter::once(&self.ks).chain(&self.numbered).enumerate().map(|(i, k)| (i as u8, k))
     }
 
     pub fn client_line(&self, s: &Session) -> String {
         format!(
-            "id={} addr={} name={} age={} db=0 resp={}\n",
+            "id={} addr={} name={} age={} db={} resp={}\n",
             s.id,
             s.addr,
             String::from_utf8_lossy(s.name.as_deref().unwrap_or_default()),
             s.created.elapsed().as_secs(),
+            s.db,
             s.proto
         )
     }
@@ -157,10 +188,12 @@ impl Shared {
             );
         }
         if want("keyspace") {
-            let (n, e) = self.ks.count_with_expiring().unwrap_or((0, 0));
             let _ = write!(o, "# Keyspace\r\n");
-            if n > 0 {
-                let _ = write!(o, "db0:keys={n},expires={e},avg_ttl=0\r\n");
+            for (i, ks) in self.databases() {
+                let (n, e) = ks.count_with_expiring().unwrap_or((0, 0));
+                if n > 0 {
+                    let _ = write!(o, "db{i}:keys={n},expires={e},avg_ttl=0\r\n");
+                }
             }
             let _ = write!(o, "\r\n");
         }

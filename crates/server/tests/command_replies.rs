@@ -89,6 +89,7 @@ const STRINGS: &[&[&str]] = &[
     &["ECHO", "a", "b"],
     &["SELECT", "0"],
     &["SELECT", "1"],
+    &["SELECT", "0"],
     &["SELECT", "x"],
     &["SELECT"],
     &["DBSIZE"],
@@ -235,6 +236,53 @@ const HASHES_AND_KEYS: &[&[&str]] = &[
     &["HGETALL", "d2h"],
 ];
 
+/// Numbered databases and whole-key copies (after the other sections, in database 0).
+const DATABASES: &[&[&str]] = &[
+    &["SET", "k", "0"],
+    &["HSET", "hk", "f", "0", "g", "1"],
+    &["SELECT", "15"],
+    &["GET", "k"],
+    &["SET", "k", "15"],
+    &["SELECT", "16"],
+    &["SELECT", "-1"],
+    &["DBSIZE"],
+    &["SELECT", "0"],
+    &["GET", "k"],
+    &["MOVE", "k", "15"],
+    &["MOVE", "hk", "3"],
+    &["MOVE", "hk", "0"],
+    &["MOVE", "hk", "16"],
+    &["MOVE", "nokey", "3"],
+    &["SELECT", "3"],
+    &["HGETALL", "hk"],
+    &["COPY", "hk", "hk2"],
+    &["COPY", "hk", "hk2"],
+    &["COPY", "hk", "hk2", "REPLACE"],
+    &["COPY", "hk", "hk", "REPLACE"],
+    &["COPY", "hk", "hk", "DB", "0"],
+    &["COPY", "hk", "hk", "DB", "x"],
+    &["COPY", "hk", "hk", "BOGUS"],
+    &["HGETALL", "hk2"],
+    &["RENAME", "hk2", "hk3"],
+    &["RENAME", "hk2", "hk3"],
+    &["RENAME", "hk3", "hk3"],
+    &["RENAMENX", "hk3", "hk"],
+    &["RENAMENX", "hk3", "hk3"],
+    &["RENAMENX", "hk3", "hk4"],
+    &["KEYS", "*"],
+    &["FLUSHDB", "BOGUS"],
+    &["FLUSHDB"],
+    &["RANDOMKEY"],
+    &["DBSIZE"],
+    &["SELECT", "0"],
+    &["HGETALL", "hk"],
+    &["SWAPDB", "0", "1"],
+    &["FLUSHALL", "ASYNC"],
+    &["SELECT", "15"],
+    &["DBSIZE"],
+    &["SELECT", "0"],
+];
+
 const CONNECTION: &[&[&str]] = &[
     &["COMMAND"],
     &["COMMAND", "COUNT"],
@@ -332,6 +380,8 @@ fn replies_match_the_transcript() {
         let _ = writeln!(out, "## {title}");
         run(&sh, &mut sess, script, &mut out);
     }
+    let _ = writeln!(out, "## databases");
+    run(&sh, &mut sess, DATABASES, &mut out);
     let _ = writeln!(out, "## RESP3");
     run(&sh, &mut sess, RESP3, &mut out);
     let _ = writeln!(out, "## counters");

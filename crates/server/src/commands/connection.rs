@@ -1,7 +1,7 @@
-//! Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, COMMAND, CLIENT,
+//! Connection and server commands: PING, ECHO, HELLO, AUTH, QUIT, COMMAND, CLIENT,
 //! INFO, CONFIG, TIME.
 
-use super::args::{int_arg, lower, not_int, syntax, wrong_args};
+use super::args::{int_arg, lower, syntax, wrong_args};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,15 +17,6 @@ pub(super) fn cmd_ping(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
 pub(super) fn cmd_echo(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, msg] = a else { return wrong_args("echo") };
     Reply::bulk(*msg)
-}
-
-pub(super) fn cmd_select(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    let [_, db] = a else { return wrong_args("select") };
-    match int_arg(db) {
-        Some(0) => Reply::ok(),
-        Some(_) => Reply::err("ERR DB index is out of range"),
-        None => not_int(),
-    }
 }
 
 pub(super) fn cmd_quit(_: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {

@@ -4,7 +4,7 @@
 //! command (a cluster's primary), so that every copy of the key expires at the same moment.
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
-use crate::keyspace::KsError;
+use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 
@@ -69,43 +69,43 @@ pub(super) fn set_options(now: u64, opts: &[&[u8]]) -> Result<(bool, bool, bool,
 }
 
 /// Writes a string under the key's lock as SET does with `ttl`.
-pub(super) fn store(sh: &Shared, key: &[u8], value: &[u8], ttl: Ttl) -> Result<(), KsError> {
+pub(super) fn store(k: &Keyspace, key: &[u8], value: &[u8], ttl: Ttl) -> Result<(), KsError> {
     match ttl {
-        Ttl::Keep => sh.ks.set_keep_ttl_locked(key, value),
-        Ttl::At(at) => sh.ks.set_expiring_locked(key, value, at),
-        Ttl::Unset | Ttl::Persist => sh.ks.set_locked(key, value),
+        Ttl::Keep => k.set_keep_ttl_locked(key, value),
+        Ttl::At(at) => k.set_expiring_locked(key, value, at),
+        Ttl::Unset | Ttl::Persist => k.set_locked(key, value),
     }
 }
 
-fn setex(sh: &Shared, a: &[&[u8]], cmd: &str, unit: &str) -> Reply {
+fn setex(k: &Keyspace, a: &[&[u8]], cmd: &str, unit: &str) -> Reply {
     let [_, key, n, value] = a else { return wrong_args(cmd) };
-    let at = match when(sh.ks.now_ms(), unit, n, cmd) {
+    let at = match when(k.now_ms(), unit, n, cmd) {
         Ok(at) => at,
         Err(r) => return r,
     };
     ks((|| {
-        let _g = sh.ks.lock(key);
-        sh.ks.set_expiring_locked(key, value, at)?;
+        let _g = k.lock(key);
+        k.set_expiring_locked(key, value, at)?;
         Ok(Reply::ok())
     })())
 }
 
-pub(super) fn cmd_setex(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    setex(sh, a, "setex", "ex")
+pub(super) fn cmd_setex(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    setex(sh.db(sess), a, "setex", "ex")
 }
 
-pub(super) fn cmd_psetex(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    setex(sh, a, "psetex", "px")
+pub(super) fn cmd_psetex(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    setex(sh.db(sess), a, "psetex", "px")
 }
 
 /// GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST].
-pub(super) fn cmd_getex(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_getex(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, opts @ ..] = a else { return wrong_args("getex") };
     let ttl = match opts {
         [] => Ttl::Unset,
         [p] if lower(p) == "persist" => Ttl::Persist,
         [u, n] if matches!(lower(u).as_str(), "ex" | "px" | "exat" | "pxat") => {
-            match when(sh.ks.now_ms(), &lower(u), n, "getex") {
+            match when(sh.db(sess).now_ms(), &lower(u), n, "getex") {
                 Ok(at) => Ttl::At(at),
                 Err(r) => return r,
             }
@@ -113,14 +113,14 @@ pub(super) fn cmd_getex(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
         _ => return syntax(),
     };
     ks((|| {
-        let _g = sh.ks.lock(key);
-        let Some(v) = sh.ks.get_str(key)? else { return Ok(Reply::Nil) };
+        let _g = sh.db(sess).lock(key);
+        let Some(v) = sh.db(sess).get_str(key)? else { return Ok(Reply::Nil) };
         match ttl {
             Ttl::At(at) => {
-                sh.ks.expire_locked(key, at)?;
+                sh.db(sess).expire_locked(key, at)?;
             }
             Ttl::Persist => {
-                sh.ks.expire_locked(key, 0)?;
+                sh.db(sess).expire_locked(key, 0)?;
             }
             Ttl::Unset | Ttl::Keep => {}
         }
@@ -159,19 +159,19 @@ fn conditions(opts: &[&[u8]]) -> Result<Cond, Reply> {
 
 /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key n [NX | XX | GT | LT]: 1 if the expiry was set (or
 /// the key deleted, for a time already past), 0 if the key is missing or a condition failed.
-fn expire(sh: &Shared, a: &[&[u8]], cmd: &str, unit: &str) -> Reply {
+fn expire(k: &Keyspace, a: &[&[u8]], cmd: &str, unit: &str) -> Reply {
     let [_, key, n, opts @ ..] = a else { return wrong_args(cmd) };
     let Some(n) = int_arg(n) else { return not_int() };
     let c = match conditions(opts) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let now = sh.ks.now_ms();
+    let now = k.now_ms();
     // Redis accepts negative times (the key is then deleted); it refuses only overflows.
     let Some(at) = absolute(now, unit, n) else { return invalid_time(cmd) };
     ks((|| {
-        let _g = sh.ks.lock(key);
-        let Some(cur) = sh.ks.expiry(key)? else { return Ok(Reply::Int(0)) };
+        let _g = k.lock(key);
+        let Some(cur) = k.expiry(key)? else { return Ok(Reply::Int(0)) };
         let fails = (c.nx && cur != 0)
             || (c.xx && cur == 0)
             || (c.gt && (cur == 0 || at <= cur as i64))
@@ -181,34 +181,34 @@ fn expire(sh: &Shared, a: &[&[u8]], cmd: &str, unit: &str) -> Reply {
         }
         // A time already past deletes the key; 1 ms since the epoch is as past as any.
         let at = u64::try_from(at).unwrap_or(0).max(1);
-        sh.ks.expire_locked(key, at)?;
+        k.expire_locked(key, at)?;
         Ok(Reply::Int(1))
     })())
 }
 
-pub(super) fn cmd_expire(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    expire(sh, a, "expire", "ex")
+pub(super) fn cmd_expire(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    expire(sh.db(sess), a, "expire", "ex")
 }
 
-pub(super) fn cmd_pexpire(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    expire(sh, a, "pexpire", "px")
+pub(super) fn cmd_pexpire(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    expire(sh.db(sess), a, "pexpire", "px")
 }
 
-pub(super) fn cmd_expireat(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    expire(sh, a, "expireat", "exat")
+pub(super) fn cmd_expireat(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    expire(sh.db(sess), a, "expireat", "exat")
 }
 
-pub(super) fn cmd_pexpireat(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    expire(sh, a, "pexpireat", "pxat")
+pub(super) fn cmd_pexpireat(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    expire(sh.db(sess), a, "pexpireat", "pxat")
 }
 
 /// TTL and its kin: -2 for a missing key, -1 for one that does not expire, else `f(at, now)`.
-fn ttl_reply(sh: &Shared, a: &[&[u8]], cmd: &str, f: fn(u64, u64) -> i64) -> Reply {
+fn ttl_reply(k: &Keyspace, a: &[&[u8]], cmd: &str, f: fn(u64, u64) -> i64) -> Reply {
     let [_, key] = a else { return wrong_args(cmd) };
-    ks(sh.ks.expiry(key).map(|e| match e {
+    ks(k.expiry(key).map(|e| match e {
         None => Reply::Int(-2),
         Some(0) => Reply::Int(-1),
-        Some(at) => Reply::Int(f(at, sh.ks.now_ms())),
+        Some(at) => Reply::Int(f(at, k.now_ms())),
     }))
 }
 
@@ -216,31 +216,31 @@ fn left(at: u64, now: u64) -> i64 {
     i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX)
 }
 
-pub(super) fn cmd_ttl(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    ttl_reply(sh, a, "ttl", |at, now| (left(at, now) + 500) / 1000)
+pub(super) fn cmd_ttl(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    ttl_reply(sh.db(sess), a, "ttl", |at, now| (left(at, now) + 500) / 1000)
 }
 
-pub(super) fn cmd_pttl(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    ttl_reply(sh, a, "pttl", left)
+pub(super) fn cmd_pttl(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    ttl_reply(sh.db(sess), a, "pttl", left)
 }
 
-pub(super) fn cmd_expiretime(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    ttl_reply(sh, a, "expiretime", |at, _| i64::try_from(at / 1000).unwrap_or(i64::MAX))
+pub(super) fn cmd_expiretime(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    ttl_reply(sh.db(sess), a, "expiretime", |at, _| i64::try_from(at / 1000).unwrap_or(i64::MAX))
 }
 
-pub(super) fn cmd_pexpiretime(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    ttl_reply(sh, a, "pexpiretime", |at, _| i64::try_from(at).unwrap_or(i64::MAX))
+pub(super) fn cmd_pexpiretime(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    ttl_reply(sh.db(sess), a, "pexpiretime", |at, _| i64::try_from(at).unwrap_or(i64::MAX))
 }
 
 /// PERSIST key: 1 if the key's expiry was removed, 0 if it had none or does not exist.
-pub(super) fn cmd_persist(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_persist(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("persist") };
     ks((|| {
-        let _g = sh.ks.lock(key);
-        match sh.ks.expiry(key)? {
+        let _g = sh.db(sess).lock(key);
+        match sh.db(sess).expiry(key)? {
             None | Some(0) => Ok(Reply::Int(0)),
             Some(_) => {
-                sh.ks.expire_locked(key, 0)?;
+                sh.db(sess).expire_locked(key, 0)?;
                 Ok(Reply::Int(1))
             }
         }

@@ -3,23 +3,23 @@
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
 use super::glob;
-use crate::keyspace::{KsError, Value};
+use crate::keyspace::{Keyspace, KsError, Value};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 
-pub(super) fn cmd_del(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_del(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, keys @ ..] = a else { return wrong_args("del") };
-    delete(sh, keys)
+    delete(sh.db(sess), keys)
 }
 
 /// The same as DEL: deleting a key costs one tombstone whatever its size.
-pub(super) fn cmd_unlink(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_unlink(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, keys @ ..] = a else { return wrong_args("unlink") };
-    delete(sh, keys)
+    delete(sh.db(sess), keys)
 }
 
-fn delete(sh: &Shared, keys: &[&[u8]]) -> Reply {
-    let k = &sh.ks;
+fn delete(k: &Keyspace, keys: &[&[u8]]) -> Reply {
+    let k = &k;
     ks((|| {
         let mut n = 0;
         for key in keys {
@@ -30,38 +30,35 @@ fn delete(sh: &Shared, keys: &[&[u8]]) -> Reply {
     })())
 }
 
-pub(super) fn cmd_exists(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_exists(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, keys @ ..] = a else { return wrong_args("exists") };
     ks((|| {
         let mut n = 0;
         for key in keys {
-            n += sh.ks.get(key)?.is_some() as i64;
+            n += sh.db(sess).get(key)?.is_some() as i64;
         }
         Ok(Reply::Int(n))
     })())
 }
 
-pub(super) fn cmd_type(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_type(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("type") };
-    ks(sh.ks.get(key).map(|v| Reply::Simple(v.as_ref().map_or("none", type_name).into())))
+    ks(sh.db(sess).get(key).map(|v| Reply::Simple(v.as_ref().map_or("none", type_name).into())))
 }
 
 /// A value's type as TYPE names it.
 fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Str(_) => "string",
-        Value::Hash(_) => "hash",
-    }
+    v.type_name()
 }
 
 /// Whether `key` holds a value whose type TYPE names `kind` (in any case), as SCAN's TYPE option
 /// keeps keys: an unknown name matches no key, nor does a key gone since it was listed.
-pub(crate) fn has_type(sh: &Shared, key: &[u8], kind: &[u8]) -> Result<bool, KsError> {
-    Ok(sh.ks.get(key)?.is_some_and(|v| type_name(&v).as_bytes().eq_ignore_ascii_case(kind)))
+pub(crate) fn has_type(k: &Keyspace, key: &[u8], kind: &[u8]) -> Result<bool, KsError> {
+    Ok(k.get(key)?.is_some_and(|v| type_name(&v).as_bytes().eq_ignore_ascii_case(kind)))
 }
 
 pub(super) fn cmd_dbsize(sh: &Shared, s: &mut Session, _: &[&[u8]]) -> Reply {
-    ks(sh.ks.count(s.span.as_ref()).map(|n| Reply::Int(n as i64)))
+    ks(sh.db(s).count(s.span.as_ref()).map(|n| Reply::Int(n as i64)))
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: cursors walk the key space in key order.
@@ -82,14 +79,14 @@ pub(super) fn cmd_scan(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
         }
     };
     ks((|| {
-        let (keys, more) = sh.ks.keys_after(after.as_deref(), count, s.span.as_ref())?;
+        let (keys, more) = sh.db(s).keys_after(after.as_deref(), count, s.span.as_ref())?;
         let next = match (more, keys.last()) {
             (true, Some(last)) => sh.cursors.lock().put(last.clone()),
             _ => 0,
         };
         let mut items = Vec::new();
         for k in keys {
-            if pattern.is_none_or(|p| glob(p, &k)) && kind.map_or(Ok(true), |t| has_type(sh, &k, t))? {
+            if pattern.is_none_or(|p| glob(p, &k)) && kind.map_or(Ok(true), |t| has_type(sh.db(s), &k, t))? {
                 items.push(Reply::Bulk(k));
             }
         }
@@ -132,7 +129,7 @@ pub(super) fn cmd_keys(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let (keys, more) = sh.ks.keys_after(after.as_deref(), 1000, s.span.as_ref())?;
+            let (keys, more) = sh.db(s).keys_after(after.as_deref(), 1000, s.span.as_ref())?;
             for key in &keys {
                 if glob(pattern, key) {
                     out.push(Reply::bulk(key.clone()));
@@ -171,7 +168,7 @@ pub(super) fn cmd_halyard_keysafter(sh: &Shared, s: &mut Session, a: &[&[u8]]) -
     let [_, count, after @ ..] = a else { return wrong_args("halyard.keysafter") };
     let (Some(count), None) = (int_arg(count).filter(|&n| n > 0), after.get(1)) else { return syntax() };
     ks(sh
-        .ks
+        .db(s)
         .keys_after(after.first().copied(), count as usize, s.span.as_ref())
         .map(|(keys, _)| Reply::Array(keys.into_iter().map(Reply::Bulk).collect())))
 }
@@ -186,7 +183,7 @@ pub(super) fn cmd_halyard_range(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Re
     };
     let end = (!end.is_empty()).then_some(*end);
     ks(sh
-        .ks
+        .db(s)
         .range(start, end, limit, reverse, s.span.as_ref())
         .map(|pairs| Reply::Array(pairs.into_iter().flat_map(|(k, v)| [Reply::Bulk(k), Reply::Bulk(v)]).collect())))
 }
@@ -200,13 +197,13 @@ pub(super) fn cmd_halyard_delrange(sh: &Shared, s: &mut Session, a: &[&[u8]]) ->
     if end.is_some_and(|e| e < *start) {
         return Reply::err("ERR the end of the range is before its start");
     }
-    ks(sh.ks.delete_range(start, end, s.span.as_ref()).map(|()| Reply::ok()))
+    ks(sh.db(s).delete_range(start, end, s.span.as_ref()).map(|()| Reply::ok()))
 }
 
 /// HALYARD.BACKUP: adds a backup of this node's store to its `backup_dir` (only segments earlier
 /// backups lack are copied) and answers with the backup's number, each region's LSN, and the
 /// bytes copied and reused. Writes go on meanwhile; the copy runs off the network worker.
-pub(super) fn cmd_halyard_backup(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_halyard_backup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_] = a else { return wrong_args("halyard.backup") };
     let Some(dir) = sh.backup_dir.get() else {
         return Reply::err(
@@ -214,7 +211,7 @@ pub(super) fn cmd_halyard_backup(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> R
         );
     };
     let mut result = None;
-    (crate::native::off_worker_hook().0)(&mut || result = Some(sh.ks.db.backup(dir)));
+    (crate::native::off_worker_hook().0)(&mut || result = Some(sh.db(sess).db.backup(dir)));
     match result {
         Some(Ok(r)) => Reply::Array(vec![
             Reply::bulk("backup"),

@@ -4,6 +4,7 @@
 
 mod args;
 mod connection;
+mod databases;
 mod expiry;
 mod glob;
 mod hashes;
@@ -56,6 +57,18 @@ pub enum Keys {
     All,
     /// Every other argument from the first (MSET's key-value pairs).
     Pairs,
+    /// The first two arguments (RENAME, COPY, SMOVE, LMOVE).
+    Two,
+    /// Every argument but the last (BLPOP's keys before its timeout).
+    AllButLast,
+    /// A count at argument `at` and that many keys after it, and the first argument too when
+    /// `dest` (ZUNIONSTORE dest numkeys key..., ZUNION numkeys key..., EVAL script numkeys key...).
+    CountAt {
+        /// The count's argument.
+        at: u8,
+        /// The first argument is a key (a destination).
+        dest: bool,
+    },
     /// The whole key space: a cluster answers it region by region.
     Whole,
     /// The key space of the region a forwarded command names (cluster-internal).
@@ -69,7 +82,10 @@ impl Keys {
             Keys::First => (1, 1, 1),
             Keys::All => (1, -1, 1),
             Keys::Pairs => (1, -1, 2),
-            Keys::None | Keys::Whole | Keys::Region => (0, 0, 0),
+            Keys::Two => (1, 2, 1),
+            Keys::AllButLast => (1, -2, 1),
+            Keys::CountAt { dest: true, .. } => (1, 1, 1),
+            Keys::None | Keys::Whole | Keys::Region | Keys::CountAt { dest: false, .. } => (0, 0, 0),
         }
     }
 
@@ -80,6 +96,14 @@ impl Keys {
             Keys::First => rest.first().copied().into_iter().collect(),
             Keys::All => rest.iter().copied().collect(),
             Keys::Pairs => rest.iter().step_by(2).copied().collect(),
+            Keys::Two => rest.iter().take(2).copied().collect(),
+            Keys::AllButLast => rest.iter().take(rest.len().saturating_sub(1)).copied().collect(),
+            Keys::CountAt { at, dest } => {
+                let at = usize::from(at);
+                let n = args.get(at).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);
+                let keys = args.get(at + 1..).unwrap_or_default().iter().take(n).copied();
+                rest.first().copied().filter(|_| dest).into_iter().chain(keys).collect()
+            }
             Keys::None | Keys::Whole | Keys::Region => smallvec::SmallVec::new(),
         }
     }
@@ -106,13 +130,20 @@ impl Command {
     }
 }
 
+/// The command tables: this module's and one per data type's module.
+static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS];
+
+/// Every command.
+pub fn all() -> impl Iterator<Item = &'static Command> {
+    TABLES.iter().flat_map(|t| t.iter())
+}
+
 #[rustfmt::skip]
-pub static COMMANDS: &[Command] = &[
+static COMMANDS: &[Command] = &[
     Command { name: "ping", arity: -1, flags: 0, keys: Keys::None, handler: cmd_ping },
     Command { name: "echo", arity: 2, flags: 0, keys: Keys::None, handler: cmd_echo },
     Command { name: "hello", arity: -1, flags: NO_AUTH, keys: Keys::None, handler: cmd_hello },
     Command { name: "auth", arity: -2, flags: NO_AUTH, keys: Keys::None, handler: cmd_auth },
-    Command { name: "select", arity: 2, flags: 0, keys: Keys::None, handler: cmd_select },
     Command { name: "quit", arity: -1, flags: NO_AUTH, keys: Keys::None, handler: cmd_quit },
     Command { name: "command", arity: -1, flags: 0, keys: Keys::None, handler: cmd_command },
     Command { name: "client", arity: -2, flags: 0, keys: Keys::None, handler: cmd_client },
@@ -172,12 +203,12 @@ pub static COMMANDS: &[Command] = &[
 
 /// Every command's name, for the per-command metrics.
 pub fn names() -> Vec<&'static str> {
-    COMMANDS.iter().map(|c| c.name).collect()
+    all().map(|c| c.name).collect()
 }
 
 /// The command called `name`, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
-    COMMANDS.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+    all().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// One request, looked up, checked and routed: decided once, before it runs.
@@ -246,7 +277,7 @@ pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
     let reply = (p.cmd.handler)(sh, sess, args);
     if let Some(r) = p.region {
-        let db = &sh.ks.db;
+        let db = &sh.db(sess).db;
         let lsn = if p.keys.is_empty() {
             db.region(r).map(|h| h.lsn()).ok()
         } else {
@@ -274,7 +305,7 @@ fn cluster_plan(c: &ClusterNode, sess: &Session, cmd: &'static Command, args: &[
         Keys::None => return Ok(Plan::here(cmd, None)),
         Keys::Whole if !forwarded => return Ok(Plan::elsewhere(cmd, smallvec::SmallVec::new())),
         Keys::Whole | Keys::Region => return sess.region.map(|r| Plan::here(cmd, Some(r))).ok_or_else(changed),
-        Keys::First | Keys::All | Keys::Pairs => {}
+        Keys::First | Keys::All | Keys::Pairs | Keys::Two | Keys::AllButLast | Keys::CountAt { .. } => {}
     }
     let (mut region, mut cross, mut missing, mut elsewhere) = (sess.region, false, false, None);
     let mut keys = smallvec::SmallVec::new();
@@ -327,12 +358,12 @@ fn unknown(name: &[u8], args: &[&[u8]]) -> Reply {
 /// in Redis' layout, which cluster-mode clients read to find a command's keys.
 fn cmd_command(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     match a.get(1).map(|s| lower(s)).as_deref() {
-        None => Reply::Array(COMMANDS.iter().map(command_info).collect()),
+        None => Reply::Array(all().map(command_info).collect()),
         Some("info") => Reply::Array(
             a.get(2..).unwrap_or_default().iter().map(|n| lookup(n).map_or(Reply::Nil, command_info)).collect(),
         ),
         Some("docs") => Reply::Array(Vec::new()),
-        Some("count") => Reply::Int(COMMANDS.len() as i64),
+        Some("count") => Reply::Int(all().count() as i64),
         Some(_) => Reply::err("ERR unknown subcommand for 'command'"),
     }
 }
@@ -370,7 +401,7 @@ mod tests {
     #[test]
     fn the_table_is_consistent() {
         let mut seen = std::collections::HashSet::new();
-        for c in COMMANDS {
+        for c in all() {
             assert!(seen.insert(c.name), "{} twice", c.name);
             assert_eq!(c.name, c.name.to_ascii_lowercase(), "names are lower case");
             assert_ne!(c.arity, 0, "{}: arity 0 means nothing in Redis' convention", c.name);

@@ -3,27 +3,27 @@
 
 use super::args::{int_arg, ks, not_int, pairs, wrong_args};
 use super::expiry::{set_options, store, Ttl};
-use crate::keyspace::{KsError, Value};
+use crate::keyspace::{Keyspace, KsError, Value};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 
-pub(super) fn cmd_get(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_get(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("get") };
-    ks(sh.ks.get_str(key).map(Reply::opt))
+    ks(sh.db(sess).get_str(key).map(Reply::opt))
 }
 
 /// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL].
-pub(super) fn cmd_set(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_set(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, value, opts @ ..] = a else { return wrong_args("set") };
     let (nx, xx, get, ttl) = if opts.is_empty() {
         (false, false, false, Ttl::Unset)
     } else {
-        match set_options(sh.ks.now_ms(), opts) {
+        match set_options(sh.db(sess).now_ms(), opts) {
             Ok(o) => o,
             Err(r) => return r,
         }
     };
-    let k = &sh.ks;
+    let k = &sh.db(sess);
     ks((|| {
         let _g = k.lock(key);
         if !nx && !xx && !get && ttl == Ttl::Unset {
@@ -42,14 +42,14 @@ pub(super) fn cmd_set(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
         if (nx && exists) || (xx && !exists) {
             return Ok(if get { Reply::opt(old) } else { Reply::Nil });
         }
-        store(sh, key, value, ttl)?;
+        store(sh.db(sess), key, value, ttl)?;
         Ok(if get { Reply::opt(old) } else { Reply::ok() })
     })())
 }
 
-pub(super) fn cmd_setnx(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_setnx(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, value] = a else { return wrong_args("setnx") };
-    let k = &sh.ks;
+    let k = &sh.db(sess);
     ks((|| {
         let _g = k.lock(key);
         if k.get(key)?.is_some() {
@@ -60,9 +60,9 @@ pub(super) fn cmd_setnx(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     })())
 }
 
-pub(super) fn cmd_getset(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_getset(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, value] = a else { return wrong_args("getset") };
-    let k = &sh.ks;
+    let k = &sh.db(sess);
     ks((|| {
         let _g = k.lock(key);
         let old = k.get_str(key)?;
@@ -71,9 +71,9 @@ pub(super) fn cmd_getset(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     })())
 }
 
-pub(super) fn cmd_getdel(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_getdel(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("getdel") };
-    let k = &sh.ks;
+    let k = &sh.db(sess);
     ks((|| {
         let _g = k.lock(key);
         let old = k.get_str(key)?;
@@ -84,25 +84,27 @@ pub(super) fn cmd_getdel(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     })())
 }
 
-pub(super) fn cmd_mget(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_mget(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, keys @ ..] = a else { return wrong_args("mget") };
     // A key that fails to read (or holds a hash) is nil, as Redis answers for other types.
-    Reply::Array(keys.iter().map(|key| sh.ks.get_str(key).ok().flatten().map_or(Reply::Nil, Reply::Bulk)).collect())
+    Reply::Array(
+        keys.iter().map(|key| sh.db(sess).get_str(key).ok().flatten().map_or(Reply::Nil, Reply::Bulk)).collect(),
+    )
 }
 
-pub(super) fn cmd_mset(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    set_many(sh, a, "mset", false)
+pub(super) fn cmd_mset(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    set_many(sh.db(sess), a, "mset", false)
 }
 
-pub(super) fn cmd_msetnx(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    set_many(sh, a, "msetnx", true)
+pub(super) fn cmd_msetnx(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    set_many(sh.db(sess), a, "msetnx", true)
 }
 
 /// MSET and MSETNX (`nx`: only when none of the keys exists), under all the keys' locks.
-fn set_many(sh: &Shared, a: &[&[u8]], name: &str, nx: bool) -> Reply {
+fn set_many(k: &Keyspace, a: &[&[u8]], name: &str, nx: bool) -> Reply {
     let Some(pairs) = a.get(1..).and_then(pairs) else { return wrong_args(name) };
     let keys: Vec<&[u8]> = pairs.iter().map(|(key, _)| *key).collect();
-    let k = &sh.ks;
+    let k = &k;
     ks((|| {
         let _g = k.lock_many(&keys);
         if nx {
@@ -119,14 +121,14 @@ fn set_many(sh: &Shared, a: &[&[u8]], name: &str, nx: bool) -> Reply {
     })())
 }
 
-pub(super) fn cmd_strlen(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_strlen(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("strlen") };
-    ks(sh.ks.get_str(key).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64))))
+    ks(sh.db(sess).get_str(key).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64))))
 }
 
-pub(super) fn cmd_append(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_append(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, tail] = a else { return wrong_args("append") };
-    let k = &sh.ks;
+    let k = &sh.db(sess);
     ks((|| {
         let _g = k.lock(key);
         let mut v = k.get_str(key)?.unwrap_or_default();
@@ -137,10 +139,10 @@ pub(super) fn cmd_append(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
 }
 
 /// GETRANGE key start end: inclusive offsets, negative ones from the end.
-pub(super) fn cmd_getrange(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_getrange(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, start, end] = a else { return wrong_args("getrange") };
     let (Some(s), Some(e)) = (int_arg(start), int_arg(end)) else { return not_int() };
-    ks(sh.ks.get_str(key).map(|v| {
+    ks(sh.db(sess).get_str(key).map(|v| {
         let v = v.unwrap_or_default();
         let n = v.len() as i64;
         let s = if s < 0 { (n + s).max(0) } else { s };
@@ -153,36 +155,36 @@ pub(super) fn cmd_getrange(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
     }))
 }
 
-pub(super) fn cmd_incr(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_incr(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("incr") };
-    add(sh, key, 1)
+    add(sh.db(sess), key, 1)
 }
 
-pub(super) fn cmd_decr(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_decr(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("decr") };
-    add(sh, key, -1)
+    add(sh.db(sess), key, -1)
 }
 
-pub(super) fn cmd_incrby(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_incrby(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, by] = a else { return wrong_args("incrby") };
     match int_arg(by) {
-        Some(by) => add(sh, key, by),
+        Some(by) => add(sh.db(sess), key, by),
         None => not_int(),
     }
 }
 
-pub(super) fn cmd_decrby(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_decrby(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, by] = a else { return wrong_args("decrby") };
     match int_arg(by).map(i64::checked_neg) {
-        Some(Some(by)) => add(sh, key, by),
+        Some(Some(by)) => add(sh.db(sess), key, by),
         Some(None) => Reply::err("ERR decrement would overflow"),
         None => not_int(),
     }
 }
 
 /// Adds `by` to the integer `key` holds (0 when it is missing), under the key's lock.
-fn add(sh: &Shared, key: &[u8], by: i64) -> Reply {
-    let k = &sh.ks;
+fn add(k: &Keyspace, key: &[u8], by: i64) -> Reply {
+    let k = &k;
     ks((|| {
         let _g = k.lock(key);
         let cur = match k.get_str(key)? {

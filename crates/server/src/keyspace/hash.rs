@@ -6,10 +6,9 @@
 //! HDEL of the empty name deleted the record) are taken into the hash the next HSET creates,
 //! so they are counted again instead of showing up uncounted.
 
-use super::encoding::{field_key, field_name, hash_meta, key, HASH_V2};
-use super::{decode, fields_range, migrate, Keyspace, KsError, Pairs, Value};
+use super::encoding::{field_key, field_name, hash_meta, HASH_V2};
+use super::{decode, Keyspace, KsError, Pairs, Value};
 use halyard_engine::WriteBatch;
-use std::sync::atomic::Ordering;
 
 /// A hash's record.
 struct Meta {
@@ -23,11 +22,11 @@ struct Meta {
 impl Keyspace {
     /// The hash at `user`: None if there is none, WRONGTYPE for a string.
     fn hash_meta(&self, user: &[u8]) -> Result<Option<Meta>, KsError> {
-        let Some((v, at)) = self.db.get_with_expiry(&key(user))? else { return Ok(None) };
+        let Some((v, at)) = self.db.get_with_expiry(&self.key(user))? else { return Ok(None) };
         let legacy = v.first() == Some(&HASH_V2);
         match decode(v)? {
             Value::Hash(len) => Ok(Some(Meta { len, at, legacy })),
-            Value::Str(_) => Err(KsError::WrongType),
+            _ => Err(KsError::WrongType),
         }
     }
 
@@ -37,7 +36,7 @@ impl Keyspace {
         match self.hash_meta(user)? {
             Some(m) if !m.legacy => Ok(Some(m)),
             Some(m) => self.upgrade_hash(user, m.at).map(Some),
-            None if self.db.scan(fields_range(user)).next().is_some() => self.upgrade_hash(user, 0).map(Some),
+            None if self.db.scan(self.fields_range(user)).next().is_some() => self.upgrade_hash(user, 0).map(Some),
             None => Ok(None),
         }
     }
@@ -45,12 +44,12 @@ impl Keyspace {
     /// Rewrites the fields under `user` (raw layout-2 names) in layout 3 with the count they
     /// make, in one batch. Caller holds the lock.
     fn upgrade_hash(&self, user: &[u8], at: u64) -> Result<Meta, KsError> {
-        let p = key(user).len();
-        let fields: Pairs = self.db.scan(fields_range(user)).collect::<Result<_, _>>()?;
+        let p = self.key(user).len();
+        let fields: Pairs = self.db.scan(self.fields_range(user)).collect::<Result<_, _>>()?;
         let mut b = WriteBatch::new();
         let mut moved = Vec::new();
         for (k, v) in &fields {
-            let new = field_key(user, k.get(p..).unwrap_or_default(), false);
+            let new = field_key(&self.prefix, user, k.get(p..).unwrap_or_default(), false);
             if new != *k {
                 b.delete(k.clone());
                 moved.push((new, v.clone()));
@@ -61,28 +60,26 @@ impl Keyspace {
             b.put_expiring(k, v, at);
         }
         let len = fields.len() as u64;
-        b.put_expiring(key(user).to_vec(), hash_meta(len), at);
+        b.put_expiring(self.key(user).to_vec(), hash_meta(len), at);
         self.db.write(&b)?;
         Ok(Meta { len, at, legacy: false })
     }
 
     /// HSET: returns the number of new fields. Caller holds the key's lock.
     pub fn hset_locked(&self, user: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64, KsError> {
-        if self.single && !self.hashes.swap(true, Ordering::AcqRel) {
-            migrate::mark_hashes(&self.db)?;
-        }
+        self.mark_aggregates()?;
         let (n, at) = self.hash_for_write(user)?.map_or((0, 0), |m| (m.len, m.at));
         let mut added = 0;
         let mut b = WriteBatch::new();
         let mut seen = std::collections::HashSet::new();
         for (f, v) in pairs {
-            let fk = field_key(user, f, false);
+            let fk = field_key(&self.prefix, user, f, false);
             if seen.insert(fk.clone()) && self.db.get(&fk)?.is_none() {
                 added += 1;
             }
             b.put_expiring(fk, v.to_vec(), at);
         }
-        b.put_expiring(key(user).to_vec(), hash_meta(n + added), at);
+        b.put_expiring(self.key(user).to_vec(), hash_meta(n + added), at);
         self.db.write(&b)?;
         Ok(added)
     }
@@ -94,15 +91,15 @@ impl Keyspace {
             // Layout 2 kept the empty name's value under the record's key: it is gone.
             return Ok(None);
         }
-        Ok(self.db.get(&field_key(user, field, m.legacy))?)
+        Ok(self.db.get(&field_key(&self.prefix, user, field, m.legacy))?)
     }
 
     /// HGETALL: every field and value, in the order of their engine keys.
     pub fn hgetall(&self, user: &[u8]) -> Result<Pairs, KsError> {
         let Some(m) = self.hash_meta(user)? else { return Ok(Vec::new()) };
-        let p = key(user).len();
+        let p = self.key(user).len();
         let mut out = Vec::new();
-        for r in self.db.scan(fields_range(user)) {
+        for r in self.db.scan(self.fields_range(user)) {
             let (k, v) = r?;
             out.push((field_name(k.get(p..).unwrap_or_default(), m.legacy).to_vec(), v));
         }
@@ -116,16 +113,16 @@ impl Keyspace {
         let mut b = WriteBatch::new();
         let mut seen = std::collections::HashSet::new();
         for f in fields {
-            let fk = field_key(user, f, false);
+            let fk = field_key(&self.prefix, user, f, false);
             if seen.insert(fk.clone()) && self.db.get(&fk)?.is_some() {
                 removed += 1;
                 b.delete(fk);
             }
         }
         if removed >= m.len {
-            b.delete(key(user).to_vec());
+            b.delete(self.key(user).to_vec());
         } else {
-            b.put_expiring(key(user).to_vec(), hash_meta(m.len - removed), m.at);
+            b.put_expiring(self.key(user).to_vec(), hash_meta(m.len - removed), m.at);
         }
         self.db.write(&b)?;
         Ok(removed)

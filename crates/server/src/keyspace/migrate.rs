@@ -95,7 +95,7 @@ fn migrate_v1(db: &Db) -> Result<(), Error> {
         // Layout 1 marked hashes by their fields; any field moved means hashes may exist.
         if db
             .scan_with(all_keys(), ScanOptions { reverse: false, limit: None })
-            .any(|r| r.ok().and_then(|(k, _)| user_of(&k)).is_some_and(|(_, own)| !own))
+            .any(|r| r.ok().and_then(|(k, _)| user_of(&[super::encoding::PREFIX], &k)).is_some_and(|(_, own)| !own))
         {
             mark(db, HASHES_FILE)?;
         }
@@ -110,7 +110,7 @@ fn v1_to_v3(k: &[u8]) -> Option<Vec<u8>> {
         (b'f', rest) => {
             let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
             let user = rest.get(4..4 + len)?;
-            Some(field_key(user, rest.get(4 + len..)?, false))
+            Some(field_key(&[super::encoding::PREFIX], user, rest.get(4 + len..)?, false))
         }
         _ => None,
     }

@@ -22,10 +22,14 @@
 mod encoding;
 mod hash;
 mod migrate;
+mod records;
 
-use encoding::{all_keys, is_hash, prefix_end, string_value, user_of, HASH, HASH_V2, STRING};
+use encoding::{
+    all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, HASH, HASH_V2, LIST, SET, STRING,
+    ZSET,
+};
 pub use encoding::{key, EngineKey, PREFIX};
-use halyard_engine::{Db, Error, ScanOptions, WriteBatch};
+use halyard_engine::{Db, Error, ScanOptions};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
 
@@ -66,6 +70,25 @@ pub enum Value {
     Str(Vec<u8>),
     /// A hash with this many fields.
     Hash(u64),
+    /// A list whose elements are at indices `head..tail`.
+    List { head: u64, tail: u64 },
+    /// A set with this many members.
+    Set(u64),
+    /// A sorted set with this many members.
+    ZSet(u64),
+}
+
+impl Value {
+    /// The type's name as TYPE and SCAN's TYPE option give it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+            Value::Hash(_) => "hash",
+            Value::List { .. } => "list",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
+        }
+    }
 }
 
 /// Errors of keyspace operations.
@@ -79,38 +102,39 @@ pub enum KsError {
     Engine(#[from] Error),
 }
 
-/// The key space of one server.
+/// The key space of one database of a server.
 pub struct Keyspace {
     pub db: std::sync::Arc<Db>,
     locks: Vec<Mutex<()>>,
-    /// Whether any hash may exist: while none does, SET need not look at the old value.
-    hashes: std::sync::atomic::AtomicBool,
+    /// Whether any hash (or other type with records under its key) may exist: while none does,
+    /// SET need not look at the old value. Shared by a store's databases.
+    hashes: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Single-node store: the bookkeeping records are kept (a cluster node holds only regions,
     /// which need not cover them).
     single: bool,
+    /// The database's key prefix (`encoding::db_prefix`).
+    prefix: smallvec::SmallVec<[u8; 2]>,
 }
 
-/// The engine keys of `user`'s fields.
-fn fields_range(user: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let p = key(user).to_vec();
-    let end = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
-    (Bound::Excluded(p), end)
+/// The little-endian u64 at `at` of `v`.
+fn u64_at(v: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(v.get(at..at + 8)?.try_into().ok()?))
 }
 
 fn decode(mut v: Vec<u8>) -> Result<Value, KsError> {
-    match v.first() {
-        Some(&STRING) => {
+    let value = match (v.first(), v.len()) {
+        (Some(&STRING), _) => {
             // In place: one small move instead of a second allocation on every GET.
             v.remove(0);
-            Ok(Value::Str(v))
+            return Ok(Value::Str(v));
         }
-        Some(&(HASH | HASH_V2)) if v.len() == 9 => {
-            let mut n = [0u8; 8];
-            n.copy_from_slice(&v[1..9]);
-            Ok(Value::Hash(u64::from_le_bytes(n)))
-        }
-        _ => Err(KsError::Engine(Error::Corruption { segment: 0, offset: 0, what: "unknown value type".into() })),
-    }
+        (Some(&(HASH | HASH_V2)), 9) => u64_at(&v, 1).map(Value::Hash),
+        (Some(&SET), 9) => u64_at(&v, 1).map(Value::Set),
+        (Some(&ZSET), 9) => u64_at(&v, 1).map(Value::ZSet),
+        (Some(&LIST), 17) => u64_at(&v, 1).zip(u64_at(&v, 9)).map(|(head, tail)| Value::List { head, tail }),
+        _ => None,
+    };
+    value.ok_or_else(|| KsError::Engine(Error::Corruption { segment: 0, offset: 0, what: "unknown value type".into() }))
 }
 
 /// `lo..hi` within `span` when one is given.
@@ -141,9 +165,42 @@ impl Keyspace {
         Ok(Keyspace {
             db,
             locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            hashes: std::sync::atomic::AtomicBool::new(hashes),
+            hashes: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(hashes)),
             single,
+            prefix: db_prefix(0),
         })
+    }
+
+    /// Database `n` (1–15) of the same store.
+    pub fn numbered(&self, n: u8) -> Keyspace {
+        Keyspace {
+            db: self.db.clone(),
+            locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            hashes: self.hashes.clone(),
+            single: self.single,
+            prefix: db_prefix(n),
+        }
+    }
+
+    /// The engine key of `user` in this database.
+    pub fn key(&self, user: &[u8]) -> EngineKey {
+        key_in(&self.prefix, user)
+    }
+
+    /// The engine keys of what `user` holds under its record (fields, members, elements).
+    fn fields_range(&self, user: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+        let p = self.key(user).to_vec();
+        let end = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
+        (Bound::Excluded(p), end)
+    }
+
+    /// Records that a type with records under its key may now exist (SET then reads before it
+    /// writes).
+    fn mark_aggregates(&self) -> Result<(), KsError> {
+        if self.single && !self.hashes.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            migrate::mark_hashes(&self.db)?;
+        }
+        Ok(())
     }
 
     fn stripe(&self, user: &[u8]) -> usize {
@@ -169,15 +226,15 @@ impl Keyspace {
     }
 
     pub fn get(&self, user: &[u8]) -> Result<Option<Value>, KsError> {
-        self.db.get(&key(user))?.map(decode).transpose()
+        self.db.get(&self.key(user))?.map(decode).transpose()
     }
 
-    /// The string at `user` (None if absent; WRONGTYPE for a hash).
+    /// The string at `user` (None if absent; WRONGTYPE for any other type).
     pub fn get_str(&self, user: &[u8]) -> Result<Option<Vec<u8>>, KsError> {
         match self.get(user)? {
             None => Ok(None),
             Some(Value::Str(s)) => Ok(Some(s)),
-            Some(Value::Hash(_)) => Err(KsError::WrongType),
+            Some(_) => Err(KsError::WrongType),
         }
     }
 
@@ -190,10 +247,12 @@ impl Keyspace {
     /// Stores a string that expires at `at` (ms since the Unix epoch; 0: never), replacing
     /// whatever the key held. Caller holds the key's lock.
     pub fn set_expiring_locked(&self, user: &[u8], v: &[u8], at: u64) -> Result<(), KsError> {
-        if let Some(Value::Hash(_)) = self.get(user)? {
-            self.delete_locked(user)?;
+        if let Some(old) = self.db.get(&self.key(user))? {
+            if is_aggregate(&old) {
+                self.delete_locked(user)?;
+            }
         }
-        self.db.put_expiring(&key(user), &string_value(v), at)?;
+        self.db.put_expiring(&self.key(user), &string_value(v), at)?;
         Ok(())
     }
 
@@ -201,16 +260,16 @@ impl Keyspace {
     /// the key's lock.
     pub fn set_keep_ttl_locked(&self, user: &[u8], v: &[u8]) -> Result<(), KsError> {
         // One read gives both what the key holds and its time.
-        let at = match self.db.get_with_expiry(&key(user))? {
+        let at = match self.db.get_with_expiry(&self.key(user))? {
             None => 0,
             Some((old, at)) => {
-                if let Value::Hash(_) = decode(old)? {
+                if is_aggregate(&old) {
                     self.delete_locked(user)?;
                 }
                 at
             }
         };
-        self.db.put_expiring(&key(user), &string_value(v), at)?;
+        self.db.put_expiring(&self.key(user), &string_value(v), at)?;
         Ok(())
     }
 
@@ -221,28 +280,7 @@ impl Keyspace {
 
     /// When `user` expires: None if there is no such key, Some(0) if it does not expire.
     pub fn expiry(&self, user: &[u8]) -> Result<Option<u64>, KsError> {
-        Ok(self.db.get_with_expiry(&key(user))?.map(|(_, at)| at))
-    }
-
-    /// Sets `user`'s expiry to `at` (0: removes it; a time already past deletes the key).
-    /// Returns whether the key exists. Caller holds the key's lock.
-    pub fn expire_locked(&self, user: &[u8], at: u64) -> Result<bool, KsError> {
-        let Some((v, _)) = self.db.get_with_expiry(&key(user))? else { return Ok(false) };
-        if at != 0 && at <= self.now_ms() {
-            return self.delete_locked(user);
-        }
-        if let Value::Hash(_) = decode(v.clone())? {
-            let fields: Pairs = self.db.scan(fields_range(user)).collect::<Result<_, _>>()?;
-            for chunk in fields.chunks(1000) {
-                let mut b = WriteBatch::new();
-                for (f, fv) in chunk {
-                    b.put_expiring(f.clone(), fv.clone(), at);
-                }
-                self.db.write(&b)?;
-            }
-        }
-        self.db.put_expiring(&key(user), &v, at)?;
-        Ok(true)
+        Ok(self.db.get_with_expiry(&self.key(user))?.map(|(_, at)| at))
     }
 
     /// Stores a string; while no hash exists it skips reading the old value (the SET fast
@@ -251,32 +289,8 @@ impl Keyspace {
         if self.hashes.load(std::sync::atomic::Ordering::Acquire) {
             self.set_locked(user, v)
         } else {
-            self.db.put(&key(user), &string_value(v))?;
+            self.db.put(&self.key(user), &string_value(v))?;
             Ok(())
-        }
-    }
-
-    /// Deletes a key of any type. Caller holds the key's lock. Returns whether it existed.
-    pub fn delete_locked(&self, user: &[u8]) -> Result<bool, KsError> {
-        match self.get(user)? {
-            None => Ok(false),
-            Some(Value::Str(_)) => {
-                self.db.delete(&key(user))?;
-                Ok(true)
-            }
-            Some(Value::Hash(_)) => {
-                let fields: Vec<Vec<u8>> =
-                    self.db.scan(fields_range(user)).map(|r| r.map(|(k, _)| k)).collect::<Result<_, _>>()?;
-                for chunk in fields.chunks(1000) {
-                    let mut b = WriteBatch::new();
-                    for f in chunk {
-                        b.delete(f.clone());
-                    }
-                    self.db.write(&b)?;
-                }
-                self.db.delete(&key(user))?;
-                Ok(true)
-            }
         }
     }
 
@@ -288,22 +302,23 @@ impl Keyspace {
         limit: usize,
         span: Option<&Span>,
     ) -> Result<(Vec<Vec<u8>>, bool), KsError> {
-        let (mut lo, hi) = all_keys();
+        let (mut lo, hi) = all_keys_in(&self.prefix);
         if let Some(a) = after {
             // Past the key and its fields.
-            lo = prefix_end(&key(a)).map_or(Bound::Excluded(key(a).to_vec()), Bound::Included);
+            let k = self.key(a);
+            lo = prefix_end(&k).map_or(Bound::Excluded(k.to_vec()), Bound::Included);
         }
         let (mut lo, hi) = clip(span, lo, hi);
         let mut out = Vec::new();
         'walk: loop {
             for r in self.db.scan((lo.clone(), hi.clone())) {
                 let (k, v) = r?;
-                let Some((user, true)) = user_of(&k) else { continue };
+                let Some((user, true)) = user_of(&self.prefix, &k) else { continue };
                 if out.len() == limit {
                     return Ok((out, true));
                 }
                 out.push(user);
-                if is_hash(&v) {
+                if is_aggregate(&v) {
                     // Skip the hash's fields: open the scan again past them.
                     match prefix_end(&k) {
                         Some(e) => lo = Bound::Included(e),
@@ -317,6 +332,13 @@ impl Keyspace {
         Ok((out, false))
     }
 
+    /// The last user key within `span` (None: there is none).
+    pub fn last_key(&self, span: Option<&Span>) -> Result<Option<Vec<u8>>, KsError> {
+        let (lo, hi) = all_keys_in(&self.prefix);
+        let mut scan = self.db.scan_with(clip(span, lo, hi), ScanOptions { reverse: true, limit: Some(1) });
+        Ok(scan.next().transpose()?.and_then(|(k, _)| user_of(&self.prefix, &k)).map(|(u, _)| u))
+    }
+
     /// String pairs in [start, end) (end None = to the last key), forward or reverse, within
     /// `span`.
     pub fn range(
@@ -327,15 +349,15 @@ impl Keyspace {
         reverse: bool,
         span: Option<&Span>,
     ) -> Result<Pairs, KsError> {
-        let lo = Bound::Included(key(start).to_vec());
-        let hi = end.map_or(all_keys().1, |e| Bound::Excluded(key(e).to_vec()));
+        let lo = Bound::Included(self.key(start).to_vec());
+        let hi = end.map_or(all_keys_in(&self.prefix).1, |e| Bound::Excluded(self.key(e).to_vec()));
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
         }
         for r in self.db.scan_with(clip(span, lo, hi), ScanOptions { reverse, limit: None }) {
             let (k, v) = r?;
-            let Some((user, true)) = user_of(&k) else { continue };
+            let Some((user, true)) = user_of(&self.prefix, &k) else { continue };
             if let Ok(Value::Str(s)) = decode(v) {
                 out.push((user, s));
                 if out.len() >= limit {
@@ -350,8 +372,8 @@ impl Keyspace {
     /// within `span`: one engine range delete per region, whatever the number of keys. Every
     /// key's lock is held meanwhile, so no read-modify-write of a key in the range straddles it.
     pub fn delete_range(&self, start: &[u8], end: Option<&[u8]>, span: Option<&Span>) -> Result<(), KsError> {
-        let lo = Bound::Included(key(start).to_vec());
-        let hi = end.map_or(all_keys().1, |e| Bound::Excluded(key(e).to_vec()));
+        let lo = Bound::Included(self.key(start).to_vec());
+        let hi = end.map_or(all_keys_in(&self.prefix).1, |e| Bound::Excluded(self.key(e).to_vec()));
         let (Bound::Included(lo), Bound::Excluded(hi)) = clip(span, lo, hi) else {
             return Ok(());
         };
