@@ -103,3 +103,133 @@ fn databases_and_whole_key_copies() {
         &["DBSIZE"],
     ]);
 }
+
+#[test]
+fn lists() {
+    same_as_redis(&[
+        &["LPUSH", "l", "a", "b", "c"],
+        &["RPUSH", "l", "x", "y"],
+        &["LRANGE", "l", "0", "-1"],
+        &["LRANGE", "l", "-2", "-1"],
+        &["LRANGE", "l", "-100", "100"],
+        &["LRANGE", "l", "3", "1"],
+        &["LRANGE", "l", "x", "1"],
+        &["LRANGE", "nol", "0", "-1"],
+        &["LLEN", "l"],
+        &["LLEN", "nol"],
+        &["LINDEX", "l", "0"],
+        &["LINDEX", "l", "-1"],
+        &["LINDEX", "l", "5"],
+        &["LINDEX", "l", "x"],
+        &["LSET", "l", "1", "B"],
+        &["LSET", "l", "-1", "Y"],
+        &["LSET", "l", "10", "z"],
+        &["LSET", "nol", "0", "z"],
+        &["LRANGE", "l", "0", "-1"],
+        &["LPUSHX", "nol", "a"],
+        &["RPUSHX", "l", "z"],
+        &["LPOP", "l"],
+        &["RPOP", "l"],
+        &["LPOP", "l", "2"],
+        &["RPOP", "l", "0"],
+        &["LPOP", "l", "-1"],
+        &["LPOP", "nol"],
+        &["LPOP", "nol", "2"],
+        &["LRANGE", "l", "0", "-1"],
+        &["RPUSH", "r", "a", "b", "a", "c", "a", "b"],
+        &["LREM", "r", "1", "a"],
+        &["LREM", "r", "-1", "a"],
+        &["LREM", "r", "0", "b"],
+        &["LREM", "r", "0", "zz"],
+        &["LRANGE", "r", "0", "-1"],
+        &["RPUSH", "t", "1", "2", "3", "4", "5"],
+        &["LTRIM", "t", "1", "-2"],
+        &["LRANGE", "t", "0", "-1"],
+        &["LTRIM", "t", "5", "10"],
+        &["EXISTS", "t"],
+        &["RPUSH", "i", "a", "c"],
+        &["LINSERT", "i", "BEFORE", "c", "b"],
+        &["LINSERT", "i", "AFTER", "c", "d"],
+        &["LINSERT", "i", "AFTER", "zz", "d"],
+        &["LINSERT", "i", "MIDDLE", "c", "d"],
+        &["LINSERT", "noi", "BEFORE", "c", "d"],
+        &["LRANGE", "i", "0", "-1"],
+        &["RPUSH", "p", "a", "b", "c", "1", "2", "3", "c", "c"],
+        &["LPOS", "p", "c"],
+        &["LPOS", "p", "c", "RANK", "2"],
+        &["LPOS", "p", "c", "RANK", "-1"],
+        &["LPOS", "p", "c", "COUNT", "0"],
+        &["LPOS", "p", "c", "COUNT", "2", "RANK", "-1"],
+        &["LPOS", "p", "c", "COUNT", "0", "MAXLEN", "7"],
+        &["LPOS", "p", "zz"],
+        &["LPOS", "p", "zz", "COUNT", "0"],
+        &["LPOS", "p", "c", "RANK", "0"],
+        &["LPOS", "p", "c", "COUNT", "-1"],
+        &["LPOS", "p", "c", "MAXLEN", "-1"],
+        &["LPOS", "p", "c", "BOGUS", "1"],
+        &["LPOS", "nop", "c"],
+        &["RPUSH", "m", "1", "2", "3"],
+        &["LMOVE", "m", "m2", "LEFT", "RIGHT"],
+        &["LMOVE", "m", "m", "RIGHT", "LEFT"],
+        &["LMOVE", "m", "m2", "UP", "LEFT"],
+        &["LMOVE", "nom", "m2", "LEFT", "LEFT"],
+        &["RPOPLPUSH", "m", "m2"],
+        &["LRANGE", "m", "0", "-1"],
+        &["LRANGE", "m2", "0", "-1"],
+        &["SET", "s", "v"],
+        &["LPUSH", "s", "a"],
+        &["LRANGE", "s", "0", "-1"],
+        &["LMOVE", "m", "s", "LEFT", "LEFT"],
+        &["LRANGE", "m", "0", "-1"],
+        &["GET", "m2"],
+        &["TYPE", "m2"],
+        &["EXPIRE", "m2", "100"],
+        &["RPUSH", "m2", "z"],
+        &["TTL", "m2"],
+        &["SET", "m2", "str"],
+        &["TYPE", "m2"],
+        &["BLPOP", "m", "nol", "0.01"],
+        &["BLPOP", "nol", "0.01"],
+        &["BRPOP", "nol", "x"],
+        &["BRPOP", "nol", "-1"],
+        &["BLMOVE", "nol", "m", "LEFT", "LEFT", "0.01"],
+        &["BRPOPLPUSH", "m", "m3", "0.01"],
+        &["RPUSH", "m", "q"],
+        &["BRPOPLPUSH", "m", "m3", "0"],
+        &["LRANGE", "m3", "0", "-1"],
+        &["DEL", "m", "m3", "l"],
+        &["EXISTS", "m", "m3", "l"],
+    ]);
+}
+
+/// A blocked BLPOP is answered by a push from another connection, in the order clients
+/// blocked; one that times out answers the null array; a command pipelined behind a blocked
+/// one waits for it.
+#[test]
+fn blocking_pops_wake_on_pushes_from_other_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let (mut first, mut second, mut pusher) = (srv.conn(), srv.conn(), srv.conn());
+    first.send(&[b"BLPOP", b"q1", b"q2", b"0"]);
+    first.send(&[b"PING"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    second.send(&[b"BRPOPLPUSH", b"q2", b"dst", b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(pusher.cmd(&["RPUSH", "q2", "a", "b"]), R::Int(2));
+    let want = R::Array(Some(vec![bulk("q2"), bulk("a")]));
+    assert_eq!(first.read(), Some(want));
+    assert_eq!(first.read(), Some(R::Simple("PONG".into())));
+    assert_eq!(second.read(), Some(bulk("b")));
+    assert_eq!(pusher.cmd(&["LRANGE", "dst", "0", "-1"]), R::Array(Some(vec![bulk("b")])));
+    let t = std::time::Instant::now();
+    assert_eq!(first.cmd(&["BRPOP", "q1", "0.2"]), R::Array(None));
+    assert!(t.elapsed() >= std::time::Duration::from_millis(190), "waited {:?}", t.elapsed());
+    // A client that goes away while blocked leaves nothing behind: the next push stays.
+    let mut gone = srv.conn();
+    gone.send(&[b"BLPOP", b"q3", b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(gone);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(pusher.cmd(&["RPUSH", "q3", "x"]), R::Int(1));
+    assert_eq!(pusher.cmd(&["LLEN", "q3"]), R::Int(1));
+}

@@ -291,6 +291,9 @@ enum Flow {
     WaitRoom,
     /// A command for other nodes (cluster mode, [`forward`]): run it, then the rest of the buffer.
     Remote(&'static commands::Command, Vec<Vec<u8>>),
+    /// A blocking command found nothing (`Session::block`): write the replies so far, wait for
+    /// a write to its keys or its timeout, and execute the buffer again from that command.
+    Block,
 }
 
 /// Executes the complete requests at the start of `buf`, appending replies to `out`; returns
@@ -322,6 +325,9 @@ fn execute_resp(
                     Ok(p) => commands::run(sh, sess, &refs, &p),
                     Err(reply) => reply,
                 };
+                if std::mem::take(&mut sess.waiting) {
+                    return (pos, Flow::Block);
+                }
                 pos += used;
                 if let Some(p) = sess.proto_next.take() {
                     sess.proto = p;
@@ -347,9 +353,46 @@ async fn resp_connection(
     addr: String,
     limits: Limits,
     idle: Option<Duration>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let mut sess = sh.session(addr);
+    let r = resp_session(sh, stream, &mut sess, limits, idle, stop).await;
+    sh.unblock(&mut sess);
+    r
+}
+
+/// Waits while `sess` is blocked: until a write wakes it, its timeout, the server stops
+/// (false) or the client closes (false). What the client sends meanwhile is kept in `buf`.
+async fn wait_unblocked(
+    sess: &state::Session,
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    stop: &mut watch::Receiver<bool>,
+) -> std::io::Result<bool> {
+    let deadline = sess.block.as_ref().and_then(|b| b.deadline);
+    let notify = sess.notify.clone();
+    let timeout = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = notify.notified() => Ok(true),
+        _ = timeout => Ok(true),
+        _ = stop.changed() => Ok(false),
+        r = stream.read_buf(buf) => Ok(r? > 0),
+    }
+}
+
+async fn resp_session(
+    sh: &Shared,
+    stream: &mut TcpStream,
+    sess: &mut state::Session,
+    limits: Limits,
+    idle: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut offload = native::Offload::new();
@@ -376,10 +419,10 @@ async fn resp_connection(
         }
         sh.metrics.bytes_in.fetch_add(n as u64, Relaxed);
         loop {
-            let (pos, flow) = offload.run(|| execute_resp(sh, &mut sess, &buf, &mut out, limits));
+            let (pos, flow) = offload.run(|| execute_resp(sh, sess, &buf, &mut out, limits));
             buf.drain(..pos);
             if let Flow::Remote(cmd, args) = &flow {
-                let reply = forward::run(sh, &mut sess, cmd, args).await?;
+                let reply = forward::run(sh, sess, cmd, args).await?;
                 out.extend_from_slice(&reply);
             }
             if !sess.writes.is_empty() {
@@ -401,6 +444,11 @@ async fn resp_connection(
                 Flow::Read => break,
                 Flow::Close => return Ok(()),
                 Flow::Remote(..) => {}
+                Flow::Block => {
+                    if !wait_unblocked(sess, stream, &mut buf, &mut stop).await? {
+                        return Ok(());
+                    }
+                }
                 Flow::WaitRoom => {
                     if let Some(c) = sh.cluster.get() {
                         c.shipper.wait_room(None).await;

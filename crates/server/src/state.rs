@@ -30,6 +30,77 @@ pub struct Session {
     pub region: Option<u32>,
     /// The database SELECT chose (0 in a cluster).
     pub db: u8,
+    /// A blocking command (BLPOP and the like) that found nothing: the keys it waits on and
+    /// until when. Set by the command, which runs again when a key is written or time is up.
+    pub block: Option<Block>,
+    /// The last command asks its connection to wait and run it again (`block`).
+    pub waiting: bool,
+    /// Woken by writes to the keys of `block`.
+    pub notify: std::sync::Arc<tokio::sync::Notify>,
+    /// Inside EXEC or a script: blocking commands do not block.
+    pub atomic: bool,
+}
+
+/// What a blocked connection waits for.
+pub struct Block {
+    /// The database of `keys`.
+    pub db: u8,
+    /// The keys whose writes wake it.
+    pub keys: Vec<Vec<u8>>,
+    /// When it gives up (None: never).
+    pub deadline: Option<Instant>,
+}
+
+/// Connections blocked on keys, by key: writes that may let a blocking command go on wake
+/// them. Each connection has one `Notify`, which keeps a wake-up that came before it waited.
+#[derive(Default)]
+pub struct Waiters {
+    count: AtomicUsize,
+    map: Mutex<HashMap<DbKey, Vec<Waiter>>>,
+}
+
+/// A key of a database.
+type DbKey = (u8, Vec<u8>);
+
+/// A blocked connection: its id and what wakes it.
+type Waiter = (u64, std::sync::Arc<tokio::sync::Notify>);
+
+impl Waiters {
+    /// Registers connection `id` as waiting on `keys` of database `db`.
+    pub fn register(&self, db: u8, keys: &[Vec<u8>], id: u64, n: &std::sync::Arc<tokio::sync::Notify>) {
+        let mut m = self.map.lock();
+        for k in keys {
+            m.entry((db, k.clone())).or_default().push((id, n.clone()));
+        }
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    /// Forgets connection `id`'s wait on `keys` of `db`.
+    pub fn unregister(&self, db: u8, keys: &[Vec<u8>], id: u64) {
+        let mut m = self.map.lock();
+        for k in keys {
+            let key = (db, k.clone());
+            if let Some(list) = m.get_mut(&key) {
+                list.retain(|(i, _)| *i != id);
+                if list.is_empty() {
+                    m.remove(&key);
+                }
+            }
+        }
+        self.count.fetch_sub(1, Relaxed);
+    }
+
+    /// Wakes the connections waiting on `key` of `db` (cheap when none waits).
+    pub fn wake(&self, db: u8, key: &[u8]) {
+        if self.count.load(Relaxed) == 0 {
+            return;
+        }
+        if let Some(list) = self.map.lock().get(&(db, key.to_vec())) {
+            for (_, n) in list {
+                n.notify_one();
+            }
+        }
+    }
 }
 
 /// SCAN cursors: numbers that stand for "continue after this key". Old ones are forgotten
@@ -84,6 +155,8 @@ pub struct Shared {
     pub protect_native: std::sync::atomic::AtomicBool,
     /// Where `HALYARD.BACKUP` writes (the server's `backup_dir`).
     pub backup_dir: std::sync::OnceLock<std::path::PathBuf>,
+    /// Connections blocked on keys.
+    pub waiters: Waiters,
     next_id: AtomicU64,
 }
 
@@ -104,6 +177,7 @@ impl Shared {
             protect_resp: Default::default(),
             protect_native: Default::default(),
             backup_dir: std::sync::OnceLock::new(),
+            waiters: Waiters::default(),
             next_id: AtomicU64::new(1),
         }
     }
@@ -123,7 +197,25 @@ impl Shared {
             span: None,
             region: None,
             db: 0,
+            block: None,
+            waiting: false,
+            notify: Default::default(),
+            atomic: false,
         }
+    }
+
+    /// Wakes connections blocked on `key` of database `db`: it may have become a list (or
+    /// sorted set) they can pop from.
+    pub fn wake(&self, db: u8, key: &[u8]) {
+        self.waiters.wake(db, key);
+    }
+
+    /// Ends `sess`'s blocking wait, if any.
+    pub fn unblock(&self, sess: &mut Session) {
+        if let Some(b) = sess.block.take() {
+            self.waiters.unregister(b.db, &b.keys, sess.id);
+        }
+        sess.waiting = false;
     }
 
     /// The database `sess` works in.

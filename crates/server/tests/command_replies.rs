@@ -283,6 +283,24 @@ const DATABASES: &[&[&str]] = &[
     &["SELECT", "0"],
 ];
 
+const LISTS: &[&[&str]] = &[
+    &["RPUSH", "l", "a", "b", "c"],
+    &["LPUSH", "l", "z"],
+    &["LRANGE", "l", "0", "-1"],
+    &["LPOP", "l", "2"],
+    &["RPOP", "l"],
+    &["LPOP", "nol", "2"],
+    &["LINDEX", "l", "0"],
+    &["LSET", "l", "5", "x"],
+    &["LPOS", "l", "b", "RANK", "0"],
+    &["LMOVE", "l", "l2", "LEFT", "SIDEWAYS"],
+    &["BLPOP", "nol", "-1"],
+    &["BLPOP", "nol", "x"],
+    &["TYPE", "l"],
+    &["HSET", "l", "f", "v"],
+    &["DEL", "l"],
+];
+
 const CONNECTION: &[&[&str]] = &[
     &["COMMAND"],
     &["COMMAND", "COUNT"],
@@ -380,6 +398,8 @@ fn replies_match_the_transcript() {
         let _ = writeln!(out, "## {title}");
         run(&sh, &mut sess, script, &mut out);
     }
+    let _ = writeln!(out, "## lists");
+    run(&sh, &mut sess, LISTS, &mut out);
     let _ = writeln!(out, "## databases");
     run(&sh, &mut sess, DATABASES, &mut out);
     let _ = writeln!(out, "## RESP3");

@@ -1,4 +1,5 @@
-//! The Redis key space against a model: random strings and hashes with arbitrary user keys and
+//! The Redis key space against a model: random strings, hashes and lists (pushed and popped at
+//! both ends, renamed) with arbitrary user keys and
 //! field names (empty, holding 00 or FF bytes, looking like the encoding's own suffixes), every
 //! read compared with a `BTreeMap` after every step and again after a reopen. Also stores
 //! written in layout 2 (raw field names, the empty name written over its hash's record) open
@@ -14,15 +15,16 @@
 )]
 
 use halyard_engine::{Db, Options};
-use halyard_server::keyspace::{key, Keyspace, Value};
+use halyard_server::keyspace::{key, End, Keyspace, Value};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq)]
 enum M {
     Str(Vec<u8>),
     Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    List(VecDeque<Vec<u8>>),
 }
 
 #[derive(Clone, Debug)]
@@ -31,6 +33,9 @@ enum Op {
     Hset(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>),
     Hdel(Vec<u8>, Vec<Vec<u8>>),
     Del(Vec<u8>),
+    Push(Vec<u8>, bool, Vec<Vec<u8>>),
+    Pop(Vec<u8>, bool, u64),
+    Rename(Vec<u8>, Vec<u8>),
     Reopen,
 }
 
@@ -46,7 +51,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (user.clone(), bytes(4)).prop_map(|(k, v)| Op::Set(k, v)),
         4 => (user.clone(), prop::collection::vec((bytes(3), bytes(4)), 1..4)).prop_map(|(k, p)| Op::Hset(k, p)),
         2 => (user.clone(), prop::collection::vec(bytes(3), 1..3)).prop_map(|(k, f)| Op::Hdel(k, f)),
-        1 => user.prop_map(Op::Del),
+        1 => user.clone().prop_map(Op::Del),
+        3 => (user.clone(), any::<bool>(), prop::collection::vec(bytes(3), 1..4)).prop_map(|(k, l, v)| Op::Push(k, l, v)),
+        2 => (user.clone(), any::<bool>(), 0..4u64).prop_map(|(k, l, n)| Op::Pop(k, l, n)),
+        1 => (user.clone(), user).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => Just(Op::Reopen),
     ]
 }
@@ -82,7 +90,7 @@ fn apply(ks: &Keyspace, model: &mut BTreeMap<Vec<u8>, M>, op: &Op) {
             let refs: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
             let got = ks.hdel_locked(k, &refs);
             match model.get_mut(k) {
-                Some(M::Str(_)) => assert!(got.is_err()),
+                Some(M::Str(_) | M::List(_)) => assert!(got.is_err()),
                 None => assert_eq!(got.unwrap(), 0),
                 Some(M::Hash(h)) => {
                     let removed = fields.iter().collect::<std::collections::BTreeSet<_>>();
@@ -98,7 +106,58 @@ fn apply(ks: &Keyspace, model: &mut BTreeMap<Vec<u8>, M>, op: &Op) {
             let _g = ks.lock(k);
             assert_eq!(ks.delete_locked(k).unwrap(), model.remove(k).is_some());
         }
+        Op::Push(..) | Op::Pop(..) => apply_list(ks, model, op),
+        Op::Rename(a, b) => {
+            let _g = ks.lock_many(&[a, b]);
+            let Some(v) = model.get(a).cloned() else { return };
+            if a != b {
+                ks.copy_locked(a, ks, b).unwrap();
+                ks.delete_locked(a).unwrap();
+                model.remove(a);
+                model.insert(b.clone(), v);
+            }
+        }
         Op::Reopen => unreachable!("handled by the caller"),
+    }
+}
+
+fn apply_list(ks: &Keyspace, model: &mut BTreeMap<Vec<u8>, M>, op: &Op) {
+    let end = |left: bool| if left { End::Left } else { End::Right };
+    match op {
+        Op::Push(k, left, values) => {
+            let _g = ks.lock(k);
+            let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+            let got = ks.push_locked(k, end(*left), &refs, false);
+            let M::List(l) = model.entry(k.clone()).or_insert_with(|| M::List(VecDeque::new())) else {
+                assert!(got.is_err(), "a push onto another type must fail");
+                return;
+            };
+            for v in values {
+                if *left {
+                    l.push_front(v.clone());
+                } else {
+                    l.push_back(v.clone());
+                }
+            }
+            assert_eq!(got.unwrap(), l.len() as u64, "the length after a push");
+        }
+        Op::Pop(k, left, n) => {
+            let _g = ks.lock(k);
+            let got = ks.pop_locked(k, end(*left), *n);
+            match model.get_mut(k) {
+                Some(M::List(l)) => {
+                    let want: Vec<Vec<u8>> =
+                        (0..*n).map_while(|_| if *left { l.pop_front() } else { l.pop_back() }).collect();
+                    assert_eq!(got.unwrap(), want, "popped");
+                    if l.is_empty() {
+                        model.remove(k);
+                    }
+                }
+                Some(_) => assert!(got.is_err(), "a pop from another type must fail"),
+                None => assert_eq!(got.unwrap(), Vec::<Vec<u8>>::new()),
+            }
+        }
+        _ => unreachable!("not a list operation"),
     }
 }
 
@@ -120,6 +179,11 @@ fn check(ks: &Keyspace, model: &BTreeMap<Vec<u8>, M>) {
                 }
                 assert_eq!(ks.hget(k, b"\x00\x00\x01never").unwrap(), None);
             }
+            M::List(l) => {
+                assert_eq!(ks.llen(k).unwrap(), l.len() as u64, "LLEN {k:?}");
+                assert_eq!(ks.lrange(k, 0, -1).unwrap(), l.iter().cloned().collect::<Vec<_>>(), "LRANGE {k:?}");
+                assert_eq!(ks.lindex(k, -1).unwrap().as_ref(), l.back(), "LINDEX -1 {k:?}");
+            }
         }
     }
     assert_eq!(ks.count(None).unwrap(), model.len() as u64);
@@ -128,7 +192,7 @@ fn check(ks: &Keyspace, model: &BTreeMap<Vec<u8>, M>) {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     #[test]
-    fn hashes_and_strings_match_the_model(ops in prop::collection::vec(op(), 1..60)) {
+    fn strings_hashes_and_lists_match_the_model(ops in prop::collection::vec(op(), 1..60)) {
         let dir = tempfile::tempdir().unwrap();
         let mut ks = open(dir.path());
         let mut model = BTreeMap::new();

@@ -109,6 +109,7 @@ fn cmd_move(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         }
         from.1.copy_locked(key, to.1, key)?;
         from.1.delete_locked(key)?;
+        sh.wake(to.0, key);
         Ok(Reply::Int(1))
     })())
 }
@@ -143,7 +144,9 @@ fn cmd_copy(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         if from.1.get(src)?.is_none() || (!replace && to.1.get(dst)?.is_some()) {
             return Ok(Reply::Int(0));
         }
-        Ok(Reply::Int(i64::from(from.1.copy_locked(src, to.1, dst)?)))
+        let copied = from.1.copy_locked(src, to.1, dst)?;
+        sh.wake(to.0, dst);
+        Ok(Reply::Int(i64::from(copied)))
     })())
 }
 
@@ -168,7 +171,10 @@ fn cmd_rename(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, src, dst] = a else { return wrong_args("rename") };
     match rename(sh.db(sess), src, dst, false) {
         Ok(None) => Reply::err("ERR no such key"),
-        Ok(Some(_)) => Reply::ok(),
+        Ok(Some(_)) => {
+            sh.wake(sess.db, dst);
+            Reply::ok()
+        }
         Err(e) => Reply::err(e.to_string()),
     }
 }
@@ -177,7 +183,10 @@ fn cmd_renamenx(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, src, dst] = a else { return wrong_args("renamenx") };
     match rename(sh.db(sess), src, dst, true) {
         Ok(None) => Reply::err("ERR no such key"),
-        Ok(Some(done)) => Reply::Int(i64::from(done)),
+        Ok(Some(done)) => {
+            sh.wake(sess.db, dst);
+            Reply::Int(i64::from(done))
+        }
         Err(e) => Reply::err(e.to_string()),
     }
 }

@@ -3,12 +3,14 @@
 //! the arity, its flags against the session, and then its handler runs.
 
 mod args;
+mod blocking;
 mod connection;
 mod databases;
 mod expiry;
 mod glob;
 mod hashes;
 mod keys;
+mod lists;
 mod strings;
 mod topology;
 
@@ -131,7 +133,7 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS];
+static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, lists::COMMANDS, blocking::COMMANDS];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {

@@ -21,6 +21,7 @@
 
 mod encoding;
 mod hash;
+mod list;
 mod migrate;
 mod records;
 
@@ -30,6 +31,7 @@ use encoding::{
 };
 pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
+pub use list::{End, ListMeta};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
 

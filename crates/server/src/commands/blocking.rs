@@ -1,0 +1,127 @@
+//! Blocking list commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH.
+//!
+//! A blocking command first registers its connection under its keys (`state::Waiters`), then
+//! tries its non-blocking form. When that finds nothing it sets `sess.waiting`: the connection
+//! sends nothing, waits until a write to one of the keys wakes it or the timeout passes, and
+//! runs the command again (registering first means a push between the try and the wait is
+//! not missed: the connection's `Notify` keeps the wake-up). Inside EXEC or a script, and for a
+//! command forwarded from another node, a blocking command does not block: it answers as if
+//! its timeout had passed.
+
+use super::args::wrong_args;
+use super::lists::lmove;
+use super::{Command, Keys, WRITE};
+use crate::keyspace::{End, Keyspace, KsError};
+use crate::resp::Reply;
+use crate::state::{Block, Session, Shared};
+use std::time::{Duration, Instant};
+
+#[rustfmt::skip]
+pub(super) static COMMANDS: &[Command] = &[
+    Command { name: "blpop", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_blpop },
+    Command { name: "brpop", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_brpop },
+    Command { name: "blmove", arity: 6, flags: WRITE, keys: Keys::Two, handler: cmd_blmove },
+    Command { name: "brpoplpush", arity: 4, flags: WRITE, keys: Keys::Two, handler: cmd_brpoplpush },
+];
+
+/// A timeout in seconds (fractions allowed; 0: for ever), or Redis' reply to a bad one.
+fn timeout(a: &[u8]) -> Result<Option<Duration>, Reply> {
+    let t: f64 = std::str::from_utf8(a)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|t: &f64| t.is_finite())
+        .ok_or_else(|| Reply::err("ERR timeout is not a float or out of range"))?;
+    if t < 0.0 {
+        return Err(Reply::err("ERR timeout is negative"));
+    }
+    Ok((t > 0.0).then(|| Duration::from_secs_f64(t.min(1e9))))
+}
+
+/// Runs `attempt` as a blocking command on `keys`: its reply when it has one, otherwise a
+/// wait (or, when the command may not block or its time is up, the null array).
+fn blocking(
+    sh: &Shared,
+    sess: &mut Session,
+    keys: &[&[u8]],
+    wait: Option<Duration>,
+    attempt: impl Fn(&Keyspace) -> Result<Option<Reply>, KsError>,
+) -> Reply {
+    let may_block = sess.span.is_none() && !sess.atomic;
+    if may_block && sess.block.is_none() {
+        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+        sh.waiters.register(sess.db, &keys, sess.id, &sess.notify);
+        sess.block = Some(Block { db: sess.db, keys, deadline: wait.map(|w| Instant::now() + w) });
+    }
+    match attempt(sh.db(sess)) {
+        Ok(Some(reply)) => {
+            sh.unblock(sess);
+            reply
+        }
+        Ok(None) => {
+            let due = sess.block.as_ref().is_none_or(|b| b.deadline.is_some_and(|d| Instant::now() >= d));
+            if due {
+                sh.unblock(sess);
+            } else {
+                sess.waiting = true;
+            }
+            Reply::NilArray
+        }
+        Err(e) => {
+            sh.unblock(sess);
+            Reply::err(e.to_string())
+        }
+    }
+}
+
+/// BLPOP/BRPOP key... timeout: the first key with an element, and the element.
+fn bpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], end: End, name: &str) -> Reply {
+    let [_, keys @ .., t] = a else { return wrong_args(name) };
+    let wait = match timeout(t) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    blocking(sh, sess, keys, wait, |k| {
+        for key in keys {
+            let _g = k.lock(key);
+            if let Some(v) = k.pop_locked(key, end, 1)?.into_iter().next() {
+                return Ok(Some(Reply::Array(vec![Reply::bulk(*key), Reply::Bulk(v)])));
+            }
+        }
+        Ok(None)
+    })
+}
+
+fn cmd_blpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    bpop(sh, sess, a, End::Left, "blpop")
+}
+
+fn cmd_brpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    bpop(sh, sess, a, End::Right, "brpop")
+}
+
+/// BLMOVE's and BRPOPLPUSH's work: the element moved, or nil once the time is up.
+fn bmove(sh: &Shared, sess: &mut Session, src: &[u8], dst: &[u8], ends: (End, End), t: &[u8]) -> Reply {
+    let wait = match timeout(t) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let db = sess.db;
+    let r = blocking(sh, sess, &[src], wait, |k| Ok(lmove(k, src, dst, ends.0, ends.1)?.map(Reply::Bulk)));
+    if matches!(r, Reply::Bulk(_)) {
+        sh.wake(db, dst);
+    }
+    r
+}
+
+fn cmd_blmove(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, src, dst, from, to, t] = a else { return wrong_args("blmove") };
+    let (Some(from), Some(to)) = (super::lists::end_arg(from), super::lists::end_arg(to)) else {
+        return super::args::syntax();
+    };
+    bmove(sh, sess, src, dst, (from, to), t)
+}
+
+fn cmd_brpoplpush(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, src, dst, t] = a else { return wrong_args("brpoplpush") };
+    bmove(sh, sess, src, dst, (End::Right, End::Left), t)
+}
