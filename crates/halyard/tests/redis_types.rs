@@ -233,3 +233,111 @@ fn blocking_pops_wake_on_pushes_from_other_connections() {
     assert_eq!(pusher.cmd(&["RPUSH", "q3", "x"]), R::Int(1));
     assert_eq!(pusher.cmd(&["LLEN", "q3"]), R::Int(1));
 }
+
+#[test]
+fn transactions() {
+    same_as_redis(&[
+        &["MULTI"],
+        &["SET", "a", "1"],
+        &["INCR", "a"],
+        &["LPUSH", "a", "x"],
+        &["GET", "a"],
+        &["EXEC"],
+        &["EXEC"],
+        &["DISCARD"],
+        &["MULTI"],
+        &["MULTI"],
+        &["SET", "b", "1"],
+        &["DISCARD"],
+        &["GET", "b"],
+        &["MULTI"],
+        &["SET", "b", "1"],
+        &["NOSUCHCMD"],
+        &["GET"],
+        &["EXEC"],
+        &["GET", "b"],
+        &["MULTI"],
+        &["WATCH", "a"],
+        &["EXEC"],
+        &["WATCH", "a"],
+        &["SET", "a", "changed"],
+        &["MULTI"],
+        &["SET", "a", "tx"],
+        &["EXEC"],
+        &["GET", "a"],
+        &["WATCH", "a", "zz"],
+        &["MULTI"],
+        &["SET", "a", "tx"],
+        &["EXEC"],
+        &["GET", "a"],
+        &["WATCH", "a"],
+        &["UNWATCH"],
+        &["SET", "a", "other"],
+        &["MULTI"],
+        &["GET", "a"],
+        &["EXEC"],
+        &["WATCH", "h"],
+        &["HSET", "h", "f", "v"],
+        &["MULTI"],
+        &["PING"],
+        &["EXEC"],
+        &["WATCH", "l"],
+        &["FLUSHDB"],
+        &["MULTI"],
+        &["PING"],
+        &["EXEC"],
+        &["MULTI"],
+        &["BLPOP", "nolist", "0"],
+        &["EXEC"],
+        &["MULTI"],
+        &["EXEC"],
+    ]);
+}
+
+/// WATCH sees another connection's write; EXEC's commands run with no other command between
+/// them: readers never see one counter of a transaction incremented without the other.
+#[test]
+fn transactions_are_isolated_from_other_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let (mut a, mut b) = (srv.conn(), srv.conn());
+    assert_eq!(a.cmd(&["WATCH", "k"]), ok());
+    assert_eq!(b.cmd(&["SET", "k", "b"]), ok());
+    assert_eq!(a.cmd(&["MULTI"]), ok());
+    assert_eq!(a.cmd(&["SET", "k", "a"]), R::Simple("QUEUED".into()));
+    assert_eq!(a.cmd(&["EXEC"]), R::Array(None));
+    assert_eq!(a.cmd(&["GET", "k"]), bulk("b"));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = srv.conn();
+            std::thread::spawn(move || {
+                for _ in 0..300 {
+                    c.cmd(&["MULTI"]);
+                    c.cmd(&["INCR", "x"]);
+                    c.cmd(&["INCR", "y"]);
+                    assert!(matches!(c.cmd(&["EXEC"]), R::Array(Some(_))));
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let (mut c, stop) = (srv.conn(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let R::Array(Some(v)) = c.cmd(&["MGET", "x", "y"]) else { panic!("MGET") };
+                assert_eq!(v[0], v[1], "a transaction seen half done");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    assert_eq!(a.cmd(&["GET", "x"]), bulk("600"));
+}

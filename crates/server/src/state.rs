@@ -37,8 +37,12 @@ pub struct Session {
     pub waiting: bool,
     /// Woken by writes to the keys of `block`.
     pub notify: std::sync::Arc<tokio::sync::Notify>,
-    /// Inside EXEC or a script: blocking commands do not block.
+    /// Inside EXEC or a script: blocking commands do not block, and MULTI queues nothing.
     pub atomic: bool,
+    /// Inside MULTI: the queued commands.
+    pub multi: Option<crate::commands::Queue>,
+    /// The keys WATCH remembers.
+    pub watched: Vec<crate::commands::Watched>,
 }
 
 /// What a blocked connection waits for.
@@ -157,6 +161,9 @@ pub struct Shared {
     pub backup_dir: std::sync::OnceLock<std::path::PathBuf>,
     /// Connections blocked on keys.
     pub waiters: Waiters,
+    /// Held shared by every RESP command while it runs and exclusively by EXEC and scripts,
+    /// which therefore run alone.
+    pub gate: parking_lot::RwLock<()>,
     next_id: AtomicU64,
 }
 
@@ -178,6 +185,7 @@ impl Shared {
             protect_native: Default::default(),
             backup_dir: std::sync::OnceLock::new(),
             waiters: Waiters::default(),
+            gate: parking_lot::RwLock::new(()),
             next_id: AtomicU64::new(1),
         }
     }
@@ -201,6 +209,8 @@ impl Shared {
             waiting: false,
             notify: Default::default(),
             atomic: false,
+            multi: None,
+            watched: Vec::new(),
         }
     }
 

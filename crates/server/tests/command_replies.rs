@@ -301,6 +301,28 @@ const LISTS: &[&[&str]] = &[
     &["DEL", "l"],
 ];
 
+const TRANSACTIONS: &[&[&str]] = &[
+    &["EXEC"],
+    &["DISCARD"],
+    &["MULTI"],
+    &["MULTI"],
+    &["SET", "t", "1"],
+    &["INCR", "t"],
+    &["LPUSH", "t", "x"],
+    &["WATCH", "t"],
+    &["EXEC"],
+    &["MULTI"],
+    &["GET"],
+    &["SET", "t", "2"],
+    &["EXEC"],
+    &["WATCH", "t"],
+    &["SET", "t", "3"],
+    &["MULTI"],
+    &["GET", "t"],
+    &["EXEC"],
+    &["DEL", "t"],
+];
+
 const CONNECTION: &[&[&str]] = &[
     &["COMMAND"],
     &["COMMAND", "COUNT"],
@@ -398,6 +420,8 @@ fn replies_match_the_transcript() {
         let _ = writeln!(out, "## {title}");
         run(&sh, &mut sess, script, &mut out);
     }
+    let _ = writeln!(out, "## transactions");
+    run(&sh, &mut sess, TRANSACTIONS, &mut out);
     let _ = writeln!(out, "## lists");
     run(&sh, &mut sess, LISTS, &mut out);
     let _ = writeln!(out, "## databases");

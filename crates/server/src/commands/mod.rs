@@ -11,11 +11,13 @@ mod glob;
 mod hashes;
 mod keys;
 mod lists;
+mod multi;
 mod strings;
 mod topology;
 
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options, ScanOptions};
+pub use multi::{Queue, Watched};
 
 use crate::cluster::ClusterNode;
 use crate::resp::Reply;
@@ -119,6 +121,8 @@ pub const WRITE: u8 = 1;
 pub const READONLY: u8 = 2;
 /// Runs before AUTH on a server with a password (Redis' `no-auth`).
 pub const NO_AUTH: u8 = 4;
+/// Takes the command gate exclusively itself (EXEC, scripts): not held shared around it.
+pub const ATOMIC: u8 = 8;
 
 impl Command {
     /// Whether `n` arguments (the name included) fit the arity.
@@ -133,7 +137,7 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, lists::COMMANDS, blocking::COMMANDS];
+static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, lists::COMMANDS, blocking::COMMANDS, multi::COMMANDS];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {
@@ -241,8 +245,25 @@ impl Plan {
 }
 
 /// Looks `args` up in the table, checks its arity and the session's authentication and, in
-/// cluster mode, decides where it runs; the reply to send instead when it may not run.
-pub fn plan(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
+/// cluster mode, decides where it runs; the reply to send instead when it may not run. Inside
+/// MULTI a command is queued instead (its reply is then QUEUED or why it may not be).
+pub fn plan(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Result<Plan, Reply> {
+    let checked = check(sh, sess, args);
+    match checked {
+        Ok(p) if sess.multi.is_some() && !multi::IMMEDIATE.contains(&p.cmd.name) => {
+            let region = if p.remote {
+                Err(Reply::err("ERR a transaction runs on the node that leads its keys' region: connect there"))
+            } else {
+                Ok(p.region)
+            };
+            Err(multi::queue(sess, args, region))
+        }
+        Err(e) if sess.multi.is_some() => Err(multi::queue(sess, args, Err(e))),
+        other => other,
+    }
+}
+
+fn check(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
     let Some((first, rest)) = args.split_first() else { return Err(Reply::err("ERR empty command")) };
     let Some(cmd) = lookup(first) else {
         sh.metrics.unknown_commands.fetch_add(1, Relaxed);
@@ -273,6 +294,15 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
 /// the LSN up to which the region's backups must hold what it wrote or read: the newest
 /// version of its keys (`Db::read_bound`), or for a whole-region command the region's LSN.
 pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
+    if p.cmd.flags & ATOMIC != 0 {
+        return run_ungated(sh, sess, args, p);
+    }
+    let _shared = sh.gate.read();
+    run_ungated(sh, sess, args, p)
+}
+
+/// [`run`] without taking the command gate (EXEC holds it).
+fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
     // Latency is sampled (one command in 16 per connection): reading the clock twice per
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
