@@ -341,3 +341,75 @@ fn transactions_are_isolated_from_other_connections() {
     assert!(reader.join().unwrap() > 0);
     assert_eq!(a.cmd(&["GET", "x"]), bulk("600"));
 }
+
+#[test]
+fn scripting() {
+    same_as_redis(&[
+        &["EVAL", "return 1", "0"],
+        &["EVAL", "return {1, 2, {3, 'x'}, nil, 5}", "0"],
+        &["EVAL", "return 'hello'", "0"],
+        &["EVAL", "return true", "0"],
+        &["EVAL", "return false", "0"],
+        &["EVAL", "return nil", "0"],
+        &["EVAL", "return 3.99", "0"],
+        &["EVAL", "return {ok='fine'}", "0"],
+        &["EVAL", "return {err='BAD thing'}", "0"],
+        &["EVAL", "return redis.error_reply('MY error')", "0"],
+        &["EVAL", "return redis.status_reply('DONE')", "0"],
+        &["EVAL", "return {KEYS[1], KEYS[2], ARGV[1], ARGV[2]}", "2", "k1", "k2", "a1", "a2"],
+        &["EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", "1", "k", "v"],
+        &["EVAL", "return redis.call('GET', KEYS[1])", "1", "k"],
+        &["EVAL", "return redis.call('GET', 'nokey')", "0"],
+        &["EVAL", "return redis.call('INCRBY', KEYS[1], 5)", "1", "n"],
+        &["EVAL", "redis.call('RPUSH', 'l', 'a', 'b'); return redis.call('LRANGE', 'l', 0, -1)", "0"],
+        &["EVAL", "return redis.call('HGETALL', 'nohash')", "0"],
+        &["EVAL", "return redis.pcall('INCR', 'l')", "0"],
+        &["EVAL", "return redis.call('INCR', 'l')", "0"],
+        &["EVAL", "return redis.call('NOSUCH')", "0"],
+        &["EVAL", "return redis.call()", "0"],
+        &["EVAL", "local t = redis.pcall('INCR', 'l'); return t['err'] ~= nil", "0"],
+        &["EVAL", "x = 1", "0"],
+        &["EVAL", "return undefined_thing", "0"],
+        &["EVAL", "return (", "0"],
+        &["EVAL", "return 1", "-1"],
+        &["EVAL", "return 1", "3", "a"],
+        &["EVAL", "return 1", "x"],
+        &["EVAL", "return os.time()", "0"],
+        &["EVAL", "return redis.sha1hex('')", "0"],
+        &["EVAL", "return redis.call('EXEC')", "0"],
+        &["SCRIPT", "LOAD", "return 'loaded'"],
+        &["EVALSHA", "8d3c1f9a0a6f7d4d0a1a9c1f8b1b0e5a6b8f2c1d", "0"],
+        &["SCRIPT", "EXISTS", "8d3c1f9a0a6f7d4d0a1a9c1f8b1b0e5a6b8f2c1d", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"],
+        &["EVAL", "return 1", "0"],
+        &["EVALSHA", "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", "0"],
+        &["SCRIPT", "LOAD", "return ("],
+        &["SCRIPT", "KILL"],
+        &["SCRIPT", "FLUSH"],
+        &["SCRIPT", "EXISTS", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"],
+        &["SCRIPT", "BOGUS"],
+        &["EVAL", "return redis.call('LPOP', KEYS[1], 5)", "1", "l"],
+        &["EVAL", "return tonumber(ARGV[1]) + 1", "0", "41"],
+        &["EVAL", "return string.format('%d-%s', 7, 'x')", "0"],
+        &["EVAL", "return table.concat({'a','b'}, ',')", "0"],
+        &["EVAL", "return math.floor(3.7)", "0"],
+    ]);
+}
+
+/// A script that runs past the time limit makes other clients' commands answer BUSY until
+/// SCRIPT KILL stops it; one that wrote cannot be killed.
+#[test]
+fn a_runaway_script_is_busy_until_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let (mut runner, mut other) = (srv.conn(), srv.conn());
+    assert_eq!(other.cmd(&["SCRIPT", "KILL"]), R::Err("NOTBUSY No scripts in execution right now.".into()));
+    runner.send(&[b"EVAL", b"while true do end", b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(5300));
+    let R::Err(e) = other.cmd(&["GET", "k"]) else { panic!("GET during a runaway script answered") };
+    assert!(e.starts_with("BUSY"), "{e}");
+    assert_eq!(other.cmd(&["SCRIPT", "KILL"]), ok());
+    let Some(R::Err(e)) = runner.read() else { panic!("the killed script answered no error") };
+    assert!(e.contains("SCRIPT KILL"), "{e}");
+    assert_eq!(other.cmd(&["PING"]), R::Simple("PONG".into()));
+    assert_eq!(runner.cmd(&["EVAL", "return 2", "0"]), R::Int(2));
+}

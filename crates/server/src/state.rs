@@ -164,6 +164,8 @@ pub struct Shared {
     /// Held shared by every RESP command while it runs and exclusively by EXEC and scripts,
     /// which therefore run alone.
     pub gate: parking_lot::RwLock<()>,
+    /// EVAL's scripts and Lua state.
+    pub scripts: crate::commands::Scripts,
     next_id: AtomicU64,
 }
 
@@ -186,6 +188,7 @@ impl Shared {
             backup_dir: std::sync::OnceLock::new(),
             waiters: Waiters::default(),
             gate: parking_lot::RwLock::new(()),
+            scripts: Default::default(),
             next_id: AtomicU64::new(1),
         }
     }

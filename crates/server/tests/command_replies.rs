@@ -323,6 +323,20 @@ const TRANSACTIONS: &[&[&str]] = &[
     &["DEL", "t"],
 ];
 
+const SCRIPTS: &[&[&str]] = &[
+    &["EVAL", "return {1, 'two', {ok='OK'}, false}", "0"],
+    &["EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", "1", "sk", "v"],
+    &["EVAL", "return redis.call('LPUSH', KEYS[1], 'x')", "1", "sk"],
+    &["EVAL", "return redis.pcall('LPUSH', KEYS[1], 'x')", "1", "sk"],
+    &["EVAL", "return 1", "2", "a"],
+    &["EVAL", "return 1", "-2"],
+    &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+    &["SCRIPT", "LOAD", "return KEYS[1]"],
+    &["SCRIPT", "EXISTS", "4a7a4d0e58b06a52b5ae2e0ad10d9f05b8c0c846"],
+    &["SCRIPT", "KILL"],
+    &["DEL", "sk"],
+];
+
 const CONNECTION: &[&[&str]] = &[
     &["COMMAND"],
     &["COMMAND", "COUNT"],
@@ -420,6 +434,8 @@ fn replies_match_the_transcript() {
         let _ = writeln!(out, "## {title}");
         run(&sh, &mut sess, script, &mut out);
     }
+    let _ = writeln!(out, "## scripts");
+    run(&sh, &mut sess, SCRIPTS, &mut out);
     let _ = writeln!(out, "## transactions");
     run(&sh, &mut sess, TRANSACTIONS, &mut out);
     let _ = writeln!(out, "## lists");

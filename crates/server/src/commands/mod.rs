@@ -12,12 +12,14 @@ mod hashes;
 mod keys;
 mod lists;
 mod multi;
+mod scripting;
 mod strings;
 mod topology;
 
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options, ScanOptions};
 pub use multi::{Queue, Watched};
+pub use scripting::Scripts;
 
 use crate::cluster::ClusterNode;
 use crate::resp::Reply;
@@ -137,7 +139,8 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, lists::COMMANDS, blocking::COMMANDS, multi::COMMANDS];
+static TABLES: &[&[Command]] =
+    &[COMMANDS, databases::COMMANDS, lists::COMMANDS, blocking::COMMANDS, multi::COMMANDS, scripting::COMMANDS];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {
@@ -297,8 +300,36 @@ pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
     if p.cmd.flags & ATOMIC != 0 {
         return run_ungated(sh, sess, args, p);
     }
-    let _shared = sh.gate.read();
+    let _shared = match sh.gate.try_read() {
+        Some(g) => g,
+        None => match wait_gate(sh) {
+            Some(g) => g,
+            None => {
+                return Reply::err(
+                    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+                )
+            }
+        },
+    };
     run_ungated(sh, sess, args, p)
+}
+
+/// Waits, off the runtime's worker, while EXEC or a script runs; None once a script has run
+/// past its time limit (the command then answers BUSY and frees its thread for the SCRIPT
+/// KILL that may come).
+fn wait_gate(sh: &Shared) -> Option<parking_lot::RwLockReadGuard<'_, ()>> {
+    let mut got = None;
+    (crate::native::off_worker_hook().0)(&mut || {
+        got = loop {
+            if let Some(g) = sh.gate.try_read_for(std::time::Duration::from_millis(10)) {
+                break Some(g);
+            }
+            if sh.scripts.busy() {
+                break None;
+            }
+        }
+    });
+    got
 }
 
 /// [`run`] without taking the command gate (EXEC holds it).
