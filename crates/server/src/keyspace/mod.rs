@@ -23,6 +23,7 @@ mod encoding;
 mod hash;
 mod migrate;
 mod records;
+mod zset;
 
 use encoding::{
     all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, HASH, HASH_V2, LIST, SET, STRING,
@@ -32,6 +33,7 @@ pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
+pub use zset::{Lex, Scored, ZIter, ZWrite};
 
 const STRIPES: usize = 1024;
 
