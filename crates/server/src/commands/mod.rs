@@ -11,6 +11,7 @@ mod hashes;
 mod keys;
 mod strings;
 mod topology;
+mod zsets;
 
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options, ScanOptions};
@@ -131,7 +132,7 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS];
+static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, zsets::COMMANDS];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {
