@@ -215,6 +215,16 @@ fn sorted_sets() {
         &["ZLEXCOUNT", "lex", "-", "+"],
         &["ZLEXCOUNT", "lex", "[b", "(d"],
         &["ZLEXCOUNT", "lex", "b", "d"],
+        // Ranges by member over differing scores: walked in score order, as Redis does.
+        &["ZADD", "mixed", "1", "c", "2", "a", "3", "e", "4", "b", "5", "d"],
+        &["ZRANGEBYLEX", "mixed", "-", "+"],
+        &["ZRANGEBYLEX", "mixed", "[a", "[c"],
+        &["ZRANGEBYLEX", "mixed", "[b", "[d", "LIMIT", "1", "1"],
+        &["ZREVRANGEBYLEX", "mixed", "[d", "[b"],
+        &["ZRANGE", "mixed", "[d", "[b", "BYLEX", "REV"],
+        &["ZLEXCOUNT", "mixed", "[b", "[d"],
+        &["ZREMRANGEBYLEX", "mixed", "[c", "[e"],
+        &["EXISTS", "mixed"],
         // Ranks.
         &["ZRANK", "r", "a"],
         &["ZRANK", "r", "f"],

@@ -49,12 +49,75 @@ pub struct ZIter {
     skip: usize,
     /// Walks the score index (else the member records).
     index: bool,
+    /// A range by member taken along the score index (a set whose scores differ).
+    lex: Option<LexWalk>,
+}
+
+/// A range by member along the score index, as Redis walks its compact sets: from the first
+/// member (the last, reversed) within the range's near end, while members stay within its far
+/// end.
+struct LexWalk {
+    lo: Lex,
+    hi: Lex,
+    rev: bool,
+    started: bool,
+}
+
+impl LexWalk {
+    /// Whether `m` is within the bound where the walk starts, and within the one where it ends.
+    fn ends(&self, m: &[u8]) -> (bool, bool) {
+        let (lo, hi) = (above(m, &self.lo), below(m, &self.hi));
+        if self.rev {
+            (hi, lo)
+        } else {
+            (lo, hi)
+        }
+    }
+}
+
+/// Whether `m` is at or above the lower bound `lo`.
+fn above(m: &[u8], lo: &Lex) -> bool {
+    match lo {
+        Lex::Min => true,
+        Lex::Max => false,
+        Lex::In(x) => m >= x.as_slice(),
+        Lex::Ex(x) => m > x.as_slice(),
+    }
+}
+
+/// Whether `m` is at or below the upper bound `hi`.
+fn below(m: &[u8], hi: &Lex) -> bool {
+    match hi {
+        Lex::Max => true,
+        Lex::Min => false,
+        Lex::In(x) => m <= x.as_slice(),
+        Lex::Ex(x) => m < x.as_slice(),
+    }
 }
 
 impl Iterator for ZIter {
     type Item = Result<Scored, KsError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let item = self.next_raw()?;
+            let (Some(w), Ok((m, _))) = (self.lex.as_mut(), &item) else { return Some(item) };
+            let (start, end) = w.ends(m);
+            if !w.started && !start {
+                continue;
+            }
+            w.started = true;
+            if end {
+                return Some(item);
+            }
+            self.scan = None;
+            return None;
+        }
+    }
+}
+
+impl ZIter {
+    fn next_raw(&mut self) -> Option<Result<Scored, KsError>> {
         let (k, v) = match self.scan.as_mut()?.next()? {
             Ok(kv) => kv,
             Err(e) => return Some(Err(e.into())),
@@ -159,8 +222,25 @@ impl Keyspace {
         self.zrange_by_score(user, Bound::Unbounded, Bound::Unbounded, rev)
     }
 
-    /// The members within `lo..hi` by member, ascending or (`rev`) descending.
+    /// The members within `lo..hi` by member, ascending or (`rev`) descending. Redis asks for
+    /// equal scores in a range by member; a set whose scores differ is walked along the score
+    /// index as Redis walks its compact sets (O(n)).
     pub fn zrange_by_lex(&self, user: &[u8], lo: &Lex, hi: &Lex, rev: bool) -> Result<ZIter, KsError> {
+        if let Some((first, last)) = self.zends(user)? {
+            if first.1 != last.1 {
+                let (b0, b1) = (join(&self.key(user), &[&[INDEX]]), join(&self.key(user), &[&[INDEX + 1]]));
+                let skip = b0.len();
+                let fits = below(&first.0, hi) && above(&last.0, lo);
+                let range = if fits {
+                    (Bound::Included(b0), Bound::Excluded(b1))
+                } else {
+                    (Bound::Excluded(b0.clone()), Bound::Excluded(b0))
+                };
+                let mut it = self.zwalk(user, range, rev, true, skip)?;
+                it.lex = Some(LexWalk { lo: lo.clone(), hi: hi.clone(), rev, started: false });
+                return Ok(it);
+            }
+        }
         let base = join(&self.key(user), &[&[MEMBER]]);
         let end = prefix_end(&base).unwrap_or_default();
         let lo = match lo {
@@ -190,7 +270,14 @@ impl Keyspace {
         let exists = self.zset_meta(user)?.is_some();
         let scan = (exists && !empty_range(&range.0, &range.1))
             .then(|| self.db.scan_with(range, ScanOptions { reverse, limit: None }));
-        Ok(ZIter { scan, skip, index })
+        Ok(ZIter { scan, skip, index, lex: None })
+    }
+
+    /// The first and last members by score (None: no set).
+    fn zends(&self, user: &[u8]) -> Result<Option<(Scored, Scored)>, KsError> {
+        let first = self.zall(user, false)?.next().transpose()?;
+        let last = self.zall(user, true)?.next().transpose()?;
+        Ok(first.zip(last))
     }
 
     /// ZRANK: a member's rank from the lowest score (0-based) and its score. Counts the index
