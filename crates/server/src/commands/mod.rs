@@ -15,6 +15,7 @@ mod multi;
 mod scripting;
 mod strings;
 mod topology;
+mod zsets;
 
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options, ScanOptions};
@@ -139,8 +140,15 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] =
-    &[COMMANDS, databases::COMMANDS, lists::COMMANDS, blocking::COMMANDS, multi::COMMANDS, scripting::COMMANDS];
+static TABLES: &[&[Command]] = &[
+    COMMANDS,
+    databases::COMMANDS,
+    lists::COMMANDS,
+    blocking::COMMANDS,
+    multi::COMMANDS,
+    scripting::COMMANDS,
+    zsets::COMMANDS,
+];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {

@@ -24,6 +24,7 @@ mod hash;
 mod list;
 mod migrate;
 mod records;
+mod zset;
 
 use encoding::{
     all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, HASH, HASH_V2, LIST, SET, STRING,
@@ -34,6 +35,7 @@ use halyard_engine::{Db, Error, ScanOptions};
 pub use list::{End, ListMeta};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
+pub use zset::{Lex, Scored, ZIter, ZWrite};
 
 const STRIPES: usize = 1024;
 
