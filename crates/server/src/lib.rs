@@ -21,6 +21,7 @@ pub mod forward;
 pub mod http;
 #[doc(hidden)]
 pub mod keyspace;
+mod lua;
 #[doc(hidden)]
 pub mod metrics;
 #[doc(hidden)]

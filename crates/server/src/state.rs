@@ -40,9 +40,32 @@ pub struct Session {
     /// Inside EXEC or a script: blocking commands do not block, and MULTI queues nothing.
     pub atomic: bool,
     /// Inside MULTI: the queued commands.
-    pub multi: Option<crate::commands::Queue>,
+    pub multi: Option<Queue>,
     /// The keys WATCH remembers.
-    pub watched: Vec<crate::commands::Watched>,
+    pub watched: Vec<Watched>,
+}
+
+/// A key WATCH remembers.
+pub struct Watched {
+    pub db: u8,
+    pub key: Vec<u8>,
+    /// `Db::read_bound` of its record when watched.
+    pub bound: u64,
+    /// When it expires (0: never or absent).
+    pub expires: u64,
+    /// It existed.
+    pub existed: bool,
+}
+
+/// The state of a connection inside MULTI.
+#[derive(Default)]
+pub struct Queue {
+    /// The commands to run, with their arguments.
+    pub commands: Vec<Vec<Vec<u8>>>,
+    /// A command failed its checks: EXEC answers EXECABORT.
+    pub dirty: bool,
+    /// Cluster mode: the region of the queued commands' keys.
+    pub region: Option<u32>,
 }
 
 /// What a blocked connection waits for.
@@ -165,7 +188,7 @@ pub struct Shared {
     /// which therefore run alone.
     pub gate: parking_lot::RwLock<()>,
     /// EVAL's scripts and Lua state.
-    pub scripts: crate::commands::Scripts,
+    pub scripts: crate::lua::Scripts,
     next_id: AtomicU64,
 }
 

@@ -15,7 +15,8 @@
 )]
 
 use halyard_engine::{Db, Options};
-use halyard_server::keyspace::{key, End, Keyspace, Value};
+use halyard_server::keyspace::list::End;
+use halyard_server::keyspace::{key, Keyspace, Value};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

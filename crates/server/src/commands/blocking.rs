@@ -10,8 +10,9 @@
 
 use super::args::wrong_args;
 use super::lists::lmove;
-use super::{Command, Keys, WRITE};
-use crate::keyspace::{End, Keyspace, KsError};
+use super::table::{Command, Keys, WRITE};
+use crate::keyspace::list::End;
+use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Block, Session, Shared};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! (`keyspace::encoding`); a cluster has database 0 only, as Redis Cluster does.
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
-use super::{Command, Keys, READONLY, WRITE};
+use super::table::{Command, Keys, READONLY, WRITE};
 use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};

@@ -2,8 +2,9 @@
 //! LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH. The blocking forms are in `blocking`.
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
-use super::{Command, Keys, READONLY, WRITE};
-use crate::keyspace::{End, Keyspace, KsError};
+use super::table::{Command, Keys, READONLY, WRITE};
+use crate::keyspace::list::End;
+use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 

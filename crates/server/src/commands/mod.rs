@@ -6,6 +6,7 @@ mod args;
 mod blocking;
 mod connection;
 mod databases;
+mod dispatch;
 mod expiry;
 mod glob;
 mod hashes;
@@ -14,130 +15,24 @@ mod lists;
 mod multi;
 mod scripting;
 mod strings;
+mod table;
 mod topology;
 mod zsets;
 
+pub use dispatch::Plan;
 pub use glob::glob;
 pub(crate) use keys::{range_options, scan_options, ScanOptions};
-pub use multi::{Queue, Watched};
-pub use scripting::Scripts;
+pub use table::{Command, Handler, Keys, ATOMIC, NO_AUTH, READONLY, WRITE};
 
-use crate::cluster::ClusterNode;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
-use args::{lower, wrong_args};
+use args::lower;
 use connection::*;
 use expiry::*;
 use hashes::*;
 use keys::*;
-use std::sync::atomic::Ordering::Relaxed;
 use strings::*;
 use topology::*;
-
-/// Runs a command whose arity and flags were checked; `args` starts with the name.
-pub type Handler = fn(&Shared, &mut Session, &[&[u8]]) -> Reply;
-
-/// One entry of the command table.
-pub struct Command {
-    /// Lower case: the name metrics and error messages use.
-    pub name: &'static str,
-    /// Redis' convention: positive = exactly this many arguments including the name,
-    /// negative = at least that many.
-    pub arity: i32,
-    /// [`WRITE`], [`READONLY`], [`NO_AUTH`].
-    pub flags: u8,
-    /// Where its keys are: what cluster mode routes it by, and what COMMAND reports.
-    pub keys: Keys,
-    /// The command itself.
-    pub handler: Handler,
-}
-
-/// The key positions of a command (Redis' key specs: first, last, step), in the one place that
-/// routing, forwarding and COMMAND INFO read them from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Keys {
-    /// No key (connection and server commands).
-    None,
-    /// The first argument.
-    First,
-    /// Every argument.
-    All,
-    /// Every other argument from the first (MSET's key-value pairs).
-    Pairs,
-    /// The first two arguments (RENAME, COPY, SMOVE, LMOVE).
-    Two,
-    /// Every argument but the last (BLPOP's keys before its timeout).
-    AllButLast,
-    /// A count at argument `at` and that many keys after it, and the first argument too when
-    /// `dest` (ZUNIONSTORE dest numkeys key..., ZUNION numkeys key..., EVAL script numkeys key...).
-    CountAt {
-        /// The count's argument.
-        at: u8,
-        /// The first argument is a key (a destination).
-        dest: bool,
-    },
-    /// The whole key space: a cluster answers it region by region.
-    Whole,
-    /// The key space of the region a forwarded command names (cluster-internal).
-    Region,
-}
-
-impl Keys {
-    /// Redis' (first, last, step) for COMMAND.
-    fn spec(self) -> (i64, i64, i64) {
-        match self {
-            Keys::First => (1, 1, 1),
-            Keys::All => (1, -1, 1),
-            Keys::Pairs => (1, -1, 2),
-            Keys::Two => (1, 2, 1),
-            Keys::AllButLast => (1, -2, 1),
-            Keys::CountAt { dest: true, .. } => (1, 1, 1),
-            Keys::None | Keys::Whole | Keys::Region | Keys::CountAt { dest: false, .. } => (0, 0, 0),
-        }
-    }
-
-    /// The keys of `args` (the command's name first).
-    pub fn of<'a>(self, args: &[&'a [u8]]) -> smallvec::SmallVec<[&'a [u8]; 4]> {
-        let rest = args.get(1..).unwrap_or_default();
-        match self {
-            Keys::First => rest.first().copied().into_iter().collect(),
-            Keys::All => rest.iter().copied().collect(),
-            Keys::Pairs => rest.iter().step_by(2).copied().collect(),
-            Keys::Two => rest.iter().take(2).copied().collect(),
-            Keys::AllButLast => rest.iter().take(rest.len().saturating_sub(1)).copied().collect(),
-            Keys::CountAt { at, dest } => {
-                let at = usize::from(at);
-                let n = args.get(at).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);
-                let keys = args.get(at + 1..).unwrap_or_default().iter().take(n).copied();
-                rest.first().copied().filter(|_| dest).into_iter().chain(keys).collect()
-            }
-            Keys::None | Keys::Whole | Keys::Region => smallvec::SmallVec::new(),
-        }
-    }
-}
-
-/// Changes the keyspace (Redis' `write`). With [`READONLY`] this classifies every keyspace
-/// command as Redis does; no check reads the two yet (a read-only replica or per-key routing
-/// of RESP requests would).
-pub const WRITE: u8 = 1;
-/// Reads the keyspace and changes nothing (Redis' `readonly`).
-pub const READONLY: u8 = 2;
-/// Runs before AUTH on a server with a password (Redis' `no-auth`).
-pub const NO_AUTH: u8 = 4;
-/// Takes the command gate exclusively itself (EXEC, scripts): not held shared around it.
-pub const ATOMIC: u8 = 8;
-
-impl Command {
-    /// Whether `n` arguments (the name included) fit the arity.
-    pub fn arity_ok(&self, n: usize) -> bool {
-        let want = self.arity.unsigned_abs() as usize;
-        if self.arity < 0 {
-            n >= want
-        } else {
-            n == want
-        }
-    }
-}
 
 /// The command tables: this module's and one per data type's module.
 static TABLES: &[&[Command]] = &[
@@ -149,11 +44,6 @@ static TABLES: &[&[Command]] = &[
     scripting::COMMANDS,
     zsets::COMMANDS,
 ];
-
-/// Every command.
-pub fn all() -> impl Iterator<Item = &'static Command> {
-    TABLES.iter().flat_map(|t| t.iter())
-}
 
 #[rustfmt::skip]
 static COMMANDS: &[Command] = &[
@@ -218,6 +108,17 @@ static COMMANDS: &[Command] = &[
     Command { name: "readwrite", arity: 1, flags: 0, keys: Keys::None, handler: cmd_readonly },
 ];
 
+/// The table, assembled.
+fn table() {
+    table::install(TABLES);
+}
+
+/// Every command.
+pub fn all() -> impl Iterator<Item = &'static Command> {
+    table();
+    table::all()
+}
+
 /// Every command's name, for the per-command metrics.
 pub fn names() -> Vec<&'static str> {
     all().map(|c| c.name).collect()
@@ -225,204 +126,25 @@ pub fn names() -> Vec<&'static str> {
 
 /// The command called `name`, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
-    all().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+    table();
+    table::lookup(name)
 }
 
-/// One request, looked up, checked and routed: decided once, before it runs.
-pub struct Plan {
-    /// The command.
-    pub cmd: &'static Command,
-    /// Cluster mode: answered through other nodes (`forward::run`), not here.
-    pub remote: bool,
-    /// Cluster mode: the region it runs on here.
-    region: Option<u32>,
-    /// The engine keys of its keys, encoded once.
-    keys: smallvec::SmallVec<[crate::keyspace::EngineKey; 4]>,
-}
-
-impl Plan {
-    fn here(cmd: &'static Command, region: Option<u32>) -> Plan {
-        Plan { cmd, remote: false, region, keys: smallvec::SmallVec::new() }
-    }
-
-    fn elsewhere(cmd: &'static Command, keys: smallvec::SmallVec<[crate::keyspace::EngineKey; 4]>) -> Plan {
-        Plan { cmd, remote: true, region: None, keys }
-    }
-
-    /// Whether it writes.
-    pub fn writes(&self) -> bool {
-        self.cmd.flags & WRITE != 0
-    }
-}
-
-/// Looks `args` up in the table, checks its arity and the session's authentication and, in
-/// cluster mode, decides where it runs; the reply to send instead when it may not run. Inside
-/// MULTI a command is queued instead (its reply is then QUEUED or why it may not be).
+/// Looks `args` up, checks and routes it (`dispatch::plan`).
 pub fn plan(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Result<Plan, Reply> {
-    let checked = check(sh, sess, args);
-    match checked {
-        Ok(p) if sess.multi.is_some() && !multi::IMMEDIATE.contains(&p.cmd.name) => {
-            let region = if p.remote {
-                Err(Reply::err("ERR a transaction runs on the node that leads its keys' region: connect there"))
-            } else {
-                Ok(p.region)
-            };
-            Err(multi::queue(sess, args, region))
-        }
-        Err(e) if sess.multi.is_some() => Err(multi::queue(sess, args, Err(e))),
-        other => other,
-    }
+    table();
+    dispatch::plan(sh, sess, args)
 }
 
-fn check(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
-    let Some((first, rest)) = args.split_first() else { return Err(Reply::err("ERR empty command")) };
-    let Some(cmd) = lookup(first) else {
-        sh.metrics.unknown_commands.fetch_add(1, Relaxed);
-        return Err(unknown(first, rest));
-    };
-    if !cmd.arity_ok(args.len()) {
-        return Err(wrong_args(cmd.name));
-    }
-    if sh.requirepass.is_some() && !sess.authed && cmd.flags & NO_AUTH == 0 {
-        return Err(Reply::err("NOAUTH Authentication required."));
-    }
-    match sh.cluster.get() {
-        Some(c) => cluster_plan(c, sess, cmd, args),
-        None => Ok(Plan::here(cmd, None)),
-    }
+/// Runs a planned command here (`dispatch::run`).
+pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
+    dispatch::run(sh, sess, args, p)
 }
 
 /// Runs one command. `sess.quit` is set by QUIT.
 pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
-    match plan(sh, sess, args) {
-        Ok(p) if p.remote => Reply::err("TRYAGAIN the command's keys are led by other nodes; retry"),
-        Ok(p) => run(sh, sess, args, &p),
-        Err(reply) => reply,
-    }
-}
-
-/// Runs a planned command here. In cluster mode it then remembers, for the reply to wait on,
-/// the LSN up to which the region's backups must hold what it wrote or read: the newest
-/// version of its keys (`Db::read_bound`), or for a whole-region command the region's LSN.
-pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
-    if p.cmd.flags & ATOMIC != 0 {
-        return run_ungated(sh, sess, args, p);
-    }
-    let _shared = match sh.gate.try_read() {
-        Some(g) => g,
-        None => match wait_gate(sh) {
-            Some(g) => g,
-            None => {
-                return Reply::err(
-                    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
-                )
-            }
-        },
-    };
-    run_ungated(sh, sess, args, p)
-}
-
-/// Waits, off the runtime's worker, while EXEC or a script runs; None once a script has run
-/// past its time limit (the command then answers BUSY and frees its thread for the SCRIPT
-/// KILL that may come).
-fn wait_gate(sh: &Shared) -> Option<parking_lot::RwLockReadGuard<'_, ()>> {
-    let mut got = None;
-    (crate::native::off_worker_hook().0)(&mut || {
-        got = loop {
-            if let Some(g) = sh.gate.try_read_for(std::time::Duration::from_millis(10)) {
-                break Some(g);
-            }
-            if sh.scripts.busy() {
-                break None;
-            }
-        }
-    });
-    got
-}
-
-/// [`run`] without taking the command gate (EXEC holds it).
-fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
-    // Latency is sampled (one command in 16 per connection): reading the clock twice per
-    // command cost ~5% of a GET. Counts and errors are exact.
-    sess.timed = sess.timed.wrapping_add(1);
-    let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
-    let reply = (p.cmd.handler)(sh, sess, args);
-    if let Some(r) = p.region {
-        let db = &sh.db(sess).db;
-        let lsn = if p.keys.is_empty() {
-            db.region(r).map(|h| h.lsn()).ok()
-        } else {
-            p.keys.iter().map(|k| db.read_bound(k)).try_fold(0, |m, b| b.map(|b| m.max(b))).ok()
-        };
-        if let Some(lsn) = lsn.filter(|&l| l > 0) {
-            sess.writes.push((r, lsn));
-        }
-    }
-    if let Some(st) = sh.metrics.commands.get(p.cmd.name) {
-        st.record(t0.map(|t| t.elapsed().as_micros() as u64), matches!(reply, Reply::Error(_)));
-    }
-    reply
-}
-
-/// Cluster mode: where a command runs. A keyspace command runs here on the one region its keys
-/// lie in, if this node serves it; a command forwarded here for one region (`sess.region`) must
-/// keep to it. Otherwise a client's command is answered through other nodes (`remote`): one
-/// whose keys another node leads, a read over several regions (split by key), a whole-key-space
-/// command (walked region by region). A write over several regions is refused (CROSSSLOT).
-fn cluster_plan(c: &ClusterNode, sess: &Session, cmd: &'static Command, args: &[&[u8]]) -> Result<Plan, Reply> {
-    let changed = || Reply::err("TRYAGAIN the region map changed while the command was routed; retry");
-    let forwarded = sess.span.is_some();
-    match cmd.keys {
-        Keys::None => return Ok(Plan::here(cmd, None)),
-        Keys::Whole if !forwarded => return Ok(Plan::elsewhere(cmd, smallvec::SmallVec::new())),
-        Keys::Whole | Keys::Region => return sess.region.map(|r| Plan::here(cmd, Some(r))).ok_or_else(changed),
-        Keys::First | Keys::All | Keys::Pairs | Keys::Two | Keys::AllButLast | Keys::CountAt { .. } => {}
-    }
-    let (mut region, mut cross, mut missing, mut elsewhere) = (sess.region, false, false, None);
-    let mut keys = smallvec::SmallVec::new();
-    for user in cmd.keys.of(args) {
-        let ek = crate::keyspace::key(user);
-        match c.locate(&ek) {
-            None => missing = true,
-            Some(at) => {
-                cross |= region.is_some_and(|r| r != at.id);
-                region = region.or(Some(at.id));
-                if !at.local && elsewhere.is_none() {
-                    elsewhere = Some(at);
-                }
-            }
-        }
-        keys.push(ek);
-    }
-    if cross {
-        if cmd.flags & WRITE != 0 || forwarded {
-            return Err(Reply::err("CROSSSLOT Keys in request don't belong to the same region"));
-        }
-        return Ok(Plan::elsewhere(cmd, keys));
-    }
-    if !forwarded && !missing && elsewhere.is_some() {
-        return Ok(Plan::elsewhere(cmd, keys));
-    }
-    if missing {
-        return Err(Reply::err("TRYAGAIN no region of the cluster covers this key"));
-    }
-    if let Some(at) = elsewhere {
-        return Err(Reply::err(format!("TRYAGAIN {}", c.refusal(&at))));
-    }
-    let id = region.ok_or_else(changed)?;
-    if cmd.flags & WRITE != 0 {
-        c.check_copies(id).map_err(|m| Reply::err(format!("NOREPLICAS {m}")))?;
-    }
-    Ok(Plan { cmd, remote: false, region: Some(id), keys })
-}
-
-fn unknown(name: &[u8], args: &[&[u8]]) -> Reply {
-    let shown: Vec<String> = args.iter().take(8).map(|a| format!("'{}'", String::from_utf8_lossy(a))).collect();
-    Reply::err(format!(
-        "ERR unknown command '{}', with args beginning with: {}",
-        String::from_utf8_lossy(name),
-        shown.join(" ")
-    ))
+    table();
+    dispatch::execute(sh, sess, args)
 }
 
 /// COMMAND [COUNT | INFO name... | DOCS]: each command's name, arity, flags and key positions

@@ -17,9 +17,10 @@
 //! aborts though nothing changed, which a WATCH client handles as any conflict, by retrying.
 
 use super::args::wrong_args;
-use super::{plan, run_ungated, Command, Keys, ATOMIC};
+use super::dispatch::{plan, run_ungated};
+use super::table::{Command, Keys, ATOMIC};
 use crate::resp::Reply;
-use crate::state::{Session, Shared};
+use crate::state::{Queue, Session, Shared, Watched};
 
 #[rustfmt::skip]
 pub(super) static COMMANDS: &[Command] = &[
@@ -29,53 +30,6 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "watch", arity: -2, flags: 0, keys: Keys::None, handler: cmd_watch },
     Command { name: "unwatch", arity: 1, flags: 0, keys: Keys::None, handler: cmd_unwatch },
 ];
-
-/// Commands that run at once inside MULTI instead of being queued.
-pub(super) const IMMEDIATE: &[&str] = &["multi", "exec", "discard", "watch", "unwatch", "quit", "reset"];
-
-/// A key WATCH remembers.
-pub struct Watched {
-    db: u8,
-    key: Vec<u8>,
-    /// `Db::read_bound` of its record when watched.
-    bound: u64,
-    /// When it expires (0: never or absent).
-    expires: u64,
-    /// It existed.
-    existed: bool,
-}
-
-/// The state of a connection inside MULTI.
-#[derive(Default)]
-pub struct Queue {
-    /// The commands to run, with their arguments.
-    commands: Vec<Vec<Vec<u8>>>,
-    /// A command failed its checks: EXEC answers EXECABORT.
-    dirty: bool,
-    /// Cluster mode: the region of the queued commands' keys.
-    region: Option<u32>,
-}
-
-/// Inside MULTI: queues `args` (or answers why it may not run) and says what to reply.
-pub(super) fn queue(sess: &mut Session, args: &[&[u8]], checked: Result<Option<u32>, Reply>) -> Reply {
-    let Some(q) = sess.multi.as_mut() else { return Reply::err("ERR no transaction") };
-    let region = match checked {
-        Ok(r) => r,
-        Err(e) => {
-            q.dirty = true;
-            return e;
-        }
-    };
-    if let (Some(a), Some(b)) = (q.region, region) {
-        if a != b {
-            q.dirty = true;
-            return Reply::err("CROSSSLOT Keys in request don't belong to the same region");
-        }
-    }
-    q.region = q.region.or(region);
-    q.commands.push(args.iter().map(|a| a.to_vec()).collect());
-    Reply::Simple("QUEUED".into())
-}
 
 fn cmd_multi(_: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {
     if sess.multi.is_some() {

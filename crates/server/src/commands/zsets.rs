@@ -5,8 +5,11 @@
 //! STORE forms. Replies and error texts are Redis 7.0's.
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
-use super::{glob, scan_options, Command, Keys, ScanOptions, READONLY, WRITE};
-use crate::keyspace::{Keyspace, KsError, Lex, Scored, ZIter};
+use super::glob::glob;
+use super::keys::{scan_options, ScanOptions};
+use super::table::{Command, Keys, READONLY, WRITE};
+use crate::keyspace::zset::{Lex, Scored, ZIter};
+use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use std::collections::HashMap;

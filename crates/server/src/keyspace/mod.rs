@@ -21,10 +21,10 @@
 
 mod encoding;
 mod hash;
-mod list;
+pub mod list;
 mod migrate;
 mod records;
-mod zset;
+pub mod zset;
 
 use encoding::{
     all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, HASH, HASH_V2, LIST, SET, STRING,
@@ -32,10 +32,8 @@ use encoding::{
 };
 pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
-pub use list::{End, ListMeta};
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
-pub use zset::{Lex, Scored, ZIter, ZWrite};
 
 const STRIPES: usize = 1024;
 

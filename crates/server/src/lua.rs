@@ -1,0 +1,155 @@
+//! The Lua 5.1 state scripts run in (mlua, built from source), sandboxed, and the conversions
+//! between Redis replies and Lua values (Redis' rules). The commands that run scripts are in
+//! `commands::scripting`.
+
+use crate::resp::{fmt_double, Reply};
+use mlua::{Lua, LuaOptions, StdLib, Value};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a script runs before other clients' commands answer BUSY (Redis' `lua-time-limit`).
+pub const LUA_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The scripts of a server: their bodies by SHA1, the Lua state, and the running script.
+#[derive(Default)]
+pub struct Scripts {
+    pub bodies: Mutex<HashMap<String, Vec<u8>>>,
+    pub lua: Mutex<Option<Lua>>,
+    /// When the running script started (ms since the server started; 0: none runs).
+    pub started: AtomicU64,
+    /// The running script called a write command.
+    pub wrote: AtomicBool,
+    /// SCRIPT KILL asked the running script to stop.
+    pub killed: Arc<AtomicBool>,
+    /// The clock `started` counts from.
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl Scripts {
+    /// Milliseconds on the clock `started` counts (never 0).
+    pub fn now(&self) -> u64 {
+        self.epoch.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+    }
+
+    /// Whether a script has run past the time limit (other commands then answer BUSY).
+    pub fn busy(&self) -> bool {
+        let s = self.started.load(Relaxed);
+        s != 0 && self.now().saturating_sub(s) >= LUA_TIME_LIMIT.as_millis() as u64
+    }
+}
+
+/// The sandboxed state, with the `redis` library and global protection.
+pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
+    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::default())?;
+    let g = lua.globals();
+    for unsafe_fn in ["dofile", "loadfile", "load"] {
+        g.raw_set(unsafe_fn, Value::Nil)?;
+    }
+    let redis = lua.create_table()?;
+    redis.set("sha1hex", lua.create_function(|_, s: mlua::LuaString| Ok(sha1_hex(&s.as_bytes())))?)?;
+    redis.set("error_reply", lua.create_function(|lua, s: String| status_table(lua, "err", s))?)?;
+    redis.set("status_reply", lua.create_function(|lua, s: String| status_table(lua, "ok", s))?)?;
+    redis.set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+    redis.set("setresp", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+    redis.set("set_repl", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+    redis.set("replicate_commands", lua.create_function(|_, _: mlua::MultiValue| Ok(true))?)?;
+    for (i, name) in ["LOG_DEBUG", "LOG_VERBOSE", "LOG_NOTICE", "LOG_WARNING"].iter().enumerate() {
+        redis.set(*name, i)?;
+    }
+    for (i, name) in ["REPL_NONE", "REPL_SLAVE", "REPL_AOF", "REPL_ALL"].iter().enumerate() {
+        redis.set(*name, [0, 1, 2, 3].get(i).copied().unwrap_or(0))?;
+    }
+    g.raw_set("redis", redis)?;
+    lua.load(
+        r#"setmetatable(_G, {
+            __index = function(_, n) error("Script attempted to access nonexistent global variable '" .. tostring(n) .. "'", 2) end,
+            __newindex = function(_, n) error("Script attempted to create global variable '" .. tostring(n) .. "'", 2) end,
+        })"#,
+    )
+    .exec()?;
+    lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, _| {
+        if killed.load(Relaxed) {
+            return Err(mlua::Error::runtime("ERR Script killed by user with SCRIPT KILL..."));
+        }
+        Ok(mlua::VmState::Continue)
+    })?;
+    Ok(lua)
+}
+
+pub fn status_table(lua: &Lua, field: &str, s: String) -> mlua::Result<mlua::Table> {
+    let t = lua.create_table()?;
+    t.set(field, s)?;
+    Ok(t)
+}
+
+pub fn sha1_hex(b: &[u8]) -> String {
+    sha1_smol::Sha1::from(b).digest().to_string()
+}
+
+/// The text of a Lua error as a Redis error reply's: the innermost cause, with an error code.
+pub fn error_text(e: &mlua::Error) -> String {
+    let text = match e {
+        mlua::Error::CallbackError { cause, .. } => return error_text(cause),
+        mlua::Error::RuntimeError(s) => s.clone(),
+        mlua::Error::SyntaxError { message, .. } => format!("ERR Error compiling script: {message}"),
+        mlua::Error::ExternalError(x) => x.to_string(),
+        other => other.to_string(),
+    };
+    let coded =
+        text.split_whitespace().next().is_some_and(|w| w.len() > 1 && w.bytes().all(|b| b.is_ascii_uppercase()));
+    if coded {
+        text
+    } else {
+        format!("ERR {text}")
+    }
+}
+
+/// A Redis reply as Lua sees it (RESP2 conversions).
+pub fn to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
+    Ok(match r {
+        Reply::Int(n) => Value::Integer(n),
+        Reply::Bulk(b) => Value::String(lua.create_string(&b)?),
+        Reply::Nil | Reply::NilArray | Reply::Encoded(_) | Reply::EncodedItems { .. } => Value::Boolean(false),
+        Reply::Simple(s) => Value::Table(status_table(lua, "ok", s)?),
+        Reply::Error(e) => Value::Table(status_table(lua, "err", e)?),
+        Reply::Double(d) => Value::String(lua.create_string(fmt_double(d))?),
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => Value::Table(
+            lua.create_sequence_from(items.into_iter().map(|i| to_lua(lua, i)).collect::<mlua::Result<Vec<_>>>()?)?,
+        ),
+        Reply::Map(pairs) => {
+            let flat: Vec<Reply> = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+            to_lua(lua, Reply::Array(flat))?
+        }
+    })
+}
+
+/// A script's result as a Redis reply (Redis' Lua-to-RESP rules).
+pub fn from_lua(v: Value) -> Reply {
+    match v {
+        Value::Nil | Value::Boolean(false) => Reply::Nil,
+        Value::Boolean(true) => Reply::Int(1),
+        Value::Integer(n) => Reply::Int(n),
+        Value::Number(f) => Reply::Int(f as i64),
+        Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Table(t) => {
+            if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+                return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
+            }
+            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+                return Reply::Simple(String::from_utf8_lossy(&s.as_bytes()).into_owned());
+            }
+            let mut items = Vec::new();
+            for i in 1.. {
+                match t.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(v) => items.push(from_lua(v)),
+                }
+            }
+            Reply::Array(items)
+        }
+        _ => Reply::Nil,
+    }
+}
