@@ -283,6 +283,87 @@ const DATABASES: &[&[&str]] = &[
     &["SELECT", "0"],
 ];
 
+/// Sets (database 0, after the other sections, in RESP3); SPOP and SRANDMEMBER only where the pick
+/// cannot vary.
+const SETS: &[&[&str]] = &[
+    &["SADD", "s", "b", "a", "c", "a"],
+    &["SADD", "s"],
+    &["SADD", "s", "", "c"],
+    &["SCARD", "s"],
+    &["SCARD", "nokey"],
+    &["SMEMBERS", "s"],
+    &["SMEMBERS", "nokey"],
+    &["SISMEMBER", "s", ""],
+    &["SISMEMBER", "s", "zz"],
+    &["SMISMEMBER", "s", "a", "zz"],
+    &["SMISMEMBER", "s"],
+    &["SREM", "s", "", "zz", ""],
+    &["SREM", "nokey", "a"],
+    &["SADD", "t", "c", "d"],
+    &["SINTER", "s", "t"],
+    &["SINTER", "s", "nokey"],
+    &["SUNION", "s", "t", "nokey"],
+    &["SDIFF", "s", "t"],
+    &["SDIFF"],
+    &["SINTERCARD", "2", "s", "t"],
+    &["SINTERCARD", "1", "s", "LIMIT", "2"],
+    &["SINTERCARD", "0", "s"],
+    &["SINTERCARD", "3", "s", "t"],
+    &["SINTERCARD", "1", "s", "LIMIT", "-1"],
+    &["SINTERCARD", "1", "s", "LIMIT"],
+    &["SINTERCARD", "1", "s", "BOGUS", "1"],
+    &["SET", "str", "x"],
+    &["SUNIONSTORE", "str", "s", "t"],
+    &["TYPE", "str"],
+    &["SMEMBERS", "str"],
+    &["SDIFFSTORE", "str", "s", "s"],
+    &["EXISTS", "str"],
+    &["SINTERSTORE", "d"],
+    &["HSET", "h", "f", "v"],
+    &["SADD", "h", "x"],
+    &["SINTER", "nokey", "h"],
+    &["SMOVE", "nokey", "h", "a"],
+    &["SMOVE", "s", "h", "a"],
+    &["SMOVE", "s", "s", "a"],
+    &["SMOVE", "s", "t", "a"],
+    &["SMOVE", "s", "t", "a"],
+    &["SMOVE", "s", "moved", "b"],
+    &["SMEMBERS", "t"],
+    &["SMEMBERS", "moved"],
+    &["SADD", "one", "m"],
+    &["SRANDMEMBER", "one"],
+    &["SRANDMEMBER", "one", "2"],
+    &["SRANDMEMBER", "one", "-2"],
+    &["SRANDMEMBER", "one", "x"],
+    &["SRANDMEMBER", "one", "-9223372036854775808"],
+    &["SRANDMEMBER", "one", "-100000000"],
+    &["SRANDMEMBER", "one", "1", "2"],
+    &["SPOP", "one", "-1"],
+    &["SPOP", "one", "1", "2"],
+    &["SPOP", "one", "0"],
+    &["SPOP", "nokey"],
+    &["SPOP", "nokey", "1"],
+    &["SPOP", "one"],
+    &["EXISTS", "one"],
+    &["SADD", "sc", "a1", "a2", "b1", "b2", "c"],
+    &["SSCAN", "sc", "0", "COUNT", "2"],
+    &["SSCAN", "sc", "0", "COUNT", "2", "MATCH", "*1"],
+    &["SSCAN", "sc", "0", "COUNT", "0"],
+    &["SSCAN", "sc", "0", "TYPE", "set"],
+    &["SSCAN", "sc", "x"],
+    &["SSCAN", "sc", "999999"],
+    &["SSCAN", "nokey", "0"],
+    // RESP2 (the session speaks RESP3 since the connection section): sets as arrays.
+    &["HELLO", "2"],
+    &["SMEMBERS", "sc"],
+    &["SPOP", "nokey", "1"],
+    &["SINTER", "sc", "nokey"],
+    &["SRANDMEMBER", "sc", "0"],
+    &["SSCAN", "sc", "0", "COUNT", "3"],
+    &["HELLO", "3"],
+    &["DEL", "s", "t", "sc", "moved", "h"],
+];
+
 const CONNECTION: &[&[&str]] = &[
     &["COMMAND"],
     &["COMMAND", "COUNT"],
@@ -382,6 +463,8 @@ fn replies_match_the_transcript() {
     }
     let _ = writeln!(out, "## databases");
     run(&sh, &mut sess, DATABASES, &mut out);
+    let _ = writeln!(out, "## sets");
+    run(&sh, &mut sess, SETS, &mut out);
     let _ = writeln!(out, "## RESP3");
     run(&sh, &mut sess, RESP3, &mut out);
     let _ = writeln!(out, "## counters");

@@ -9,6 +9,7 @@ mod expiry;
 mod glob;
 mod hashes;
 mod keys;
+mod sets;
 mod strings;
 mod topology;
 
@@ -131,7 +132,7 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS];
+static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, sets::COMMANDS];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {

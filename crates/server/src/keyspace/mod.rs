@@ -23,6 +23,7 @@ mod encoding;
 mod hash;
 mod migrate;
 mod records;
+mod set;
 
 use encoding::{
     all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, HASH, HASH_V2, LIST, SET, STRING,
@@ -31,6 +32,7 @@ use encoding::{
 pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
 use parking_lot::{Mutex, MutexGuard};
+pub use set::random_picks;
 use std::ops::Bound;
 
 const STRIPES: usize = 1024;
