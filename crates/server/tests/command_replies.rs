@@ -364,6 +364,71 @@ const SETS: &[&[&str]] = &[
     &["DEL", "s", "t", "sc", "moved", "h"],
 ];
 
+/// The hash and string commands beyond the first ones (database 0, in RESP3 as `SETS`).
+const HASH_AND_STRING_EXTRAS: &[&[&str]] = &[
+    &["HSETNX", "hx", "a", "1"],
+    &["HSETNX", "hx", "a", "2"],
+    &["HINCRBY", "hx", "a", "41"],
+    &["HINCRBY", "hx", "a", "x"],
+    &["HINCRBY", "hx", "a", "9223372036854775807"],
+    &["HSET", "hx", "s", "str"],
+    &["HINCRBY", "hx", "s", "1"],
+    &["HINCRBYFLOAT", "hx", "f", "10.5"],
+    &["HINCRBYFLOAT", "hx", "f", "0.1"],
+    &["HINCRBYFLOAT", "hx", "s", "1"],
+    &["HINCRBYFLOAT", "hx", "f", "x"],
+    &["HINCRBYFLOAT", "hx", "f", "inf"],
+    &["HKEYS", "hx"],
+    &["HVALS", "hx"],
+    &["HSTRLEN", "hx", "s"],
+    &["HSTRLEN", "hx", "zz"],
+    &["HRANDFIELD", "nokey"],
+    &["HRANDFIELD", "nokey", "2"],
+    &["HRANDFIELD", "hx", "0"],
+    &["HRANDFIELD", "hx", "1", "bogus"],
+    &["HRANDFIELD", "hx", "-9223372036854775807", "WITHVALUES"],
+    &["HSET", "h1", "f", "v"],
+    &["HRANDFIELD", "h1", "-2", "WITHVALUES"],
+    &["HSCAN", "hx", "0", "COUNT", "2"],
+    &["HSCAN", "hx", "0", "MATCH", "s*"],
+    &["HSCAN", "hx", "0", "NOVALUES"],
+    &["HSCAN", "nokey", "0"],
+    &["HELLO", "2"],
+    &["HRANDFIELD", "h1", "-2", "WITHVALUES"],
+    &["HELLO", "3"],
+    &["SET", "n", "1"],
+    &["INCRBYFLOAT", "n", "0.1"],
+    &["INCRBYFLOAT", "n", "0.2"],
+    &["INCRBYFLOAT", "n", "x"],
+    &["INCRBYFLOAT", "n", "inf"],
+    &["INCRBYFLOAT", "hx", "1"],
+    &["SETRANGE", "r", "2", "ab"],
+    &["GET", "r"],
+    &["SETRANGE", "r", "-1", "x"],
+    &["SETRANGE", "r", "536870912", "x"],
+    &["SETRANGE", "nokey", "536870912", ""],
+    &["GETRANGE", "r", "0", "-10"],
+    &["GETRANGE", "r", "-1", "-2"],
+    &["SETBIT", "b", "1", "1"],
+    &["SETBIT", "b", "1", "0"],
+    &["SETBIT", "b", "4294967296", "1"],
+    &["SETBIT", "b", "0", "2"],
+    &["GETBIT", "b", "1"],
+    &["GETBIT", "b", "x"],
+    &["SET", "f", "foobar"],
+    &["BITCOUNT", "f"],
+    &["BITCOUNT", "f", "1", "1"],
+    &["BITCOUNT", "f", "5", "30", "BIT"],
+    &["BITCOUNT", "f", "0"],
+    &["BITCOUNT", "f", "0", "1", "bogus"],
+    &["BITPOS", "f", "1", "2"],
+    &["BITPOS", "f", "0", "8", "-1", "BIT"],
+    &["BITPOS", "f", "2"],
+    &["BITPOS", "nokey", "0"],
+    &["BITPOS", "hx", "1"],
+    &["DEL", "hx", "h1", "n", "r", "b", "f"],
+];
+
 const CONNECTION: &[&[&str]] = &[
     &["COMMAND"],
     &["COMMAND", "COUNT"],
@@ -465,6 +530,8 @@ fn replies_match_the_transcript() {
     run(&sh, &mut sess, DATABASES, &mut out);
     let _ = writeln!(out, "## sets");
     run(&sh, &mut sess, SETS, &mut out);
+    let _ = writeln!(out, "## hash and string extras");
+    run(&sh, &mut sess, HASH_AND_STRING_EXTRAS, &mut out);
     let _ = writeln!(out, "## RESP3");
     run(&sh, &mut sess, RESP3, &mut out);
     let _ = writeln!(out, "## counters");

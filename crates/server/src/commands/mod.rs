@@ -3,12 +3,14 @@
 //! the arity, its flags against the session, and then its handler runs.
 
 mod args;
+mod bits;
 mod connection;
 mod databases;
 mod expiry;
 mod glob;
 mod hashes;
 mod keys;
+mod numbers;
 mod sets;
 mod strings;
 mod topology;
@@ -132,7 +134,8 @@ impl Command {
 }
 
 /// The command tables: this module's and one per data type's module.
-static TABLES: &[&[Command]] = &[COMMANDS, databases::COMMANDS, sets::COMMANDS];
+static TABLES: &[&[Command]] =
+    &[COMMANDS, databases::COMMANDS, sets::COMMANDS, hashes::COMMANDS, strings::COMMANDS, bits::COMMANDS];
 
 /// Every command.
 pub fn all() -> impl Iterator<Item = &'static Command> {

@@ -97,13 +97,17 @@ fn cmd_spop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     }))
 }
 
-/// A RANDMEMBER-style count: the count, or the reply Redis gives for it.
-pub(super) fn pick_count(arg: &[u8]) -> Result<i64, Reply> {
+/// A RANDMEMBER-style count: the count, or the reply Redis gives for it (`pairs`: picks of
+/// field-value pairs, which Redis allows half as many of).
+pub(super) fn pick_count(arg: &[u8], pairs: bool) -> Result<i64, Reply> {
     let n = int_arg(arg).ok_or_else(not_int)?;
     if n == i64::MIN {
         return Err(Reply::err(
             "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
         ));
+    }
+    if pairs && n < -(i64::MAX / 2) {
+        return Err(Reply::err("ERR value is out of range"));
     }
     if n < 0 && n.unsigned_abs() > MAX_REPEATED_PICKS {
         return Err(Reply::err(format!("ERR count is too large: at most {MAX_REPEATED_PICKS} repeated picks")));
@@ -116,7 +120,7 @@ fn cmd_srandmember(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let k = sh.db(sess);
     match a {
         [_, key] => ks(k.srandmember(key, 1).map(|m| Reply::opt(m.into_iter().next()))),
-        [_, key, count] => match pick_count(count) {
+        [_, key, count] => match pick_count(count, false) {
             Ok(n) => ks(k.srandmember(key, n).map(|m| Reply::Array(m.into_iter().map(Reply::Bulk).collect()))),
             Err(r) => r,
         },
