@@ -292,6 +292,8 @@ fn sets() {
         &["TYPE", "sc3"],
         &["DEL", "sc3"],
         &["SCARD", "sc3"],
+        &["SET", "sc2", "v", "GET"],
+        &["SMEMBERS", "sc2"],
         &["SET", "sc2", "v"],
         &["GET", "sc2"],
     ]);

@@ -39,7 +39,7 @@ pub(super) fn cmd_set(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             return Ok(Reply::ok());
         }
         let old = k.get(key)?;
-        if get && matches!(old, Some(Value::Hash(_))) {
+        if get && !matches!(old, None | Some(Value::Str(_))) {
             return Err(KsError::WrongType);
         }
         let exists = old.is_some();
