@@ -3,6 +3,7 @@
 //! the arity, its flags against the session, and then its handler runs.
 
 mod args;
+mod bits;
 mod blocking;
 mod connection;
 mod databases;
@@ -13,7 +14,9 @@ mod hashes;
 mod keys;
 mod lists;
 mod multi;
+mod numbers;
 mod scripting;
+mod sets;
 mod strings;
 mod table;
 mod topology;
@@ -43,6 +46,10 @@ static TABLES: &[&[Command]] = &[
     multi::COMMANDS,
     scripting::COMMANDS,
     zsets::COMMANDS,
+    sets::COMMANDS,
+    hashes::COMMANDS,
+    strings::COMMANDS,
+    bits::COMMANDS,
 ];
 
 #[rustfmt::skip]

@@ -1,11 +1,19 @@
 //! String commands: GET, SET and its variants, MGET, MSET, STRLEN, APPEND, GETRANGE, and the
-//! INCR family.
+//! INCR family (in the main table); SETRANGE and INCRBYFLOAT (in this module's).
 
 use super::args::{int_arg, ks, not_int, pairs, wrong_args};
 use super::expiry::{set_options, store, Ttl};
+use super::numbers::{human, parse_float, strict_int};
+use super::table::{Command, Keys, WRITE};
 use crate::keyspace::{Keyspace, KsError, Value};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
+
+#[rustfmt::skip]
+pub(super) static COMMANDS: &[Command] = &[
+    Command { name: "setrange", arity: 4, flags: WRITE, keys: Keys::First, handler: cmd_setrange },
+    Command { name: "incrbyfloat", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_incrbyfloat },
+];
 
 pub(super) fn cmd_get(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key] = a else { return wrong_args("get") };
@@ -31,7 +39,7 @@ pub(super) fn cmd_set(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             return Ok(Reply::ok());
         }
         let old = k.get(key)?;
-        if get && matches!(old, Some(Value::Hash(_))) {
+        if get && !matches!(old, None | Some(Value::Str(_))) {
             return Err(KsError::WrongType);
         }
         let exists = old.is_some();
@@ -141,18 +149,80 @@ pub(super) fn cmd_append(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply 
 /// GETRANGE key start end: inclusive offsets, negative ones from the end.
 pub(super) fn cmd_getrange(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, start, end] = a else { return wrong_args("getrange") };
-    let (Some(s), Some(e)) = (int_arg(start), int_arg(end)) else { return not_int() };
+    let (Some(s), Some(e)) = (strict_int(start), strict_int(end)) else { return not_int() };
     ks(sh.db(sess).get_str(key).map(|v| {
         let v = v.unwrap_or_default();
-        let n = v.len() as i64;
-        let s = if s < 0 { (n + s).max(0) } else { s };
-        let e = if e < 0 { n + e } else { e.min(n - 1) };
-        if n == 0 || s > e || s >= n {
-            Reply::bulk(Vec::new())
-        } else {
-            Reply::bulk(v.get(s as usize..=e as usize).unwrap_or_default().to_vec())
-        }
+        let part = clamp_range(v.len() as i64, s, e).and_then(|(s, e)| v.get(s as usize..=e as usize));
+        Reply::bulk(part.unwrap_or_default().to_vec())
     }))
+}
+
+/// Inclusive offsets `start..=end` into `len` items as GETRANGE, BITCOUNT and BITPOS read
+/// them (negative ones from the end, clamped to the items); None when they hold none.
+pub(super) fn clamp_range(len: i64, start: i64, end: i64) -> Option<(i64, i64)> {
+    if start < 0 && end < 0 && start > end {
+        return None;
+    }
+    let s = if start < 0 { len.saturating_add(start).max(0) } else { start };
+    let e = if end < 0 { len.saturating_add(end).max(0) } else { end };
+    let e = e.min(len - 1);
+    (len > 0 && s <= e).then_some((s, e))
+}
+
+/// The longest string Redis stores (`proto-max-bulk-len`): SETRANGE and SETBIT refuse to grow
+/// a string past it, before allocating anything.
+pub(super) const MAX_STRING: u64 = 512 << 20;
+
+/// SETRANGE key offset value: writes `value` at `offset`, padding with zero bytes; replies
+/// with the new length.
+fn cmd_setrange(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, offset, value] = a else { return wrong_args("setrange") };
+    let Some(offset) = strict_int(offset) else { return not_int() };
+    let Ok(offset) = u64::try_from(offset) else { return Reply::err("ERR offset is out of range") };
+    let k = sh.db(sess);
+    let _g = k.lock(key);
+    ks((|| {
+        let old = k.get_str(key)?;
+        if value.is_empty() {
+            return Ok(Reply::Int(old.map_or(0, |v| v.len() as i64)));
+        }
+        let Some(end) = offset.checked_add(value.len() as u64).filter(|&e| e <= MAX_STRING) else {
+            return Ok(Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)"));
+        };
+        let (at, end) = (offset as usize, end as usize);
+        let mut v = old.unwrap_or_default();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        if let Some(dst) = v.get_mut(at..end) {
+            dst.copy_from_slice(value);
+        }
+        k.set_keep_ttl_locked(key, &v)?;
+        Ok(Reply::Int(v.len() as i64))
+    })())
+}
+
+/// INCRBYFLOAT key increment (see `numbers` for how the sum is written).
+fn cmd_incrbyfloat(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, by] = a else { return wrong_args("incrbyfloat") };
+    let k = sh.db(sess);
+    let _g = k.lock(key);
+    ks((|| {
+        let cur = match k.get_str(key)? {
+            None => Some(0.0),
+            Some(v) => parse_float(&v),
+        };
+        let (Some(cur), Some(by)) = (cur, parse_float(by)) else {
+            return Ok(Reply::err("ERR value is not a valid float"));
+        };
+        let sum = cur + by;
+        if !sum.is_finite() {
+            return Ok(Reply::err("ERR increment would produce NaN or Infinity"));
+        }
+        let text = human(sum);
+        k.set_keep_ttl_locked(key, text.as_bytes())?;
+        Ok(Reply::bulk(text))
+    })())
 }
 
 pub(super) fn cmd_incr(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {

@@ -133,3 +133,16 @@ impl Keyspace {
         Ok(self.hash_meta(user)?.map_or(0, |m| m.len))
     }
 }
+
+impl Keyspace {
+    /// HSCAN's page: up to `limit` fields and values after the field `after` (from the first
+    /// when None), and whether more follow.
+    pub fn hfields_after(&self, user: &[u8], after: Option<&[u8]>, limit: usize) -> Result<(Pairs, bool), KsError> {
+        let Some(m) = self.hash_meta(user)? else { return Ok((Vec::new(), false)) };
+        let after = after.map(|a| field_key(&self.prefix, user, a, m.legacy));
+        let (page, more) = self.sub_page(user, after, limit)?;
+        let p = self.key(user).len();
+        let page = page.into_iter().map(|(k, v)| (field_name(k.get(p..).unwrap_or_default(), m.legacy).to_vec(), v));
+        Ok((page.collect(), more))
+    }
+}

@@ -24,6 +24,7 @@ mod hash;
 pub mod list;
 mod migrate;
 mod records;
+pub mod set;
 pub mod zset;
 
 use encoding::{
