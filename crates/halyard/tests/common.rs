@@ -145,6 +145,10 @@ pub enum R {
     Array(Option<Vec<R>>),
     Map(Vec<(R, R)>),
     Null,
+    /// RESP3 push (pub/sub messages), set and double.
+    Push(Vec<R>),
+    Set(Vec<R>),
+    Double(String),
 }
 
 /// A minimal RESP client that sends commands as arrays and decodes replies.
@@ -215,6 +219,16 @@ impl Resp {
                 let n: usize = rest.parse().ok()?;
                 R::Map((0..n).map(|_| Some((self.read()?, self.read()?))).collect::<Option<Vec<_>>>()?)
             }
+            ">" | "~" => {
+                let n: usize = rest.parse().ok()?;
+                let items = (0..n).map(|_| self.read()).collect::<Option<Vec<_>>>()?;
+                if t == ">" {
+                    R::Push(items)
+                } else {
+                    R::Set(items)
+                }
+            }
+            "," => R::Double(rest.into()),
             _ => return None,
         })
     }

@@ -472,6 +472,7 @@ fn redis_port_on_any_node_serves_the_whole_cluster() {
     } else {
         eprintln!("redis-py is not installed: its RedisCluster is not tried");
     }
+    data_types_through_any_node(&mut conns, &ports);
     // Expiry and a range delete over two regions (forwarded from a node that leads neither),
     // in the data every copy is compared on below.
     let common::R::Int(size) = conns[0].cmd(&["DBSIZE"]) else { panic!("DBSIZE") };
@@ -534,6 +535,52 @@ fn redis_port_on_any_node_serves_the_whole_cluster() {
         assert_eq!(c.cmd(&["PEXPIRETIME", k]), common::R::Int(at.parse().unwrap()), "{k} after the failover");
         assert_eq!(c.cmd(&["GET", k]), common::bulk("e"), "{k} after the failover");
     }
+}
+
+/// Lists, sets, sorted sets, a transaction, a script and pub/sub through every node: a node
+/// that does not lead a key's region forwards the command; a transaction runs only on the
+/// node that leads its keys; a message published on one node reaches a subscriber on another.
+/// (The copies of these keys are compared with `admin verify` afterwards.)
+fn data_types_through_any_node(conns: &mut [common::Resp], ports: &[u16]) {
+    use common::R;
+    assert_eq!(conns[0].cmd(&["RPUSH", "a-list", "x", "y", "z"]), R::Int(3));
+    assert_eq!(conns[1].cmd(&["LPOP", "a-list"]), common::bulk("x"));
+    assert_eq!(
+        conns[2].cmd(&["LRANGE", "a-list", "0", "-1"]),
+        R::Array(Some(vec![common::bulk("y"), common::bulk("z")]))
+    );
+    assert_eq!(conns[1].cmd(&["SADD", "m-set", "p", "q", "p"]), R::Int(2));
+    assert_eq!(conns[2].cmd(&["SCARD", "m-set"]), R::Int(2));
+    assert_eq!(conns[0].cmd(&["ZADD", "t-z", "2", "b", "1", "a"]), R::Int(2));
+    let want = R::Array(Some(vec![common::bulk("a"), common::bulk("1"), common::bulk("b"), common::bulk("2")]));
+    assert_eq!(conns[1].cmd(&["ZRANGE", "t-z", "0", "-1", "WITHSCORES"]), want);
+    assert_eq!(conns[2].cmd(&["EVAL", "return redis.call('ZCARD', KEYS[1])", "1", "t-z"]), R::Int(2));
+    // A transaction: EXEC runs where the keys' region is led; elsewhere it is refused whole.
+    let mut ran = 0;
+    for c in conns.iter_mut() {
+        assert_eq!(c.cmd(&["MULTI"]), common::ok());
+        c.cmd(&["INCR", "a-ctr"]);
+        c.cmd(&["INCR", "a-ctr"]);
+        match c.cmd(&["EXEC"]) {
+            R::Array(Some(v)) => {
+                assert_eq!(v.len(), 2, "{v:?}");
+                ran += 1;
+            }
+            R::Err(e) => assert!(e.starts_with("EXECABORT"), "{e}"),
+            other => panic!("EXEC: {other:?}"),
+        }
+    }
+    assert_eq!(ran, 1, "exactly the node that leads a-ctr's region ran the transaction");
+    assert_eq!(conns[0].cmd(&["GET", "a-ctr"]), common::bulk("2"));
+    // Pub/sub across nodes.
+    let mut sub = common::Resp::connect(ports[2]);
+    sub.send(&[b"SUBSCRIBE", b"chan"]);
+    assert!(matches!(sub.read(), Some(R::Array(Some(_)))), "subscribed");
+    assert_eq!(conns[0].cmd(&["PUBLISH", "chan", "hello"]), R::Int(1), "one subscriber, on another node");
+    let msg = R::Array(Some(vec![common::bulk("message"), common::bulk("chan"), common::bulk("hello")]));
+    assert_eq!(sub.read(), Some(msg));
+    assert_eq!(conns[2].cmd(&["PUBLISH", "chan", "again"]), R::Int(1), "and on its own node");
+    assert!(matches!(conns[1].cmd(&["SELECT", "1"]), R::Err(e) if e.contains("cluster")));
 }
 
 /// The bulk strings of an array reply.

@@ -1177,3 +1177,64 @@ fn random_picks_are_members() {
     }
     assert_eq!(items(c.cmd(&["HRANDFIELD", "h", "10"])).len(), 3);
 }
+
+/// What a subscriber and a publisher see, in RESP2 and RESP3, on one server.
+fn pubsub_transcript(port: u16) -> Vec<R> {
+    let (mut sub, mut publ, mut sub3) = (Resp::connect(port), Resp::connect(port), Resp::connect(port));
+    let mut seen = Vec::new();
+    let read = |c: &mut Resp, n: usize, seen: &mut Vec<R>| {
+        for _ in 0..n {
+            seen.push(c.read().expect("a reply"));
+        }
+    };
+    sub.send(&[b"SUBSCRIBE", b"news", b"sport"]);
+    read(&mut sub, 2, &mut seen);
+    sub.send(&[b"PSUBSCRIBE", b"n*"]);
+    read(&mut sub, 1, &mut seen);
+    let hello = sub3.cmd(&["HELLO", "3"]);
+    seen.push(if matches!(hello, R::Map(_)) { R::Null } else { hello });
+    sub3.send(&[b"SUBSCRIBE", b"news"]);
+    read(&mut sub3, 1, &mut seen);
+    seen.push(publ.cmd(&["PUBLISH", "news", "hello"]));
+    read(&mut sub, 2, &mut seen);
+    read(&mut sub3, 1, &mut seen);
+    seen.push(publ.cmd(&["PUBLISH", "sport", "goal"]));
+    read(&mut sub, 1, &mut seen);
+    seen.push(publ.cmd(&["PUBLISH", "nothing-here", "x"]));
+    seen.push(publ.cmd(&["PUBLISH", "other", "x"]));
+    // Channels come in no defined order.
+    seen.push(normalize("keys", publ.cmd(&["PUBSUB", "CHANNELS"])));
+    seen.push(publ.cmd(&["PUBSUB", "CHANNELS", "s*"]));
+    seen.push(publ.cmd(&["PUBSUB", "NUMSUB", "news", "sport", "none"]));
+    seen.push(publ.cmd(&["PUBSUB", "NUMPAT"]));
+    seen.push(publ.cmd(&["PUBSUB", "BOGUS"]));
+    seen.push(sub.cmd(&["GET", "k"]));
+    seen.push(sub.cmd(&["PING"]));
+    seen.push(sub3.cmd(&["SET", "k", "v"]));
+    seen.push(sub3.cmd(&["PING"]));
+    sub.send(&[b"UNSUBSCRIBE", b"sport"]);
+    read(&mut sub, 1, &mut seen);
+    sub.send(&[b"PUNSUBSCRIBE"]);
+    read(&mut sub, 1, &mut seen);
+    sub.send(&[b"UNSUBSCRIBE"]);
+    read(&mut sub, 1, &mut seen);
+    sub.send(&[b"UNSUBSCRIBE"]);
+    read(&mut sub, 1, &mut seen);
+    seen.push(sub.cmd(&["GET", "k"]));
+    seen.push(publ.cmd(&["PUBSUB", "NUMSUB", "news"]));
+    seen
+}
+
+#[test]
+fn pubsub_matches_redis() {
+    assert!(have("redis-server"), "install redis-server (scripts/test.sh does)");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let (want, got) = (pubsub_transcript(redis.port), pubsub_transcript(srv.resp));
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let name = if matches!(w, R::Err(_)) { "err" } else { "" };
+        assert_eq!(normalize(name, g.clone()), normalize(name, w.clone()), "reply {i}: redis {w:?}, halyard {g:?}");
+    }
+    assert_eq!(got.len(), want.len());
+}

@@ -71,6 +71,7 @@ pub async fn run(sh: &Shared, sess: &mut Session, cmd: &Command, args: &[Vec<u8>
         "scan" => scan(c, sh, sess, rest).await,
         "halyard.range" => range(c, sh, sess, &a).await,
         "halyard.delrange" => delrange(c, sh, sess, &a).await,
+        "publish" => publish(c, sh, sess, &a).await,
         "flushdb" | "flushall" => {
             for t in c.targets() {
                 let part = on_region(c, sh, sess, t.id, &a, false).await?;
@@ -93,7 +94,13 @@ pub async fn run(sh: &Shared, sess: &mut Session, cmd: &Command, args: &[Vec<u8>
             }
             Ok(encode(sess.proto, Reply::Nil))
         }
-        _ => on_key(c, sh, sess, &a, cmd.flags & WRITE == 0).await,
+        _ => {
+            // The region of the command's first key, wherever its key spec puts it.
+            let Some(t) = cmd.keys.of(&a).first().and_then(|u| c.target_for(&key(u))) else {
+                return Ok(encode(sess.proto, Reply::err("CLUSTERDOWN no region of the cluster covers this key")));
+            };
+            on_region(c, sh, sess, t.id, &a, cmd.flags & WRITE == 0).await
+        }
     }
 }
 
@@ -330,6 +337,23 @@ async fn delrange(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]])
         }
     }
     Ok(encode(sess.proto, Reply::ok()))
+}
+
+/// PUBLISH in a cluster: this node's subscribers, then every other node's (HALYARD.PUBLISH over
+/// its Redis port, authenticated with this node's password); the reply is the sum of the
+/// receivers. A node that cannot be reached within a second is left out of the count.
+async fn publish(c: &ClusterNode, sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> io::Result<Vec<u8>> {
+    let [_, channel, message] = a else { return Ok(encode(sess.proto, Reply::err("ERR syntax error"))) };
+    let mut n = sh.pubsub.publish(channel, message, commands::glob) as i64;
+    let args: [&[u8]; 3] = [b"HALYARD.PUBLISH", channel, message];
+    for (_, addr) in c.resp_nodes().into_iter().skip(1) {
+        let sent =
+            tokio::time::timeout(Duration::from_secs(1), crate::resp::call(&addr, sh.requirepass.as_deref(), &args));
+        if let Ok(Ok(reply)) = sent.await {
+            n += int_of(&reply).unwrap_or(0);
+        }
+    }
+    Ok(encode(sess.proto, Reply::Int(n)))
 }
 
 fn encode(proto: u8, r: Reply) -> Vec<u8> {

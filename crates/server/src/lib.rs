@@ -26,6 +26,7 @@ mod lua;
 pub mod metrics;
 #[doc(hidden)]
 pub mod native;
+mod pubsub;
 #[doc(hidden)]
 pub mod resp;
 #[doc(hidden)]
@@ -358,8 +359,24 @@ async fn resp_connection(
 ) -> std::io::Result<()> {
     let mut sess = sh.session(addr);
     let r = resp_session(sh, stream, &mut sess, limits, idle, stop).await;
-    sh.unblock(&mut sess);
+    sh.close(&mut sess);
     r
+}
+
+/// Encodes a published message for a subscriber, and whatever else its queue holds.
+fn deliver(sess: &mut state::Session, first: Option<std::sync::Arc<pubsub::Message>>, out: &mut Vec<u8>) {
+    let Some(subs) = sess.subs.as_mut() else { return };
+    let mut next = first;
+    while let Some(m) = next {
+        let mut items = match &m.pattern {
+            Some(p) => vec![resp::Reply::bulk("pmessage"), resp::Reply::bulk(p.as_slice())],
+            None => vec![resp::Reply::bulk("message")],
+        };
+        items.push(resp::Reply::bulk(m.channel.as_slice()));
+        items.push(resp::Reply::bulk(m.payload.as_slice()));
+        resp::Reply::Push(items).encode(sess.proto, out);
+        next = subs.inbox.try_recv().ok();
+    }
 }
 
 /// Waits while `sess` is blocked: until a write wakes it, its timeout, the server stops
@@ -404,8 +421,24 @@ async fn resp_session(
                 None => Some(stream.read_buf(&mut buf).await),
             }
         };
+        let inbox = async {
+            match sess.subs.as_mut() {
+                Some(s) => s.inbox.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         let n = tokio::select! {
             r = read => r,
+            m = inbox => {
+                if m.is_none() || sess.subs.as_ref().is_some_and(|s| s.cut_off()) {
+                    // Its queue overflowed: cut off, as Redis cuts a client past its buffer.
+                    return Ok(());
+                }
+                deliver(sess, m, &mut out);
+                stream.write_all(&out).await?;
+                out.clear();
+                continue;
+            }
             _ = stop.changed() => return Ok(()),
         };
         let n = match n {

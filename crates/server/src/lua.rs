@@ -116,7 +116,7 @@ pub fn to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
         Reply::Simple(s) => Value::Table(status_table(lua, "ok", s)?),
         Reply::Error(e) => Value::Table(status_table(lua, "err", e)?),
         Reply::Double(d) => Value::String(lua.create_string(fmt_double(d))?),
-        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => Value::Table(
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) | Reply::Many(items) => Value::Table(
             lua.create_sequence_from(items.into_iter().map(|i| to_lua(lua, i)).collect::<mlua::Result<Vec<_>>>()?)?,
         ),
         Reply::Map(pairs) => {

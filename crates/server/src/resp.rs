@@ -220,6 +220,8 @@ pub enum Reply {
     NilArray,
     /// A push message (RESP3 `>`; an array in RESP2): what pub/sub delivers.
     Push(Vec<Reply>),
+    /// Several replies to one command, one after the other (SUBSCRIBE confirms each channel).
+    Many(Vec<Reply>),
     /// An array of `len` replies other nodes encoded for this connection's protocol, given
     /// back to back in `items` (regions' parts of one reply).
     EncodedItems {
@@ -228,6 +230,32 @@ pub enum Reply {
         /// The replies, encoded.
         items: Vec<u8>,
     },
+}
+
+/// Sends one command to the Redis port at `addr` (after AUTH with `password`, if any) and
+/// returns its reply as sent: a one-off connection for messages between nodes.
+pub async fn call(addr: &str, password: Option<&str>, args: &[&[u8]]) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let mut req = Vec::new();
+    let mut expect = 1;
+    if let Some(p) = password {
+        Reply::Array(vec![Reply::bulk("AUTH"), Reply::bulk(p)]).encode(2, &mut req);
+        expect += 1;
+    }
+    Reply::Array(args.iter().map(|a| Reply::bulk(*a)).collect()).encode(2, &mut req);
+    s.write_all(&req).await?;
+    let mut buf = Vec::new();
+    loop {
+        if s.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        // Replies to AUTH and to a one-line command: the last line is the one wanted.
+        let lines: Vec<&[u8]> = buf.split_inclusive(|&b| b == b'\n').filter(|l| l.ends_with(b"\r\n")).collect();
+        if lines.len() >= expect {
+            return Ok(lines.last().map(|l| l.to_vec()).unwrap_or_default());
+        }
+    }
 }
 
 /// An aggregate's header (`kind` and length) and its items.
@@ -326,6 +354,11 @@ impl Reply {
             Reply::Array(items) => aggregate(b'*', items, proto, out),
             Reply::Set(items) => aggregate(if proto >= 3 { b'~' } else { b'*' }, items, proto, out),
             Reply::Push(items) => aggregate(if proto >= 3 { b'>' } else { b'*' }, items, proto, out),
+            Reply::Many(replies) => {
+                for r in replies {
+                    r.encode(proto, out);
+                }
+            }
             Reply::NilArray => out.extend_from_slice(if proto >= 3 { b"_\r\n" } else { b"*-1\r\n" }),
             Reply::Double(d) => {
                 let text = fmt_double(*d);

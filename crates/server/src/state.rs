@@ -43,6 +43,8 @@ pub struct Session {
     pub multi: Option<Queue>,
     /// The keys WATCH remembers.
     pub watched: Vec<Watched>,
+    /// Its subscriptions (once it subscribed).
+    pub subs: Option<crate::pubsub::Subscriber>,
 }
 
 /// A key WATCH remembers.
@@ -187,6 +189,8 @@ pub struct Shared {
     /// Held shared by every RESP command while it runs and exclusively by EXEC and scripts,
     /// which therefore run alone.
     pub gate: parking_lot::RwLock<()>,
+    /// Pub/sub subscriptions.
+    pub pubsub: crate::pubsub::PubSub,
     /// EVAL's scripts and Lua state.
     pub scripts: crate::lua::Scripts,
     next_id: AtomicU64,
@@ -212,6 +216,7 @@ impl Shared {
             waiters: Waiters::default(),
             gate: parking_lot::RwLock::new(()),
             scripts: Default::default(),
+            pubsub: Default::default(),
             next_id: AtomicU64::new(1),
         }
     }
@@ -237,6 +242,7 @@ impl Shared {
             atomic: false,
             multi: None,
             watched: Vec::new(),
+            subs: None,
         }
     }
 
@@ -244,6 +250,20 @@ impl Shared {
     /// sorted set) they can pop from.
     pub fn wake(&self, db: u8, key: &[u8]) {
         self.waiters.wake(db, key);
+    }
+
+    /// Whether `sess` is a RESP2 connection with subscriptions (which may run only the pub/sub
+    /// commands, PING and QUIT).
+    pub fn subscribed(sess: &Session) -> bool {
+        sess.proto < 3 && sess.subs.as_ref().is_some_and(|s| s.count() > 0)
+    }
+
+    /// Forgets what a closing connection waited on and listened to.
+    pub fn close(&self, sess: &mut Session) {
+        self.unblock(sess);
+        if let Some(mut s) = sess.subs.take() {
+            self.pubsub.drop_subscriber(sess.id, &mut s);
+        }
     }
 
     /// Ends `sess`'s blocking wait, if any.

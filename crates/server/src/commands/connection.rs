@@ -6,7 +6,12 @@ use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use std::sync::atomic::Ordering::Relaxed;
 
-pub(super) fn cmd_ping(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+pub(super) fn cmd_ping(_: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    if Shared::subscribed(sess) {
+        // A RESP2 subscriber's replies are arrays, as its messages are.
+        let msg = a.get(1).map_or(Reply::bulk(""), |m| Reply::bulk(*m));
+        return Reply::Array(vec![Reply::bulk("pong"), msg]);
+    }
     match a {
         [_] => Reply::Simple("PONG".into()),
         [_, msg] => Reply::bulk(*msg),

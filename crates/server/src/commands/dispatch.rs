@@ -2,6 +2,7 @@
 //! in a cluster, queued inside MULTI, and run under the command gate.
 
 use super::args::wrong_args;
+use super::pubsub::WHILE_SUBSCRIBED;
 use super::table::{lookup, Command, Keys, ATOMIC, NO_AUTH, WRITE};
 use crate::cluster::ClusterNode;
 use crate::resp::Reply;
@@ -65,6 +66,12 @@ fn check(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
     }
     if sh.requirepass.is_some() && !sess.authed && cmd.flags & NO_AUTH == 0 {
         return Err(Reply::err("NOAUTH Authentication required."));
+    }
+    if Shared::subscribed(sess) && !WHILE_SUBSCRIBED.contains(&cmd.name) {
+        return Err(Reply::err(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            cmd.name
+        )));
     }
     match sh.cluster.get() {
         Some(c) => cluster_plan(c, sess, cmd, args),
@@ -154,13 +161,20 @@ fn cluster_plan(c: &ClusterNode, sess: &Session, cmd: &'static Command, args: &[
     let forwarded = sess.span.is_some();
     match cmd.keys {
         Keys::None => return Ok(Plan::here(cmd, None)),
+        Keys::Nodes if !forwarded => return Ok(Plan::elsewhere(cmd, smallvec::SmallVec::new())),
+        Keys::Nodes => return Ok(Plan::here(cmd, None)),
         Keys::Whole if !forwarded => return Ok(Plan::elsewhere(cmd, smallvec::SmallVec::new())),
         Keys::Whole | Keys::Region => return sess.region.map(|r| Plan::here(cmd, Some(r))).ok_or_else(changed),
         Keys::First | Keys::All | Keys::Pairs | Keys::Two | Keys::AllButLast | Keys::CountAt { .. } => {}
     }
+    let users = cmd.keys.of(args);
+    if users.is_empty() {
+        // EVAL with no declared key runs here: its commands are routed one by one.
+        return Ok(Plan::here(cmd, sess.region));
+    }
     let (mut region, mut cross, mut missing, mut elsewhere) = (sess.region, false, false, None);
     let mut keys = smallvec::SmallVec::new();
-    for user in cmd.keys.of(args) {
+    for user in users {
         let ek = crate::keyspace::key(user);
         match c.locate(&ek) {
             None => missing = true,

@@ -52,6 +52,8 @@ pub enum Keys {
     Whole,
     /// The key space of the region a forwarded command names (cluster-internal).
     Region,
+    /// No key, but every node of a cluster takes part (PUBLISH).
+    Nodes,
 }
 
 impl Keys {
@@ -64,7 +66,7 @@ impl Keys {
             Keys::Two => (1, 2, 1),
             Keys::AllButLast => (1, -2, 1),
             Keys::CountAt { dest: true, .. } => (1, 1, 1),
-            Keys::None | Keys::Whole | Keys::Region | Keys::CountAt { dest: false, .. } => (0, 0, 0),
+            Keys::None | Keys::Whole | Keys::Region | Keys::Nodes | Keys::CountAt { dest: false, .. } => (0, 0, 0),
         }
     }
 
@@ -83,7 +85,7 @@ impl Keys {
                 let keys = args.get(at + 1..).unwrap_or_default().iter().take(n).copied();
                 rest.first().copied().filter(|_| dest).into_iter().chain(keys).collect()
             }
-            Keys::None | Keys::Whole | Keys::Region => smallvec::SmallVec::new(),
+            Keys::None | Keys::Whole | Keys::Region | Keys::Nodes => smallvec::SmallVec::new(),
         }
     }
 }
