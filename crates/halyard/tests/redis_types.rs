@@ -223,6 +223,12 @@ fn lists() {
         &["BRPOP", "nol", "x"],
         &["BRPOP", "nol", "-1"],
         &["BLMOVE", "nol", "m", "LEFT", "LEFT", "0.01"],
+        &["ZADD", "bz", "1", "a", "2", "b"],
+        &["BZPOPMIN", "nobz", "bz", "0"],
+        &["BZPOPMAX", "bz", "0.01"],
+        &["BZPOPMAX", "bz", "0.01"],
+        &["BZPOPMIN", "m", "0.01"],
+        &["BZPOPMIN", "bz", "x"],
         &["BRPOPLPUSH", "m", "m3", "0.01"],
         &["RPUSH", "m", "q"],
         &["BRPOPLPUSH", "m", "m3", "0"],
@@ -251,6 +257,10 @@ fn blocking_pops_wake_on_pushes_from_other_connections() {
     assert_eq!(first.read(), Some(R::Simple("PONG".into())));
     assert_eq!(second.read(), Some(bulk("b")));
     assert_eq!(pusher.cmd(&["LRANGE", "dst", "0", "-1"]), R::Array(Some(vec![bulk("b")])));
+    first.send(&[b"BZPOPMAX", b"z1", b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(pusher.cmd(&["ZADD", "z1", "1.5", "m"]), R::Int(1));
+    assert_eq!(first.read(), Some(R::Array(Some(vec![bulk("z1"), bulk("m"), bulk("1.5")]))));
     let t = std::time::Instant::now();
     assert_eq!(first.cmd(&["BRPOP", "q1", "0.2"]), R::Array(None));
     assert!(t.elapsed() >= std::time::Duration::from_millis(190), "waited {:?}", t.elapsed());

@@ -1,4 +1,5 @@
-//! Blocking list commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH.
+//! Blocking pops: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH of lists, BZPOPMIN and BZPOPMAX of sorted
+//! sets.
 //!
 //! A blocking command first registers its connection under its keys (`state::Waiters`), then
 //! tries its non-blocking form. When that finds nothing it sets `sess.waiting`: the connection
@@ -23,6 +24,8 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "brpop", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_brpop },
     Command { name: "blmove", arity: 6, flags: WRITE, keys: Keys::Two, handler: cmd_blmove },
     Command { name: "brpoplpush", arity: 4, flags: WRITE, keys: Keys::Two, handler: cmd_brpoplpush },
+    Command { name: "bzpopmin", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_bzpopmin },
+    Command { name: "bzpopmax", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_bzpopmax },
 ];
 
 /// A timeout in seconds (fractions allowed; 0: for ever), or Redis' reply to a bad one.
@@ -125,4 +128,32 @@ fn cmd_blmove(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 fn cmd_brpoplpush(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, src, dst, t] = a else { return wrong_args("brpoplpush") };
     bmove(sh, sess, src, dst, (End::Right, End::Left), t)
+}
+
+/// BZPOPMIN/BZPOPMAX key... timeout: the first key with a member, the member and its score.
+fn bzpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], max: bool, name: &str) -> Reply {
+    let [_, keys @ .., t] = a else { return wrong_args(name) };
+    let wait = match timeout(t) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    blocking(sh, sess, keys, wait, |k| {
+        for key in keys {
+            let _g = k.lock(key);
+            let Some((member, score)) = k.zall(key, max)?.next().transpose()? else { continue };
+            let mut w = k.zwrite_locked(key)?;
+            w.remove(&member)?;
+            w.commit()?;
+            return Ok(Some(Reply::Array(vec![Reply::bulk(*key), Reply::Bulk(member), Reply::Double(score)])));
+        }
+        Ok(None)
+    })
+}
+
+fn cmd_bzpopmin(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    bzpop(sh, sess, a, false, "bzpopmin")
+}
+
+fn cmd_bzpopmax(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    bzpop(sh, sess, a, true, "bzpopmax")
 }

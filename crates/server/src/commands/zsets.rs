@@ -229,7 +229,11 @@ fn cmd_zadd(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     }
     let k = sh.db(sess);
     let _g = k.lock(key);
-    ks(zadd(k, key, &pairs, &f))
+    let r = zadd(k, key, &pairs, &f);
+    if r.is_ok() {
+        sh.wake(sess.db, key);
+    }
+    ks(r)
 }
 
 fn zadd(k: &Keyspace, key: &[u8], pairs: &[(f64, &[u8])], f: &AddFlags) -> Result<Reply, KsError> {
