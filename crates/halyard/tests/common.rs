@@ -118,7 +118,17 @@ impl RedisServer {
         let port = free_port();
         let dir = tempfile::tempdir().expect("tempdir");
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no", "--dir"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--enable-debug-command",
+                "yes",
+                "--dir",
+            ])
             .arg(dir.path())
             .stdout(Stdio::null())
             .spawn()

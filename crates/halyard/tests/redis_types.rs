@@ -34,7 +34,7 @@ const UNORDERED: &[&str] = &[
 /// one page).
 const UNORDERED_SCANS: &[&str] = &["sscan", "hscan"];
 /// Commands whose replies are field-value pairs in no defined order: compared as sorted pairs.
-const UNORDERED_PAIRS: &[&str] = &["hgetall"];
+const UNORDERED_PAIRS: &[&str] = &["hgetall", "config"];
 
 /// A reply as compared: errors by their code word, unordered collections sorted.
 fn normalize(cmd: &str, r: R) -> R {
@@ -1247,4 +1247,104 @@ fn pubsub_matches_redis() {
         assert_eq!(normalize(name, g.clone()), normalize(name, w.clone()), "reply {i}: redis {w:?}, halyard {g:?}");
     }
     assert_eq!(got.len(), want.len());
+}
+
+/// CONFIG GET and SET of the parameters Halyard has, OBJECT ENCODING on both sides of Redis
+/// 7.0's thresholds, OBJECT's other subcommands and DEBUG SLEEP.
+#[test]
+fn introspection() {
+    let fill = "for i = 1, tonumber(ARGV[1]) do redis.call(ARGV[2], KEYS[1], ARGV[3] .. i, ARGV[4]) end return 1";
+    let fill_set = "for i = 1, tonumber(ARGV[1]) do redis.call('SADD', KEYS[1], ARGV[2] .. i) end return 1";
+    let long64 = "x".repeat(64);
+    let long65 = "x".repeat(65);
+    let s44 = "s".repeat(44);
+    let s45 = "s".repeat(45);
+    same_as_redis(&[
+        &["CONFIG", "GET", "databases"],
+        &["CONFIG", "GET", "maxmemory*"],
+        &["CONFIG", "GET", "timeout", "appendonly", "save"],
+        &["CONFIG", "GET", "lua-time-limit", "busy-reply-threshold"],
+        &["CONFIG", "GET", "notify-keyspace-events"],
+        &["CONFIG", "SET", "timeout", "30", "busy-reply-threshold", "200"],
+        &["CONFIG", "GET", "timeout", "lua-time-limit"],
+        &["CONFIG", "SET", "timeout", "0", "lua-time-limit", "5000"],
+        &["CONFIG", "SET", "timeout", "x"],
+        &["CONFIG", "SET", "timeout", "1", "timeout", "2"],
+        &["CONFIG", "SET", "databases", "3"],
+        &["CONFIG", "SET", "nosuch", "1"],
+        &["CONFIG", "SET", "maxmemory", "0"],
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+        &["CONFIG", "SET", "save", ""],
+        &["CONFIG", "SET", "notify-keyspace-events", "KEA"],
+        &["CONFIG", "GET", "notify-keyspace-events"],
+        &["CONFIG", "SET", "notify-keyspace-events", "Elg"],
+        &["CONFIG", "GET", "notify-keyspace-events"],
+        &["CONFIG", "SET", "notify-keyspace-events", "Q"],
+        &["CONFIG", "SET", "notify-keyspace-events", ""],
+        &["CONFIG", "SET", "timeout"],
+        &["CONFIG", "GET"],
+        &["CONFIG", "RESETSTAT"],
+        &["SET", "s", "123"],
+        &["OBJECT", "ENCODING", "s"],
+        &["SET", "s", "-9223372036854775808"],
+        &["OBJECT", "ENCODING", "s"],
+        &["SET", "s", "9223372036854775808"],
+        &["OBJECT", "ENCODING", "s"],
+        &["SET", "s", "0123"],
+        &["OBJECT", "ENCODING", "s"],
+        &["SET", "s", &s44],
+        &["OBJECT", "ENCODING", "s"],
+        &["SET", "s", &s45],
+        &["OBJECT", "ENCODING", "s"],
+        &["OBJECT", "ENCODING", "nokey"],
+        &["OBJECT", "FREQ", "s"],
+        &["OBJECT", "FREQ", "nokey"],
+        &["OBJECT", "IDLETIME", "nokey"],
+        &["OBJECT", "REFCOUNT", "s"],
+        &["OBJECT", "HELP"],
+        &["OBJECT", "BOGUS", "s"],
+        &["OBJECT", "ENCODING"],
+        &["RPUSH", "l", "a"],
+        &["OBJECT", "ENCODING", "l"],
+        &["CONFIG", "GET", "*-max-*-entries", "*-max-listpack-value"],
+        &["EVAL", fill, "1", "h512", "512", "HSET", "f", "v"],
+        &["OBJECT", "ENCODING", "h512"],
+        &["EVAL", fill, "1", "h513", "513", "HSET", "f", "v"],
+        &["OBJECT", "ENCODING", "h513"],
+        &["HSET", "hv", "f", &long64],
+        &["OBJECT", "ENCODING", "hv"],
+        &["HSET", "hw", "f", &long65],
+        &["OBJECT", "ENCODING", "hw"],
+        &["HSET", "hf", &long65, "v"],
+        &["OBJECT", "ENCODING", "hf"],
+        &["EVAL", fill_set, "1", "s512", "512", ""],
+        &["OBJECT", "ENCODING", "s512"],
+        &["EVAL", fill_set, "1", "s513", "513", ""],
+        &["OBJECT", "ENCODING", "s513"],
+        &["SADD", "sx", "1", "x"],
+        &["OBJECT", "ENCODING", "sx"],
+        &[
+            "EVAL",
+            "for i = 1, tonumber(ARGV[1]) do redis.call('ZADD', KEYS[1], i, 'm' .. i) end return 1",
+            "1",
+            "z128",
+            "128",
+        ],
+        &["OBJECT", "ENCODING", "z128"],
+        &[
+            "EVAL",
+            "for i = 1, tonumber(ARGV[1]) do redis.call('ZADD', KEYS[1], i, 'm' .. i) end return 1",
+            "1",
+            "z129",
+            "129",
+        ],
+        &["OBJECT", "ENCODING", "z129"],
+        &["ZADD", "zm", "1", &long64],
+        &["OBJECT", "ENCODING", "zm"],
+        &["ZADD", "zn", "1", &long65],
+        &["OBJECT", "ENCODING", "zn"],
+        &["DEBUG", "SLEEP", "0"],
+        &["DEBUG", "SET-ACTIVE-EXPIRE", "1"],
+        &["DEBUG"],
+    ]);
 }

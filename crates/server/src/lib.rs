@@ -19,6 +19,7 @@ mod console;
 pub mod forward;
 #[doc(hidden)]
 pub mod http;
+mod info;
 #[doc(hidden)]
 pub mod keyspace;
 mod lua;
@@ -153,12 +154,16 @@ pub async fn run_with(
     sh.protect_native.store(protected(&native_l, cfg.requirepass.is_some()), Relaxed);
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
+    sh.settings.timeout.store(cfg.idle_timeout_secs, Relaxed);
+    sh.settings.max_clients.store(cfg.max_clients as u64, Relaxed);
+    sh.settings.port.store(resp_l.local_addr().map_or(0, |a| u64::from(a.port())), Relaxed);
+    let _ = sh.settings.dir.set(cfg.dir.display().to_string());
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
     let idle = (cfg.idle_timeout_secs > 0).then(|| Duration::from_secs(cfg.idle_timeout_secs));
     // Connection tasks, so that shutdown can wait for the requests in flight.
     let conns = TaskTracker::new();
     let resp_task =
-        tokio::spawn(accept_resp(resp_l, sh.clone(), limits, idle, cfg.max_clients, stop_rx.clone(), conns.clone()));
+        tokio::spawn(accept_resp(resp_l, sh.clone(), limits, cfg.max_clients, stop_rx.clone(), conns.clone()));
     let native_limits = native::NativeLimits {
         max_frame_bytes: cfg.max_request_bytes.max(64 << 10),
         // The native protocol always has an idle limit: its clients reconnect transparently.
@@ -249,7 +254,6 @@ async fn accept_resp(
     l: TcpListener,
     sh: Arc<Shared>,
     limits: Limits,
-    idle: Option<Duration>,
     max_clients: usize,
     mut stop: watch::Receiver<bool>,
     conns: TaskTracker,
@@ -271,7 +275,7 @@ async fn accept_resp(
         }
         let (sh, stop) = (sh.clone(), stop.clone());
         conns.spawn(async move {
-            if let Err(e) = resp_connection(&sh, &mut stream, addr.to_string(), limits, idle, stop).await {
+            if let Err(e) = resp_connection(&sh, &mut stream, addr.to_string(), limits, stop).await {
                 tracing::debug!("connection {addr}: {e}");
             }
             // The slot is free before the client can see its connection close, so that a
@@ -354,11 +358,10 @@ async fn resp_connection(
     stream: &mut TcpStream,
     addr: String,
     limits: Limits,
-    idle: Option<Duration>,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let mut sess = sh.session(addr);
-    let r = resp_session(sh, stream, &mut sess, limits, idle, stop).await;
+    let r = resp_session(sh, stream, &mut sess, limits, stop).await;
     sh.close(&mut sess);
     r
 }
@@ -408,13 +411,14 @@ async fn resp_session(
     stream: &mut TcpStream,
     sess: &mut state::Session,
     limits: Limits,
-    idle: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut offload = native::Offload::new();
     loop {
+        // CONFIG SET timeout changes it while connections wait.
+        let idle = sh.settings.idle();
         let read = async {
             match idle {
                 Some(t) => tokio::time::timeout(t, stream.read_buf(&mut buf)).await.ok(),

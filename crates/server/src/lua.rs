@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a script runs before other clients' commands answer BUSY (Redis' `lua-time-limit`).
+/// How long a script runs before other clients' commands answer BUSY by default (Redis'
+/// `lua-time-limit`; `Scripts::limit_ms` holds the one in force).
 pub const LUA_TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// The scripts of a server: their bodies by SHA1, the Lua state, and the running script.
-#[derive(Default)]
 pub struct Scripts {
     pub bodies: Mutex<HashMap<String, Vec<u8>>>,
     pub lua: Mutex<Option<Lua>>,
@@ -26,6 +26,23 @@ pub struct Scripts {
     pub killed: Arc<AtomicBool>,
     /// The clock `started` counts from.
     epoch: std::sync::OnceLock<Instant>,
+    /// Milliseconds a script runs before other commands answer BUSY (Redis'
+    /// `busy-reply-threshold`, alias `lua-time-limit`; CONFIG SET changes it).
+    pub limit_ms: AtomicU64,
+}
+
+impl Default for Scripts {
+    fn default() -> Scripts {
+        Scripts {
+            bodies: Mutex::default(),
+            lua: Mutex::default(),
+            started: AtomicU64::new(0),
+            wrote: AtomicBool::new(false),
+            killed: Arc::default(),
+            epoch: std::sync::OnceLock::new(),
+            limit_ms: AtomicU64::new(LUA_TIME_LIMIT.as_millis() as u64),
+        }
+    }
 }
 
 impl Scripts {
@@ -37,7 +54,7 @@ impl Scripts {
     /// Whether a script has run past the time limit (other commands then answer BUSY).
     pub fn busy(&self) -> bool {
         let s = self.started.load(Relaxed);
-        s != 0 && self.now().saturating_sub(s) >= LUA_TIME_LIMIT.as_millis() as u64
+        s != 0 && self.now().saturating_sub(s) >= self.limit_ms.load(Relaxed)
     }
 }
 

@@ -4,7 +4,6 @@ use crate::keyspace::Keyspace;
 use crate::metrics::Metrics;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -119,6 +118,11 @@ impl Waiters {
         self.count.fetch_sub(1, Relaxed);
     }
 
+    /// How many connections are blocked now (INFO's `blocked_clients`).
+    pub fn blocked(&self) -> usize {
+        self.count.load(Relaxed)
+    }
+
     /// Wakes the connections waiting on `key` of `db` (cheap when none waits).
     pub fn wake(&self, db: u8, key: &[u8]) {
         if self.count.load(Relaxed) == 0 {
@@ -163,6 +167,47 @@ impl Cursors {
 /// The number of databases of a single node (Redis' `databases` default).
 pub const DATABASES: u8 = 16;
 
+/// What CONFIG GET and INFO report of the server's settings, and the ones CONFIG SET changes
+/// while it runs.
+pub struct Settings {
+    /// Seconds a Redis client may idle before its connection is closed (0: never; Redis'
+    /// `timeout`, the server's `idle_timeout_secs`). Read by each connection as it waits.
+    pub timeout: AtomicU64,
+    /// Redis' `notify-keyspace-events`: kept for CONFIG GET, not acted on (Halyard publishes
+    /// no keyspace notifications).
+    pub notify_keyspace_events: Mutex<String>,
+    /// The Redis listener's port (INFO's `tcp_port`; 0 until the server set it).
+    pub port: AtomicU64,
+    /// The most clients served at once (`maxclients`).
+    pub max_clients: AtomicU64,
+    /// The store's directory (`dir`).
+    pub dir: std::sync::OnceLock<String>,
+    /// 40 hex digits, random for each start of the server (INFO's `run_id`).
+    pub run_id: String,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        let run_id = (0..20).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+        Settings {
+            timeout: AtomicU64::new(0),
+            notify_keyspace_events: Mutex::new(String::new()),
+            port: AtomicU64::new(0),
+            max_clients: AtomicU64::new(10_000),
+            dir: std::sync::OnceLock::new(),
+            run_id,
+        }
+    }
+}
+
+impl Settings {
+    /// The idle limit of Redis connections now (None: none).
+    pub fn idle(&self) -> Option<std::time::Duration> {
+        let t = self.timeout.load(Relaxed);
+        (t > 0).then(|| std::time::Duration::from_secs(t))
+    }
+}
+
 /// Server-wide state.
 pub struct Shared {
     /// Database 0: the whole key space of a cluster node.
@@ -193,6 +238,8 @@ pub struct Shared {
     pub pubsub: crate::pubsub::PubSub,
     /// EVAL's scripts and Lua state.
     pub scripts: crate::lua::Scripts,
+    /// CONFIG's settings.
+    pub settings: Settings,
     next_id: AtomicU64,
 }
 
@@ -217,6 +264,7 @@ impl Shared {
             gate: parking_lot::RwLock::new(()),
             scripts: Default::default(),
             pubsub: Default::default(),
+            settings: Settings::default(),
             next_id: AtomicU64::new(1),
         }
     }
@@ -302,69 +350,5 @@ impl Shared {
             s.db,
             s.proto
         )
-    }
-
-    /// INFO text for a section (None: the default set).
-    pub fn info(&self, section: Option<&str>) -> String {
-        let want = |s: &str| {
-            matches!(section, None | Some("all") | Some("everything") | Some("default")) || section == Some(s)
-        };
-        let mut o = String::new();
-        if want("server") {
-            let _ = write!(
-                o,
-                "# Server\r\nredis_version:7.0.0\r\nhalyard_version:{}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\nuptime_in_seconds:{}\r\n\r\n",
-                env!("CARGO_PKG_VERSION"),
-                std::env::consts::OS,
-                std::process::id(),
-                self.started.elapsed().as_secs()
-            );
-        }
-        if want("clients") {
-            let _ = write!(o, "# Clients\r\nconnected_clients:{}\r\n\r\n", self.connected.load(Relaxed));
-        }
-        let m = &self.metrics;
-        if want("stats") {
-            let _ = write!(
-                o,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n\r\n",
-                m.connections_total.load(Relaxed),
-                m.total_calls(),
-                m.connections_rejected.load(Relaxed),
-                m.bytes_in.load(Relaxed),
-                m.bytes_out.load(Relaxed)
-            );
-        }
-        if want("keyspace") {
-            let _ = write!(o, "# Keyspace\r\n");
-            for (i, ks) in self.databases() {
-                let (n, e) = ks.count_with_expiring().unwrap_or((0, 0));
-                if n > 0 {
-                    let _ = write!(o, "db{i}:keys={n},expires={e},avg_ttl=0\r\n");
-                }
-            }
-            let _ = write!(o, "\r\n");
-        }
-        if want("halyard") {
-            let s = self.ks.db.stats();
-            let levels: Vec<String> = s.levels.iter().map(|l| l.ssts.to_string()).collect();
-            let _ = write!(
-                o,
-                "# Halyard\r\ndevice_read_bytes:{}\r\ndevice_write_bytes:{}\r\nuser_bytes_written:{}\r\nio_amplification:{:.3}\r\nl0_bytes:{}\r\nlevel_ssts:{}\r\nstall_seconds:{:.3}\r\ncompactions:{}\r\ngc_segments:{}\r\ncache_hit_rate:{:.4}\r\nspace_allocated_bytes:{}\r\ndirect_io:{}\r\n\r\n",
-                s.device_read_bytes,
-                s.device_write_bytes,
-                s.user_bytes_written,
-                s.io_amplification(),
-                s.l0_bytes,
-                levels.join(","),
-                s.stall_seconds,
-                s.compactions,
-                s.gc_segments,
-                s.cache_hit_rate(),
-                s.space_allocated_bytes,
-                s.direct_io as u8
-            );
-        }
-        o
     }
 }

@@ -617,6 +617,74 @@ const CONNECTION: &[&[&str]] = &[
     &["HELLO", "3"],
 ];
 
+/// CONFIG, OBJECT and DEBUG (INFO, which varies, is checked by `varying_replies_keep_their_form`).
+const INTROSPECTION: &[&[&str]] = &[
+    &["CONFIG", "GET", "maxmemory*"],
+    &["CONFIG", "GET", "TIMEOUT", "busy-reply-threshold", "nosuch"],
+    &["CONFIG", "SET", "timeout", "30", "lua-time-limit", "100"],
+    &["CONFIG", "GET", "timeout", "lua-time-limit", "busy-reply-threshold"],
+    &["CONFIG", "SET", "timeout", "0", "busy-reply-threshold", "5000"],
+    &["CONFIG", "SET", "timeout", "x"],
+    &["CONFIG", "SET", "timeout", "-1"],
+    &["CONFIG", "SET", "timeout", "1", "timeout", "2"],
+    &["CONFIG", "SET", "databases", "3"],
+    &["CONFIG", "SET", "nosuch", "1"],
+    &["CONFIG", "SET", "maxmemory", "0"],
+    &["CONFIG", "SET", "maxmemory", "100mb"],
+    &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    &["CONFIG", "SET", "appendonly", "yes"],
+    &["CONFIG", "SET", "save", "3600 1"],
+    &["CONFIG", "SET", "notify-keyspace-events", "KEA"],
+    &["CONFIG", "GET", "notify-keyspace-events"],
+    &["CONFIG", "SET", "notify-keyspace-events", "Q"],
+    &["CONFIG", "SET", "notify-keyspace-events", ""],
+    &["CONFIG", "SET", "timeout"],
+    &["CONFIG", "SET", "timeout", "1", "x"],
+    &["CONFIG", "GET", "appendfsync"],
+    &["CONFIG", "REWRITE"],
+    &["CONFIG", "RESETSTAT"],
+    &["CONFIG", "RESETSTAT", "x"],
+    &["CONFIG", "BOGUS"],
+    &["SET", "oi", "123"],
+    &["OBJECT", "ENCODING", "oi"],
+    &["SET", "oi", "0123"],
+    &["OBJECT", "ENCODING", "oi"],
+    &["SET", "oi", "12345678901234567890123456789012345678901234"],
+    &["OBJECT", "encoding", "oi"],
+    &["APPEND", "oi", "5"],
+    &["OBJECT", "ENCODING", "oi"],
+    &["RPUSH", "ol", "a"],
+    &["OBJECT", "ENCODING", "ol"],
+    &["SADD", "os", "1", "-2"],
+    &["OBJECT", "ENCODING", "os"],
+    &["SADD", "os", "x"],
+    &["OBJECT", "ENCODING", "os"],
+    &["HSET", "oh", "f", "v"],
+    &["OBJECT", "ENCODING", "oh"],
+    &["HSET", "oh", "g", "12345678901234567890123456789012345678901234567890123456789012345"],
+    &["OBJECT", "ENCODING", "oh"],
+    &["ZADD", "oz", "1", "a"],
+    &["OBJECT", "ENCODING", "oz"],
+    &["OBJECT", "ENCODING", "nokey"],
+    &["OBJECT", "FREQ", "oz"],
+    &["OBJECT", "FREQ", "nokey"],
+    &["OBJECT", "IDLETIME", "oz"],
+    &["OBJECT", "REFCOUNT", "oz"],
+    &["OBJECT"],
+    &["OBJECT", "ENCODING"],
+    &["OBJECT", "ENCODING", "a", "b"],
+    &["OBJECT", "BOGUS", "x"],
+    &["OBJECT", "HELP"],
+    &["DEBUG"],
+    &["DEBUG", "SLEEP", "0"],
+    &["DEBUG", "SET-ACTIVE-EXPIRE", "0"],
+    &["DEBUG", "RELOAD"],
+    &["DEBUG", "JMAP"],
+    &["DEBUG", "NOSUCH"],
+    &["DEBUG", "HELP"],
+    &["DEL", "oi", "ol", "os", "oh", "oz"],
+];
+
 /// Replies whose RESP3 form differs (null, maps), after HELLO 3.
 const RESP3: &[&[&str]] = &[
     &["GET", "zz"],
@@ -628,6 +696,8 @@ const RESP3: &[&[&str]] = &[
     &["HMGET", "h", "f", "zz"],
     &["CLIENT", "GETNAME"],
     &["CONFIG", "GET", "databases"],
+    &["CONFIG", "GET", "maxmemory", "timeout"],
+    &["OBJECT", "ENCODING", "nokey"],
     &["HELLO", "2"],
     &["HGETALL", "h"],
     &["GET", "zz"],
@@ -678,6 +748,8 @@ fn replies_match_the_transcript() {
     run(&sh, &mut sess, SETS, &mut out);
     let _ = writeln!(out, "## hash and string extras");
     run(&sh, &mut sess, HASH_AND_STRING_EXTRAS, &mut out);
+    let _ = writeln!(out, "## introspection");
+    run(&sh, &mut sess, INTROSPECTION, &mut out);
     let _ = writeln!(out, "## RESP3");
     run(&sh, &mut sess, RESP3, &mut out);
     let _ = writeln!(out, "## counters");
@@ -725,4 +797,114 @@ fn varying_replies_keep_their_form() {
         assert!(text.starts_with(starts), "{args:?}: {text:?}");
         assert!(!starts.is_empty() || text.is_empty(), "{args:?}: {text:?}");
     }
+}
+
+/// The text of INFO with `sections`.
+fn info_text(sh: &Shared, sess: &mut Session, sections: &[&str]) -> String {
+    use halyard_server::resp::Reply;
+    let mut args: Vec<&[u8]> = vec![b"INFO"];
+    args.extend(sections.iter().map(|s| s.as_bytes()));
+    let Reply::Bulk(b) = commands::execute(sh, sess, &args) else { panic!("INFO {sections:?}: not a bulk string") };
+    String::from_utf8(b).expect("INFO is text")
+}
+
+/// INFO has Redis' sections and fields, in Redis' format; several sections in one call.
+#[test]
+fn info_has_redis_sections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sh = shared(dir.path(), None);
+    let mut sess = sh.session("127.0.0.1:1".into());
+    let text = info_text(&sh, &mut sess, &[]);
+    for header in [
+        "# Server",
+        "# Clients",
+        "# Memory",
+        "# Persistence",
+        "# Stats",
+        "# Replication",
+        "# CPU",
+        "# Errorstats",
+        "# Keyspace",
+    ] {
+        assert!(text.contains(&format!("{header}\r\n")), "INFO lacks {header}: {text}");
+    }
+    assert!(!text.contains("# Commandstats"), "commandstats is not a default section");
+    for field in [
+        "redis_git_sha1:0",
+        "tcp_port:",
+        "connected_clients:",
+        "blocked_clients:0",
+        "used_memory:",
+        "used_memory_human:",
+        "used_memory_rss:",
+        "used_memory_peak:",
+        "maxmemory:0",
+        "maxmemory_policy:noeviction",
+        "mem_fragmentation_ratio:",
+        "loading:0",
+        "rdb_changes_since_last_save:",
+        "aof_enabled:0",
+        "halyard_sync:",
+        "expired_keys:",
+        "evicted_keys:0",
+        "instantaneous_ops_per_sec:",
+        "role:master",
+        "connected_slaves:0",
+        "master_repl_offset:",
+        "used_cpu_sys:",
+        "used_cpu_user:",
+    ] {
+        assert!(text.contains(&format!("\r\n{field}")), "INFO lacks {field}: {text}");
+    }
+    let run_id = text.lines().find_map(|l| l.strip_prefix("run_id:")).expect("run_id");
+    assert!(run_id.len() == 40 && run_id.bytes().all(|b| b.is_ascii_hexdigit()), "run_id {run_id}");
+    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        assert!(line.contains(':'), "not a field: {line:?}");
+    }
+    let two = info_text(&sh, &mut sess, &["clients", "SERVER"]);
+    assert!(two.starts_with("# Server\r\n") && two.contains("# Clients\r\n") && !two.contains("# Memory"), "{two}");
+    assert!(info_text(&sh, &mut sess, &["all"]).contains("# Commandstats\r\n"));
+    assert!(info_text(&sh, &mut sess, &["everything"]).contains("# Commandstats\r\n"));
+    assert_eq!(info_text(&sh, &mut sess, &["nosuch"]), "");
+}
+
+/// INFO commandstats counts calls, failures and rejections; CONFIG RESETSTAT clears them (and
+/// INFO stats' totals) but not the Prometheus counters.
+#[test]
+fn commandstats_count_and_resetstat_clears() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sh = shared(dir.path(), None);
+    let mut sess = sh.session("127.0.0.1:1".into());
+    let mut out = String::new();
+    run(
+        &sh,
+        &mut sess,
+        &[&["SET", "k", "v"], &["GET", "k"], &["GET", "k"], &["INCR", "k"], &["GET"], &["NOSUCH"]],
+        &mut out,
+    );
+    let stats = info_text(&sh, &mut sess, &["commandstats"]);
+    let line = |name: &str| stats.lines().find(|l| l.starts_with(&format!("cmdstat_{name}:"))).map(str::to_string);
+    let get = line("get").expect("cmdstat_get");
+    assert!(get.starts_with("cmdstat_get:calls=2,usec=") && get.contains(",usec_per_call="), "{get}");
+    assert!(get.ends_with(",rejected_calls=1,failed_calls=0"), "{get}");
+    assert!(line("incr").expect("cmdstat_incr").ends_with(",rejected_calls=0,failed_calls=1"), "{stats}");
+    assert!(line("set").is_some() && line("del").is_none(), "{stats}");
+    let errors = info_text(&sh, &mut sess, &["errorstats"]);
+    assert!(errors.contains("errorstat_ERR:count=3\r\n"), "{errors}");
+    let total = |sh: &Shared, sess: &mut Session| {
+        let t = info_text(sh, sess, &["stats"]);
+        t.lines().find_map(|l| l.strip_prefix("total_commands_processed:")?.parse::<u64>().ok()).expect("total")
+    };
+    assert!(total(&sh, &mut sess) >= 4);
+
+    run(&sh, &mut sess, &[&["CONFIG", "RESETSTAT"]], &mut out);
+    let stats = info_text(&sh, &mut sess, &["commandstats"]);
+    assert!(!stats.contains("cmdstat_get:") && !stats.contains("cmdstat_incr:"), "after RESETSTAT: {stats}");
+    assert_eq!(info_text(&sh, &mut sess, &["errorstats"]), "# Errorstats\r\n\r\n");
+    // The INFO calls since (and the RESETSTAT itself) count.
+    assert!(total(&sh, &mut sess) <= 4);
+    run(&sh, &mut sess, &[&["GET", "k"]], &mut out);
+    let stats = info_text(&sh, &mut sess, &["commandstats"]);
+    assert!(stats.contains("cmdstat_get:calls=1,"), "{stats}");
+    assert_eq!(sh.metrics.commands.get("get").map(metrics::CmdStats::calls), Some(3), "Prometheus counts go on");
 }

@@ -1,5 +1,5 @@
 //! Connection and server commands: PING, ECHO, HELLO, AUTH, QUIT, COMMAND, CLIENT,
-//! INFO, CONFIG, TIME.
+//! INFO, TIME (CONFIG is in `config`).
 
 use super::args::{int_arg, lower, syntax, wrong_args};
 use crate::resp::Reply;
@@ -30,25 +30,8 @@ pub(super) fn cmd_quit(_: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {
 }
 
 pub(super) fn cmd_info(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    Reply::bulk(sh.info(a.get(1).map(|s| lower(s)).as_deref()))
-}
-
-pub(super) fn cmd_config(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
-    let [_, sub, rest @ ..] = a else { return wrong_args("config") };
-    match (lower(sub).as_str(), rest) {
-        // Clients such as redis-benchmark read a few settings at start.
-        ("get", [param]) => {
-            let p = lower(param);
-            let v = match p.as_str() {
-                "appendonly" => Some("no"),
-                "save" => Some(""),
-                "databases" => Some("1"),
-                _ => None,
-            };
-            Reply::Array(v.map_or(Vec::new(), |v| vec![Reply::bulk(p.clone()), Reply::bulk(v)]))
-        }
-        _ => Reply::err("ERR CONFIG is limited to CONFIG GET in Halyard"),
-    }
+    let sections: Vec<String> = a.get(1..).unwrap_or_default().iter().map(|s| lower(s)).collect();
+    Reply::bulk(crate::info::info(sh, &sections))
 }
 
 pub(super) fn cmd_time(_: &Shared, _: &mut Session, _: &[&[u8]]) -> Reply {

@@ -59,9 +59,14 @@ fn check(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
     let Some((first, rest)) = args.split_first() else { return Err(Reply::err("ERR empty command")) };
     let Some(cmd) = lookup(first) else {
         sh.metrics.unknown_commands.fetch_add(1, Relaxed);
+        sh.metrics.count_error("ERR");
         return Err(unknown(first, rest));
     };
     if !cmd.arity_ok(args.len()) {
+        if let Some(st) = sh.metrics.commands.get(cmd.name) {
+            st.reject();
+        }
+        sh.metrics.count_error("ERR");
         return Err(wrong_args(cmd.name));
     }
     if sh.requirepass.is_some() && !sess.authed && cmd.flags & NO_AUTH == 0 {
@@ -148,6 +153,9 @@ pub(super) fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &P
     if let Some(st) = sh.metrics.commands.get(p.cmd.name) {
         st.record(t0.map(|t| t.elapsed().as_micros() as u64), matches!(reply, Reply::Error(_)));
     }
+    if let Reply::Error(e) = &reply {
+        sh.metrics.count_error(e);
+    }
     reply
 }
 
@@ -165,7 +173,9 @@ fn cluster_plan(c: &ClusterNode, sess: &Session, cmd: &'static Command, args: &[
         Keys::Nodes => return Ok(Plan::here(cmd, None)),
         Keys::Whole if !forwarded => return Ok(Plan::elsewhere(cmd, smallvec::SmallVec::new())),
         Keys::Whole | Keys::Region => return sess.region.map(|r| Plan::here(cmd, Some(r))).ok_or_else(changed),
-        Keys::First | Keys::All | Keys::Pairs | Keys::Two | Keys::AllButLast | Keys::CountAt { .. } => {}
+        // OBJECT HELP names no key.
+        Keys::Second if args.len() < 3 => return Ok(Plan::here(cmd, None)),
+        Keys::First | Keys::Second | Keys::All | Keys::Pairs | Keys::Two | Keys::AllButLast | Keys::CountAt { .. } => {}
     }
     let users = cmd.keys.of(args);
     if users.is_empty() {

@@ -5,12 +5,14 @@
 mod args;
 mod bits;
 mod blocking;
+mod config;
 mod connection;
 mod databases;
 mod dispatch;
 mod expiry;
 mod glob;
 mod hashes;
+mod introspection;
 mod keys;
 mod lists;
 mod multi;
@@ -52,6 +54,8 @@ static TABLES: &[&[Command]] = &[
     strings::COMMANDS,
     bits::COMMANDS,
     pubsub::COMMANDS,
+    config::COMMANDS,
+    introspection::COMMANDS,
 ];
 
 #[rustfmt::skip]
@@ -64,7 +68,6 @@ static COMMANDS: &[Command] = &[
     Command { name: "command", arity: -1, flags: 0, keys: Keys::None, handler: cmd_command },
     Command { name: "client", arity: -2, flags: 0, keys: Keys::None, handler: cmd_client },
     Command { name: "info", arity: -1, flags: 0, keys: Keys::None, handler: cmd_info },
-    Command { name: "config", arity: -2, flags: 0, keys: Keys::None, handler: cmd_config },
     Command { name: "dbsize", arity: 1, flags: READONLY, keys: Keys::Whole, handler: cmd_dbsize },
     Command { name: "time", arity: 1, flags: 0, keys: Keys::None, handler: cmd_time },
     Command { name: "get", arity: 2, flags: READONLY, keys: Keys::First, handler: cmd_get },

@@ -32,6 +32,8 @@ pub enum Keys {
     None,
     /// The first argument.
     First,
+    /// The second argument (OBJECT ENCODING key).
+    Second,
     /// Every argument.
     All,
     /// Every other argument from the first (MSET's key-value pairs).
@@ -61,6 +63,7 @@ impl Keys {
     pub fn spec(self) -> (i64, i64, i64) {
         match self {
             Keys::First => (1, 1, 1),
+            Keys::Second => (2, 2, 1),
             Keys::All => (1, -1, 1),
             Keys::Pairs => (1, -1, 2),
             Keys::Two => (1, 2, 1),
@@ -75,6 +78,7 @@ impl Keys {
         let rest = args.get(1..).unwrap_or_default();
         match self {
             Keys::First => rest.first().copied().into_iter().collect(),
+            Keys::Second => rest.get(1).copied().into_iter().collect(),
             Keys::All => rest.iter().copied().collect(),
             Keys::Pairs => rest.iter().step_by(2).copied().collect(),
             Keys::Two => rest.iter().take(2).copied().collect(),

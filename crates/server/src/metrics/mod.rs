@@ -46,6 +46,21 @@ fn shard_index() -> usize {
 #[derive(Default)]
 pub struct CmdStats {
     shards: [Shard; SHARDS],
+    /// Calls refused before they ran (wrong number of arguments): INFO's `rejected_calls`.
+    rejected: AtomicU64,
+    /// The counters at the last CONFIG RESETSTAT (calls, errors, timed, usec, rejected): INFO
+    /// shows the counts since, while the Prometheus counters keep counting.
+    base: [AtomicU64; 5],
+}
+
+/// One command's counts since the last CONFIG RESETSTAT, as INFO commandstats shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SinceReset {
+    pub calls: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    /// Estimated from the sampled latencies (one call in 16 is timed).
+    pub usec: u64,
 }
 
 impl CmdStats {
@@ -88,6 +103,31 @@ impl CmdStats {
     fn bucket(&self, i: usize) -> u64 {
         self.sum(|s| &s.buckets[i])
     }
+
+    /// Counts a call refused before it ran.
+    pub fn reject(&self) {
+        self.rejected.fetch_add(1, Relaxed);
+    }
+
+    fn now(&self) -> [u64; 5] {
+        [self.calls(), self.errors(), self.timed(), self.usec(), self.rejected.load(Relaxed)]
+    }
+
+    /// The counts since the last [`CmdStats::reset`].
+    pub fn since_reset(&self) -> SinceReset {
+        let now = self.now();
+        let d = |i: usize| now[i].saturating_sub(self.base[i].load(Relaxed));
+        let (calls, timed, usec) = (d(0), d(2), d(3));
+        let usec = if timed == 0 { 0 } else { (usec as f64 * calls as f64 / timed as f64) as u64 };
+        SinceReset { calls, failed: d(1), rejected: d(4), usec }
+    }
+
+    /// Starts INFO's counts again from zero (the Prometheus counters go on).
+    pub fn reset(&self) {
+        for (b, v) in self.base.iter().zip(self.now()) {
+            b.store(v, Relaxed);
+        }
+    }
 }
 
 /// Server-wide counters.
@@ -104,6 +144,25 @@ pub struct Metrics {
     pub protected_refusals: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Error replies by their code word since the last CONFIG RESETSTAT (INFO errorstats).
+    pub errors: parking_lot::Mutex<BTreeMap<String, u64>>,
+    /// The most memory INFO saw the store hold (`used_memory_peak`).
+    pub memory_peak: AtomicU64,
+    /// Connections, rejected connections, bytes in and out at the last CONFIG RESETSTAT.
+    base: [AtomicU64; 4],
+    /// The command count and time of the last sample of INFO's `instantaneous_ops_per_sec`,
+    /// and the rate it gave.
+    ops_sample: parking_lot::Mutex<Option<(std::time::Instant, u64, f64)>>,
+}
+
+/// Server-wide counts since the last CONFIG RESETSTAT, as INFO stats shows them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StatsSinceReset {
+    pub connections: u64,
+    pub rejected_connections: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub commands: u64,
 }
 
 impl Metrics {
@@ -114,6 +173,80 @@ impl Metrics {
     pub fn total_calls(&self) -> u64 {
         self.commands.values().map(CmdStats::calls).sum()
     }
+
+    fn server_counters(&self) -> [u64; 4] {
+        let load = |c: &AtomicU64| c.load(Relaxed);
+        [load(&self.connections_total), load(&self.connections_rejected), load(&self.bytes_in), load(&self.bytes_out)]
+    }
+
+    /// The server-wide counts since the last [`Metrics::reset`].
+    pub fn since_reset(&self) -> StatsSinceReset {
+        let now = self.server_counters();
+        let d = |i: usize| now[i].saturating_sub(self.base[i].load(Relaxed));
+        StatsSinceReset {
+            connections: d(0),
+            rejected_connections: d(1),
+            bytes_in: d(2),
+            bytes_out: d(3),
+            commands: self.commands.values().map(|c| c.since_reset().calls).sum(),
+        }
+    }
+
+    /// CONFIG RESETSTAT: INFO's counts start again from zero. The Prometheus counters are
+    /// not reset (they must only grow): INFO subtracts what they held at the reset.
+    pub fn reset(&self) {
+        for c in self.commands.values() {
+            c.reset();
+        }
+        for (b, v) in self.base.iter().zip(self.server_counters()) {
+            b.store(v, Relaxed);
+        }
+        self.errors.lock().clear();
+        self.memory_peak.store(0, Relaxed);
+        *self.ops_sample.lock() = None;
+    }
+
+    /// Counts an error reply by its code word (`ERR`, `WRONGTYPE`...) for INFO errorstats.
+    pub fn count_error(&self, text: &str) {
+        let code = text.split_whitespace().next().unwrap_or("ERR");
+        let code: String = code.chars().take(32).collect();
+        *self.errors.lock().entry(code).or_default() += 1;
+    }
+
+    /// Commands per second since the previous sample, taken at most once a second (INFO
+    /// reads it; between samples it gives the last rate).
+    pub fn ops_per_sec(&self) -> f64 {
+        let (now, calls) = (std::time::Instant::now(), self.total_calls());
+        let mut s = self.ops_sample.lock();
+        match *s {
+            Some((t, n, rate)) => {
+                let secs = now.duration_since(t).as_secs_f64();
+                if secs < 1.0 {
+                    return rate;
+                }
+                let rate = calls.saturating_sub(n) as f64 / secs;
+                *s = Some((now, calls, rate));
+                rate
+            }
+            None => {
+                *s = Some((now, calls, 0.0));
+                0.0
+            }
+        }
+    }
+}
+
+/// The process' resident memory now and at its peak (`VmRSS`, `VmHWM` of
+/// `/proc/self/status`), in bytes; zeros where there is no such file.
+pub fn rss_bytes() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 /// CPU seconds (user, system) this process has used.

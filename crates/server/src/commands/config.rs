@@ -1,0 +1,239 @@
+//! CONFIG GET, SET, RESETSTAT and REWRITE over a table of the Redis parameters Halyard can
+//! answer for. Parameters Halyard acts on at run time (`timeout`, `busy-reply-threshold`) are
+//! changed by CONFIG SET; those that describe what Halyard does not do (RDB, AOF, eviction)
+//! accept only the value that is true of it and explain why otherwise; the rest are immutable.
+//! `notify-keyspace-events` is kept and given back, and does nothing: Halyard publishes no
+//! keyspace notifications.
+
+use super::args::{lower, wrong_args};
+use super::glob::glob;
+use super::introspection;
+use super::table::{Command, Keys};
+use crate::resp::Reply;
+use crate::state::{Session, Shared};
+use std::sync::atomic::Ordering::Relaxed;
+
+#[rustfmt::skip]
+pub(super) static COMMANDS: &[Command] = &[
+    Command { name: "config", arity: -2, flags: 0, keys: Keys::None, handler: cmd_config },
+];
+
+/// Checks a new value and, when `apply`, sets it; Err is why it may not be set.
+type Setter = fn(&Shared, &str, bool) -> Result<(), String>;
+
+/// One parameter: its name, its value now, and how CONFIG SET changes it (None: immutable).
+struct Param {
+    name: &'static str,
+    get: fn(&Shared) -> String,
+    set: Option<Setter>,
+}
+
+const NO_EVICTION: &str = "Halyard keeps its data on disk and evicts nothing";
+
+#[rustfmt::skip]
+static PARAMS: &[Param] = &[
+    Param { name: "databases", get: |sh| (sh.numbered.len() + 1).to_string(), set: None },
+    Param { name: "appendonly", get: |_| "no".into(), set: Some(|_, v, _| only(v, "no", "Halyard has no AOF: every write goes to its store's log (INFO persistence shows when it is synced)")) },
+    Param { name: "appendfsync", get: appendfsync, set: None },
+    Param { name: "save", get: |_| String::new(), set: Some(|_, v, _| only(v, "", "Halyard takes no RDB snapshots: its store is always on disk (HALYARD.BACKUP copies it)")) },
+    Param { name: "dir", get: |sh| sh.settings.dir.get().cloned().unwrap_or_default(), set: None },
+    Param { name: "port", get: |sh| sh.settings.port.load(Relaxed).to_string(), set: None },
+    Param { name: "maxclients", get: |sh| sh.settings.max_clients.load(Relaxed).to_string(), set: None },
+    Param { name: "requirepass", get: |sh| sh.requirepass.clone().unwrap_or_default(), set: None },
+    Param { name: "protected-mode", get: |sh| yes_no(sh.protect_resp.load(Relaxed)), set: None },
+    Param { name: "maxmemory", get: |_| "0".into(), set: Some(set_maxmemory) },
+    Param { name: "maxmemory-policy", get: |_| "noeviction".into(), set: Some(|_, v, _| only(&v.to_ascii_lowercase(), "noeviction", NO_EVICTION)) },
+    Param { name: "maxmemory-samples", get: |_| "5".into(), set: Some(|_, v, _| only(v, "5", NO_EVICTION)) },
+    Param { name: "maxmemory-eviction-tenacity", get: |_| "10".into(), set: Some(|_, v, _| only(v, "10", NO_EVICTION)) },
+    Param { name: "maxmemory-clients", get: |_| "0".into(), set: Some(|_, v, _| only(v, "0", NO_EVICTION)) },
+    Param { name: "timeout", get: |sh| sh.settings.timeout.load(Relaxed).to_string(), set: Some(set_timeout) },
+    Param { name: "busy-reply-threshold", get: |sh| sh.scripts.limit_ms.load(Relaxed).to_string(), set: Some(set_busy) },
+    Param { name: "lua-time-limit", get: |sh| sh.scripts.limit_ms.load(Relaxed).to_string(), set: Some(set_busy) },
+    Param { name: "hash-max-listpack-entries", get: |_| introspection::HASH_LISTPACK_ENTRIES.to_string(), set: None },
+    Param { name: "hash-max-listpack-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
+    Param { name: "zset-max-listpack-entries", get: |_| introspection::ZSET_LISTPACK_ENTRIES.to_string(), set: None },
+    Param { name: "zset-max-listpack-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
+    Param { name: "hash-max-ziplist-entries", get: |_| introspection::HASH_LISTPACK_ENTRIES.to_string(), set: None },
+    Param { name: "hash-max-ziplist-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
+    Param { name: "zset-max-ziplist-entries", get: |_| introspection::ZSET_LISTPACK_ENTRIES.to_string(), set: None },
+    Param { name: "zset-max-ziplist-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
+    Param { name: "set-max-intset-entries", get: |_| introspection::INTSET_ENTRIES.to_string(), set: None },
+    Param { name: "notify-keyspace-events", get: |sh| sh.settings.notify_keyspace_events.lock().clone(), set: Some(set_notify) },
+];
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}
+
+/// Redis' `appendfsync` for the store's sync mode.
+fn appendfsync(sh: &Shared) -> String {
+    match sh.ks.db.options().sync {
+        halyard_engine::SyncMode::Always => "always",
+        halyard_engine::SyncMode::Group => "everysec",
+        halyard_engine::SyncMode::None => "no",
+    }
+    .into()
+}
+
+/// A parameter whose only value in Halyard is `want`.
+fn only(v: &str, want: &str, why: &str) -> Result<(), String> {
+    if v == want {
+        Ok(())
+    } else {
+        Err(why.into())
+    }
+}
+
+/// A non-negative integer as CONFIG SET reads it.
+fn uint(v: &str) -> Result<u64, String> {
+    let n: i64 = v.parse().map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+    u64::try_from(n)
+        .ok()
+        .filter(|&n| n <= i32::MAX as u64)
+        .ok_or_else(|| "argument must be between 0 and 2147483647 inclusive".into())
+}
+
+/// A memory size (`100`, `1kb`, `2mb`, `1gb`, as Redis reads them).
+fn memory(v: &str) -> Option<u64> {
+    let l = v.to_ascii_lowercase();
+    let units = [
+        ("gb", 1u64 << 30),
+        ("mb", 1 << 20),
+        ("kb", 1 << 10),
+        ("g", 1_000_000_000),
+        ("m", 1_000_000),
+        ("k", 1000),
+        ("b", 1),
+    ];
+    let (digits, mul) = units.iter().find_map(|(u, m)| l.strip_suffix(u).map(|d| (d, *m))).unwrap_or((&l, 1));
+    digits.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+fn set_maxmemory(_: &Shared, v: &str, _: bool) -> Result<(), String> {
+    match memory(v) {
+        None => Err("argument must be a memory value".into()),
+        Some(0) => Ok(()),
+        Some(_) => Err(format!("{NO_EVICTION}: maxmemory can only be 0")),
+    }
+}
+
+fn set_timeout(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
+    let n = uint(v)?;
+    if apply {
+        sh.settings.timeout.store(n, Relaxed);
+    }
+    Ok(())
+}
+
+fn set_busy(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
+    let n = uint(v)?;
+    if apply {
+        sh.scripts.limit_ms.store(n, Relaxed);
+    }
+    Ok(())
+}
+
+/// The classes of `notify-keyspace-events`, in the order Redis writes them back.
+const EVENT_CLASSES: &str = "g$lshzxetd";
+
+fn set_notify(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
+    if v.chars().any(|c| !"Ag$lshzxetdKEmn".contains(c)) {
+        return Err("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".into());
+    }
+    if apply {
+        // As Redis gives it back: A for every class, then K, E, m, n.
+        let all = v.contains('A') || EVENT_CLASSES.chars().all(|c| v.contains(c));
+        let mut s: String = if all { "A".into() } else { EVENT_CLASSES.chars().filter(|c| v.contains(*c)).collect() };
+        s.extend("KEmn".chars().filter(|c| v.contains(*c)));
+        *sh.settings.notify_keyspace_events.lock() = s;
+    }
+    Ok(())
+}
+
+fn cmd_config(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, sub, rest @ ..] = a else { return wrong_args("config") };
+    match (lower(sub).as_str(), rest) {
+        ("get", [_, ..]) => config_get(sh, rest),
+        ("set", [_, _, ..]) if rest.len().is_multiple_of(2) => config_set(sh, rest),
+        ("resetstat", []) => {
+            sh.metrics.reset();
+            Reply::ok()
+        }
+        ("rewrite", []) => Reply::err(
+            "ERR CONFIG REWRITE is not supported: Halyard's settings come from its command line and config file; change them there",
+        ),
+        ("help", []) => Reply::Array(HELP.iter().map(|l| Reply::Simple((*l).into())).collect()),
+        (s @ ("get" | "set" | "resetstat" | "rewrite" | "help"), _) => wrong_args(&format!("config|{s}")),
+        (s, _) => Reply::err(format!("ERR unknown subcommand '{s}'. Try CONFIG HELP.")),
+    }
+}
+
+const HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Set the configuration <directive> to <value>.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Not supported by Halyard (its settings come from its command line and config file).",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// CONFIG GET pattern...: the parameters any pattern matches (in any case), as a map.
+fn config_get(sh: &Shared, patterns: &[&[u8]]) -> Reply {
+    let patterns: Vec<String> = patterns.iter().map(|p| lower(p)).collect();
+    Reply::Map(
+        PARAMS
+            .iter()
+            .filter(|p| patterns.iter().any(|pat| glob(pat.as_bytes(), p.name.as_bytes())))
+            .map(|p| (Reply::bulk(p.name), Reply::bulk((p.get)(sh))))
+            .collect(),
+    )
+}
+
+/// CONFIG SET name value...: every pair checked before any is set, as Redis does.
+fn config_set(sh: &Shared, pairs: &[&[u8]]) -> Reply {
+    let failed = |arg: &str, why: &str| {
+        Reply::err(format!("ERR CONFIG SET failed (possibly related to argument '{arg}') - {why}"))
+    };
+    let mut planned: Vec<(&Param, String)> = Vec::new();
+    for pair in pairs.chunks_exact(2) {
+        let [name, value] = pair else { continue };
+        let shown = String::from_utf8_lossy(name);
+        let Some(p) = PARAMS.iter().find(|p| p.name.as_bytes().eq_ignore_ascii_case(name)) else {
+            return Reply::err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{shown}'"));
+        };
+        if planned.iter().any(|(q, _)| std::ptr::eq(*q, p)) {
+            return failed(&shown, "duplicate parameter");
+        }
+        let Some(set) = p.set else { return failed(&shown, "can't set immutable config") };
+        let value = String::from_utf8_lossy(value).into_owned();
+        if let Err(why) = set(sh, &value, false) {
+            return failed(&shown, &why);
+        }
+        planned.push((p, value));
+    }
+    for (p, value) in planned {
+        if let Some(set) = p.set {
+            let _ = set(sh, &value, true);
+        }
+    }
+    Reply::ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_values() {
+        assert_eq!(memory("0"), Some(0));
+        assert_eq!(memory("1kb"), Some(1024));
+        assert_eq!(memory("2MB"), Some(2 << 20));
+        assert_eq!(memory("3m"), Some(3_000_000));
+        assert_eq!(memory("x"), None);
+    }
+}
