@@ -140,24 +140,10 @@ pub async fn run_with(
         }
         None => None,
     };
-    let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
-    let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
-    if let Some(d) = &cfg.backup_dir {
-        let _ = sh.backup_dir.set(d.clone());
-    }
-    if let Some(c) = &cluster {
-        let _ = sh.cluster.set(c.clone());
-        forward::install(&sh, c);
-    }
+    let sh = shared_state(&cfg, &db, cluster.as_ref(), &resp_l, &native_l)?;
     let registry = Arc::new(http::registry(sh.clone(), cluster.clone()));
-    sh.protect_resp.store(protected(&resp_l, cfg.requirepass.is_some()), Relaxed);
-    sh.protect_native.store(protected(&native_l, cfg.requirepass.is_some()), Relaxed);
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(resp = %cfg.resp, native = %cfg.listen, http = %cfg.http, dir = %cfg.dir.display(), "halyard serving");
-    sh.settings.timeout.store(cfg.idle_timeout_secs, Relaxed);
-    sh.settings.max_clients.store(cfg.max_clients as u64, Relaxed);
-    sh.settings.port.store(resp_l.local_addr().map_or(0, |a| u64::from(a.port())), Relaxed);
-    let _ = sh.settings.dir.set(cfg.dir.display().to_string());
     let limits = Limits { max_request_bytes: cfg.max_request_bytes, max_args: 1 << 20 };
     let idle = (cfg.idle_timeout_secs > 0).then(|| Duration::from_secs(cfg.idle_timeout_secs));
     // Connection tasks, so that shutdown can wait for the requests in flight.
@@ -201,6 +187,32 @@ pub async fn run_with(
     let _ = tokio::time::timeout(Duration::from_secs(10), conns.wait()).await;
     drop(sh);
     flush_on_exit(db).await
+}
+
+/// What the server's connections share, with the settings of `cfg`.
+fn shared_state(
+    cfg: &ServerConfig,
+    db: &Arc<Db>,
+    cluster: Option<&Arc<cluster::ClusterNode>>,
+    resp_l: &TcpListener,
+    native_l: &TcpListener,
+) -> Result<Arc<Shared>, ServerError> {
+    let ks = keyspace::Keyspace::new(db.clone()).map_err(|e| ServerError::Config(e.to_string()))?;
+    let sh = Arc::new(Shared::new(ks, cfg.requirepass.clone(), metrics::Metrics::new(&commands::names())));
+    if let Some(d) = &cfg.backup_dir {
+        let _ = sh.backup_dir.set(d.clone());
+    }
+    if let Some(c) = cluster {
+        let _ = sh.cluster.set(c.clone());
+        forward::install(&sh, c);
+    }
+    sh.protect_resp.store(protected(resp_l, cfg.requirepass.is_some()), Relaxed);
+    sh.protect_native.store(protected(native_l, cfg.requirepass.is_some()), Relaxed);
+    sh.settings.timeout.store(cfg.idle_timeout_secs, Relaxed);
+    sh.settings.max_clients.store(cfg.max_clients as u64, Relaxed);
+    sh.settings.port.store(resp_l.local_addr().map_or(0, |a| u64::from(a.port())), Relaxed);
+    let _ = sh.settings.dir.set(cfg.dir.display().to_string());
+    Ok(sh)
 }
 
 /// Writes the engine's memory out before the process ends.
