@@ -329,6 +329,16 @@ fn transactions() {
         &["MULTI"],
         &["BLPOP", "nolist", "0"],
         &["EXEC"],
+        // Scripts inside a transaction (what kombu's pipelines send), and the gate free after.
+        &["SCRIPT", "LOAD", "return redis.call('INCR', KEYS[1])"],
+        &["MULTI"],
+        &["EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", "1", "sx", "1"],
+        &["EVALSHA", "61636018f4e6b5817b89791bbed242f93fa089e3", "1", "sx"],
+        &["SCRIPT", "LOAD", "return 2"],
+        &["INCR", "sx"],
+        &["EXEC"],
+        &["GET", "sx"],
+        &["EVAL", "return redis.call('GET', KEYS[1])", "1", "sx"],
         &["MULTI"],
         &["EXEC"],
     ]);

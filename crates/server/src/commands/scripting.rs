@@ -97,7 +97,8 @@ fn function(lua: &Lua, sha: &str, body: &[u8]) -> mlua::Result<mlua::Function> {
 
 /// Runs script `sha` (`body`) with KEYS and ARGV.
 fn run_script(sh: &Shared, sess: &mut Session, sha: &str, body: &[u8], keys: &[&[u8]], argv: &[&[u8]]) -> Reply {
-    let _exclusive = sh.gate.write();
+    // Inside EXEC the gate is held already (a script queued in a transaction).
+    let _exclusive = (!sess.atomic).then(|| sh.gate.write());
     let mut guard = sh.scripts.lua.lock();
     if guard.is_none() {
         match new_state(sh.scripts.killed.clone()) {
@@ -109,12 +110,12 @@ fn run_script(sh: &Shared, sess: &mut Session, sha: &str, body: &[u8], keys: &[&
     sh.scripts.killed.store(false, Relaxed);
     sh.scripts.wrote.store(false, Relaxed);
     sh.scripts.started.store(sh.scripts.now(), Relaxed);
-    sess.atomic = true;
+    let was_atomic = std::mem::replace(&mut sess.atomic, true);
     // Off the runtime's worker: the connections queued on it (a SCRIPT KILL among them) are
     // served meanwhile.
     let mut result = None;
     (crate::native::off_worker_hook().0)(&mut || result = Some(execute(lua, sh, sess, sha, body, keys, argv)));
-    sess.atomic = false;
+    sess.atomic = was_atomic;
     let result = result.unwrap_or_else(|| Err(mlua::Error::runtime("ERR the script did not run")));
     sh.scripts.started.store(0, Relaxed);
     match result {
@@ -193,11 +194,11 @@ fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 }
 
 /// SCRIPT LOAD body | EXISTS sha... | FLUSH [ASYNC|SYNC] | KILL.
-fn cmd_script(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
+fn cmd_script(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let s = &sh.scripts;
     match (lower(a.get(1).copied().unwrap_or_default()).as_str(), a.get(2..).unwrap_or_default()) {
         ("load", [body]) => {
-            let _exclusive = sh.gate.write();
+            let _exclusive = (!sess.atomic).then(|| sh.gate.write());
             if let Err(e) = Lua::new().load(*body).set_name("@user_script").into_function() {
                 return Reply::Error(error_text(&e));
             }
@@ -211,7 +212,7 @@ fn cmd_script(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
             Reply::Array(shas.iter().map(|x| Reply::Int(i64::from(has(x)))).collect())
         }
         ("flush", []) | ("flush", [_]) => {
-            let _exclusive = sh.gate.write();
+            let _exclusive = (!sess.atomic).then(|| sh.gate.write());
             s.bodies.lock().clear();
             *s.lua.lock() = None;
             Reply::ok()
