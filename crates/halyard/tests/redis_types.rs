@@ -442,6 +442,24 @@ fn scripting() {
         &["EVAL", "return string.format('%d-%s', 7, 'x')", "0"],
         &["EVAL", "return table.concat({'a','b'}, ',')", "0"],
         &["EVAL", "return math.floor(3.7)", "0"],
+        // Functions.
+        &["FUNCTION", "FLUSH"],
+        &["FUNCTION", "LOAD", "#!lua name=lib1\nredis.register_function('f1', function(keys, args) return redis.call('SET', keys[1], args[1]) end)\nredis.register_function{function_name='f2', callback=function(keys, args) return #keys + #args end, flags={'no-writes'}}"],
+        &["FUNCTION", "LOAD", "#!lua name=lib1\nredis.register_function('f1', function() return 1 end)"],
+        &["FUNCTION", "LOAD", "no header"],
+        &["FUNCTION", "LOAD", "#!lua name=lib2\nredis.register_function('f1', function() return 1 end)"],
+        &["FCALL", "f1", "1", "fk", "fv"],
+        &["GET", "fk"],
+        &["FCALL", "f2", "2", "a", "b", "c"],
+        &["FCALL", "nosuch", "0"],
+        &["FCALL_RO", "f2", "0"],
+        &["FCALL_RO", "f1", "1", "fk", "x"],
+        &["FUNCTION", "LOAD", "REPLACE", "#!lua name=lib1\nredis.register_function('f3', function() return 'three' end)"],
+        &["FCALL", "f1", "0"],
+        &["FCALL", "f3", "0"],
+        &["FUNCTION", "DELETE", "lib1"],
+        &["FUNCTION", "DELETE", "lib1"],
+        &["FCALL", "f3", "0"],
     ]);
 }
 
@@ -1196,6 +1214,32 @@ fn random_picks_are_members() {
         assert_eq!(p[1], want);
     }
     assert_eq!(items(c.cmd(&["HRANDFIELD", "h", "10"])).len(), 3);
+}
+
+/// ZSCAN of a sorted set past the size Redis answers in one page, with scores that differ:
+/// every member comes back once, with its score.
+#[test]
+fn zscan_pages_through_a_large_sorted_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    let fill = "for i = 1, 1000 do redis.call('ZADD', KEYS[1], i, 'm' .. i) end return 1";
+    assert_eq!(c.cmd(&["EVAL", fill, "1", "z"]), R::Int(1));
+    let (mut cursor, mut seen) = ("0".to_string(), std::collections::BTreeMap::new());
+    loop {
+        let R::Array(Some(reply)) = c.cmd(&["ZSCAN", "z", &cursor, "COUNT", "37"]) else { panic!("ZSCAN") };
+        let (R::Bulk(Some(next)), R::Array(Some(items))) = (&reply[0], &reply[1]) else { panic!("{reply:?}") };
+        for pair in items.chunks(2) {
+            let (R::Bulk(Some(m)), R::Bulk(Some(s))) = (&pair[0], &pair[1]) else { panic!("{pair:?}") };
+            assert!(seen.insert(m.clone(), s.clone()).is_none(), "{m:?} twice");
+        }
+        cursor = String::from_utf8(next.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 1000);
+    assert_eq!(seen.get(&b"m7".to_vec()), Some(&b"7".to_vec()));
 }
 
 /// What a subscriber and a publisher see, in RESP2 and RESP3, on one server.

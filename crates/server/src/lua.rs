@@ -17,6 +17,10 @@ pub const LUA_TIME_LIMIT: Duration = Duration::from_secs(5);
 /// The scripts of a server: their bodies by SHA1, the Lua state, and the running script.
 pub struct Scripts {
     pub bodies: Mutex<HashMap<String, Vec<u8>>>,
+    /// The loaded function libraries: each one's functions, by library name.
+    pub libraries: Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    /// The functions declared `no-writes` (FCALL_RO runs only those).
+    pub read_only: Mutex<std::collections::BTreeSet<String>>,
     pub lua: Mutex<Option<Lua>>,
     /// When the running script started (ms since the server started; 0: none runs).
     pub started: AtomicU64,
@@ -35,6 +39,8 @@ impl Default for Scripts {
     fn default() -> Scripts {
         Scripts {
             bodies: Mutex::default(),
+            libraries: Mutex::default(),
+            read_only: Mutex::default(),
             lua: Mutex::default(),
             started: AtomicU64::new(0),
             wrote: AtomicBool::new(false),

@@ -8,11 +8,13 @@
 //! `redis.call` and `redis.pcall` run a command through the same table, checks and cluster
 //! routing as a client's (a key another node leads is an error: a script runs where its
 //! declared keys are). A script past `LUA_TIME_LIMIT` makes other clients' commands answer
-//! BUSY; SCRIPT KILL stops it unless it already wrote. The Lua state itself is in `crate::lua`.
+//! BUSY; SCRIPT KILL stops it unless it already wrote. Redis 7's functions (FUNCTION LOAD of a
+//! `#!lua name=...` library that calls `redis.register_function`, FCALL) run the same way; they
+//! live as long as the process (Redis keeps them in its RDB file; Halyard has none). The Lua state itself is in `crate::lua`.
 
 use super::args::{int_arg, lower, wrong_args};
 use super::dispatch::{plan, run_ungated};
-use super::table::{lookup, Command, Keys, ATOMIC, WRITE};
+use super::table::{lookup, Command, Keys, ATOMIC, READONLY, WRITE};
 use crate::lua::{error_text, from_lua, new_state, sha1_hex, status_table, to_lua};
 use crate::resp::{fmt_double, Reply};
 use crate::state::{Session, Shared};
@@ -25,7 +27,13 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "eval", arity: -3, flags: WRITE | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_eval },
     Command { name: "evalsha", arity: -3, flags: WRITE | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_evalsha },
     Command { name: "script", arity: -2, flags: ATOMIC, keys: Keys::None, handler: cmd_script },
+    Command { name: "function", arity: -2, flags: ATOMIC, keys: Keys::None, handler: cmd_function },
+    Command { name: "fcall", arity: -3, flags: WRITE | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_fcall },
+    Command { name: "fcall_ro", arity: -3, flags: READONLY | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_fcall },
 ];
+
+/// The registry table of the loaded libraries' functions, by name.
+const FUNCTIONS: &str = "halyard_functions";
 
 /// Commands a script may not call.
 const NOT_IN_SCRIPTS: &[&str] =
@@ -95,18 +103,33 @@ fn function(lua: &Lua, sha: &str, body: &[u8]) -> mlua::Result<mlua::Function> {
     Ok(f)
 }
 
-/// Runs script `sha` (`body`) with KEYS and ARGV.
-fn run_script(sh: &Shared, sess: &mut Session, sha: &str, body: &[u8], keys: &[&[u8]], argv: &[&[u8]]) -> Reply {
-    // Inside EXEC the gate is held already (a script queued in a transaction).
-    let _exclusive = (!sess.atomic).then(|| sh.gate.write());
-    let mut guard = sh.scripts.lua.lock();
+/// What runs: a script (EVAL, EVALSHA) or a library's function (FCALL).
+#[derive(Clone, Copy)]
+enum Code<'a> {
+    Script { sha: &'a str, body: &'a [u8] },
+    Function(&'a str),
+}
+
+/// The Lua state, started on first use.
+fn state<'a>(sh: &Shared, guard: &'a mut Option<Lua>) -> Result<&'a Lua, Reply> {
     if guard.is_none() {
         match new_state(sh.scripts.killed.clone()) {
             Ok(l) => *guard = Some(l),
-            Err(e) => return Reply::err(format!("ERR the Lua state could not start: {e}")),
+            Err(e) => return Err(Reply::err(format!("ERR the Lua state could not start: {e}"))),
         }
     }
-    let Some(lua) = guard.as_ref() else { return Reply::err("ERR no Lua state") };
+    guard.as_ref().ok_or_else(|| Reply::err("ERR no Lua state"))
+}
+
+/// Runs `code` with KEYS and ARGV.
+fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Reply {
+    // Inside EXEC the gate is held already (a script queued in a transaction).
+    let _exclusive = (!sess.atomic).then(|| sh.gate.write());
+    let mut guard = sh.scripts.lua.lock();
+    let lua = match state(sh, &mut guard) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
     sh.scripts.killed.store(false, Relaxed);
     sh.scripts.wrote.store(false, Relaxed);
     sh.scripts.started.store(sh.scripts.now(), Relaxed);
@@ -114,7 +137,7 @@ fn run_script(sh: &Shared, sess: &mut Session, sha: &str, body: &[u8], keys: &[&
     // Off the runtime's worker: the connections queued on it (a SCRIPT KILL among them) are
     // served meanwhile.
     let mut result = None;
-    (crate::native::off_worker_hook().0)(&mut || result = Some(execute(lua, sh, sess, sha, body, keys, argv)));
+    (crate::native::off_worker_hook().0)(&mut || result = Some(execute(lua, sh, sess, code, keys, argv)));
     sess.atomic = was_atomic;
     let result = result.unwrap_or_else(|| Err(mlua::Error::runtime("ERR the script did not run")));
     sh.scripts.started.store(0, Relaxed);
@@ -128,18 +151,26 @@ fn execute(
     lua: &Lua,
     sh: &Shared,
     sess: &mut Session,
-    sha: &str,
-    body: &[u8],
+    code: Code<'_>,
     keys: &[&[u8]],
     argv: &[&[u8]],
 ) -> mlua::Result<Value> {
-    let f = function(lua, sha, body)?;
     let g = lua.globals();
     let strings = |xs: &[&[u8]]| -> mlua::Result<mlua::Table> {
         lua.create_sequence_from(xs.iter().map(|x| lua.create_string(x)).collect::<mlua::Result<Vec<_>>>()?)
     };
-    g.raw_set("KEYS", strings(keys)?)?;
-    g.raw_set("ARGV", strings(argv)?)?;
+    let (k, a) = (strings(keys)?, strings(argv)?);
+    g.raw_set("KEYS", k.clone())?;
+    g.raw_set("ARGV", a.clone())?;
+    // A function gets KEYS and ARGV as its arguments; a script reads the globals.
+    let (f, args) = match code {
+        Code::Script { sha, body } => (function(lua, sha, body)?, mlua::MultiValue::new()),
+        Code::Function(name) => {
+            let fns: mlua::Table = lua.named_registry_value(FUNCTIONS)?;
+            let f: mlua::Function = fns.raw_get(name)?;
+            (f, mlua::MultiValue::from_iter([Value::Table(k), Value::Table(a)]))
+        }
+    };
     let redis: mlua::Table = g.raw_get("redis")?;
     let sess = RefCell::new(sess);
     lua.scope(|scope| {
@@ -148,7 +179,7 @@ fn execute(
             scope.create_function_mut(|lua, a: mlua::MultiValue| call(lua, sh, &mut sess.borrow_mut(), a, false))?;
         redis.raw_set("call", c)?;
         redis.raw_set("pcall", p)?;
-        let out = f.call::<Value>(());
+        let out = f.call::<Value>(args);
         redis.raw_set("call", Value::Nil)?;
         redis.raw_set("pcall", Value::Nil)?;
         out
@@ -177,7 +208,7 @@ fn cmd_eval(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     };
     let sha = sha1_hex(body);
     sh.scripts.bodies.lock().insert(sha.clone(), body.to_vec());
-    run_script(sh, sess, &sha, body, keys, argv)
+    run_script(sh, sess, Code::Script { sha: &sha, body }, keys, argv)
 }
 
 fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
@@ -190,7 +221,7 @@ fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let Some(body) = sh.scripts.bodies.lock().get(&sha).cloned() else {
         return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
     };
-    run_script(sh, sess, &sha, &body, keys, argv)
+    run_script(sh, sess, Code::Script { sha: &sha, body: &body }, keys, argv)
 }
 
 /// SCRIPT LOAD body | EXISTS sha... | FLUSH [ASYNC|SYNC] | KILL.
@@ -226,5 +257,169 @@ fn cmd_script(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         (sub, _) => Reply::err(format!(
             "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try SCRIPT HELP."
         )),
+    }
+}
+
+/// FCALL/FCALL_RO function numkeys key... arg...
+fn cmd_fcall(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, name, rest @ ..] = a else { return wrong_args("fcall") };
+    let (keys, argv) = match split_keys(rest) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let name = String::from_utf8_lossy(name).into_owned();
+    if !sh.scripts.libraries.lock().values().any(|fns| fns.contains(&name)) {
+        return Reply::err("ERR Function not found");
+    }
+    let read_only = a.first().is_some_and(|c| lower(c) == "fcall_ro");
+    if read_only && !sh.scripts.read_only.lock().contains(&name) {
+        return Reply::err("ERR Can not execute a script with write flag using *_ro command.");
+    }
+    run_script(sh, sess, Code::Function(&name), keys, argv)
+}
+
+/// The library name of `#!lua name=<lib>` on a library's first line.
+fn library_name(code: &[u8]) -> Result<String, Reply> {
+    let first = code.split(|&b| b == b'\n').next().unwrap_or_default();
+    let first = String::from_utf8_lossy(first);
+    let Some(rest) = first.strip_prefix("#!") else { return Err(Reply::err("ERR Missing library metadata")) };
+    let mut parts = rest.split_whitespace();
+    if parts.next() != Some("lua") {
+        return Err(Reply::err("ERR Engine not found"));
+    }
+    parts
+        .find_map(|p| p.strip_prefix("name=").map(str::to_string))
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Reply::err("ERR Library name was not given"))
+}
+
+/// Runs a library's code with a `redis.register_function` that collects its functions.
+/// A function a library registered: its name, its callback and whether it declared
+/// `no-writes` (only those run under FCALL_RO).
+type Registered = (String, mlua::Function, bool);
+
+fn load_library(lua: &Lua, code: &[u8]) -> mlua::Result<Vec<Registered>> {
+    let found = RefCell::new(Vec::new());
+    let redis: mlua::Table = lua.globals().raw_get("redis")?;
+    // The `#!lua` line is metadata, not Lua: left out, its line kept so line numbers hold.
+    let body = code.iter().position(|&b| b == b'\n').map_or(&b""[..], |i| code.get(i..).unwrap_or_default());
+    let chunk = lua.load(body).set_name("@user_function").into_function()?;
+    lua.scope(|scope| {
+        let register = scope.create_function(|_, a: mlua::MultiValue| {
+            let mut it = a.into_iter();
+            let (name, f, ro) = match (it.next(), it.next()) {
+                (Some(Value::String(n)), Some(Value::Function(f))) => (n.to_string_lossy(), f, false),
+                (Some(Value::Table(t)), None) => {
+                    let flags: Vec<String> = t.get::<Option<Vec<String>>>("flags")?.unwrap_or_default();
+                    let ro = flags.iter().any(|f| f == "no-writes");
+                    (t.get::<String>("function_name")?, t.get::<mlua::Function>("callback")?, ro)
+                }
+                _ => return Err(mlua::Error::runtime("ERR wrong arguments to redis.register_function")),
+            };
+            found.borrow_mut().push((name, f, ro));
+            Ok(())
+        })?;
+        redis.raw_set("register_function", register)?;
+        let out = chunk.call::<()>(());
+        redis.raw_set("register_function", Value::Nil)?;
+        out
+    })?;
+    Ok(found.into_inner())
+}
+
+/// FUNCTION LOAD [REPLACE] code.
+fn function_load(sh: &Shared, replace: bool, code: &[u8]) -> Reply {
+    let lib = match library_name(code) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let mut guard = sh.scripts.lua.lock();
+    let lua = match state(sh, &mut guard) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let mut libs = sh.scripts.libraries.lock();
+    if libs.contains_key(&lib) && !replace {
+        return Reply::err(format!("ERR Library '{lib}' already exists"));
+    }
+    let fns = match load_library(lua, code) {
+        Ok(f) => f,
+        Err(e) => return Reply::Error(error_text(&e)),
+    };
+    if let Some((n, ..)) = fns.iter().find(|(n, ..)| libs.iter().any(|(l, f)| *l != lib && f.contains(n))) {
+        return Reply::err(format!("ERR Function {n} already exists"));
+    }
+    let stored = (|| -> mlua::Result<()> {
+        let table: mlua::Table = match lua.named_registry_value::<Option<mlua::Table>>(FUNCTIONS)? {
+            Some(t) => t,
+            None => lua.create_table()?,
+        };
+        for old in libs.get(&lib).into_iter().flatten() {
+            table.raw_set(old.as_str(), Value::Nil)?;
+        }
+        for (n, f, _) in &fns {
+            table.raw_set(n.as_str(), f.clone())?;
+        }
+        lua.set_named_registry_value(FUNCTIONS, table)
+    })();
+    if let Err(e) = stored {
+        return Reply::Error(error_text(&e));
+    }
+    let mut ro = sh.scripts.read_only.lock();
+    for (n, _, r) in &fns {
+        if *r {
+            ro.insert(n.clone());
+        } else {
+            ro.remove(n);
+        }
+    }
+    libs.insert(lib.clone(), fns.into_iter().map(|(n, ..)| n).collect());
+    Reply::bulk(lib)
+}
+
+/// FUNCTION LOAD | FLUSH | DELETE | LIST.
+fn cmd_function(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let _exclusive = (!sess.atomic).then(|| sh.gate.write());
+    match (lower(a.get(1).copied().unwrap_or_default()).as_str(), a.get(2..).unwrap_or_default()) {
+        ("load", [code]) => function_load(sh, false, code),
+        ("load", [r, code]) if lower(r) == "replace" => function_load(sh, true, code),
+        ("flush", []) | ("flush", [_]) => {
+            sh.scripts.libraries.lock().clear();
+            if let Some(lua) = sh.scripts.lua.lock().as_ref() {
+                let _ = lua.set_named_registry_value(FUNCTIONS, Value::Nil);
+            }
+            Reply::ok()
+        }
+        ("delete", [lib]) => {
+            let Some(fns) = sh.scripts.libraries.lock().remove(&*String::from_utf8_lossy(lib)) else {
+                return Reply::err("ERR Library not found");
+            };
+            if let Some(lua) = sh.scripts.lua.lock().as_ref() {
+                if let Ok(t) = lua.named_registry_value::<mlua::Table>(FUNCTIONS) {
+                    for f in fns {
+                        let _ = t.raw_set(f, Value::Nil);
+                    }
+                }
+            }
+            Reply::ok()
+        }
+        ("list", _) => Reply::Array(
+            sh.scripts
+                .libraries
+                .lock()
+                .iter()
+                .map(|(lib, fns)| {
+                    let fns = fns.iter().map(|f| Reply::Map(vec![(Reply::bulk("name"), Reply::bulk(f.as_str()))]));
+                    Reply::Map(vec![
+                        (Reply::bulk("library_name"), Reply::bulk(lib.as_str())),
+                        (Reply::bulk("engine"), Reply::bulk("LUA")),
+                        (Reply::bulk("functions"), Reply::Array(fns.collect())),
+                    ])
+                })
+                .collect(),
+        ),
+        (sub, _) => {
+            Reply::err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try FUNCTION HELP."))
+        }
     }
 }

@@ -654,7 +654,8 @@ fn cmd_zscan(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
                     None => return Ok(Reply::err("ERR invalid cursor")),
                 },
             };
-            let mut page = collect(k.zrange_by_lex(key, &after, &Lex::Max, false)?, 0, Some(count.saturating_add(1)))?;
+            let mut page =
+                collect(k.zrange_by_member(key, &after, &Lex::Max, false)?, 0, Some(count.saturating_add(1)))?;
             let next = if page.len() > count {
                 page.truncate(count);
                 page.last().map_or(0, |(m, _)| sh.cursors.lock().put(m.clone()))

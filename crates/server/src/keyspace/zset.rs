@@ -241,6 +241,11 @@ impl Keyspace {
                 return Ok(it);
             }
         }
+        self.zrange_by_member(user, lo, hi, rev)
+    }
+
+    /// The members within `lo..hi` in member order, whatever their scores (ZSCAN's order).
+    pub fn zrange_by_member(&self, user: &[u8], lo: &Lex, hi: &Lex, rev: bool) -> Result<ZIter, KsError> {
         let base = join(&self.key(user), &[&[MEMBER]]);
         let end = prefix_end(&base).unwrap_or_default();
         let lo = match lo {
