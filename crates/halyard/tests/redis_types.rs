@@ -1239,7 +1239,7 @@ fn zscan_pages_through_a_large_sorted_set() {
         }
     }
     assert_eq!(seen.len(), 1000);
-    assert_eq!(seen.get(&b"m7".to_vec()), Some(&b"7".to_vec()));
+    assert_eq!(seen.get(b"m7".as_slice()), Some(&b"7".to_vec()));
 }
 
 /// What a subscriber and a publisher see, in RESP2 and RESP3, on one server.
