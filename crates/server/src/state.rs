@@ -184,6 +184,8 @@ pub struct Settings {
     pub dir: std::sync::OnceLock<String>,
     /// 40 hex digits, random for each start of the server (INFO's `run_id`).
     pub run_id: String,
+    /// Redis encoding thresholds CONFIG SET was given (kept for CONFIG GET).
+    pub tuning: Mutex<HashMap<&'static str, i64>>,
 }
 
 impl Default for Settings {
@@ -195,6 +197,7 @@ impl Default for Settings {
             port: AtomicU64::new(0),
             max_clients: AtomicU64::new(10_000),
             dir: std::sync::OnceLock::new(),
+            tuning: Mutex::default(),
             run_id,
         }
     }

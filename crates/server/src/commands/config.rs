@@ -49,15 +49,18 @@ static PARAMS: &[Param] = &[
     Param { name: "timeout", get: |sh| sh.settings.timeout.load(Relaxed).to_string(), set: Some(set_timeout) },
     Param { name: "busy-reply-threshold", get: |sh| sh.scripts.limit_ms.load(Relaxed).to_string(), set: Some(set_busy) },
     Param { name: "lua-time-limit", get: |sh| sh.scripts.limit_ms.load(Relaxed).to_string(), set: Some(set_busy) },
-    Param { name: "hash-max-listpack-entries", get: |_| introspection::HASH_LISTPACK_ENTRIES.to_string(), set: None },
-    Param { name: "hash-max-listpack-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
-    Param { name: "zset-max-listpack-entries", get: |_| introspection::ZSET_LISTPACK_ENTRIES.to_string(), set: None },
-    Param { name: "zset-max-listpack-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
-    Param { name: "hash-max-ziplist-entries", get: |_| introspection::HASH_LISTPACK_ENTRIES.to_string(), set: None },
-    Param { name: "hash-max-ziplist-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
-    Param { name: "zset-max-ziplist-entries", get: |_| introspection::ZSET_LISTPACK_ENTRIES.to_string(), set: None },
-    Param { name: "zset-max-ziplist-value", get: |_| introspection::LISTPACK_VALUE.to_string(), set: None },
-    Param { name: "set-max-intset-entries", get: |_| introspection::INTSET_ENTRIES.to_string(), set: None },
+    Param { name: "hash-max-listpack-entries", get: |sh| tuned(sh, "hash-max-listpack-entries", introspection::HASH_LISTPACK_ENTRIES as i64), set: Some(|sh, v, apply| set_tuned(sh, "hash-max-listpack-entries", v, apply)) },
+    Param { name: "hash-max-listpack-value", get: |sh| tuned(sh, "hash-max-listpack-value", introspection::LISTPACK_VALUE as i64), set: Some(|sh, v, apply| set_tuned(sh, "hash-max-listpack-value", v, apply)) },
+    Param { name: "zset-max-listpack-entries", get: |sh| tuned(sh, "zset-max-listpack-entries", introspection::ZSET_LISTPACK_ENTRIES as i64), set: Some(|sh, v, apply| set_tuned(sh, "zset-max-listpack-entries", v, apply)) },
+    Param { name: "zset-max-listpack-value", get: |sh| tuned(sh, "zset-max-listpack-value", introspection::LISTPACK_VALUE as i64), set: Some(|sh, v, apply| set_tuned(sh, "zset-max-listpack-value", v, apply)) },
+    Param { name: "hash-max-ziplist-entries", get: |sh| tuned(sh, "hash-max-ziplist-entries", introspection::HASH_LISTPACK_ENTRIES as i64), set: Some(|sh, v, apply| set_tuned(sh, "hash-max-ziplist-entries", v, apply)) },
+    Param { name: "hash-max-ziplist-value", get: |sh| tuned(sh, "hash-max-ziplist-value", introspection::LISTPACK_VALUE as i64), set: Some(|sh, v, apply| set_tuned(sh, "hash-max-ziplist-value", v, apply)) },
+    Param { name: "zset-max-ziplist-entries", get: |sh| tuned(sh, "zset-max-ziplist-entries", introspection::ZSET_LISTPACK_ENTRIES as i64), set: Some(|sh, v, apply| set_tuned(sh, "zset-max-ziplist-entries", v, apply)) },
+    Param { name: "zset-max-ziplist-value", get: |sh| tuned(sh, "zset-max-ziplist-value", introspection::LISTPACK_VALUE as i64), set: Some(|sh, v, apply| set_tuned(sh, "zset-max-ziplist-value", v, apply)) },
+    Param { name: "set-max-intset-entries", get: |sh| tuned(sh, "set-max-intset-entries", introspection::INTSET_ENTRIES as i64), set: Some(|sh, v, apply| set_tuned(sh, "set-max-intset-entries", v, apply)) },
+    Param { name: "list-compress-depth", get: |sh| tuned(sh, "list-compress-depth", 0), set: Some(|sh, v, apply| set_tuned(sh, "list-compress-depth", v, apply)) },
+    Param { name: "list-max-listpack-size", get: |sh| tuned(sh, "list-max-listpack-size", -2), set: Some(|sh, v, apply| set_tuned(sh, "list-max-listpack-size", v, apply)) },
+    Param { name: "list-max-ziplist-size", get: |sh| tuned(sh, "list-max-ziplist-size", -2), set: Some(|sh, v, apply| set_tuned(sh, "list-max-ziplist-size", v, apply)) },
     Param { name: "notify-keyspace-events", get: |sh| sh.settings.notify_keyspace_events.lock().clone(), set: Some(set_notify) },
 ];
 
@@ -115,6 +118,20 @@ fn set_maxmemory(_: &Shared, v: &str, _: bool) -> Result<(), String> {
         Some(0) => Ok(()),
         Some(_) => Err(format!("{NO_EVICTION}: maxmemory can only be 0")),
     }
+}
+
+/// A Redis encoding threshold: Halyard's layout does not change with it (OBJECT ENCODING
+/// answers by Redis's defaults), but tools and test suites set and read it back.
+fn tuned(sh: &Shared, name: &str, default: i64) -> String {
+    sh.settings.tuning.lock().get(name).copied().unwrap_or(default).to_string()
+}
+
+fn set_tuned(sh: &Shared, name: &'static str, v: &str, apply: bool) -> Result<(), String> {
+    let n: i64 = v.parse().map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+    if apply {
+        sh.settings.tuning.lock().insert(name, n);
+    }
+    Ok(())
 }
 
 fn set_timeout(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
