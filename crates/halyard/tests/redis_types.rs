@@ -1402,3 +1402,41 @@ fn introspection() {
         &["DEBUG"],
     ]);
 }
+
+/// Strings past what one engine record holds (Redis allows 512 MB): set, read, appended to,
+/// ranged, expired, renamed and replaced like any other, side by side with redis-server.
+#[test]
+fn long_strings() {
+    let big = "abcd".repeat(1_000_000);
+    let bigger = "x".repeat(3 << 20);
+    same_as_redis(&[
+        &["SET", "big", &big],
+        &["STRLEN", "big"],
+        &["GETRANGE", "big", "3999990", "-1"],
+        &["APPEND", "big", &bigger],
+        &["STRLEN", "big"],
+        &["GETRANGE", "big", "3999998", "4000001"],
+        &["SETRANGE", "big", "1", "ZZ"],
+        &["GETRANGE", "big", "0", "4"],
+        &["EXPIRE", "big", "100"],
+        &["TTL", "big"],
+        &["RENAME", "big", "big2"],
+        &["STRLEN", "big2"],
+        &["TTL", "big2"],
+        &["TYPE", "big2"],
+        &["SET", "big2", "small"],
+        &["GET", "big2"],
+        &["SET", "big3", &bigger],
+        &["HSET", "big3", "f", "v"],
+        &["DEL", "big3"],
+        &["HSET", "big3", "f", "v"],
+        &["HGETALL", "big3"],
+        &["EXISTS", "big", "big2", "big3"],
+        &["DBSIZE"],
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["SET", "b", &big]), ok());
+    assert_eq!(c.cmd(&["GET", "b"]), bulk(&big));
+}

@@ -89,7 +89,7 @@ pub struct ServerConfig {
     /// Disconnect clients silent for this many seconds (0 = never) [default: 0].
     #[arg(long = "idle-timeout", required = false)]
     pub idle_timeout_secs: u64,
-    /// Largest request in bytes [default: 16 MiB].
+    /// Largest request in bytes [default: 513 MiB: a 512 MB value, Redis's `proto-max-bulk-len`, and the command around it].
     #[arg(long, required = false)]
     pub max_request_bytes: usize,
     /// Network worker threads (0 = one per core) [default: 0].
@@ -217,7 +217,7 @@ impl Default for ServerConfig {
             requirepass: None,
             max_clients: 10_000,
             idle_timeout_secs: 0,
-            max_request_bytes: 16 << 20,
+            max_request_bytes: (512 << 20) + (1 << 20),
             workers: 0,
             cluster_file: None,
             node: None,

@@ -118,7 +118,7 @@ fn encoding(k: &Keyspace, key: &[u8], v: &Value) -> Result<&'static str, KsError
     Ok(match v {
         Value::Str(s) if is_int(s) => "int",
         Value::Str(s) if s.len() <= EMBSTR_MAX => "embstr",
-        Value::Str(_) => "raw",
+        Value::Str(_) | Value::Chunked(_) => "raw",
         Value::List { .. } => "quicklist",
         Value::Hash(n) if *n <= HASH_LISTPACK_ENTRIES && k.hgetall(key)?.iter().all(|(f, v)| small(f) && small(v)) => {
             "listpack"

@@ -8,13 +8,19 @@
 //!                                          03 | u64 LE head | u64 LE tail   (a list)
 //!                                          04 | u64 LE member count   (a set)
 //!                                          05 | u64 LE member count   (a sorted set)
+//!                                          06 | u64 LE length | u32 LE chunks  (a long string)
 //! P | esc(user) | 00 01 | fesc(field)      field value                (a hash field, layout 3)
 //! P | esc(user) | 00 01 | field            field value                (a field, layout 2)
 //! P | esc(user) | 00 01 | u64 BE index     element                    (a list element)
 //! P | esc(user) | 00 01 | fesc(member)     empty                      (a set member)
 //! P | esc(user) | 00 01 | 01 | member      f64 LE score               (a sorted set member)
 //! P | esc(user) | 00 01 | 02 | score | member   empty                  (its place by score)
+//! P | esc(user) | 00 01 | u32 BE chunk     up to 1 MiB of the string  (a long string's part)
 //! ```
+//!
+//! A string longer than `INLINE_STRING` bytes (Redis allows 512 MB) is cut into chunks of that
+//! size, each a record of its own under the key, since an engine record must fit in one log
+//! segment; its record says how long it is and how many chunks follow.
 //!
 //! `P`, the database's prefix, is `'r'` for database 0 (the only one of a cluster) and
 //! `'d' | n` for database n of 1–15 on a single node: each database is one contiguous engine
@@ -51,6 +57,10 @@ pub const LIST: u8 = 3;
 pub const SET: u8 = 4;
 /// Value header of a sorted set.
 pub const ZSET: u8 = 5;
+/// Value header of a string kept in chunks.
+pub const CHUNKED: u8 = 6;
+/// The longest string kept in its record; a longer one is kept in chunks of this size.
+pub const INLINE_STRING: usize = 1 << 20;
 /// The first byte of every engine key of database 0's key space.
 pub const PREFIX: u8 = b'r';
 /// The first byte of the engine keys of databases 1–15 (the database number follows).
@@ -172,6 +182,14 @@ pub fn is_aggregate(v: &[u8]) -> bool {
 pub fn counted(header: u8, n: u64) -> Vec<u8> {
     let mut v = vec![header];
     v.extend_from_slice(&n.to_le_bytes());
+    v
+}
+
+/// A long string's record: its length and number of chunks.
+pub fn chunked_meta(len: u64, chunks: u32) -> Vec<u8> {
+    let mut v = vec![CHUNKED];
+    v.extend_from_slice(&len.to_le_bytes());
+    v.extend_from_slice(&chunks.to_le_bytes());
     v
 }
 

@@ -28,8 +28,8 @@ pub mod set;
 pub mod zset;
 
 use encoding::{
-    all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, HASH, HASH_V2, LIST, SET, STRING,
-    ZSET,
+    all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, CHUNKED, HASH, HASH_V2, LIST, SET,
+    STRING, ZSET,
 };
 pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
@@ -79,13 +79,15 @@ pub enum Value {
     Set(u64),
     /// A sorted set with this many members.
     ZSet(u64),
+    /// A string of this many bytes kept in chunks (`Keyspace::get` reads it whole as `Str`).
+    Chunked(u64),
 }
 
 impl Value {
     /// The type's name as TYPE and SCAN's TYPE option give it.
     pub fn type_name(&self) -> &'static str {
         match self {
-            Value::Str(_) => "string",
+            Value::Str(_) | Value::Chunked(_) => "string",
             Value::Hash(_) => "hash",
             Value::List { .. } => "list",
             Value::Set(_) => "set",
@@ -135,6 +137,7 @@ fn decode(mut v: Vec<u8>) -> Result<Value, KsError> {
         (Some(&SET), 9) => u64_at(&v, 1).map(Value::Set),
         (Some(&ZSET), 9) => u64_at(&v, 1).map(Value::ZSet),
         (Some(&LIST), 17) => u64_at(&v, 1).zip(u64_at(&v, 9)).map(|(head, tail)| Value::List { head, tail }),
+        (Some(&CHUNKED), 13) => u64_at(&v, 1).map(Value::Chunked),
         _ => None,
     };
     value.ok_or_else(|| KsError::Engine(Error::Corruption { segment: 0, offset: 0, what: "unknown value type".into() }))
@@ -228,8 +231,12 @@ impl Keyspace {
         s.into_iter().map(|i| self.locks[i].lock()).collect()
     }
 
+    /// What `user` holds (a long string read whole).
     pub fn get(&self, user: &[u8]) -> Result<Option<Value>, KsError> {
-        self.db.get(&self.key(user))?.map(decode).transpose()
+        match self.db.get(&self.key(user))?.map(decode).transpose()? {
+            Some(Value::Chunked(len)) => self.read_chunked(user, len).map(|s| Some(Value::Str(s))),
+            other => Ok(other),
+        }
     }
 
     /// The string at `user` (None if absent; WRONGTYPE for any other type).
@@ -255,8 +262,7 @@ impl Keyspace {
                 self.delete_locked(user)?;
             }
         }
-        self.db.put_expiring(&self.key(user), &string_value(v), at)?;
-        Ok(())
+        self.put_string(user, v, at)
     }
 
     /// Stores a string keeping the key's expiry (INCR, APPEND and KEEPTTL do). Caller holds
@@ -272,8 +278,7 @@ impl Keyspace {
                 at
             }
         };
-        self.db.put_expiring(&self.key(user), &string_value(v), at)?;
-        Ok(())
+        self.put_string(user, v, at)
     }
 
     /// The store's clock, which expiry times are judged by (ms since the Unix epoch).
@@ -289,7 +294,7 @@ impl Keyspace {
     /// Stores a string; while no hash exists it skips reading the old value (the SET fast
     /// path). Caller holds the key's lock.
     pub fn set(&self, user: &[u8], v: &[u8]) -> Result<(), KsError> {
-        if self.hashes.load(std::sync::atomic::Ordering::Acquire) {
+        if self.hashes.load(std::sync::atomic::Ordering::Acquire) || v.len() > encoding::INLINE_STRING {
             self.set_locked(user, v)
         } else {
             self.db.put(&self.key(user), &string_value(v))?;

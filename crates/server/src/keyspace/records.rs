@@ -2,7 +2,7 @@
 //! another database. A key's records are its own record and every engine key under it
 //! (`encoding`), so these work the same for every type.
 
-use super::encoding::is_aggregate;
+use super::encoding::{chunked_meta, is_aggregate, string_value, INLINE_STRING};
 use super::{Keyspace, KsError, Pairs};
 use halyard_engine::WriteBatch;
 
@@ -13,6 +13,43 @@ impl Keyspace {
     /// The records under `user`'s own (fields, members, elements), in key order.
     pub(super) fn sub_records(&self, user: &[u8]) -> Result<Pairs, KsError> {
         Ok(self.db.scan(self.fields_range(user)).collect::<Result<_, _>>()?)
+    }
+
+    /// Writes the string `v` to `user`, which holds nothing else now, expiring at `at`: in its
+    /// record, or past `INLINE_STRING` bytes in chunks (each a batch, the record last, so that a
+    /// crash part-way leaves the key as it was, with chunks under it the next write replaces).
+    pub(super) fn put_string(&self, user: &[u8], v: &[u8], at: u64) -> Result<(), KsError> {
+        let rec = self.key(user);
+        if v.len() <= INLINE_STRING {
+            self.db.put_expiring(&rec, &string_value(v), at)?;
+            return Ok(());
+        }
+        self.mark_aggregates()?;
+        let mut n: u32 = 0;
+        for chunk in v.chunks(INLINE_STRING) {
+            let mut k = rec.to_vec();
+            k.extend_from_slice(&n.to_be_bytes());
+            self.db.put_expiring(&k, chunk, at)?;
+            n += 1;
+        }
+        self.db.put_expiring(&rec, &chunked_meta(v.len() as u64, n), at)?;
+        Ok(())
+    }
+
+    /// The string of `len` bytes kept in chunks under `user`.
+    pub(super) fn read_chunked(&self, user: &[u8], len: u64) -> Result<Vec<u8>, KsError> {
+        let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        // Only the chunks the record counts: a write cut short may have left more after them.
+        let chunks = usize::try_from(len.div_ceil(INLINE_STRING as u64)).unwrap_or(usize::MAX);
+        let opts = halyard_engine::ScanOptions { reverse: false, limit: Some(chunks) };
+        for r in self.db.scan_with(self.fields_range(user), opts) {
+            out.extend_from_slice(&r?.1);
+        }
+        if out.len() as u64 != len {
+            let what = format!("a long string of {len} bytes has {} in its chunks", out.len());
+            return Err(KsError::Engine(halyard_engine::Error::Corruption { segment: 0, offset: 0, what }));
+        }
+        Ok(out)
     }
 
     /// Deletes a key of any type. Caller holds the key's lock. Returns whether it existed.
