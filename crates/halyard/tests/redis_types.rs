@@ -1440,3 +1440,47 @@ fn long_strings() {
     assert_eq!(c.cmd(&["SET", "b", &big]), ok());
     assert_eq!(c.cmd(&["GET", "b"]), bulk(&big));
 }
+
+#[test]
+fn streams() {
+    same_as_redis(&[
+        &["XADD", "s", "1-1", "f", "v"],
+        &["XADD", "s", "1-1", "f", "v"],
+        &["XADD", "s", "0-0", "f", "v"],
+        &["XADD", "s", "1-*", "a", "b", "c", "d"],
+        &["XADD", "s", "5", "x", "y"],
+        &["XADD", "s", "bad", "x", "y"],
+        &["XADD", "s", "6-0", "x"],
+        &["XLEN", "s"],
+        &["XLEN", "nos"],
+        &["XRANGE", "s", "-", "+"],
+        &["XRANGE", "s", "1", "1"],
+        &["XRANGE", "s", "(1-1", "+"],
+        &["XRANGE", "s", "-", "+", "COUNT", "2"],
+        &["XRANGE", "s", "-", "+", "COUNT", "0"],
+        &["XRANGE", "s", "x", "+"],
+        &["XREVRANGE", "s", "+", "-"],
+        &["XREVRANGE", "s", "+", "-", "COUNT", "1"],
+        &["XREVRANGE", "s", "5", "1-2"],
+        &["XRANGE", "nos", "-", "+"],
+        &["XDEL", "s", "1-2", "9-9"],
+        &["XLEN", "s"],
+        &["XADD", "s", "MAXLEN", "2", "7-0", "k", "v"],
+        &["XRANGE", "s", "-", "+"],
+        &["XADD", "s", "MAXLEN", "=", "5", "8-0", "k", "v"],
+        &["XTRIM", "s", "MINID", "8"],
+        &["XRANGE", "s", "-", "+"],
+        &["XTRIM", "s", "MAXLEN", "0"],
+        &["XLEN", "s"],
+        &["EXISTS", "s"],
+        &["TYPE", "s"],
+        &["XADD", "s", "8-0", "k", "v"],
+        &["XADD", "nos", "NOMKSTREAM", "*", "k", "v"],
+        &["EXISTS", "nos"],
+        &["SET", "str", "v"],
+        &["XADD", "str", "*", "k", "v"],
+        &["XLEN", "str"],
+        &["DEL", "s"],
+        &["TYPE", "s"],
+    ]);
+}

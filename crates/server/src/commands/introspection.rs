@@ -128,6 +128,7 @@ fn encoding(k: &Keyspace, key: &[u8], v: &Value) -> Result<&'static str, KsError
         Value::Set(_) => "hashtable",
         Value::ZSet(n) if *n <= ZSET_LISTPACK_ENTRIES && all_small(k.zall(key, false)?)? => "listpack",
         Value::ZSet(_) => "skiplist",
+        Value::Stream { .. } => "stream",
     })
 }
 

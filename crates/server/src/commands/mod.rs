@@ -20,6 +20,7 @@ mod numbers;
 mod pubsub;
 mod scripting;
 mod sets;
+mod streams;
 mod strings;
 mod table;
 mod topology;
@@ -54,6 +55,7 @@ static TABLES: &[&[Command]] = &[
     strings::COMMANDS,
     bits::COMMANDS,
     pubsub::COMMANDS,
+    streams::COMMANDS,
     config::COMMANDS,
     introspection::COMMANDS,
 ];

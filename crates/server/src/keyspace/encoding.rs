@@ -9,6 +9,7 @@
 //!                                          04 | u64 LE member count   (a set)
 //!                                          05 | u64 LE member count   (a sorted set)
 //!                                          06 | u64 LE length | u32 LE chunks  (a long string)
+//!                                          07 | u64 LE count | u64 LE ms | u64 LE seq (a stream)
 //! P | esc(user) | 00 01 | fesc(field)      field value                (a hash field, layout 3)
 //! P | esc(user) | 00 01 | field            field value                (a field, layout 2)
 //! P | esc(user) | 00 01 | u64 BE index     element                    (a list element)
@@ -16,6 +17,7 @@
 //! P | esc(user) | 00 01 | 01 | member      f64 LE score               (a sorted set member)
 //! P | esc(user) | 00 01 | 02 | score | member   empty                  (its place by score)
 //! P | esc(user) | 00 01 | u32 BE chunk     up to 1 MiB of the string  (a long string's part)
+//! P | esc(user) | 00 01 | u64 BE ms | u64 BE seq   fields and values  (a stream entry)
 //! ```
 //!
 //! A string longer than `INLINE_STRING` bytes (Redis allows 512 MB) is cut into chunks of that
@@ -57,6 +59,8 @@ pub const LIST: u8 = 3;
 pub const SET: u8 = 4;
 /// Value header of a sorted set.
 pub const ZSET: u8 = 5;
+/// Value header of a stream.
+pub const STREAM: u8 = 7;
 /// Value header of a string kept in chunks.
 pub const CHUNKED: u8 = 6;
 /// The longest string kept in its record; a longer one is kept in chunks of this size.

@@ -25,11 +25,12 @@ pub mod list;
 mod migrate;
 mod records;
 pub mod set;
+pub mod stream;
 pub mod zset;
 
 use encoding::{
     all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, CHUNKED, HASH, HASH_V2, LIST, SET,
-    STRING, ZSET,
+    STREAM, STRING, ZSET,
 };
 pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
@@ -81,6 +82,8 @@ pub enum Value {
     ZSet(u64),
     /// A string of this many bytes kept in chunks (`Keyspace::get` reads it whole as `Str`).
     Chunked(u64),
+    /// A stream with this many entries and this last ID.
+    Stream { len: u64, last: (u64, u64) },
 }
 
 impl Value {
@@ -92,6 +95,7 @@ impl Value {
             Value::List { .. } => "list",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream { .. } => "stream",
         }
     }
 }
@@ -138,6 +142,9 @@ fn decode(mut v: Vec<u8>) -> Result<Value, KsError> {
         (Some(&ZSET), 9) => u64_at(&v, 1).map(Value::ZSet),
         (Some(&LIST), 17) => u64_at(&v, 1).zip(u64_at(&v, 9)).map(|(head, tail)| Value::List { head, tail }),
         (Some(&CHUNKED), 13) => u64_at(&v, 1).map(Value::Chunked),
+        (Some(&STREAM), 25) => {
+            u64_at(&v, 1).zip(u64_at(&v, 9).zip(u64_at(&v, 17))).map(|(len, last)| Value::Stream { len, last })
+        }
         _ => None,
     };
     value.ok_or_else(|| KsError::Engine(Error::Corruption { segment: 0, offset: 0, what: "unknown value type".into() }))
