@@ -1484,3 +1484,32 @@ fn streams() {
         &["TYPE", "s"],
     ]);
 }
+
+/// SPOP and SRANDMEMBER of a few members of a large set pick distinct members without reading
+/// the whole set; the set keeps count.
+#[test]
+fn random_picks_from_a_large_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    let fill = "for i = 1, 1000 do redis.call('SADD', KEYS[1], 'm' .. i) end return 1";
+    assert_eq!(c.cmd(&["EVAL", fill, "1", "s"]), R::Int(1));
+    let mut popped = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let R::Array(Some(v)) = c.cmd(&["SPOP", "s", "5"]) else { panic!("SPOP") };
+        assert_eq!(v.len(), 5);
+        for m in v {
+            assert!(popped.insert(format!("{m:?}")), "{m:?} popped twice");
+        }
+    }
+    assert_eq!(c.cmd(&["SCARD", "s"]), R::Int(900));
+    let R::Bulk(Some(one)) = c.cmd(&["SPOP", "s"]) else { panic!("SPOP one") };
+    assert_eq!(c.cmd(&["SISMEMBER", "s", std::str::from_utf8(&one).unwrap()]), R::Int(0));
+    let R::Array(Some(v)) = c.cmd(&["SRANDMEMBER", "s", "3"]) else { panic!("SRANDMEMBER") };
+    assert_eq!(v.len(), 3);
+    for m in v {
+        let R::Bulk(Some(m)) = m else { panic!("{m:?}") };
+        assert_eq!(c.cmd(&["SISMEMBER", "s", std::str::from_utf8(&m).unwrap()]), R::Int(1));
+    }
+    assert_eq!(c.cmd(&["SCARD", "s"]), R::Int(899));
+}

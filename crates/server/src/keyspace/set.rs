@@ -8,7 +8,7 @@
 
 use super::encoding::{counted, field_key, field_name, SET};
 use super::{decode, Keyspace, KsError, Pairs, Value};
-use halyard_engine::WriteBatch;
+use halyard_engine::{ScanOptions, WriteBatch};
 use rand::seq::index::sample;
 use rand::Rng;
 use std::collections::HashSet;
@@ -156,6 +156,16 @@ impl Keyspace {
         if count == 0 {
             return Ok(Vec::new());
         }
+        if count.saturating_mul(SAMPLE_FACTOR) < m.len {
+            let picked = self.members_near_random(user, count as usize)?;
+            let mut b = WriteBatch::new();
+            for mem in &picked {
+                b.delete(self.member_key(user, mem));
+            }
+            self.put_set_record(&mut b, user, m.len.saturating_sub(picked.len() as u64), m.at);
+            self.db.write(&b)?;
+            return Ok(picked);
+        }
         let mut all = self.member_names(user)?;
         if count >= all.len() as u64 {
             self.delete_locked(user)?;
@@ -179,8 +189,44 @@ impl Keyspace {
     /// SRANDMEMBER with a count: up to `count` distinct members, or for a negative count
     /// `-count` members that may repeat.
     pub fn srandmember(&self, user: &[u8], count: i64) -> Result<Vec<Vec<u8>>, KsError> {
+        if let Some(m) = self.set_meta(user)? {
+            if count > 0 && (count as u64).saturating_mul(SAMPLE_FACTOR) < m.len {
+                return self.members_near_random(user, count as usize);
+            }
+        }
         let all = self.smembers(user)?;
         Ok(random_picks(all, count))
+    }
+
+    /// `count` members of a large set without reading it all: those at and after a random
+    /// point between its first and last member (wrapping round), O(count + log n). Members
+    /// after a wide gap between names come up more often than others, and the ones picked
+    /// together are neighbours: good enough for SPOP's and SRANDMEMBER's usual use (take
+    /// some work, sample), cheaper by far than a uniform pick over millions of members.
+    fn members_near_random(&self, user: &[u8], count: usize) -> Result<Vec<Vec<u8>>, KsError> {
+        let p = self.key(user).len();
+        let range = self.fields_range(user);
+        let first =
+            self.db.scan_with(range.clone(), ScanOptions { reverse: false, limit: Some(1) }).next().transpose()?;
+        let last =
+            self.db.scan_with(range.clone(), ScanOptions { reverse: true, limit: Some(1) }).next().transpose()?;
+        let (Some((lo, _)), Some((hi, _))) = (first, last) else { return Ok(Vec::new()) };
+        let start = random_between(&lo, &hi);
+        let mut keys: Vec<Vec<u8>> = self
+            .db
+            .scan_with((Bound::Included(start), range.1.clone()), ScanOptions { reverse: false, limit: Some(count) })
+            .map(|r| r.map(|(k, _)| k))
+            .collect::<Result<_, _>>()?;
+        if keys.len() < count {
+            let more = self.db.scan_with(range, ScanOptions { reverse: false, limit: Some(count - keys.len()) });
+            for r in more {
+                let k = r?.0;
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+        Ok(keys.into_iter().map(|k| field_name(k.get(p..).unwrap_or_default(), false).to_vec()).collect())
     }
 
     /// SMOVE: moves `member` from `src` to `dst`; whether it was in `src`. Caller holds both
@@ -258,6 +304,22 @@ impl Keyspace {
         }
         Ok((out, false))
     }
+}
+
+/// A set this many times larger than the count asked picks members near a random point
+/// instead of reading every member.
+const SAMPLE_FACTOR: u64 = 8;
+
+/// A random key between `lo` and `hi` (which sort `lo` <= `hi`): their common prefix, then a
+/// byte drawn between theirs, then random bytes.
+fn random_between(lo: &[u8], hi: &[u8]) -> Vec<u8> {
+    let mut rng = rand::thread_rng();
+    let common = lo.iter().zip(hi).take_while(|(a, b)| a == b).count();
+    let mut k = lo.get(..common).unwrap_or_default().to_vec();
+    let (a, b) = (lo.get(common).copied().unwrap_or(0), hi.get(common).copied().unwrap_or(u8::MAX));
+    k.push(rng.gen_range(a.min(b)..=a.max(b)));
+    k.extend((0..8).map(|_| rng.gen::<u8>()));
+    k
 }
 
 /// `count` picks of `all` as SRANDMEMBER and HRANDFIELD make them: distinct ones (at most
