@@ -1513,3 +1513,45 @@ fn random_picks_from_a_large_set() {
     }
     assert_eq!(c.cmd(&["SCARD", "s"]), R::Int(899));
 }
+
+#[test]
+fn multi_key_pops_intercard_memory_and_client_reply() {
+    same_as_redis(&[
+        &["RPUSH", "l2", "a", "b", "c"],
+        &["LMPOP", "2", "l1", "l2", "LEFT"],
+        &["LMPOP", "2", "l1", "l2", "RIGHT", "COUNT", "5"],
+        &["LMPOP", "1", "l2", "LEFT"],
+        &["LMPOP", "0", "l2", "LEFT"],
+        &["LMPOP", "1", "l2", "UP"],
+        &["LMPOP", "1", "l2", "LEFT", "COUNT", "0"],
+        &["RPUSH", "l3", "x"],
+        &["BLMPOP", "0.01", "2", "l1", "l3", "LEFT", "COUNT", "2"],
+        &["BLMPOP", "0.01", "1", "l1", "LEFT"],
+        &["BLMPOP", "-1", "1", "l1", "LEFT"],
+        &["ZADD", "za", "1", "a", "2", "b", "3", "c"],
+        &["ZADD", "zb", "1", "b", "2", "c", "3", "d"],
+        &["SADD", "sc", "c", "b"],
+        &["ZINTERCARD", "2", "za", "zb"],
+        &["ZINTERCARD", "3", "za", "zb", "sc"],
+        &["ZINTERCARD", "2", "za", "zb", "LIMIT", "1"],
+        &["ZINTERCARD", "2", "za", "nokey"],
+        &["ZINTERCARD", "0", "za"],
+        &["ZINTERCARD", "3", "za"],
+        &["ZINTERCARD", "1", "za", "LIMIT", "-1"],
+        &["MEMORY", "USAGE", "nokey"],
+        &["CLIENT", "REPLY", "ON"],
+        &["CLIENT", "REPLY", "BOGUS"],
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert!(matches!(c.cmd(&["SET", "k", "v"]), R::Simple(_)));
+    assert!(matches!(c.cmd(&["MEMORY", "USAGE", "k"]), R::Int(n) if n > 0));
+    c.send(&[b"CLIENT", b"REPLY", b"OFF"]);
+    c.send(&[b"SET", b"k", b"off"]);
+    c.send(&[b"CLIENT", b"REPLY", b"SKIP"]);
+    c.send(&[b"SET", b"k", b"skipped"]);
+    c.send(&[b"CLIENT", b"REPLY", b"ON"]);
+    assert_eq!(c.read(), Some(ok()), "the only reply is CLIENT REPLY ON's");
+    assert_eq!(c.cmd(&["GET", "k"]), bulk("skipped"));
+}

@@ -350,7 +350,9 @@ fn execute_resp(
                 if let Some(p) = sess.proto_next.take() {
                     sess.proto = p;
                 }
-                reply.encode(sess.proto, out);
+                if replies_now(sess) {
+                    reply.encode(sess.proto, out);
+                }
                 if sess.quit {
                     return (pos, Flow::Close);
                 }
@@ -376,6 +378,23 @@ async fn resp_connection(
     let r = resp_session(sh, stream, &mut sess, limits, stop).await;
     sh.close(&mut sess);
     r
+}
+
+/// Whether the reply to the command just run goes out (CLIENT REPLY), moving SKIP on.
+fn replies_now(sess: &mut state::Session) -> bool {
+    use state::Replies;
+    match sess.replies {
+        Replies::On => true,
+        Replies::Off => false,
+        Replies::SkipNext => {
+            sess.replies = Replies::Skip;
+            false
+        }
+        Replies::Skip => {
+            sess.replies = Replies::On;
+            false
+        }
+    }
 }
 
 /// Encodes a published message for a subscriber, and whatever else its queue holds.

@@ -44,6 +44,21 @@ pub struct Session {
     pub watched: Vec<Watched>,
     /// Its subscriptions (once it subscribed).
     pub subs: Option<crate::pubsub::Subscriber>,
+    /// CLIENT REPLY: whether replies are sent.
+    pub replies: Replies,
+}
+
+/// What CLIENT REPLY asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Replies {
+    #[default]
+    On,
+    /// No replies until CLIENT REPLY ON.
+    Off,
+    /// No reply to this command (CLIENT REPLY SKIP) and the next.
+    SkipNext,
+    /// No reply to the next command.
+    Skip,
 }
 
 /// A key WATCH remembers.
@@ -294,6 +309,7 @@ impl Shared {
             multi: None,
             watched: Vec::new(),
             subs: None,
+            replies: Replies::On,
         }
     }
 

@@ -24,6 +24,7 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "brpop", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_brpop },
     Command { name: "blmove", arity: 6, flags: WRITE, keys: Keys::Two, handler: cmd_blmove },
     Command { name: "brpoplpush", arity: 4, flags: WRITE, keys: Keys::Two, handler: cmd_brpoplpush },
+    Command { name: "blmpop", arity: -5, flags: WRITE, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_blmpop },
     Command { name: "bzpopmin", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_bzpopmin },
     Command { name: "bzpopmax", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_bzpopmax },
 ];
@@ -156,4 +157,18 @@ fn cmd_bzpopmin(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 
 fn cmd_bzpopmax(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     bzpop(sh, sess, a, true, "bzpopmax")
+}
+
+/// BLMPOP timeout numkeys key... LEFT|RIGHT [COUNT n].
+fn cmd_blmpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, t, rest @ ..] = a else { return wrong_args("blmpop") };
+    let wait = match timeout(t) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let (keys, end, count) = match super::lists::mpop_args(rest) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    blocking(sh, sess, &keys, wait, |k| super::lists::mpop(k, &keys, end, count))
 }

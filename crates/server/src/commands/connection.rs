@@ -53,6 +53,22 @@ pub(super) fn cmd_client(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply 
         ("id", _) => Reply::Int(sess.id as i64),
         ("info", _) => Reply::bulk(sh.client_line(sess)),
         ("setinfo", _) => Reply::ok(),
+        ("reply", [mode]) => match lower(mode).as_str() {
+            "on" => {
+                sess.replies = crate::state::Replies::On;
+                Reply::ok()
+            }
+            // No reply to the CLIENT REPLY OFF or SKIP itself either.
+            "off" => {
+                sess.replies = crate::state::Replies::Off;
+                Reply::ok()
+            }
+            "skip" => {
+                sess.replies = crate::state::Replies::SkipNext;
+                Reply::ok()
+            }
+            _ => syntax(),
+        },
         (sub, _) => Reply::err(format!("ERR unknown subcommand or wrong number of arguments for 'client|{sub}'")),
     }
 }

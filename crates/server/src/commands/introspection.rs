@@ -18,7 +18,20 @@ use crate::state::{Session, Shared};
 pub(super) static COMMANDS: &[Command] = &[
     Command { name: "debug", arity: -2, flags: 0, keys: Keys::None, handler: cmd_debug },
     Command { name: "object", arity: -2, flags: READONLY, keys: Keys::Second, handler: cmd_object },
+    Command { name: "memory", arity: -2, flags: READONLY, keys: Keys::Second, handler: cmd_memory },
 ];
+
+/// MEMORY USAGE key [SAMPLES n]: the bytes the key's records take in the engine (keys and
+/// values, before compression; nil for no key). MEMORY DOCTOR and STATS point to INFO.
+fn cmd_memory(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    match (lower(a.get(1).copied().unwrap_or_default()).as_str(), a.get(2..).unwrap_or_default()) {
+        ("usage", [key, ..]) => ks(sh.db(sess).footprint(key).map(|n| n.map_or(Reply::Nil, |n| Reply::Int(n as i64)))),
+        ("doctor", []) => Reply::bulk("Halyard keeps its data on disk: see INFO memory and the store's metrics."),
+        (sub, _) => {
+            Reply::err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try MEMORY HELP."))
+        }
+    }
+}
 
 /// Redis 7.0's `hash-max-listpack-entries`.
 pub(super) const HASH_LISTPACK_ENTRIES: u64 = 512;

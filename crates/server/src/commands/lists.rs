@@ -26,6 +26,7 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "lpos", arity: -3, flags: READONLY, keys: Keys::First, handler: cmd_lpos },
     Command { name: "lmove", arity: 5, flags: WRITE, keys: Keys::Two, handler: cmd_lmove },
     Command { name: "rpoplpush", arity: 3, flags: WRITE, keys: Keys::Two, handler: cmd_rpoplpush },
+    Command { name: "lmpop", arity: -4, flags: WRITE, keys: Keys::CountAt { at: 1, dest: false }, handler: cmd_lmpop },
 ];
 
 fn push(sh: &Shared, sess: &Session, a: &[&[u8]], end: End, only_existing: bool) -> Reply {
@@ -270,4 +271,51 @@ fn cmd_rpoplpush(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         sh.wake(sess.db, dst);
     }
     ks(r.map(Reply::opt))
+}
+
+/// LMPOP's and BLMPOP's `numkeys key... LEFT|RIGHT [COUNT n]`: the keys, the end, the count.
+pub(super) fn mpop_args<'a>(a: &[&'a [u8]]) -> Result<(Vec<&'a [u8]>, End, u64), Reply> {
+    let [n, rest @ ..] = a else { return Err(syntax()) };
+    let n = match int_arg(n) {
+        Some(n) if n > 0 => n as usize,
+        Some(_) => return Err(Reply::err("ERR numkeys should be greater than 0")),
+        None => return Err(Reply::err("ERR numkeys should be greater than 0")),
+    };
+    if n >= rest.len() {
+        return Err(syntax());
+    }
+    let (keys, rest) = rest.split_at(n);
+    let [end, opts @ ..] = rest else { return Err(syntax()) };
+    let end = end_arg(end).ok_or_else(syntax)?;
+    let count = match opts {
+        [] => 1,
+        [c, v] if lower(c) == "count" => match int_arg(v) {
+            Some(v) if v > 0 => v as u64,
+            _ => return Err(Reply::err("ERR count should be greater than 0")),
+        },
+        _ => return Err(syntax()),
+    };
+    Ok((keys.to_vec(), end, count))
+}
+
+/// The first of `keys` holding a list: its name and up to `count` elements popped from `end`.
+pub(super) fn mpop(k: &Keyspace, keys: &[&[u8]], end: End, count: u64) -> Result<Option<Reply>, KsError> {
+    for key in keys {
+        let _g = k.lock(key);
+        let popped = k.pop_locked(key, end, count)?;
+        if !popped.is_empty() {
+            let items = Reply::Array(popped.into_iter().map(Reply::Bulk).collect());
+            return Ok(Some(Reply::Array(vec![Reply::bulk(*key), items])));
+        }
+    }
+    Ok(None)
+}
+
+/// LMPOP numkeys key... LEFT|RIGHT [COUNT n].
+fn cmd_lmpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let (keys, end, count) = match mpop_args(a.get(1..).unwrap_or_default()) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    ks(mpop(sh.db(sess), &keys, end, count).map(|r| r.unwrap_or(Reply::NilArray)))
 }

@@ -49,6 +49,7 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "zdiffstore", arity: -4, flags: WRITE, keys: SRC_DEST, handler: cmd_zdiffstore },
     Command { name: "zunion", arity: -3, flags: READONLY, keys: SRC, handler: cmd_zunion },
     Command { name: "zinter", arity: -3, flags: READONLY, keys: SRC, handler: cmd_zinter },
+    Command { name: "zintercard", arity: -3, flags: READONLY, keys: Keys::CountAt { at: 1, dest: false }, handler: cmd_zintercard },
     Command { name: "zdiff", arity: -3, flags: READONLY, keys: SRC, handler: cmd_zdiff },
 ];
 
@@ -913,6 +914,44 @@ fn cmd_zinterstore(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 
 fn cmd_zdiffstore(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     combine_store(sh, sess, "zdiffstore", SetOp::Diff, a)
+}
+
+/// ZINTERCARD numkeys key... [LIMIT n]: how many members all the sets share (0 for a LIMIT of
+/// none), up to the limit.
+fn cmd_zintercard(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, n, rest @ ..] = a else { return wrong_args("zintercard") };
+    let n = match int_arg(n) {
+        Some(n) if n > 0 => n as usize,
+        Some(_) => return Reply::err("ERR numkeys should be greater than 0"),
+        None => return not_int(),
+    };
+    if n > rest.len() {
+        return Reply::err("ERR Number of keys can't be greater than number of args");
+    }
+    let (keys, opts) = rest.split_at(n);
+    let limit = match opts {
+        [] => usize::MAX,
+        [l, v] if lower(l) == "limit" => match int_arg(v) {
+            Some(0) => usize::MAX,
+            Some(v) if v > 0 => v as usize,
+            Some(_) => return Reply::err("ERR LIMIT can't be negative"),
+            None => return not_int(),
+        },
+        _ => return syntax(),
+    };
+    let k = sh.db(sess);
+    ks((|| {
+        let mut common: Option<std::collections::HashSet<Vec<u8>>> = None;
+        for key in keys {
+            let members: std::collections::HashSet<Vec<u8>> =
+                k.zset_or_set(key)?.unwrap_or_default().into_iter().map(|(m, _)| m).collect();
+            common = Some(match common {
+                None => members,
+                Some(c) => c.intersection(&members).cloned().collect(),
+            });
+        }
+        Ok(Reply::Int(common.map_or(0, |c| c.len().min(limit)) as i64))
+    })())
 }
 
 #[cfg(test)]

@@ -52,6 +52,20 @@ impl Keyspace {
         Ok(out)
     }
 
+    /// The bytes of `user`'s records, keys and values (None: no such key).
+    pub fn footprint(&self, user: &[u8]) -> Result<Option<u64>, KsError> {
+        let rec = self.key(user);
+        let Some(v) = self.db.get(&rec)? else { return Ok(None) };
+        let mut n = (rec.len() + v.len()) as u64;
+        if is_aggregate(&v) {
+            for r in self.db.scan(self.fields_range(user)) {
+                let (k, v) = r?;
+                n += (k.len() + v.len()) as u64;
+            }
+        }
+        Ok(Some(n))
+    }
+
     /// Deletes a key of any type. Caller holds the key's lock. Returns whether it existed.
     pub fn delete_locked(&self, user: &[u8]) -> Result<bool, KsError> {
         let rec = self.key(user);
