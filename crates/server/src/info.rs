@@ -14,22 +14,7 @@ use crate::state::Shared;
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// The sections INFO with no argument (or `default`) gives.
-const DEFAULT: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "errorstats",
-    "cluster",
-    "keyspace",
-    "halyard",
-];
-
-/// Every section, in order (`all` and `everything`: the default ones and commandstats).
+/// Every section, in order (`all` and `everything`).
 const ALL: &[&str] = &[
     "server",
     "clients",
@@ -45,15 +30,23 @@ const ALL: &[&str] = &[
     "halyard",
 ];
 
+/// The sections of [`ALL`] that INFO with no argument (or `default`) leaves out.
+const NOT_DEFAULT: &[&str] = &["commandstats"];
+
+/// The sections INFO with no argument gives.
+fn default_sections() -> Vec<&'static str> {
+    ALL.iter().copied().filter(|s| !NOT_DEFAULT.contains(s)).collect()
+}
+
 /// Which of [`ALL`] the arguments (lower case, none: the default sections) ask for. Unknown
 /// names ask for nothing, as in Redis.
 fn wanted(args: &[String]) -> Vec<&'static str> {
     if args.is_empty() {
-        return DEFAULT.to_vec();
+        return default_sections();
     }
     let has = |s: &str| args.iter().any(|a| a == s);
     let every = has("all") || has("everything");
-    ALL.iter().copied().filter(|s| every || (has("default") && DEFAULT.contains(s)) || has(s)).collect()
+    ALL.iter().copied().filter(|s| every || (has("default") && !NOT_DEFAULT.contains(s)) || has(s)).collect()
 }
 
 /// INFO's text for `args` (section names, lower case).
@@ -269,7 +262,7 @@ mod tests {
     #[test]
     fn sections_by_name() {
         let w = |a: &[&str]| wanted(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(w(&[]), DEFAULT);
+        assert_eq!(w(&[]), default_sections());
         assert_eq!(w(&["all"]), ALL);
         assert_eq!(w(&["clients", "server"]), ["server", "clients"]);
         assert_eq!(w(&["nosuch"]), Vec::<&str>::new());

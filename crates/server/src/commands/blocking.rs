@@ -78,8 +78,15 @@ fn blocking(
     }
 }
 
-/// BLPOP/BRPOP key... timeout: the first key with an element, and the element.
-fn bpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], end: End, name: &str) -> Reply {
+/// `KEY... timeout` commands (BLPOP, BRPOP, BZPOPMIN, BZPOPMAX): the first key `pop` takes
+/// something from (under the key's lock), its name before `pop`'s items.
+fn first_pop(
+    sh: &Shared,
+    sess: &mut Session,
+    a: &[&[u8]],
+    name: &str,
+    pop: impl Fn(&Keyspace, &[u8]) -> Result<Option<Vec<Reply>>, KsError>,
+) -> Reply {
     let [_, keys @ .., t] = a else { return wrong_args(name) };
     let wait = match timeout(t) {
         Ok(w) => w,
@@ -88,11 +95,18 @@ fn bpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], end: End, name: &str) -> R
     blocking(sh, sess, keys, wait, |k| {
         for key in keys {
             let _g = k.lock(key);
-            if let Some(v) = k.pop_locked(key, end, 1)?.into_iter().next() {
-                return Ok(Some(Reply::Array(vec![Reply::bulk(*key), Reply::Bulk(v)])));
+            if let Some(items) = pop(k, key)? {
+                return Ok(Some(Reply::Array([vec![Reply::bulk(*key)], items].concat())));
             }
         }
         Ok(None)
+    })
+}
+
+/// BLPOP/BRPOP key... timeout: the first key with an element, and the element.
+fn bpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], end: End, name: &str) -> Reply {
+    first_pop(sh, sess, a, name, |k, key| {
+        Ok(k.pop_locked(key, end, 1)?.into_iter().next().map(|v| vec![Reply::Bulk(v)]))
     })
 }
 
@@ -133,21 +147,12 @@ fn cmd_brpoplpush(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 
 /// BZPOPMIN/BZPOPMAX key... timeout: the first key with a member, the member and its score.
 fn bzpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], max: bool, name: &str) -> Reply {
-    let [_, keys @ .., t] = a else { return wrong_args(name) };
-    let wait = match timeout(t) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    blocking(sh, sess, keys, wait, |k| {
-        for key in keys {
-            let _g = k.lock(key);
-            let Some((member, score)) = k.zall(key, max)?.next().transpose()? else { continue };
-            let mut w = k.zwrite_locked(key)?;
-            w.remove(&member)?;
-            w.commit()?;
-            return Ok(Some(Reply::Array(vec![Reply::bulk(*key), Reply::Bulk(member), Reply::Double(score)])));
-        }
-        Ok(None)
+    first_pop(sh, sess, a, name, |k, key| {
+        let Some((member, score)) = k.zall(key, max)?.next().transpose()? else { return Ok(None) };
+        let mut w = k.zwrite_locked(key)?;
+        w.remove(&member)?;
+        w.commit()?;
+        Ok(Some(vec![Reply::Bulk(member), Reply::Double(score)]))
     })
 }
 
