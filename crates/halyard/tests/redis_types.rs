@@ -1555,3 +1555,35 @@ fn multi_key_pops_intercard_memory_and_client_reply() {
     assert_eq!(c.read(), Some(ok()), "the only reply is CLIENT REPLY ON's");
     assert_eq!(c.cmd(&["GET", "k"]), bulk("skipped"));
 }
+
+#[test]
+fn sort() {
+    same_as_redis(&[
+        &["RPUSH", "l", "3", "1", "2", "10"],
+        &["SORT", "l"],
+        &["SORT", "l", "DESC"],
+        &["SORT", "l", "ALPHA"],
+        &["SORT", "l", "LIMIT", "1", "2"],
+        &["SORT", "l", "LIMIT", "1", "-1"],
+        &["SORT", "l", "BY", "nosort"],
+        &["MSET", "w_3", "30", "w_1", "10", "w_2", "5", "w_10", "1"],
+        &["SORT", "l", "BY", "w_*"],
+        &["SORT", "l", "BY", "w_*", "GET", "#", "GET", "w_*"],
+        &["HSET", "h_1", "f", "z"],
+        &["SORT", "l", "GET", "h_*->f", "ALPHA"],
+        &["SORT", "l", "STORE", "dst"],
+        &["LRANGE", "dst", "0", "-1"],
+        &["SORT", "nolist", "STORE", "dst"],
+        &["EXISTS", "dst"],
+        &["SADD", "s", "b", "a", "c"],
+        &["SORT", "s", "ALPHA"],
+        &["SORT", "s"],
+        &["ZADD", "z", "1", "9", "2", "8"],
+        &["SORT", "z"],
+        &["SET", "str", "x"],
+        &["SORT", "str"],
+        &["SORT", "l", "BOGUS"],
+        &["SORT_RO", "l", "DESC"],
+        &["SORT_RO", "l", "STORE", "x"],
+    ]);
+}

@@ -20,6 +20,7 @@ mod numbers;
 mod pubsub;
 mod scripting;
 mod sets;
+mod sort;
 mod streams;
 mod strings;
 mod table;
@@ -56,6 +57,7 @@ static TABLES: &[&[Command]] = &[
     bits::COMMANDS,
     pubsub::COMMANDS,
     streams::COMMANDS,
+    sort::COMMANDS,
     config::COMMANDS,
     introspection::COMMANDS,
 ];

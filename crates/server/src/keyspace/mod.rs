@@ -109,6 +109,9 @@ pub enum KsError {
     /// The engine failed.
     #[error("ERR {0}")]
     Engine(#[from] Error),
+    /// A command refused its input part-way (the text starts with the error code).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The key space of one database of a server.
