@@ -14,6 +14,7 @@ mod glob;
 mod hashes;
 mod introspection;
 mod keys;
+mod lcs;
 mod lists;
 mod multi;
 mod numbers;
@@ -58,6 +59,7 @@ static TABLES: &[&[Command]] = &[
     pubsub::COMMANDS,
     streams::COMMANDS,
     sort::COMMANDS,
+    lcs::COMMANDS,
     config::COMMANDS,
     introspection::COMMANDS,
 ];
