@@ -25,6 +25,8 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "blmove", arity: 6, flags: WRITE, keys: Keys::Two, handler: cmd_blmove },
     Command { name: "brpoplpush", arity: 4, flags: WRITE, keys: Keys::Two, handler: cmd_brpoplpush },
     Command { name: "blmpop", arity: -5, flags: WRITE, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_blmpop },
+    Command { name: "bzmpop", arity: -5, flags: WRITE, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_bzmpop },
+    Command { name: "zmpop", arity: -4, flags: WRITE, keys: Keys::CountAt { at: 1, dest: false }, handler: cmd_zmpop },
     Command { name: "bzpopmin", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_bzpopmin },
     Command { name: "bzpopmax", arity: -3, flags: WRITE, keys: Keys::AllButLast, handler: cmd_bzpopmax },
 ];
@@ -176,4 +178,78 @@ fn cmd_blmpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         Err(r) => return r,
     };
     blocking(sh, sess, &keys, wait, |k| super::lists::mpop(k, &keys, end, count))
+}
+
+/// ZMPOP's and BZMPOP's `numkeys key... MIN|MAX [COUNT n]`: the keys, whether MAX, the count.
+fn zmpop_args<'a>(a: &[&'a [u8]]) -> Result<(Vec<&'a [u8]>, bool, usize), Reply> {
+    let [n, rest @ ..] = a else { return Err(super::args::syntax()) };
+    let n = match super::args::int_arg(n) {
+        Some(n) if n > 0 => n as usize,
+        _ => return Err(Reply::err("ERR numkeys should be greater than 0")),
+    };
+    if n >= rest.len() {
+        return Err(super::args::syntax());
+    }
+    let (keys, rest) = rest.split_at(n);
+    let [end, opts @ ..] = rest else { return Err(super::args::syntax()) };
+    let max = match super::args::lower(end).as_str() {
+        "min" => false,
+        "max" => true,
+        _ => return Err(super::args::syntax()),
+    };
+    let count = match opts {
+        [] => 1,
+        [c, v] if super::args::lower(c) == "count" => match super::args::int_arg(v) {
+            Some(v) if v > 0 => v as usize,
+            _ => return Err(Reply::err("ERR count should be greater than 0")),
+        },
+        _ => return Err(super::args::syntax()),
+    };
+    Ok((keys.to_vec(), max, count))
+}
+
+/// The first of `keys` holding a sorted set: its name and up to `count` members popped from
+/// the low (or `max`: high) end, with their scores.
+fn zmpop(k: &Keyspace, keys: &[&[u8]], max: bool, count: usize) -> Result<Option<Reply>, KsError> {
+    for key in keys {
+        let _g = k.lock(key);
+        let items: Vec<(Vec<u8>, f64)> = k.zall(key, max)?.take(count).collect::<Result<_, _>>()?;
+        if items.is_empty() {
+            continue;
+        }
+        let mut w = k.zwrite_locked(key)?;
+        for (m, _) in &items {
+            w.remove(m)?;
+        }
+        w.commit()?;
+        let pairs = items.into_iter().map(|(m, s)| Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)])).collect();
+        return Ok(Some(Reply::Array(vec![Reply::bulk(*key), Reply::Array(pairs)])));
+    }
+    Ok(None)
+}
+
+/// ZMPOP numkeys key... MIN|MAX [COUNT n].
+fn cmd_zmpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let (keys, max, count) = match zmpop_args(a.get(1..).unwrap_or_default()) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    match zmpop(sh.db(sess), &keys, max, count) {
+        Ok(r) => r.unwrap_or(Reply::NilArray),
+        Err(e) => Reply::err(e.to_string()),
+    }
+}
+
+/// BZMPOP timeout numkeys key... MIN|MAX [COUNT n].
+fn cmd_bzmpop(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, t, rest @ ..] = a else { return wrong_args("bzmpop") };
+    let wait = match timeout(t) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let (keys, max, count) = match zmpop_args(rest) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    blocking(sh, sess, &keys, wait, |k| zmpop(k, &keys, max, count))
 }
