@@ -1617,3 +1617,22 @@ fn lcs() {
         &["LCS", "a", "b", "BOGUS"],
     ]);
 }
+
+/// A blocked pop is not answered by a transaction that pushes to its key and then makes it a
+/// string; it is answered by the next push once the key is a list again.
+#[test]
+fn a_key_that_changes_type_does_not_wake_a_blocked_pop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let (mut blocked, mut c) = (srv.conn(), srv.conn());
+    blocked.send(&[b"BLPOP", b"list", b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    for cmd in [&["MULTI"][..], &["LPUSH", "list", "a"], &["DEL", "list"], &["SET", "list", "foo"]] {
+        c.cmd(cmd);
+    }
+    assert!(matches!(c.cmd(&["EXEC"]), R::Array(Some(_))));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(c.cmd(&["DEL", "list"]), R::Int(1));
+    assert_eq!(c.cmd(&["LPUSH", "list", "b"]), R::Int(1));
+    assert_eq!(blocked.read(), Some(R::Array(Some(vec![bulk("list"), bulk("b")]))));
+}

@@ -54,12 +54,19 @@ fn blocking(
     attempt: impl Fn(&Keyspace) -> Result<Option<Reply>, KsError>,
 ) -> Reply {
     let may_block = sess.span.is_none() && !sess.atomic;
-    if may_block && sess.block.is_none() {
+    let first_try = sess.block.is_none();
+    if may_block && first_try {
         let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
         sh.waiters.register(sess.db, &keys, sess.id, &sess.notify);
         sess.block = Some(Block { db: sess.db, keys, deadline: wait.map(|w| Instant::now() + w) });
     }
-    match attempt(sh.db(sess)) {
+    // A key that became another type while the client waited does not wake it, as in Redis
+    // (a transaction may push to it and then replace it); only the first try answers WRONGTYPE.
+    let result = match attempt(sh.db(sess)) {
+        Err(KsError::WrongType) if !first_try => Ok(None),
+        r => r,
+    };
+    match result {
         Ok(Some(reply)) => {
             sh.unblock(sess);
             reply
