@@ -1561,6 +1561,13 @@ fn multi_key_pops_intercard_memory_and_client_reply() {
     c.send(&[b"CLIENT", b"REPLY", b"ON"]);
     assert_eq!(c.read(), Some(ok()), "the only reply is CLIENT REPLY ON's");
     assert_eq!(c.cmd(&["GET", "k"]), bulk("skipped"));
+    // Subscription confirmations and messages are pushes: CLIENT REPLY OFF holds none back.
+    let mut sub = srv.conn();
+    sub.send(&[b"CLIENT", b"REPLY", b"OFF"]);
+    sub.send(&[b"SUBSCRIBE", b"ch"]);
+    assert!(matches!(sub.read(), Some(R::Array(Some(v))) if v.len() == 3), "the confirmation");
+    assert_eq!(c.cmd(&["PUBLISH", "ch", "m"]), R::Int(1));
+    assert_eq!(sub.read(), Some(R::Array(Some(vec![bulk("message"), bulk("ch"), bulk("m")]))));
 }
 
 #[test]

@@ -350,7 +350,8 @@ fn execute_resp(
                 if let Some(p) = sess.proto_next.take() {
                     sess.proto = p;
                 }
-                if replies_now(sess) {
+                // Pushes (subscription confirmations) go out whatever CLIENT REPLY says.
+                if replies_now(sess) || reply.is_push() {
                     reply.encode(sess.proto, out);
                 }
                 if sess.quit {

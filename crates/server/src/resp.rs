@@ -313,6 +313,16 @@ impl Reply {
     pub fn bulk(b: impl Into<Vec<u8>>) -> Reply {
         Reply::Bulk(b.into())
     }
+    /// Whether it is a push message (or only push messages), which CLIENT REPLY OFF does not
+    /// hold back.
+    pub fn is_push(&self) -> bool {
+        match self {
+            Reply::Push(_) => true,
+            Reply::Many(v) => !v.is_empty() && v.iter().all(Reply::is_push),
+            _ => false,
+        }
+    }
+
     /// Bulk or nil.
     pub fn opt(b: Option<Vec<u8>>) -> Reply {
         b.map_or(Reply::Nil, Reply::Bulk)
