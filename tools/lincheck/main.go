@@ -1,4 +1,4 @@
-// Command lincheck checks a history of key-value operations, recorded by
+// Command lincheck checks a history of key-value, counter and list operations, recorded by
 // Halyard's test clients, for linearizability. It uses the Porcupine checker
 // (github.com/anishathalye/porcupine).
 //
@@ -11,16 +11,25 @@
 //	{"client": 1, "kind": "get", "key": "k2", "output": null, "call": 124200000, "return": 124300000}
 //	{"client": 2, "kind": "put", "key": "k2", "value": "v3", "call": 124400000, "return": null}
 //	{"client": 0, "kind": "delete", "key": "k1", "call": 124500000, "return": 124600000}
+//	{"client": 1, "kind": "incr", "key": "n1", "value": "3", "output": "7", "call": 124700000, "return": 124800000}
+//	{"client": 2, "kind": "rpush", "key": "l1", "value": "c2-9", "output": "4", "call": 124900000, "return": 125000000}
+//	{"client": 3, "kind": "lpop", "key": "l1", "output": "c2-1", "call": 125100000, "return": 125200000}
+//	{"client": 3, "kind": "lrange", "key": "l1", "output": ["c2-4", "c2-9"], "call": 125300000, "return": 125400000}
 //
 // Fields:
 //
 //   - client: non-negative integer naming the client; it is the row of the
 //     operation in the visualisation, so small dense numbers work best.
-//   - kind: "put", "get" or "delete".
+//   - kind: "put", "get", "delete" (a register); "incr" (INCRBY: adds the
+//     integer value to the key's integer contents, absent counting as 0);
+//     "rpush", "lpop", "lrange" (a list: append one value at the tail, take
+//     the head, read it whole; an empty list is an absent key).
 //   - key: string.
-//   - value: the string written (put only).
-//   - output: the string read, or null when the key was absent (get only;
-//     required when the get returned).
+//   - value: the string written (put, rpush), the integer added (incr).
+//   - output: required when the operation returned: the string read, or null
+//     when the key was absent (get, lpop); the new contents as a decimal
+//     string (incr); the list's new length as a decimal string (rpush); the
+//     array of the list's values, head first (lrange).
 //   - call, return: integer timestamps in nanoseconds from an arbitrary
 //     origin, taken from a monotonic clock shared by all clients; return is
 //     at or after call. Intervals are closed, so operations that touch at an
@@ -36,7 +45,11 @@
 // # Model
 //
 // Every key is an independent register that starts absent: put sets it to a
-// value, delete sets it to absent, and get must return its current contents.
+// value, delete sets it to absent, and get must return its current contents;
+// incr treats those contents as an integer, and the list operations treat them
+// as a list (kept as its values joined by NUL bytes). A push lost or applied
+// twice shows as a length, a pop or a read that no order of the operations
+// explains.
 // Since operations on different keys never constrain one another, the model
 // partitions the history by key and Porcupine checks each key on its own; the
 // history is linearizable if and only if every key's is.
@@ -58,6 +71,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -77,19 +92,26 @@ const (
 	opPut    opKind = "put"
 	opGet    opKind = "get"
 	opDelete opKind = "delete"
+	opIncr   opKind = "incr"
+	opPush   opKind = "rpush"
+	opPop    opKind = "lpop"
+	opRange  opKind = "lrange"
 )
+
+// listSep joins a list's values into a register's contents.
+const listSep = "\x00"
 
 // kvInput is the Input of a porcupine.Operation: what the client asked for.
 type kvInput struct {
 	Kind  opKind
 	Key   string
-	Value string // put only
+	Value string // put and rpush: the value; incr: the integer added
 }
 
 // kvOutput is the Output of a porcupine.Operation: what the client got back.
 type kvOutput struct {
-	Present bool   // get only: the key held a value
-	Value   string // get only: the value read, when Present
+	Present bool   // the key held a value (get, lpop) or a non-empty list (lrange)
+	Value   string // what was read or returned, a list joined by listSep
 	// NoReply marks a put or delete that never got an answer. The model
 	// ignores it; it is only shown in the visualisation.
 	NoReply bool
@@ -117,21 +139,7 @@ var kvModel = porcupine.Model{
 	Init: func() interface{} {
 		return register{}
 	},
-	Step: func(state, input, output interface{}) (bool, interface{}) {
-		reg := state.(register)
-		in := input.(kvInput)
-		switch in.Kind {
-		case opPut:
-			return true, register{Present: true, Value: in.Value}
-		case opDelete:
-			return true, register{}
-		case opGet:
-			out := output.(kvOutput)
-			return out.Present == reg.Present && (!out.Present || out.Value == reg.Value), reg
-		default:
-			panic(fmt.Sprintf("lincheck: unknown operation kind %q", in.Kind))
-		}
-	},
+	Step: step,
 	Equal: func(a, b interface{}) bool {
 		return a.(register) == b.(register)
 	},
@@ -146,6 +154,14 @@ var kvModel = porcupine.Model{
 			s = fmt.Sprintf("delete(%q)", in.Key)
 		case opGet:
 			s = fmt.Sprintf("get(%q) -> %s", in.Key, describeValue(out.Present, out.Value))
+		case opIncr:
+			s = fmt.Sprintf("incrby(%q, %s) -> %s", in.Key, in.Value, out.Value)
+		case opPush:
+			s = fmt.Sprintf("rpush(%q, %q) -> %s", in.Key, in.Value, out.Value)
+		case opPop:
+			s = fmt.Sprintf("lpop(%q) -> %s", in.Key, describeValue(out.Present, out.Value))
+		case opRange:
+			s = fmt.Sprintf("lrange(%q) -> [%s]", in.Key, strings.ReplaceAll(out.Value, listSep, " "))
 		default:
 			s = fmt.Sprintf("%s(%q)", in.Kind, in.Key)
 		}
@@ -165,6 +181,68 @@ var kvModel = porcupine.Model{
 		}
 		return fmt.Sprintf("history line %d, client %d", m.Line, m.Client)
 	},
+}
+
+// step applies one operation to a key's state: whether its output is the one
+// the state gives, and the state after it. An operation without a reply is
+// applied with any output.
+func step(state, input, output interface{}) (bool, interface{}) {
+	reg := state.(register)
+	in := input.(kvInput)
+	out := output.(kvOutput)
+	switch in.Kind {
+	case opPut:
+		return true, register{Present: true, Value: in.Value}
+	case opDelete:
+		return true, register{}
+	case opGet, opRange:
+		return out.Present == reg.Present && (!out.Present || out.Value == reg.Value), reg
+	case opIncr:
+		return stepIncr(reg, in, out)
+	case opPush:
+		list := listOf(reg)
+		list = append(list, in.Value)
+		return out.NoReply || out.Value == strconv.Itoa(len(list)), registerOf(list)
+	case opPop:
+		list := listOf(reg)
+		if len(list) == 0 {
+			return out.NoReply || !out.Present, reg
+		}
+		return out.NoReply || (out.Present && out.Value == list[0]), registerOf(list[1:])
+	default:
+		panic(fmt.Sprintf("lincheck: unknown operation kind %q", in.Kind))
+	}
+}
+
+// stepIncr is step for incr: contents that are not an integer refuse it.
+func stepIncr(reg register, in kvInput, out kvOutput) (bool, interface{}) {
+	cur := int64(0)
+	if reg.Present {
+		n, err := strconv.ParseInt(reg.Value, 10, 64)
+		if err != nil {
+			return false, reg
+		}
+		cur = n
+	}
+	delta, _ := strconv.ParseInt(in.Value, 10, 64) // checked when parsed
+	next := strconv.FormatInt(cur+delta, 10)
+	return out.NoReply || out.Value == next, register{Present: true, Value: next}
+}
+
+// listOf reads a register as a list.
+func listOf(reg register) []string {
+	if !reg.Present {
+		return nil
+	}
+	return strings.Split(reg.Value, listSep)
+}
+
+// registerOf stores a list in a register (an empty list is an absent key).
+func registerOf(list []string) register {
+	if len(list) == 0 {
+		return register{}
+	}
+	return register{Present: true, Value: strings.Join(list, listSep)}
 }
 
 // describeValue renders a register's contents: the quoted value, or absent.
@@ -295,30 +373,12 @@ func parseOperation(text []byte) (op porcupine.Operation, keep bool, err error) 
 	}
 
 	in := kvInput{Kind: opKind(*rec.Kind), Key: *rec.Key}
-	var out kvOutput
-	switch in.Kind {
-	case opPut:
-		if rec.Value == nil {
-			return op, false, errors.New(`put needs a string "value"`)
-		}
-		in.Value = *rec.Value
-	case opDelete:
-	case opGet:
-		if rec.Return == nil {
-			return op, false, nil // no effect, no output: nothing to check
-		}
-		if len(rec.Output) == 0 {
-			return op, false, errors.New(`get needs "output" (a string, or null for an absent key)`)
-		}
-		var v *string
-		if err := json.Unmarshal(rec.Output, &v); err != nil {
-			return op, false, errors.New(`get "output" must be a string or null`)
-		}
-		if v != nil {
-			out = kvOutput{Present: true, Value: *v}
-		}
-	default:
-		return op, false, fmt.Errorf(`unknown "kind" %q (want "put", "get" or "delete")`, *rec.Kind)
+	if (in.Kind == opGet || in.Kind == opRange) && rec.Return == nil {
+		return op, false, nil // no effect, no output: nothing to check
+	}
+	out, err := parseKind(&in, &rec)
+	if err != nil {
+		return op, false, err
 	}
 
 	ret := int64(math.MaxInt64) // no answer: may take effect any time after the call
@@ -336,6 +396,54 @@ func parseOperation(text []byte) (op porcupine.Operation, keep bool, err error) 
 	}, true, nil
 }
 
+// parseKind checks the fields a kind needs, fills in the input's value and
+// returns the output (zero when the operation did not return).
+func parseKind(in *kvInput, rec *record) (kvOutput, error) {
+	var out kvOutput
+	needsValue := in.Kind == opPut || in.Kind == opPush || in.Kind == opIncr
+	switch {
+	case needsValue && rec.Value == nil:
+		return out, fmt.Errorf(`%s needs a string "value"`, in.Kind)
+	case needsValue:
+		in.Value = *rec.Value
+	}
+	if _, err := strconv.ParseInt(in.Value, 10, 64); in.Kind == opIncr && err != nil {
+		return out, errors.New(`incr "value" must be a decimal integer`)
+	}
+	switch in.Kind {
+	case opPut, opDelete:
+		return out, nil
+	case opGet, opPop, opIncr, opPush, opRange:
+	default:
+		return out, fmt.Errorf(`unknown "kind" %q (want "put", "get", "delete", "incr", "rpush", "lpop" or "lrange")`, in.Kind)
+	}
+	if rec.Return == nil {
+		return out, nil
+	}
+	if len(rec.Output) == 0 {
+		return out, fmt.Errorf(`%s needs "output" when it returned`, in.Kind)
+	}
+	if in.Kind == opRange {
+		var list []string
+		if err := json.Unmarshal(rec.Output, &list); err != nil {
+			return out, errors.New(`lrange "output" must be an array of strings`)
+		}
+		reg := registerOf(list)
+		return kvOutput{Present: reg.Present, Value: reg.Value}, nil
+	}
+	var v *string
+	if err := json.Unmarshal(rec.Output, &v); err != nil {
+		return out, fmt.Errorf(`%s "output" must be a string or null`, in.Kind)
+	}
+	if v == nil && (in.Kind == opIncr || in.Kind == opPush) {
+		return out, fmt.Errorf(`%s "output" must be a string`, in.Kind)
+	}
+	if v != nil {
+		out = kvOutput{Present: true, Value: *v}
+	}
+	return out, nil
+}
+
 // countKeys returns the number of distinct keys in ops.
 func countKeys(ops []porcupine.Operation) int {
 	keys := make(map[string]struct{})
@@ -347,8 +455,9 @@ func countKeys(ops []porcupine.Operation) int {
 
 const usageText = `Usage: lincheck --history FILE [--html OUT.html] [--timeout 60s]
 
-Checks a history of key-value operations for linearizability with Porcupine,
-modelling every key as an independent register that starts absent.
+Checks a history of key-value, counter and list operations for
+linearizability with Porcupine, modelling every key as an independent register
+that starts absent (or a counter, or a list, by the operations used on it).
 
 The history is JSON Lines, one operation per line:
 
@@ -356,16 +465,24 @@ The history is JSON Lines, one operation per line:
   {"client": 1, "kind": "get", "key": "k1", "output": "v17", "call": 124000000, "return": 124100000}
   {"client": 1, "kind": "get", "key": "k2", "output": null, "call": 124200000, "return": 124300000}
   {"client": 2, "kind": "delete", "key": "k1", "call": 124400000, "return": null}
+  {"client": 1, "kind": "incr", "key": "n1", "value": "3", "output": "7", "call": 1, "return": 2}
+  {"client": 2, "kind": "rpush", "key": "l1", "value": "a", "output": "4", "call": 3, "return": 4}
+  {"client": 3, "kind": "lpop", "key": "l1", "output": "x", "call": 5, "return": 6}
+  {"client": 3, "kind": "lrange", "key": "l1", "output": ["y", "a"], "call": 7, "return": 8}
 
   client   non-negative integer (the row in the visualisation)
-  kind     "put", "get" or "delete" (delete makes the key absent)
+  kind     "put", "get" or "delete" (delete makes the key absent); "incr"
+           (INCRBY); "rpush", "lpop", "lrange" (a list's tail push, head pop,
+           whole read)
   key      string
-  value    string written (put)
-  output   string read, or null if the key was absent (get)
+  value    string written (put, rpush), integer added (incr)
+  output   string read, or null if the key was absent (get, lpop); new
+           integer (incr) or list length (rpush) as a string; the list's
+           values (lrange)
   call     integer time in ns (monotonic, arbitrary origin)
   return   integer time in ns, or null if the operation never got an answer:
-           an unanswered put or delete may take effect at any time after its
-           call, or never; an unanswered get is dropped.
+           an unanswered write may take effect at any time after its call,
+           or never; an unanswered get or lrange is dropped.
 
 Prints one line, "operations=N keys=K result=ok|illegal|unknown", where N
 counts the operations checked (unanswered gets excluded).

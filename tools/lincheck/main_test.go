@@ -272,3 +272,62 @@ func TestEmptyHistory(t *testing.T) {
 		t.Errorf("status = %d, stdout = %q", status, stdout)
 	}
 }
+
+// counters and lists: an interleaving exists for each.
+const countersAndLists = `
+{"client": 0, "kind": "incr", "key": "n", "value": "2", "output": "2", "call": 0, "return": 10}
+{"client": 1, "kind": "incr", "key": "n", "value": "5", "output": "7", "call": 5, "return": 20}
+{"client": 2, "kind": "incr", "key": "n", "value": "1", "call": 6, "return": null}
+{"client": 0, "kind": "get", "key": "n", "output": "8", "call": 30, "return": 40}
+{"client": 0, "kind": "rpush", "key": "l", "value": "a", "output": "1", "call": 0, "return": 10}
+{"client": 1, "kind": "rpush", "key": "l", "value": "b", "output": "2", "call": 5, "return": 15}
+{"client": 2, "kind": "lpop", "key": "l", "call": 16, "return": null}
+{"client": 0, "kind": "lrange", "key": "l", "output": ["b"], "call": 20, "return": 25}
+{"client": 1, "kind": "lpop", "key": "l", "output": "b", "call": 30, "return": 35}
+{"client": 1, "kind": "lpop", "key": "l", "output": null, "call": 40, "return": 45}
+{"client": 1, "kind": "lrange", "key": "l", "output": [], "call": 50, "return": 55}
+`
+
+func TestCountersAndLists(t *testing.T) {
+	if got := check(t, countersAndLists); got != porcupine.Ok {
+		t.Fatalf("result = %v, want Ok", got)
+	}
+}
+
+func TestListFaultsAreIllegal(t *testing.T) {
+	cases := map[string]string{
+		"a push applied twice": `
+{"client": 0, "kind": "rpush", "key": "l", "value": "a", "output": "1", "call": 0, "return": 10}
+{"client": 1, "kind": "lrange", "key": "l", "output": ["a", "a"], "call": 20, "return": 25}`,
+		"an acknowledged push lost": `
+{"client": 0, "kind": "rpush", "key": "l", "value": "a", "output": "1", "call": 0, "return": 10}
+{"client": 0, "kind": "rpush", "key": "l", "value": "b", "output": "2", "call": 11, "return": 12}
+{"client": 1, "kind": "lpop", "key": "l", "output": "b", "call": 20, "return": 25}`,
+		"a value popped twice": `
+{"client": 0, "kind": "rpush", "key": "l", "value": "a", "output": "1", "call": 0, "return": 10}
+{"client": 1, "kind": "lpop", "key": "l", "output": "a", "call": 20, "return": 25}
+{"client": 2, "kind": "lpop", "key": "l", "output": "a", "call": 30, "return": 35}`,
+		"an increment counted twice": `
+{"client": 0, "kind": "incr", "key": "n", "value": "3", "output": "3", "call": 0, "return": 10}
+{"client": 1, "kind": "get", "key": "n", "output": "6", "call": 20, "return": 25}`,
+	}
+	for name, h := range cases {
+		if got := check(t, h); got != porcupine.Illegal {
+			t.Errorf("%s: result = %v, want Illegal", name, got)
+		}
+	}
+}
+
+func TestListAndCounterInputIsChecked(t *testing.T) {
+	for _, h := range []string{
+		`{"client": 0, "kind": "incr", "key": "n", "value": "x", "output": "1", "call": 0, "return": 1}`,
+		`{"client": 0, "kind": "incr", "key": "n", "value": "1", "output": null, "call": 0, "return": 1}`,
+		`{"client": 0, "kind": "rpush", "key": "l", "output": "1", "call": 0, "return": 1}`,
+		`{"client": 0, "kind": "lrange", "key": "l", "output": "a", "call": 0, "return": 1}`,
+		`{"client": 0, "kind": "lpop", "key": "l", "call": 0, "return": 1}`,
+	} {
+		if _, err := parseHistory(strings.NewReader(h)); err == nil {
+			t.Errorf("accepted %s", h)
+		}
+	}
+}

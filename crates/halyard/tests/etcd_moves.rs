@@ -392,14 +392,32 @@ fn copies(s: &serde_json::Value, node: &str) -> usize {
     (n["primaries"].as_u64().unwrap() + n["backups"].as_u64().unwrap()) as usize
 }
 
+/// Waits until each of `holders` holds a copy and nothing is asked, logged or copying.
+fn wait_balanced(url: &str, holders: &[&str], within: Duration) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let s = status(url);
+        let quiet = s["log"].as_array().unwrap().is_empty() && s["requests"].as_array().unwrap().is_empty();
+        let whole = s["regions"].as_array().unwrap().iter().all(|r| r["copying"].as_array().unwrap().is_empty());
+        if holders.iter().all(|n| copies(&s, n) >= 1) && quiet && whole {
+            return s;
+        }
+        assert!(t0.elapsed() < within, "the balancer gave {holders:?} nothing: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn moves_drains_removals_and_the_balancer_under_writes() {
     let (dir, _etcd, url) = new_cluster(3, 2, true);
     let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
-    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    wait_settled(&url, 2, Duration::from_secs(60));
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let writers = Writers::start(&addrs, 3, &[]);
     std::thread::sleep(Duration::from_millis(500));
+    // The node that registered last starts empty and the balancer gives it a copy: the
+    // operator's move below is planned on the shape the cluster rests in.
+    let s = wait_balanced(&url, &["n1", "n2", "n3"], Duration::from_secs(60));
 
     // An operator's move of region 1's primary copy onto the node outside its group.
     let r1 = region(&s, 1);
@@ -421,16 +439,7 @@ fn moves_drains_removals_and_the_balancer_under_writes() {
     // A fourth node joins with nothing: the balancer moves copies to it, then rests.
     nodes.push(start_node(dir.path(), &url, "n4"));
     let t0 = Instant::now();
-    let s = loop {
-        let s = status(&url);
-        let quiet = s["log"].as_array().unwrap().is_empty() && s["requests"].as_array().unwrap().is_empty();
-        let whole = s["regions"].as_array().unwrap().iter().all(|r| r["copying"].as_array().unwrap().is_empty());
-        if copies(&s, "n4") >= 1 && quiet && whole {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the balancer gave n4 nothing: {s}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let s = wait_balanced(&url, &["n4"], Duration::from_secs(60));
     eprintln!("balanced onto n4 in {:?}", t0.elapsed());
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(shape(&status(&url)), shape(&s), "a balanced, quiet cluster changed shape (oscillation)");

@@ -2,11 +2,13 @@
 //! real `halyard serve --etcd` nodes; a few sequential clients (region-aware native clients, and
 //! Redis clients each talking to one node's Redis port, which forwards to the primary; one of
 //! the native clients keeps talking to the node that led at the start, a stale map) put and
-//! get a small set of keys and record every operation with its call and return time;
+//! get a small set of keys — the Redis clients also add to counters (INCRBY) and push, pop and
+//! read lists (RPUSH, LPOP, LRANGE), where a push lost or applied twice, or a value popped
+//! twice, is a violation — and record every operation with its call and return time;
 //! one fault per run (SIGKILL of the keys' primary, SIGKILL of the master, SIGSTOP of the
 //! primary for longer than its lease, the primary cut off from etcd and the other nodes by
 //! `iptables` for longer than its lease, then healed); afterwards every key is read once more. The history goes
-//! to the Porcupine checker (`tools/lincheck`, run through `scripts/lincheck.sh`): a put whose
+//! to the Porcupine checker (`tools/lincheck`, run through `scripts/lincheck.sh`): a write whose
 //! answer never came may have taken effect or not; every other operation took effect once,
 //! between its call and its return. A run that is not linearizable keeps its history and the
 //! checker's HTML visualisation and names them.
@@ -92,40 +94,82 @@ const FAULTS: [Fault; 13] = [
     Fault::SplitThenHandoff,
 ];
 
+/// What an operation did, as the checker names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Put,
+    Get,
+    /// INCRBY.
+    Incr,
+    /// RPUSH of one value.
+    Push,
+    /// LPOP of one value.
+    Pop,
+    /// LRANGE 0 -1.
+    Range,
+}
+
 /// One recorded operation (a line of the checker's input).
 #[derive(Clone, Debug)]
 struct Op {
     client: usize,
-    put: bool,
+    kind: Kind,
     key: String,
-    /// put: the value written; get: the value read (None: absent).
+    /// put, push: the value written; incr: the amount added.
     value: Option<String>,
+    /// get, pop: the value read (None: absent); incr: the new value; push: the new length;
+    /// range: the values, head first.
+    out: Vec<String>,
     call: u128,
-    /// None: no answer came (a put that may or may not have taken effect).
+    /// None: no answer came (a write that may or may not have taken effect).
     ret: Option<u128>,
 }
 
+impl Kind {
+    fn writes(self) -> bool {
+        matches!(self, Kind::Put | Kind::Incr | Kind::Push | Kind::Pop)
+    }
+}
+
 impl Op {
+    fn new(client: usize, kind: Kind, key: String, value: Option<String>, call: u128) -> Op {
+        Op { client, kind, key, value, out: Vec::new(), call, ret: None }
+    }
+
+    /// The operation answered at `ret` with `out`.
+    fn answered(self, out: Vec<String>, ret: u128) -> Op {
+        Op { out, ret: Some(ret), ..self }
+    }
+
+    /// A get's or pop's value.
+    fn read(&self) -> Option<&String> {
+        self.out.first()
+    }
+
     fn json(&self) -> String {
-        let s = |v: &Option<String>| v.as_ref().map_or("null".to_string(), |v| format!("\"{v}\""));
-        let ret = self.ret.map_or("null".to_string(), |r| r.to_string());
-        if self.put {
-            format!(
-                r#"{{"client":{},"kind":"put","key":"{}","value":{},"call":{},"return":{ret}}}"#,
-                self.client,
-                self.key,
-                s(&self.value),
-                self.call
-            )
-        } else {
-            format!(
-                r#"{{"client":{},"kind":"get","key":"{}","output":{},"call":{},"return":{ret}}}"#,
-                self.client,
-                self.key,
-                s(&self.value),
-                self.call
-            )
+        let q = |v: &String| format!("\"{v}\"");
+        let kind = match self.kind {
+            Kind::Put => "put",
+            Kind::Get => "get",
+            Kind::Incr => "incr",
+            Kind::Push => "rpush",
+            Kind::Pop => "lpop",
+            Kind::Range => "lrange",
+        };
+        let mut j = format!(r#"{{"client":{},"kind":"{kind}","key":"{}""#, self.client, self.key);
+        if let Some(v) = &self.value {
+            write!(j, r#","value":{}"#, q(v)).unwrap();
         }
+        if self.ret.is_some() && self.kind != Kind::Put {
+            let out = match self.kind {
+                Kind::Range => format!("[{}]", self.out.iter().map(q).collect::<Vec<_>>().join(",")),
+                _ => self.read().map_or("null".to_string(), q),
+            };
+            write!(j, r#","output":{out}"#).unwrap();
+        }
+        let ret = self.ret.map_or("null".to_string(), |r| r.to_string());
+        write!(j, r#","call":{},"return":{ret}}}"#, self.call).unwrap();
+        j
     }
 }
 
@@ -194,19 +238,18 @@ fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<Atomi
         let op = if put {
             n += 1;
             let v = format!("c{id}-{n}");
+            let op = Op::new(id, Kind::Put, k.clone(), Some(v.clone()), call);
             match c.put(&k, &v) {
-                Ok(()) => {
-                    Some(Op { client: id, put, key: k, value: Some(v), call, ret: Some(t0.elapsed().as_nanos()) })
-                }
+                Ok(()) => Some(op.answered(Vec::new(), t0.elapsed().as_nanos())),
                 // Refused before it ran: not part of the history.
                 Err(e) if e.code().is_some() => None,
-                Err(_) => Some(Op { client: id, put, key: k, value: Some(v), call, ret: None }),
+                Err(_) => Some(op),
             }
         } else {
             match c.get(&k) {
                 Ok(v) => {
-                    let value = v.map(|v| String::from_utf8_lossy(&v).into_owned());
-                    Some(Op { client: id, put, key: k, value, call, ret: Some(t0.elapsed().as_nanos()) })
+                    let out = v.map(|v| String::from_utf8_lossy(&v).into_owned()).into_iter().collect();
+                    Some(Op::new(id, Kind::Get, k, None, call).answered(out, t0.elapsed().as_nanos()))
                 }
                 Err(_) => None,
             }
@@ -227,6 +270,24 @@ fn resp_key(k: u64) -> String {
     format!("redis:rk{k}")
 }
 
+fn counter_key(k: u64) -> String {
+    format!("redis:n{k}")
+}
+
+fn list_key(k: u64) -> String {
+    format!("redis:l{k}")
+}
+
+/// A Redis reply as the robustness clients read it.
+enum Resp {
+    /// A status or an error line, `+` or `-` kept.
+    Line(String),
+    Int(i64),
+    /// A bulk string (None: the nil bulk).
+    Bulk(Option<String>),
+    Array(Vec<String>),
+}
+
 /// One blocking Redis connection; None once it failed (the caller reconnects elsewhere).
 struct RespConn(std::io::BufReader<std::net::TcpStream>);
 
@@ -239,33 +300,101 @@ impl RespConn {
         Some(RespConn(std::io::BufReader::new(s)))
     }
 
-    /// Sends a command; the reply's first line and, for a bulk string, its body.
-    fn call(&mut self, args: &[&str]) -> Option<(String, Option<String>)> {
-        use std::io::{BufRead, Read, Write};
+    /// Sends a command and reads its reply (None: the connection failed).
+    fn call(&mut self, args: &[&str]) -> Option<Resp> {
+        use std::io::Write;
         let mut req = format!("*{}\r\n", args.len());
         for a in args {
             write!(req, "${}\r\n{a}\r\n", a.len()).ok()?;
         }
         self.0.get_mut().write_all(req.as_bytes()).ok()?;
-        let mut line = String::new();
-        if self.0.read_line(&mut line).ok()? == 0 {
-            return None;
+        let line = self.line()?;
+        if let Some(n) = line.strip_prefix('*') {
+            let n: i64 = n.parse().ok()?;
+            let items = (0..n.max(0)).map(|_| self.line().and_then(|l| self.bulk(&l)?)).collect::<Option<_>>()?;
+            return Some(Resp::Array(items));
         }
-        let line = line.trim_end().to_string();
-        let body = match line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) => {
-                let mut b = vec![0u8; n + 2];
-                self.0.read_exact(&mut b).ok()?;
-                Some(String::from_utf8_lossy(&b[..n]).into_owned())
-            }
-            None => None,
-        };
-        Some((line, body))
+        if let Some(n) = line.strip_prefix(':') {
+            return Some(Resp::Int(n.parse().ok()?));
+        }
+        if line.starts_with('$') {
+            return Some(Resp::Bulk(self.bulk(&line)?));
+        }
+        Some(Resp::Line(line))
+    }
+
+    fn line(&mut self) -> Option<String> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        match self.0.read_line(&mut line).ok()? {
+            0 => None,
+            _ => Some(line.trim_end().to_string()),
+        }
+    }
+
+    /// The body of the bulk string whose header is `line` (None inside: the nil bulk).
+    fn bulk(&mut self, line: &str) -> Option<Option<String>> {
+        use std::io::Read;
+        let n: i64 = line.strip_prefix('$')?.parse().ok()?;
+        let Ok(n) = usize::try_from(n) else { return Some(None) };
+        let mut b = vec![0u8; n + 2];
+        self.0.read_exact(&mut b).ok()?;
+        Some(Some(String::from_utf8_lossy(&b[..n]).into_owned()))
     }
 }
 
-/// A sequential Redis client: SET and GET until `stop`, through one node's Redis port (the
-/// next node's after a failed connection), recording each.
+/// One seeded Redis operation on a register (SET, GET), a counter (INCRBY, GET) or a list
+/// (RPUSH, LPOP, LRANGE); `n` numbers the values a client writes.
+fn resp_op(id: usize, rng: &mut Rng, n: &mut u64, call: u128) -> (Op, Vec<String>) {
+    let (k, pick) = (rng.next() % KEYS, rng.next() % 6);
+    let value = |n: &mut u64| {
+        *n += 1;
+        format!("c{id}-{n}")
+    };
+    let (op, args) = match rng.next() % 3 {
+        0 if pick < 3 => {
+            let v = value(n);
+            (Op::new(id, Kind::Put, resp_key(k), Some(v.clone()), call), vec!["SET".into(), resp_key(k), v])
+        }
+        0 => (Op::new(id, Kind::Get, resp_key(k), None, call), vec!["GET".into(), resp_key(k)]),
+        1 if pick < 4 => {
+            let by = (1 + rng.next() % 5).to_string();
+            (Op::new(id, Kind::Incr, counter_key(k), Some(by.clone()), call), vec!["INCRBY".into(), counter_key(k), by])
+        }
+        1 => (Op::new(id, Kind::Get, counter_key(k), None, call), vec!["GET".into(), counter_key(k)]),
+        _ if pick < 3 => {
+            let v = value(n);
+            (Op::new(id, Kind::Push, list_key(k), Some(v.clone()), call), vec!["RPUSH".into(), list_key(k), v])
+        }
+        _ if pick < 5 => (Op::new(id, Kind::Pop, list_key(k), None, call), vec!["LPOP".into(), list_key(k)]),
+        _ => (
+            Op::new(id, Kind::Range, list_key(k), None, call),
+            vec!["LRANGE".into(), list_key(k), "0".into(), "-1".into()],
+        ),
+    };
+    (op, args)
+}
+
+/// The operation `op` once `reply` came at `ret`: None when it was refused before it ran (an
+/// error reply: TRYAGAIN, NOREPLICAS) or is a read without an answer; unanswered when no reply
+/// came (the node closed the connection or went away: outcome unknown).
+fn resp_outcome(op: Op, reply: Option<Resp>, ret: u128) -> Option<Op> {
+    let reads = matches!(op.kind, Kind::Get | Kind::Range);
+    let out = match (op.kind, reply) {
+        (_, None) if reads => return None,
+        (_, None) => return Some(op),
+        (Kind::Put, Some(Resp::Line(l))) if l == "+OK" => Vec::new(),
+        (Kind::Get | Kind::Pop, Some(Resp::Bulk(v))) => v.into_iter().collect(),
+        (Kind::Incr | Kind::Push, Some(Resp::Int(n))) => vec![n.to_string()],
+        (Kind::Range, Some(Resp::Array(items))) => items,
+        (_, Some(Resp::Line(l))) if l.starts_with('-') => return None,
+        (kind, Some(_)) => panic!("{kind:?} on {}: a reply of the wrong type", op.key),
+    };
+    Some(op.answered(out, ret))
+}
+
+/// A sequential Redis client: registers, counters and lists until `stop`, through one node's
+/// Redis port (the next node's after a failed connection), recording each.
 fn resp_client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<Op>>>) {
     let mut rng = Rng(seed.wrapping_mul(37).wrapping_add(id as u64 + 1) | 1);
     let (mut n, mut at) = (0, id);
@@ -277,29 +406,10 @@ fn resp_client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<
             std::thread::sleep(Duration::from_millis(20));
             continue;
         };
-        let k = resp_key(rng.next() % KEYS);
-        let put = rng.next() & 1 == 0;
-        let call = t0.elapsed().as_nanos();
-        let reply = if put {
-            n += 1;
-            let v = format!("c{id}-{n}");
-            let r = c.call(&["SET", &k, &v]);
-            let ret = r.as_ref().map(|_| t0.elapsed().as_nanos());
-            match r {
-                Some((line, _)) if line == "+OK" => Some(Op { client: id, put, key: k, value: Some(v), call, ret }),
-                // An error reply: refused before it ran (TRYAGAIN, NOREPLICAS).
-                Some(_) => None,
-                // No reply: the node closed the connection or went away; outcome unknown.
-                None => Some(Op { client: id, put, key: k, value: Some(v), call, ret: None }),
-            }
-        } else {
-            match c.call(&["GET", &k]) {
-                Some((line, value)) if line.starts_with('$') => {
-                    Some(Op { client: id, put, key: k, value, call, ret: Some(t0.elapsed().as_nanos()) })
-                }
-                _ => None,
-            }
-        };
+        let (op, args) = resp_op(id, &mut rng, &mut n, t0.elapsed().as_nanos());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = c.call(&args);
+        let reply = resp_outcome(op, reply, t0.elapsed().as_nanos());
         if reply.as_ref().is_none_or(|o| o.ret.is_none()) {
             conn = None;
         }
@@ -469,16 +579,18 @@ fn lost_writes(ops: &[Op], finals: &[Op]) -> usize {
     for f in finals {
         // When the put of the final value had certainly ended (0 for an absent key): every
         // acknowledged put called after that must have overwritten it.
-        let written = match &f.value {
+        let written = match f.read() {
             None => 0,
-            Some(v) => match ops.iter().find(|o| o.put && o.key == f.key && o.value.as_ref() == Some(v)) {
-                Some(w) => w.ret.unwrap_or(u128::MAX),
-                None => continue, // a value nobody wrote: the checker reports it
-            },
+            Some(v) => {
+                match ops.iter().find(|o| o.kind == Kind::Put && o.key == f.key && o.value.as_ref() == Some(v)) {
+                    Some(w) => w.ret.unwrap_or(u128::MAX),
+                    None => continue, // a value nobody wrote: the checker reports it
+                }
+            }
         };
         lost += ops
             .iter()
-            .filter(|o| o.put && o.key == f.key && o.value != f.value)
+            .filter(|o| o.kind == Kind::Put && o.key == f.key && o.value.as_ref() != f.read())
             .filter(|o| o.ret.is_some_and(|r| r < f.call) && o.call > written)
             .count();
     }
@@ -548,17 +660,21 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         .map(|k| {
             let call = t0.elapsed().as_nanos();
             let value = c.get(key(k)).expect("final read").map(|v| String::from_utf8_lossy(&v).into_owned());
-            Op { client: 2 * CLIENTS, put: false, key: key(k), value, call, ret: Some(t0.elapsed().as_nanos()) }
+            Op::new(2 * CLIENTS, Kind::Get, key(k), None, call)
+                .answered(value.into_iter().collect(), t0.elapsed().as_nanos())
         })
         .collect();
     let live_resp: Vec<&Node> = nodes.iter().filter(up).collect();
     for k in 0..KEYS {
-        let call = t0.elapsed().as_nanos();
         let mut r = RespConn::open(&live_resp[k as usize % live_resp.len()].resp).expect("a live Redis port");
-        let (line, value) = r.call(&["GET", &resp_key(k)]).expect("final Redis read");
-        assert!(line.starts_with('$'), "final Redis read of {}: {line}", resp_key(k));
-        let ret = Some(t0.elapsed().as_nanos());
-        finals.push(Op { client: 2 * CLIENTS + 1, put: false, key: resp_key(k), value, call, ret });
+        for (kind, key) in [(Kind::Get, resp_key(k)), (Kind::Get, counter_key(k)), (Kind::Range, list_key(k))] {
+            let call = t0.elapsed().as_nanos();
+            let cmd: &[&str] = if kind == Kind::Get { &["GET", &key] } else { &["LRANGE", &key, "0", "-1"] };
+            let reply = r.call(cmd).expect("final Redis read");
+            let op = Op::new(2 * CLIENTS + 1, kind, key.clone(), None, call);
+            let op = resp_outcome(op, Some(reply), t0.elapsed().as_nanos());
+            finals.push(op.unwrap_or_else(|| panic!("final Redis read of {key} refused")));
+        }
     }
     let ops = history.lock().unwrap().clone();
     let mut text = String::new();
@@ -589,8 +705,8 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     drop(nodes);
     Outcome {
         ops: ops.len() + finals.len(),
-        acked_puts: ops.iter().filter(|o| o.put && o.ret.is_some()).count(),
-        unknown_puts: ops.iter().filter(|o| o.put && o.ret.is_none()).count(),
+        acked_puts: ops.iter().filter(|o| o.kind.writes() && o.ret.is_some()).count(),
+        unknown_puts: ops.iter().filter(|o| o.kind.writes() && o.ret.is_none()).count(),
         lost: lost_writes(&ops, &finals),
         verdict,
     }

@@ -9,7 +9,7 @@ use super::table::{Command, Keys, READONLY, WRITE};
 use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
-use parking_lot::MutexGuard;
+use parking_lot::RwLockWriteGuard;
 
 #[rustfmt::skip]
 pub(super) static COMMANDS: &[Command] = &[
@@ -81,7 +81,7 @@ fn cmd_flushall(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 
 /// Locks `x` in database `a` and `y` in database `b`, the lower database first so that two
 /// copies in opposite directions cannot deadlock.
-fn lock_pair<'a>(a: (u8, &'a Keyspace), x: &[u8], b: (u8, &'a Keyspace), y: &[u8]) -> Vec<MutexGuard<'a, ()>> {
+fn lock_pair<'a>(a: (u8, &'a Keyspace), x: &[u8], b: (u8, &'a Keyspace), y: &[u8]) -> Vec<RwLockWriteGuard<'a, ()>> {
     if a.0 == b.0 {
         return a.1.lock_many(&[x, y]);
     }

@@ -3,7 +3,7 @@
 
 use super::args::wrong_args;
 use super::pubsub::WHILE_SUBSCRIBED;
-use super::table::{lookup, Command, Keys, ATOMIC, NO_AUTH, WRITE};
+use super::table::{lookup, Command, Keys, ATOMIC, NO_AUTH, READONLY, WRITE};
 use crate::cluster::ClusterNode;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
@@ -138,7 +138,15 @@ pub(super) fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &P
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
-    let reply = (p.cmd.handler)(sh, sess, args);
+    let reply = if p.cmd.flags & READONLY != 0 && p.cmd.flags & ATOMIC == 0 {
+        // A write holds its keys' locks while it changes their records; a read holds them
+        // shared, so that it sees a list, set or long string whole (linearizable).
+        let users = p.cmd.keys.of(args);
+        let _read = sh.db(sess).read_many(&users);
+        (p.cmd.handler)(sh, sess, args)
+    } else {
+        (p.cmd.handler)(sh, sess, args)
+    };
     if let Some(r) = p.region {
         let db = &sh.db(sess).db;
         let lsn = if p.keys.is_empty() {

@@ -34,7 +34,7 @@ use encoding::{
 };
 pub use encoding::{key, EngineKey, PREFIX};
 use halyard_engine::{Db, Error, ScanOptions};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::ops::Bound;
 
 const STRIPES: usize = 1024;
@@ -117,7 +117,7 @@ pub enum KsError {
 /// The key space of one database of a server.
 pub struct Keyspace {
     pub db: std::sync::Arc<Db>,
-    locks: Vec<Mutex<()>>,
+    locks: Vec<RwLock<()>>,
     /// Whether any hash (or other type with records under its key) may exist: while none does,
     /// SET need not look at the old value. Shared by a store's databases.
     hashes: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -180,7 +180,7 @@ impl Keyspace {
         let hashes = if single { migrate::open(&db)? } else { true };
         Ok(Keyspace {
             db,
-            locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            locks: (0..STRIPES).map(|_| RwLock::new(())).collect(),
             hashes: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(hashes)),
             single,
             prefix: db_prefix(0),
@@ -191,7 +191,7 @@ impl Keyspace {
     pub fn numbered(&self, n: u8) -> Keyspace {
         Keyspace {
             db: self.db.clone(),
-            locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            locks: (0..STRIPES).map(|_| RwLock::new(())).collect(),
             hashes: self.hashes.clone(),
             single: self.single,
             prefix: db_prefix(n),
@@ -229,16 +229,27 @@ impl Keyspace {
     }
 
     /// Locks one key for a read-modify-write.
-    pub fn lock(&self, user: &[u8]) -> MutexGuard<'_, ()> {
-        self.locks[self.stripe(user)].lock()
+    pub fn lock(&self, user: &[u8]) -> RwLockWriteGuard<'_, ()> {
+        self.locks[self.stripe(user)].write()
     }
 
     /// Locks several keys (in stripe order, so that two callers cannot deadlock).
-    pub fn lock_many(&self, users: &[&[u8]]) -> Vec<MutexGuard<'_, ()>> {
+    pub fn lock_many(&self, users: &[&[u8]]) -> Vec<RwLockWriteGuard<'_, ()>> {
+        self.stripes(users).map(|i| self.locks[i].write()).collect()
+    }
+
+    /// Locks several keys for reading: a key a command reads as several records (a list's
+    /// record and its elements, a long string's chunks) is never seen half way through a
+    /// write, which holds the key's lock while it changes them.
+    pub fn read_many(&self, users: &[&[u8]]) -> Vec<RwLockReadGuard<'_, ()>> {
+        self.stripes(users).map(|i| self.locks[i].read()).collect()
+    }
+
+    fn stripes(&self, users: &[&[u8]]) -> impl Iterator<Item = usize> {
         let mut s: Vec<usize> = users.iter().map(|u| self.stripe(u)).collect();
         s.sort_unstable();
         s.dedup();
-        s.into_iter().map(|i| self.locks[i].lock()).collect()
+        s.into_iter()
     }
 
     /// What `user` holds (a long string read whole).
@@ -398,7 +409,7 @@ impl Keyspace {
         if lo >= hi {
             return Ok(());
         }
-        let _all: Vec<MutexGuard<'_, ()>> = self.locks.iter().map(|l| l.lock()).collect();
+        let _all: Vec<RwLockWriteGuard<'_, ()>> = self.locks.iter().map(|l| l.write()).collect();
         Ok(self.db.delete_range(&lo, &hi)?)
     }
 
