@@ -272,6 +272,13 @@ fn blocking_pops_wake_on_pushes_from_other_connections() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert_eq!(pusher.cmd(&["RPUSH", "q3", "x"]), R::Int(1));
     assert_eq!(pusher.cmd(&["LLEN", "q3"]), R::Int(1));
+    // A move woken into a destination of another type answers WRONGTYPE; nothing moves.
+    assert_eq!(pusher.cmd(&["SET", "notlist", "v"]), R::Simple("OK".into()));
+    second.send(&[b"BRPOPLPUSH", b"q4", b"notlist", b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(pusher.cmd(&["RPUSH", "q4", "a", "b"]), R::Int(2));
+    assert!(matches!(second.read(), Some(R::Err(e)) if e.starts_with("WRONGTYPE")));
+    assert_eq!(pusher.cmd(&["LRANGE", "q4", "0", "-1"]), R::Array(Some(vec![bulk("a"), bulk("b")])));
 }
 
 #[test]
@@ -739,6 +746,9 @@ fn sorted_sets() {
         &["ZADD", "one", "1", "only"],
         &["ZRANDMEMBER", "one"],
         &["ZRANDMEMBER", "one", "-3"],
+        // Counts whose reply could not be built are refused, not attempted.
+        &["ZRANDMEMBER", "one", "-9223372036854770000", "WITHSCORES"],
+        &["ZRANDMEMBER", "one", "-9223372036854775808"],
         // Arity.
         &["ZADD", "z"],
         &["ZRANGE", "z", "0"],

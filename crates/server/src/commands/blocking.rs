@@ -134,7 +134,14 @@ fn bmove(sh: &Shared, sess: &mut Session, src: &[u8], dst: &[u8], ends: (End, En
         Err(r) => return r,
     };
     let db = sess.db;
-    let r = blocking(sh, sess, &[src], wait, |k| Ok(lmove(k, src, dst, ends.0, ends.1)?.map(Reply::Bulk)));
+    let r = blocking(sh, sess, &[src], wait, |k| match lmove(k, src, dst, ends.0, ends.1) {
+        // The destination holds another type while the source has something to move: the
+        // client is answered WRONGTYPE and the source keeps its elements, as in Redis.
+        Err(KsError::WrongType) if matches!(k.list_meta(src), Ok(Some(_))) => {
+            Ok(Some(Reply::err(KsError::WrongType.to_string())))
+        }
+        r => Ok(r?.map(Reply::Bulk)),
+    });
     if matches!(r, Reply::Bulk(_)) {
         sh.wake(db, dst);
     }

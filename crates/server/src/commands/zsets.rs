@@ -682,11 +682,14 @@ fn cmd_zrandmember(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let (key, count, withscores) = match a {
         [_, key] => (key, None, false),
         [_, key, c, rest @ ..] => {
-            let Some(c) = int_arg(c) else { return not_int() };
-            match rest {
-                [] => (key, Some(c), false),
-                [w] if lower(w) == "withscores" => (key, Some(c), true),
+            let withscores = match rest {
+                [] => false,
+                [w] if lower(w) == "withscores" => true,
                 _ => return syntax(),
+            };
+            match super::sets::pick_count(c, withscores) {
+                Ok(c) => (key, Some(c), withscores),
+                Err(r) => return r,
             }
         }
         _ => return wrong_args("zrandmember"),
