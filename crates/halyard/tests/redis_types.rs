@@ -82,6 +82,32 @@ fn same_as_redis(script: &[&[&str]]) {
 }
 
 #[test]
+fn swapped_databases_stay_swapped_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let srv = Server::start(dir.path(), &[]);
+        let mut c = srv.conn();
+        assert_eq!(c.cmd(&["SET", "k", "in0"]), R::Simple("OK".into()));
+        assert_eq!(c.cmd(&["SELECT", "9"]), R::Simple("OK".into()));
+        assert_eq!(c.cmd(&["RPUSH", "l", "a"]), R::Int(1));
+        // A client blocked in database 1 is woken by the swap that brings it a list.
+        let mut blocked = srv.conn();
+        assert_eq!(blocked.cmd(&["SELECT", "1"]), R::Simple("OK".into()));
+        blocked.send(&[b"BLPOP", b"l", b"5"]);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(c.cmd(&["SWAPDB", "1", "9"]), R::Simple("OK".into()));
+        assert_eq!(blocked.read(), Some(R::Array(Some(vec![bulk("l"), bulk("a")]))));
+        assert_eq!(c.cmd(&["SWAPDB", "0", "9"]), R::Simple("OK".into()));
+        assert_eq!(c.cmd(&["GET", "k"]), bulk("in0"));
+    }
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["GET", "k"]), R::Bulk(None));
+    assert_eq!(c.cmd(&["SELECT", "9"]), R::Simple("OK".into()));
+    assert_eq!(c.cmd(&["GET", "k"]), bulk("in0"));
+}
+
+#[test]
 fn databases_and_whole_key_copies() {
     same_as_redis(&[
         &["SET", "k", "0"],
@@ -128,6 +154,18 @@ fn databases_and_whole_key_copies() {
         &["DBSIZE"],
         &["SELECT", "0"],
         &["HGETALL", "hk"],
+        &["SWAPDB", "0", "15"],
+        &["GET", "k"],
+        &["DBSIZE"],
+        &["SELECT", "15"],
+        &["GET", "k"],
+        &["HGETALL", "hk"],
+        &["SWAPDB", "15", "15"],
+        &["SWAPDB", "0", "16"],
+        &["SWAPDB", "x", "1"],
+        &["SWAPDB", "1", "x"],
+        &["SWAPDB", "-1", "1"],
+        &["SELECT", "0"],
         &["FLUSHALL", "SYNC"],
         &["SELECT", "15"],
         &["DBSIZE"],

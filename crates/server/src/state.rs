@@ -139,6 +139,15 @@ impl Waiters {
     }
 
     /// Wakes the connections waiting on `key` of `db` (cheap when none waits).
+    /// Wakes every connection blocked in database `db` (its keys all changed: SWAPDB).
+    pub fn wake_db(&self, db: u8) {
+        for ((d, _), list) in self.map.lock().iter() {
+            for (_, n) in list.iter().filter(|_| *d == db) {
+                n.notify_one();
+            }
+        }
+    }
+
     pub fn wake(&self, db: u8, key: &[u8]) {
         if self.count.load(Relaxed) == 0 {
             return;
@@ -226,12 +235,44 @@ impl Settings {
     }
 }
 
+fn identity_slots() -> [u8; DATABASES as usize] {
+    std::array::from_fn(|i| i as u8)
+}
+
+/// The database-to-slot map a store recorded; every database in its own slot when it holds
+/// none, or one that is not a permutation (which no SWAPDB writes).
+fn load_slots(db: &halyard_engine::Db) -> [u8; DATABASES as usize] {
+    let stored = match db.get(crate::keyspace::SLOTS_KEY) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!("reading the database map: {e}; databases keep their own slots");
+            None
+        }
+    };
+    let Some(v) = stored else { return identity_slots() };
+    let Ok(slots) = <[u8; DATABASES as usize]>::try_from(v.as_slice()) else { return identity_slots() };
+    let mut seen = [false; DATABASES as usize];
+    for &s in &slots {
+        match seen.get_mut(usize::from(s)) {
+            Some(x) if !*x => *x = true,
+            _ => {
+                tracing::warn!("the stored database map is not a permutation; databases keep their own slots");
+                return identity_slots();
+            }
+        }
+    }
+    slots
+}
+
 /// Server-wide state.
 pub struct Shared {
     /// Database 0: the whole key space of a cluster node.
     pub ks: Keyspace,
-    /// Databases 1 to [`DATABASES`] - 1 of a single node (none on a cluster node).
+    /// Databases 1 to [`DATABASES`] - 1 of a single node (none on a cluster node), by slot.
     pub numbered: Vec<Keyspace>,
+    /// Which slot (`ks` is slot 0, `numbered[i]` slot i + 1) each database number names:
+    /// SWAPDB swaps two entries (`keyspace::encoding::SLOTS_KEY`).
+    slots: [std::sync::atomic::AtomicU8; DATABASES as usize],
     pub requirepass: Option<String>,
     pub metrics: Metrics,
     pub cursors: Mutex<Cursors>,
@@ -265,9 +306,11 @@ impl Shared {
     pub fn new(ks: Keyspace, requirepass: Option<String>, metrics: Metrics) -> Shared {
         let numbered =
             if ks.db.options().default_region { (1..DATABASES).map(|n| ks.numbered(n)).collect() } else { Vec::new() };
+        let slots = if numbered.is_empty() { identity_slots() } else { load_slots(&ks.db) };
         Shared {
             ks,
             numbered,
+            slots: slots.map(std::sync::atomic::AtomicU8::new),
             requirepass,
             metrics,
             cursors: Mutex::new(Cursors { next: 0, map: HashMap::new(), order: VecDeque::new() }),
@@ -348,15 +391,29 @@ impl Shared {
 
     /// Database `n`, if this server has it.
     pub fn database(&self, n: u8) -> Option<&Keyspace> {
-        match n {
+        match self.slots.get(usize::from(n))?.load(Relaxed) {
             0 => Some(&self.ks),
-            n => self.numbered.get(usize::from(n) - 1),
+            slot => self.numbered.get(usize::from(slot) - 1),
         }
     }
 
     /// Every database of this server, numbered.
     pub fn databases(&self) -> impl Iterator<Item = (u8, &Keyspace)> {
-        std::iter::once(&self.ks).chain(&self.numbered).enumerate().map(|(i, k)| (i as u8, k))
+        (0..=self.numbered.len() as u8).filter_map(|n| self.database(n).map(|k| (n, k)))
+    }
+
+    /// SWAPDB: databases `x` and `y` trade slots, durably, and the clients blocked in either
+    /// look again. The caller holds the command gate exclusively (no command runs meanwhile).
+    pub fn swap_databases(&self, x: u8, y: u8) -> Result<(), halyard_engine::Error> {
+        let mut now: [u8; DATABASES as usize] = std::array::from_fn(|i| self.slots[i].load(Relaxed));
+        now.swap(usize::from(x), usize::from(y));
+        self.ks.db.put(crate::keyspace::SLOTS_KEY, &now)?;
+        for (slot, v) in self.slots.iter().zip(now) {
+            slot.store(v, Relaxed);
+        }
+        self.waiters.wake_db(x);
+        self.waiters.wake_db(y);
+        Ok(())
     }
 
     pub fn client_line(&self, s: &Session) -> String {

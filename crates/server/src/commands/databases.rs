@@ -5,7 +5,7 @@
 //! (`keyspace::encoding`); a cluster has database 0 only, as Redis Cluster does.
 
 use super::args::{int_arg, ks, lower, not_int, syntax, wrong_args};
-use super::table::{Command, Keys, READONLY, WRITE};
+use super::table::{Command, Keys, ATOMIC, READONLY, WRITE};
 use crate::keyspace::{Keyspace, KsError};
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
@@ -14,7 +14,7 @@ use parking_lot::RwLockWriteGuard;
 #[rustfmt::skip]
 pub(super) static COMMANDS: &[Command] = &[
     Command { name: "select", arity: 2, flags: 0, keys: Keys::None, handler: cmd_select },
-    Command { name: "swapdb", arity: 3, flags: 0, keys: Keys::None, handler: cmd_swapdb },
+    Command { name: "swapdb", arity: 3, flags: WRITE | ATOMIC, keys: Keys::None, handler: cmd_swapdb },
     Command { name: "flushdb", arity: -1, flags: WRITE, keys: Keys::Whole, handler: cmd_flushdb },
     Command { name: "flushall", arity: -1, flags: WRITE, keys: Keys::Whole, handler: cmd_flushall },
     Command { name: "move", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_move },
@@ -45,9 +45,26 @@ fn cmd_select(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     }
 }
 
-/// Database numbers are fixed prefixes of engine keys: swapping two would rewrite both.
-fn cmd_swapdb(_: &Shared, _: &mut Session, _: &[&[u8]]) -> Reply {
-    Reply::err("ERR SWAPDB is not supported: databases are key ranges of the store; use MOVE or COPY for single keys")
+/// SWAPDB x y: the two numbers trade their key ranges (one record written, no key moved).
+fn cmd_swapdb(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, x, y] = a else { return wrong_args("swapdb") };
+    if sh.numbered.is_empty() {
+        return Reply::err("ERR SWAPDB is not allowed in cluster mode");
+    }
+    let Some(x) = int_arg(x) else { return Reply::err("ERR invalid first DB index") };
+    let Some(y) = int_arg(y) else { return Reply::err("ERR invalid second DB index") };
+    let (Ok(x), Ok(y)) = (u8::try_from(x), u8::try_from(y)) else {
+        return Reply::err("ERR DB index is out of range");
+    };
+    if sh.database(x).is_none() || sh.database(y).is_none() {
+        return Reply::err("ERR DB index is out of range");
+    }
+    // No command may run on the old numbering while the map changes.
+    let _exclusive = (!sess.atomic).then(|| sh.gate.write());
+    match sh.swap_databases(x, y) {
+        Ok(()) => Reply::ok(),
+        Err(e) => Reply::err(format!("ERR {e}")),
+    }
 }
 
 /// FLUSHDB's and FLUSHALL's optional ASYNC or SYNC (both flush at once: a range delete is

@@ -26,7 +26,15 @@
 //!
 //! `P`, the database's prefix, is `'r'` for database 0 (the only one of a cluster) and
 //! `'d' | n` for database n of 1–15 on a single node: each database is one contiguous engine
-//! range, so FLUSHDB is one range delete.
+//! range, so FLUSHDB is one range delete. These are the ranges' *slots*; which slot a database
+//! number names is kept in one record, so that SWAPDB swaps two numbers without moving a key:
+//!
+//! ```text
+//! 'd' | 00 | "slots"                       16 bytes: byte n = the slot of database n
+//! ```
+//!
+//! (slot 0 is `'r'`, slot n is `'d' | n`; absent: every database in its own slot). `'d' | 00`
+//! is no database's prefix, so the record lies in no database's range.
 //!
 //! Everything a key holds lies under its record key, which no other user key's records share:
 //! deleting, expiring, renaming or moving a key of any type walks the keys after its record up
@@ -69,6 +77,9 @@ pub const INLINE_STRING: usize = 1 << 20;
 pub const PREFIX: u8 = b'r';
 /// The first byte of the engine keys of databases 1–15 (the database number follows).
 pub const DB_PREFIX: u8 = b'd';
+
+/// The engine key of the database-to-slot map.
+pub const SLOTS_KEY: &[u8] = b"d\x00slots";
 
 /// The key prefix of database `n`.
 pub fn db_prefix(n: u8) -> smallvec::SmallVec<[u8; 2]> {

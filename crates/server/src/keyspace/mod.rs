@@ -32,7 +32,7 @@ use encoding::{
     all_keys_in, db_prefix, is_aggregate, key_in, prefix_end, string_value, user_of, CHUNKED, HASH, HASH_V2, LIST, SET,
     STREAM, STRING, ZSET,
 };
-pub use encoding::{key, EngineKey, PREFIX};
+pub use encoding::{key, EngineKey, PREFIX, SLOTS_KEY};
 use halyard_engine::{Db, Error, ScanOptions};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::ops::Bound;
