@@ -221,8 +221,9 @@ pub fn install(sh: &std::sync::Arc<Shared>, node: &ClusterNode) {
 /// each key MATCH keeps is asked its type in its region.
 async fn scan(c: &ClusterNode, sh: &Shared, sess: &mut Session, rest: &[&[u8]]) -> io::Result<Vec<u8>> {
     let [cursor, opts @ ..] = rest else { return Ok(encode(sess.proto, Reply::err("ERR syntax error"))) };
-    let Some(commands::ScanOptions { pattern, count, kind }) = commands::scan_options(opts) else {
-        return Ok(encode(sess.proto, Reply::err("ERR syntax error")));
+    let commands::ScanOptions { pattern, count, kind } = match commands::scan_options(opts) {
+        Ok(o) => o,
+        Err(r) => return Ok(encode(sess.proto, r)),
     };
     let cursor = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok());
     let mut after = match cursor {

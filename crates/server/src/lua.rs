@@ -89,7 +89,7 @@ pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
     lua.load(
         r#"setmetatable(_G, {
             __index = function(_, n) error("Script attempted to access nonexistent global variable '" .. tostring(n) .. "'", 2) end,
-            __newindex = function(_, n) error("Script attempted to create global variable '" .. tostring(n) .. "'", 2) end,
+            __newindex = function(_, n) error("Attempt to modify a readonly table", 2) end,
         })"#,
     )
     .exec()?;
@@ -117,7 +117,7 @@ pub fn error_text(e: &mlua::Error) -> String {
     let text = match e {
         mlua::Error::CallbackError { cause, .. } => return error_text(cause),
         mlua::Error::RuntimeError(s) => s.clone(),
-        mlua::Error::SyntaxError { message, .. } => format!("ERR Error compiling script: {message}"),
+        mlua::Error::SyntaxError { message, .. } => format!("ERR Error compiling script (new function): {message}"),
         mlua::Error::ExternalError(x) => x.to_string(),
         other => other.to_string(),
     };

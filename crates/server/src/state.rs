@@ -118,9 +118,10 @@ impl Waiters {
         self.count.fetch_add(1, Relaxed);
     }
 
-    /// Forgets connection `id`'s wait on `keys` of `db`.
+    /// Forgets connection `id`'s wait on `keys` of `db`, passing its turn on.
     pub fn unregister(&self, db: u8, keys: &[Vec<u8>], id: u64) {
         let mut m = self.map.lock();
+        Self::pass_on_locked(&m, db, keys, id);
         for k in keys {
             let key = (db, k.clone());
             if let Some(list) = m.get_mut(&key) {
@@ -133,29 +134,45 @@ impl Waiters {
         self.count.fetch_sub(1, Relaxed);
     }
 
+    /// Connection `id` looked at its keys and is still waiting: the next connection blocked on
+    /// each of them looks now. Woken connections look one at a time, in the order they blocked,
+    /// so that the first to block is served first, as in Redis.
+    pub fn pass_on(&self, db: u8, keys: &[Vec<u8>], id: u64) {
+        Self::pass_on_locked(&self.map.lock(), db, keys, id);
+    }
+
+    fn pass_on_locked(m: &HashMap<DbKey, Vec<Waiter>>, db: u8, keys: &[Vec<u8>], id: u64) {
+        for k in keys {
+            let Some(list) = m.get(&(db, k.clone())) else { continue };
+            let next = list.iter().skip_while(|(i, _)| *i != id).nth(1);
+            if let Some((_, n)) = next {
+                n.notify_one();
+            }
+        }
+    }
+
     /// How many connections are blocked now (INFO's `blocked_clients`).
     pub fn blocked(&self) -> usize {
         self.count.load(Relaxed)
     }
 
-    /// Wakes the connections waiting on `key` of `db` (cheap when none waits).
-    /// Wakes every connection blocked in database `db` (its keys all changed: SWAPDB).
+    /// Wakes the connections blocked in database `db` (its keys all changed: SWAPDB).
     pub fn wake_db(&self, db: u8) {
         for ((d, _), list) in self.map.lock().iter() {
-            for (_, n) in list.iter().filter(|_| *d == db) {
+            if let Some((_, n)) = list.first().filter(|_| *d == db) {
                 n.notify_one();
             }
         }
     }
 
+    /// `key` of `db` changed: the connections blocked on it look again (cheap when none waits).
     pub fn wake(&self, db: u8, key: &[u8]) {
         if self.count.load(Relaxed) == 0 {
             return;
         }
-        if let Some(list) = self.map.lock().get(&(db, key.to_vec())) {
-            for (_, n) in list {
-                n.notify_one();
-            }
+        // The first to block looks first; each passes the turn on (`pass_on`, `unregister`).
+        if let Some((_, n)) = self.map.lock().get(&(db, key.to_vec())).and_then(|l| l.first()) {
+            n.notify_one();
         }
     }
 }

@@ -7,6 +7,17 @@ pub(super) fn wrong_args(name: &str) -> Reply {
     Reply::err(format!("ERR wrong number of arguments for '{name}' command"))
 }
 
+/// The reply to a subcommand of `cmd` that is not one of `known` (named as the client spelled
+/// it), or one of them with the wrong number of arguments, in Redis 7's words.
+pub(super) fn bad_subcommand(cmd: &str, sub: &[u8], known: &[&str]) -> Reply {
+    let lowered = lower(sub);
+    if known.contains(&lowered.as_str()) {
+        return wrong_args(&format!("{cmd}|{lowered}"));
+    }
+    let shown: String = String::from_utf8_lossy(sub).chars().take(128).collect();
+    Reply::err(format!("ERR unknown subcommand '{shown}'. Try {} HELP.", cmd.to_ascii_uppercase()))
+}
+
 pub(super) fn syntax() -> Reply {
     Reply::err("ERR syntax error")
 }

@@ -76,6 +76,9 @@ fn blocking(
             if due {
                 sh.unblock(sess);
             } else {
+                if let Some(b) = sess.block.as_ref().filter(|_| !first_try) {
+                    sh.waiters.pass_on(b.db, &b.keys, sess.id);
+                }
                 sess.waiting = true;
             }
             Reply::NilArray

@@ -180,8 +180,7 @@ fn cmd_config(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
             "ERR CONFIG REWRITE is not supported: Halyard's settings come from its command line and config file; change them there",
         ),
         ("help", []) => Reply::Array(HELP.iter().map(|l| Reply::Simple((*l).into())).collect()),
-        (s @ ("get" | "set" | "resetstat" | "rewrite" | "help"), _) => wrong_args(&format!("config|{s}")),
-        (s, _) => Reply::err(format!("ERR unknown subcommand '{s}'. Try CONFIG HELP.")),
+        _ => super::args::bad_subcommand("config", a.get(1).copied().unwrap_or_default(), &["get", "set", "resetstat", "rewrite", "help"]),
     }
 }
 

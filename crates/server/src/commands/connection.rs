@@ -69,7 +69,7 @@ pub(super) fn cmd_client(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply 
             }
             _ => syntax(),
         },
-        (sub, _) => Reply::err(format!("ERR unknown subcommand or wrong number of arguments for 'client|{sub}'")),
+        _ => super::args::bad_subcommand("client", sub, &["setname", "getname", "id", "info", "setinfo", "reply"]),
     }
 }
 

@@ -14,7 +14,7 @@ use parking_lot::RwLockWriteGuard;
 #[rustfmt::skip]
 pub(super) static COMMANDS: &[Command] = &[
     Command { name: "select", arity: 2, flags: 0, keys: Keys::None, handler: cmd_select },
-    Command { name: "swapdb", arity: 3, flags: WRITE | ATOMIC, keys: Keys::None, handler: cmd_swapdb },
+    Command { name: "swapdb", arity: 3, flags: ATOMIC, keys: Keys::None, handler: cmd_swapdb },
     Command { name: "flushdb", arity: -1, flags: WRITE, keys: Keys::Whole, handler: cmd_flushdb },
     Command { name: "flushall", arity: -1, flags: WRITE, keys: Keys::Whole, handler: cmd_flushall },
     Command { name: "move", arity: 3, flags: WRITE, keys: Keys::First, handler: cmd_move },

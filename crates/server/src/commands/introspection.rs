@@ -27,9 +27,7 @@ fn cmd_memory(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     match (lower(a.get(1).copied().unwrap_or_default()).as_str(), a.get(2..).unwrap_or_default()) {
         ("usage", [key, ..]) => ks(sh.db(sess).footprint(key).map(|n| n.map_or(Reply::Nil, |n| Reply::Int(n as i64)))),
         ("doctor", []) => Reply::bulk("Halyard keeps its data on disk: see INFO memory and the store's metrics."),
-        (sub, _) => {
-            Reply::err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try MEMORY HELP."))
-        }
+        _ => super::args::bad_subcommand("memory", a.get(1).copied().unwrap_or_default(), &["usage", "doctor"]),
     }
 }
 
@@ -71,7 +69,7 @@ fn cmd_debug(_: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
             "ERR DEBUG {} is not supported: Halyard keeps its data in an LSM store, with no RDB or AOF to reload and no in-memory objects to inspect (it has DEBUG SLEEP and SET-ACTIVE-EXPIRE)",
             sub.to_ascii_uppercase()
         )),
-        (s, _) => Reply::err(format!("ERR unknown subcommand or wrong number of arguments for '{s}'. Try DEBUG HELP.")),
+        _ => super::args::bad_subcommand("debug", a.get(1).copied().unwrap_or_default(), &["sleep", "set-active-expire", "help"]),
     }
 }
 
@@ -99,8 +97,11 @@ fn cmd_object(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     match (sub.as_str(), rest) {
         ("help", []) => Reply::Array(OBJECT_HELP.iter().map(|l| Reply::Simple((*l).into())).collect()),
         ("encoding" | "freq" | "idletime" | "refcount", [key]) => ks(object(sh.db(sess), &sub, key)),
-        (s @ ("help" | "encoding" | "freq" | "idletime" | "refcount"), _) => wrong_args(&format!("object|{s}")),
-        (s, _) => Reply::err(format!("ERR unknown subcommand '{s}'. Try OBJECT HELP.")),
+        _ => super::args::bad_subcommand(
+            "object",
+            a.get(1).copied().unwrap_or_default(),
+            &["help", "encoding", "freq", "idletime", "refcount"],
+        ),
     }
 }
 

@@ -69,7 +69,10 @@ pub(super) fn cmd_scan(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {
     let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok()) else {
         return Reply::err("ERR invalid cursor");
     };
-    let Some(ScanOptions { pattern, count, kind }) = scan_options(opts) else { return syntax() };
+    let ScanOptions { pattern, count, kind } = match scan_options(opts) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
     let after = if cursor == 0 {
         None
     } else {
@@ -106,21 +109,22 @@ pub(crate) struct ScanOptions<'a> {
 
 /// SCAN's options; None for a syntax error. As in Redis, the last of an option given twice
 /// counts.
-pub(crate) fn scan_options<'a>(opts: &[&'a [u8]]) -> Option<ScanOptions<'a>> {
+pub(crate) fn scan_options<'a>(opts: &[&'a [u8]]) -> Result<ScanOptions<'a>, Reply> {
     let mut o = ScanOptions { pattern: None, count: 10, kind: None };
     for opt in opts.chunks(2) {
-        let [name, value] = opt else { return None };
+        let [name, value] = opt else { return Err(syntax()) };
         match lower(name).as_str() {
             "match" => o.pattern = Some(*value),
             "count" => match int_arg(value) {
                 Some(n) if n > 0 => o.count = n as usize,
-                _ => return None,
+                Some(_) => return Err(syntax()),
+                None => return Err(not_int()),
             },
             "type" => o.kind = Some(*value),
-            _ => return None,
+            _ => return Err(syntax()),
         }
     }
-    Some(o)
+    Ok(o)
 }
 
 pub(super) fn cmd_keys(sh: &Shared, s: &mut Session, a: &[&[u8]]) -> Reply {

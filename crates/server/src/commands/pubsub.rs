@@ -95,7 +95,11 @@ fn cmd_pubsub(sh: &Shared, _: &mut Session, a: &[&[u8]]) -> Reply {
             Reply::Array(chans.iter().flat_map(|c| [Reply::bulk(*c), Reply::Int(sh.pubsub.numsub(c) as i64)]).collect())
         }
         ("numpat", []) => Reply::Int(sh.pubsub.numpat() as i64),
-        _ => Reply::err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try PUBSUB HELP.")),
+        _ => super::args::bad_subcommand(
+            "pubsub",
+            a.get(1).copied().unwrap_or_default(),
+            &["channels", "numsub", "numpat"],
+        ),
     }
 }
 

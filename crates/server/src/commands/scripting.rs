@@ -39,9 +39,9 @@ const FUNCTIONS: &str = "halyard_functions";
 const NOT_IN_SCRIPTS: &[&str] =
     &["multi", "exec", "discard", "watch", "unwatch", "eval", "evalsha", "script", "quit", "hello", "auth"];
 
-/// An error `redis.call` raises: the command's error reply, as the script's error.
 #[derive(Debug)]
-struct CallError(String);
+/// An error `redis.call` raises: its text and the script's line that called.
+struct CallError(String, Option<usize>);
 
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -66,6 +66,13 @@ fn call(lua: &Lua, sh: &Shared, sess: &mut Session, args: mlua::MultiValue, rais
     let Some(name) = refs.first() else {
         return fail(lua, "ERR Please specify at least one argument for this redis lib call", raise);
     };
+    match lookup(name) {
+        None => return fail(lua, "ERR Unknown Redis command called from script", raise),
+        Some(c) if !c.arity_ok(refs.len()) => {
+            return fail(lua, "ERR Wrong number of args calling Redis command from script", raise)
+        }
+        Some(_) => {}
+    }
     if lookup(name).is_some_and(|c| NOT_IN_SCRIPTS.contains(&c.name)) {
         return fail(lua, "ERR This Redis command is not allowed from script", raise);
     }
@@ -87,7 +94,8 @@ fn call(lua: &Lua, sh: &Shared, sess: &mut Session, args: mlua::MultiValue, rais
 
 fn fail(lua: &Lua, msg: &str, raise: bool) -> mlua::Result<Value> {
     if raise {
-        return Err(mlua::Error::external(CallError(msg.to_string())));
+        let line = lua.inspect_stack(1, |d| d.current_line()).flatten();
+        return Err(mlua::Error::external(CallError(msg.to_string(), line)));
     }
     Ok(Value::Table(status_table(lua, "err", msg.to_string())?))
 }
@@ -143,7 +151,38 @@ fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], a
     sh.scripts.started.store(0, Relaxed);
     match result {
         Ok(v) => from_lua(v),
-        Err(e) => Reply::Error(error_text(&e)),
+        Err(e) => Reply::Error(raised(&e, code)),
+    }
+}
+
+/// The reply to an error raised out of a script, as Redis 7 words it: the error, then which
+/// script and line raised it.
+fn raised(e: &mlua::Error, code: Code<'_>) -> String {
+    let text = error_text(e);
+    if matches!(e, mlua::Error::SyntaxError { .. }) {
+        return text;
+    }
+    let text = text.split("\nstack traceback:").next().unwrap_or_default().trim_end().to_string();
+    let (name, source) = match code {
+        Code::Script { sha, .. } => (sha, "@user_script"),
+        Code::Function(f) => (f, "@user_function"),
+    };
+    // The line redis.call was called from, or the one Lua names in a runtime error.
+    let line = call_error(e).and_then(|c| c.1).or_else(|| {
+        let rest = text.split_once(&source[1..])?.1.strip_prefix(':')?;
+        rest.split(':').next()?.parse().ok()
+    });
+    match line {
+        Some(line) => format!("{text} script: {name}, on {source}:{line}."),
+        None => text,
+    }
+}
+
+fn call_error(e: &mlua::Error) -> Option<&CallError> {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => call_error(cause),
+        mlua::Error::ExternalError(x) => x.downcast_ref::<CallError>(),
+        _ => None,
     }
 }
 
@@ -254,9 +293,7 @@ fn cmd_script(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             s.killed.store(true, Relaxed);
             Reply::ok()
         }
-        (sub, _) => Reply::err(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try SCRIPT HELP."
-        )),
+        _ => super::args::bad_subcommand("script", a.get(1).copied().unwrap_or_default(), &["load", "exists", "flush", "kill"]),
     }
 }
 
@@ -418,8 +455,10 @@ fn cmd_function(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
                 })
                 .collect(),
         ),
-        (sub, _) => {
-            Reply::err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try FUNCTION HELP."))
-        }
+        _ => super::args::bad_subcommand(
+            "function",
+            a.get(1).copied().unwrap_or_default(),
+            &["load", "delete", "flush", "list"],
+        ),
     }
 }

@@ -273,8 +273,8 @@ pub(super) fn item_cursor(sh: &Shared, cursor: &[u8]) -> Result<Option<Vec<u8>>,
 
 /// SSCAN's and HSCAN's options (MATCH, COUNT; no TYPE), or the reply for bad ones.
 pub(super) fn item_scan_options<'a>(opts: &[&'a [u8]]) -> Result<(Option<&'a [u8]>, usize), Reply> {
-    match scan_options(opts) {
-        Some(ScanOptions { pattern, count, kind: None }) => Ok((pattern, count)),
+    match scan_options(opts)? {
+        ScanOptions { pattern, count, kind: None } => Ok((pattern, count)),
         _ => Err(syntax()),
     }
 }

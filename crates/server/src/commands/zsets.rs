@@ -641,7 +641,11 @@ fn cmd_zscan(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|s| s.parse::<u64>().ok()) else {
         return Reply::err("ERR invalid cursor");
     };
-    let Some(ScanOptions { pattern, count, kind: None }) = scan_options(opts) else { return syntax() };
+    let (pattern, count) = match scan_options(opts) {
+        Ok(ScanOptions { pattern, count, kind: None }) => (pattern, count),
+        Ok(_) => return syntax(),
+        Err(r) => return r,
+    };
     let k = sh.db(sess);
     ks((|| {
         let len = k.zcard(key)?;
@@ -925,11 +929,11 @@ fn cmd_zintercard(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, n, rest @ ..] = a else { return wrong_args("zintercard") };
     let n = match int_arg(n) {
         Some(n) if n > 0 => n as usize,
-        Some(_) => return Reply::err("ERR numkeys should be greater than 0"),
+        Some(_) => return Reply::err("ERR at least 1 input key is needed for 'zintercard' command"),
         None => return not_int(),
     };
     if n > rest.len() {
-        return Reply::err("ERR Number of keys can't be greater than number of args");
+        return syntax();
     }
     let (keys, opts) = rest.split_at(n);
     let limit = match opts {
@@ -937,8 +941,7 @@ fn cmd_zintercard(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         [l, v] if lower(l) == "limit" => match int_arg(v) {
             Some(0) => usize::MAX,
             Some(v) if v > 0 => v as usize,
-            Some(_) => return Reply::err("ERR LIMIT can't be negative"),
-            None => return not_int(),
+            _ => return Reply::err("ERR LIMIT can't be negative"),
         },
         _ => return syntax(),
     };
