@@ -422,7 +422,8 @@ impl Shared {
     /// SWAPDB: databases `x` and `y` trade slots, durably, and the clients blocked in either
     /// look again. The caller holds the command gate exclusively (no command runs meanwhile).
     pub fn swap_databases(&self, x: u8, y: u8) -> Result<(), halyard_engine::Error> {
-        let mut now: [u8; DATABASES as usize] = std::array::from_fn(|i| self.slots[i].load(Relaxed));
+        let mut now: [u8; DATABASES as usize] =
+            std::array::from_fn(|i| self.slots.get(i).map_or(0, |s| s.load(Relaxed)));
         now.swap(usize::from(x), usize::from(y));
         self.ks.db.put(crate::keyspace::SLOTS_KEY, &now)?;
         for (slot, v) in self.slots.iter().zip(now) {
