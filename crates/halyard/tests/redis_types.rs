@@ -1350,6 +1350,74 @@ fn pubsub_matches_redis() {
     assert_eq!(got.len(), want.len());
 }
 
+/// The keyspace notifications a pattern subscriber receives for a run of writes, up to a
+/// message published after them.
+fn notification_transcript(port: u16) -> Vec<R> {
+    let (mut sub, mut c) = (Resp::connect(port), Resp::connect(port));
+    let mut seen = vec![c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "KEAn"])];
+    sub.send(&[b"PSUBSCRIBE", b"__key*"]);
+    seen.push(sub.read().expect("psubscribe"));
+    c.cmd(&["PSETEX", "gone", "50", "v"]);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let writes: &[&[&str]] = &[
+        &["SET", "foo", "bar"],
+        &["SET", "foo", "baz", "EX", "100"],
+        &["SET", "foo", "baz", "NX"],
+        &["LPUSH", "l", "a", "b"],
+        &["RPOP", "l"],
+        &["LPOP", "nolist"],
+        &["SADD", "s", "a"],
+        &["SREM", "s", "x"],
+        &["HSET", "h", "n", "1"],
+        &["HINCRBY", "h", "n", "2"],
+        &["ZADD", "z", "1", "a"],
+        &["ZREM", "z", "b"],
+        &["INCRBY", "n", "5"],
+        &["EXPIRE", "h", "100"],
+        &["PERSIST", "h"],
+        &["RENAME", "h", "h2"],
+        &["DEL", "foo", "nokey"],
+        &["XADD", "st", "1-1", "f", "v"],
+    ];
+    for w in writes {
+        c.cmd(w);
+    }
+    c.cmd(&["PUBLISH", "__key_end", "end"]);
+    loop {
+        let m = sub.read().expect("a notification");
+        let end = matches!(&m, R::Array(Some(items)) if items.get(2) == Some(&bulk("__key_end")));
+        seen.push(m);
+        if end {
+            break seen;
+        }
+    }
+}
+
+#[test]
+fn keyspace_notifications_match_redis() {
+    assert!(have("redis-server"), "install redis-server (scripts/test.sh does)");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let text = |rs: Vec<R>| -> Vec<String> {
+        rs.into_iter()
+            .map(|r| match r {
+                R::Array(Some(items)) => items
+                    .iter()
+                    .map(|i| match i {
+                        R::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    let (want, got) = (text(notification_transcript(redis.port)), text(notification_transcript(srv.resp)));
+    assert_eq!(got, want);
+}
+
 /// CONFIG GET and SET of the parameters Halyard has, OBJECT ENCODING on both sides of Redis
 /// 7.0's thresholds, OBJECT's other subcommands and DEBUG SLEEP.
 #[test]

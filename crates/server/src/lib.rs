@@ -27,6 +27,7 @@ mod lua;
 pub mod metrics;
 #[doc(hidden)]
 pub mod native;
+mod notify;
 mod pubsub;
 #[doc(hidden)]
 pub mod resp;
@@ -167,7 +168,9 @@ pub async fn run_with(
     ));
     let http_task =
         tokio::spawn(http::serve(http_l, registry, sh.clone(), cluster.clone(), stop_rx.clone(), conns.clone()));
+    let expired_task = tokio::spawn(expired_events(sh.clone()));
     shutdown.await;
+    expired_task.abort();
     if let Some(c) = &cluster {
         // Still serving: the master hands this node's primaries off meanwhile.
         tracing::info!("shutting down: leaving the cluster's groups first");
@@ -187,6 +190,30 @@ pub async fn run_with(
     let _ = tokio::time::timeout(Duration::from_secs(10), conns.wait()).await;
     drop(sh);
     flush_on_exit(db).await
+}
+
+/// Publishes the `expired` events of the keys `notify` watches, as their expiry comes (Redis'
+/// background expiry announces them without a client touching the key).
+async fn expired_events(sh: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        let n = &sh.settings.notify;
+        for (db, key) in n.due(sh.ks.now_ms()) {
+            let Some(k) = sh.database(db) else { continue };
+            match k.expiry(&key) {
+                // Not yet gone by the store's clock: looked at again on the next tick.
+                Ok(Some(at)) if at > 0 => n.watch_expiry(at, db, &key),
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    for (channel, msg) in notify::messages(n.flags(), db, notify::EXPIRED, "expired", &key) {
+                        sh.pubsub.publish(&channel, &msg, commands::glob);
+                    }
+                }
+                Err(e) => tracing::warn!("announcing an expiry: {e}"),
+            }
+        }
+    }
 }
 
 /// What the server's connections share, with the settings of `cfg`.

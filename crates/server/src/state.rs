@@ -214,9 +214,8 @@ pub struct Settings {
     /// Seconds a Redis client may idle before its connection is closed (0: never; Redis'
     /// `timeout`, the server's `idle_timeout_secs`). Read by each connection as it waits.
     pub timeout: AtomicU64,
-    /// Redis' `notify-keyspace-events`: kept for CONFIG GET, not acted on (Halyard publishes
-    /// no keyspace notifications).
-    pub notify_keyspace_events: Mutex<String>,
+    /// Redis' `notify-keyspace-events`, and the expiries awaiting their `expired` event.
+    pub notify: crate::notify::Notifier,
     /// The Redis listener's port (INFO's `tcp_port`; 0 until the server set it).
     pub port: AtomicU64,
     /// The most clients served at once (`maxclients`).
@@ -234,7 +233,7 @@ impl Default for Settings {
         let run_id = (0..20).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         Settings {
             timeout: AtomicU64::new(0),
-            notify_keyspace_events: Mutex::new(String::new()),
+            notify: crate::notify::Notifier::default(),
             port: AtomicU64::new(0),
             max_clients: AtomicU64::new(10_000),
             dir: std::sync::OnceLock::new(),

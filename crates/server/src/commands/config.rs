@@ -2,8 +2,7 @@
 //! answer for. Parameters Halyard acts on at run time (`timeout`, `busy-reply-threshold`) are
 //! changed by CONFIG SET; those that describe what Halyard does not do (RDB, AOF, eviction)
 //! accept only the value that is true of it and explain why otherwise; the rest are immutable.
-//! `notify-keyspace-events` is kept and given back, and does nothing: Halyard publishes no
-//! keyspace notifications.
+//! `notify-keyspace-events` turns keyspace notifications on (`crate::notify`).
 
 use super::args::{lower, wrong_args};
 use super::glob::glob;
@@ -61,7 +60,7 @@ static PARAMS: &[Param] = &[
     Param { name: "list-compress-depth", get: |sh| tuned(sh, "list-compress-depth", 0), set: Some(|sh, v, apply| set_tuned(sh, "list-compress-depth", v, apply)) },
     Param { name: "list-max-listpack-size", get: |sh| tuned(sh, "list-max-listpack-size", -2), set: Some(|sh, v, apply| set_tuned(sh, "list-max-listpack-size", v, apply)) },
     Param { name: "list-max-ziplist-size", get: |sh| tuned(sh, "list-max-ziplist-size", -2), set: Some(|sh, v, apply| set_tuned(sh, "list-max-ziplist-size", v, apply)) },
-    Param { name: "notify-keyspace-events", get: |sh| sh.settings.notify_keyspace_events.lock().clone(), set: Some(set_notify) },
+    Param { name: "notify-keyspace-events", get: |sh| crate::notify::canonical(sh.settings.notify.flags()), set: Some(set_notify) },
 ];
 
 fn yes_no(b: bool) -> String {
@@ -150,19 +149,12 @@ fn set_busy(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The classes of `notify-keyspace-events`, in the order Redis writes them back.
-const EVENT_CLASSES: &str = "g$lshzxetd";
-
 fn set_notify(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
-    if v.chars().any(|c| !"Ag$lshzxetdKEmn".contains(c)) {
+    let Some(flags) = crate::notify::parse(v) else {
         return Err("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".into());
-    }
+    };
     if apply {
-        // As Redis gives it back: A for every class, then K, E, m, n.
-        let all = v.contains('A') || EVENT_CLASSES.chars().all(|c| v.contains(c));
-        let mut s: String = if all { "A".into() } else { EVENT_CLASSES.chars().filter(|c| v.contains(*c)).collect() };
-        s.extend("KEmn".chars().filter(|c| v.contains(*c)));
-        *sh.settings.notify_keyspace_events.lock() = s;
+        sh.settings.notify.set_flags(flags);
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use super::args::wrong_args;
 use super::pubsub::WHILE_SUBSCRIBED;
 use super::table::{lookup, Command, Keys, ATOMIC, NO_AUTH, READONLY, WRITE};
 use crate::cluster::ClusterNode;
+use crate::notify;
 use crate::resp::Reply;
 use crate::state::{Session, Shared};
 use std::sync::atomic::Ordering::Relaxed;
@@ -138,6 +139,7 @@ pub(super) fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &P
     // command cost ~5% of a GET. Counts and errors are exact.
     sess.timed = sess.timed.wrapping_add(1);
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
+    let before = notify_before(sh, sess, p, args);
     let reply = if p.cmd.flags & READONLY != 0 && p.cmd.flags & ATOMIC == 0 {
         // A write holds its keys' locks while it changes their records; a read holds them
         // shared, so that it sees a list, set or long string whole (linearizable).
@@ -147,6 +149,9 @@ pub(super) fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &P
     } else {
         (p.cmd.handler)(sh, sess, args)
     };
+    if let Some(before) = before {
+        notify_after(sh, sess, p, args, before, &reply);
+    }
     if let Some(r) = p.region {
         let db = &sh.db(sess).db;
         let lsn = if p.keys.is_empty() {
@@ -165,6 +170,60 @@ pub(super) fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &P
         sh.metrics.count_error(e);
     }
     reply
+}
+
+/// A record as a notification compares it: value and expiry (None: no key).
+type Record = Option<(Vec<u8>, u64)>;
+
+/// With keyspace notifications on, a write command's keys' records before it runs.
+fn notify_before(sh: &Shared, sess: &Session, p: &Plan, args: &[&[u8]]) -> Option<Vec<Record>> {
+    if p.cmd.flags & WRITE == 0 || sh.settings.notify.flags() & (notify::KEYSPACE | notify::KEYEVENT) == 0 {
+        return None;
+    }
+    let k = sh.db(sess);
+    Some(p.cmd.keys.of(args).iter().map(|u| k.db.get_with_expiry(&k.key(u)).ok().flatten()).collect())
+}
+
+/// Publishes the events of a write command that ran (`crate::notify`): for each key it
+/// changed, `new` if it created it, its event, and `expire` when SET gave it an expiry; and
+/// watches the expiries it set for their `expired` events.
+fn notify_after(sh: &Shared, sess: &Session, p: &Plan, args: &[&[u8]], before: Vec<Record>, reply: &Reply) {
+    let n = &sh.settings.notify;
+    let (flags, k, db) = (n.flags(), sh.db(sess), sess.db);
+    let users = p.cmd.keys.of(args);
+    let did = !matches!(reply, Reply::Error(_) | Reply::Nil | Reply::NilArray | Reply::Int(0))
+        && !matches!(reply, Reply::Array(a) if a.is_empty());
+    let publish = |class, event, user: &[u8]| {
+        for (channel, msg) in notify::messages(flags, db, class, event, user) {
+            sh.pubsub.publish(&channel, &msg, super::glob::glob);
+        }
+    };
+    let changes: Vec<(usize, &[u8], Record, Record)> = users
+        .iter()
+        .zip(before)
+        .enumerate()
+        .map(|(i, (user, was))| (i, *user, was, k.db.get_with_expiry(&k.key(user)).ok().flatten()))
+        .filter(|(_, _, was, now)| now != was || (did && users.len() == 1))
+        .collect();
+    // As in Redis, a key's creation is announced before what the command did.
+    for (_, user, was, now) in &changes {
+        if was.is_none() && now.is_some() {
+            publish(notify::NEW, "new", user);
+        }
+    }
+    for (i, user, was, now) in changes {
+        if let Some((class, event)) = notify::event_of(p.cmd.name, i) {
+            publish(class, event, user);
+            let expires = now.as_ref().map_or(0, |r| r.1);
+            if event == "set" && expires > 0 && was.as_ref().map_or(0, |r| r.1) != expires {
+                publish(notify::GENERIC, "expire", user);
+            }
+        }
+        match now.map_or(0, |r| r.1) {
+            at if at > 0 && flags & notify::EXPIRED != 0 => n.watch_expiry(at, db, user),
+            _ => n.forget_expiry(db, user),
+        }
+    }
 }
 
 /// Cluster mode: where a command runs. A keyspace command runs here on the one region its keys
