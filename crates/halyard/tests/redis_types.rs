@@ -106,6 +106,66 @@ fn swapped_databases_stay_swapped_after_a_restart() {
     assert_eq!(c.cmd(&["GET", "k"]), bulk("in0"));
 }
 
+/// Consumer groups and XREAD, side by side with Redis (idle times left out: they are clocks).
+#[test]
+fn stream_consumer_groups() {
+    same_as_redis(&[
+        &["xgroup", "create", "s", "g", "$"],
+        &["xgroup", "create", "s", "g", "$", "MKSTREAM"],
+        &["xgroup", "create", "s", "g", "$", "MKSTREAM"],
+        &["xadd", "s", "1-1", "a", "1"],
+        &["xadd", "s", "2-1", "b", "2"],
+        &["xadd", "s", "3-1", "c", "3"],
+        &["xreadgroup", "group", "g", "alice", "count", "2", "streams", "s", ">"],
+        &["xreadgroup", "group", "g", "bob", "streams", "s", ">"],
+        &["xreadgroup", "group", "g", "bob", "streams", "s", ">"],
+        &["xreadgroup", "group", "g", "alice", "streams", "s", "0"],
+        &["xpending", "s", "g"],
+        &["xpending", "s", "g", "IDLE", "99999999", "-", "+", "10"],
+        &["xack", "s", "g", "1-1", "9-9"],
+        &["xpending", "s", "g"],
+        &["xclaim", "s", "g", "carol", "0", "2-1", "JUSTID"],
+        &["xclaim", "s", "g", "carol", "0", "3-1"],
+        &["xautoclaim", "s", "g", "dave", "0", "0", "COUNT", "1", "JUSTID"],
+        &["xdel", "s", "2-1"],
+        &["xreadgroup", "group", "g", "carol", "streams", "s", "0"],
+        &["xautoclaim", "s", "g", "dave", "0", "0"],
+        &["xgroup", "createconsumer", "s", "g", "erin"],
+        &["xgroup", "createconsumer", "s", "g", "erin"],
+        &["xgroup", "delconsumer", "s", "g", "dave"],
+        &["xgroup", "delconsumer", "s", "g", "zed"],
+        &["xgroup", "setid", "s", "g", "0"],
+        &["xreadgroup", "group", "g", "erin", "noack", "streams", "s", ">"],
+        &["xpending", "s", "g"],
+        &["xgroup", "setid", "s", "nog", "0"],
+        &["xreadgroup", "group", "nog", "a", "streams", "s", ">"],
+        &["xread", "count", "1", "streams", "s", "0"],
+        &["xread", "streams", "s", "$"],
+        &["xread", "streams", "s"],
+        &["xgroup", "destroy", "s", "g"],
+        &["xgroup", "destroy", "s", "g"],
+        &["xgroup", "bogus"],
+        &["xgroup", "create", "nokey", "g", "0"],
+        &["xgroup", "create", "s", "g2", "0"],
+        &["xreadgroup", "group", "g2", "c", "count", "1", "streams", "s", ">"],
+        &["xinfo", "bogus"],
+        &["del", "s"],
+        &["xgroup", "create", "s", "g", "$", "MKSTREAM"],
+        &["xadd", "s", "1-1", "a", "1"],
+        &["xreadgroup", "group", "g", "c", "streams", "s", ">"],
+        &["xinfo", "groups", "s"],
+        &["xinfo", "stream", "s"],
+        &["xgroup", "help"],
+        &["xinfo", "help"],
+        &["xreadgroup", "group", "g2", "c", "streams", "s"],
+        &["xread", "streams"],
+        &["xreadgroup", "group", "g2", "c", "block", "-1", "streams", "s", ">"],
+        &["set", "str", "v"],
+        &["xread", "streams", "str", "0"],
+        &["xgroup", "create", "str", "g", "0"],
+    ]);
+}
+
 #[test]
 fn databases_and_whole_key_copies() {
     same_as_redis(&[

@@ -38,6 +38,8 @@ pub struct Session {
     pub notify: std::sync::Arc<tokio::sync::Notify>,
     /// Inside EXEC or a script: blocking commands do not block, and MULTI queues nothing.
     pub atomic: bool,
+    /// Inside a script (which may not ask XREAD to block).
+    pub scripted: bool,
     /// Inside MULTI: the queued commands.
     pub multi: Option<Queue>,
     /// The keys WATCH remembers.
@@ -92,6 +94,8 @@ pub struct Block {
     pub keys: Vec<Vec<u8>>,
     /// When it gives up (None: never).
     pub deadline: Option<Instant>,
+    /// XREAD's `$` IDs, as they were when it blocked (the entries after them wake it).
+    pub after: Vec<(u64, u64)>,
 }
 
 /// Connections blocked on keys, by key: writes that may let a blocking command go on wake
@@ -365,6 +369,7 @@ impl Shared {
             waiting: false,
             notify: Default::default(),
             atomic: false,
+            scripted: false,
             multi: None,
             watched: Vec::new(),
             subs: None,

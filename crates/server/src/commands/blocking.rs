@@ -32,7 +32,7 @@ pub(super) static COMMANDS: &[Command] = &[
 ];
 
 /// A timeout in seconds (fractions allowed; 0: for ever), or Redis' reply to a bad one.
-fn timeout(a: &[u8]) -> Result<Option<Duration>, Reply> {
+pub(super) fn timeout(a: &[u8]) -> Result<Option<Duration>, Reply> {
     let t: f64 = std::str::from_utf8(a)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -46,7 +46,7 @@ fn timeout(a: &[u8]) -> Result<Option<Duration>, Reply> {
 
 /// Runs `attempt` as a blocking command on `keys`: its reply when it has one, otherwise a
 /// wait (or, when the command may not block or its time is up, the null array).
-fn blocking(
+pub(super) fn blocking(
     sh: &Shared,
     sess: &mut Session,
     keys: &[&[u8]],
@@ -58,7 +58,7 @@ fn blocking(
     if may_block && first_try {
         let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
         sh.waiters.register(sess.db, &keys, sess.id, &sess.notify);
-        sess.block = Some(Block { db: sess.db, keys, deadline: wait.map(|w| Instant::now() + w) });
+        sess.block = Some(Block { db: sess.db, keys, deadline: wait.map(|w| Instant::now() + w), after: Vec::new() });
     }
     // A key that became another type while the client waited does not wake it, as in Redis
     // (a transaction may push to it and then replace it); only the first try answers WRONGTYPE.

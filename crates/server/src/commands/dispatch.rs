@@ -242,7 +242,14 @@ fn cluster_plan(c: &ClusterNode, sess: &Session, cmd: &'static Command, args: &[
         Keys::Whole | Keys::Region => return sess.region.map(|r| Plan::here(cmd, Some(r))).ok_or_else(changed),
         // OBJECT HELP names no key.
         Keys::Second if args.len() < 3 => return Ok(Plan::here(cmd, None)),
-        Keys::First | Keys::Second | Keys::All | Keys::Pairs | Keys::Two | Keys::AllButLast | Keys::CountAt { .. } => {}
+        Keys::First
+        | Keys::Second
+        | Keys::All
+        | Keys::Pairs
+        | Keys::Two
+        | Keys::AllButLast
+        | Keys::Streams
+        | Keys::CountAt { .. } => {}
     }
     let users = cmd.keys.of(args);
     if users.is_empty() {

@@ -22,6 +22,7 @@ mod pubsub;
 mod scripting;
 mod sets;
 mod sort;
+mod stream_groups;
 mod streams;
 mod strings;
 mod table;
@@ -58,6 +59,7 @@ static TABLES: &[&[Command]] = &[
     bits::COMMANDS,
     pubsub::COMMANDS,
     streams::COMMANDS,
+    stream_groups::COMMANDS,
     sort::COMMANDS,
     lcs::COMMANDS,
     config::COMMANDS,

@@ -142,11 +142,13 @@ fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], a
     sh.scripts.wrote.store(false, Relaxed);
     sh.scripts.started.store(sh.scripts.now(), Relaxed);
     let was_atomic = std::mem::replace(&mut sess.atomic, true);
+    let was_scripted = std::mem::replace(&mut sess.scripted, true);
     // Off the runtime's worker: the connections queued on it (a SCRIPT KILL among them) are
     // served meanwhile.
     let mut result = None;
     (crate::native::off_worker_hook().0)(&mut || result = Some(execute(lua, sh, sess, code, keys, argv)));
     sess.atomic = was_atomic;
+    sess.scripted = was_scripted;
     let result = result.unwrap_or_else(|| Err(mlua::Error::runtime("ERR the script did not run")));
     sh.scripts.started.store(0, Relaxed);
     match result {

@@ -1,5 +1,5 @@
-//! Stream commands, as far as job queues use them: XADD (with MAXLEN/MINID trimming), XLEN,
-//! XRANGE, XREVRANGE, XDEL, XTRIM. Consumer groups and XREAD are not built yet.
+//! Stream commands: XADD (with MAXLEN/MINID trimming), XLEN, XRANGE, XREVRANGE, XDEL, XTRIM.
+//! Reading as a consumer (XREAD, groups) is in `stream_groups`.
 
 use super::args::{int_arg, ks, lower, syntax, wrong_args};
 use super::table::{Command, Keys, READONLY, WRITE};
@@ -19,10 +19,10 @@ pub(super) static COMMANDS: &[Command] = &[
     Command { name: "xtrim", arity: -4, flags: WRITE, keys: Keys::First, handler: cmd_xtrim },
 ];
 
-const BAD_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+pub(super) const BAD_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 
 /// `ms-seq`, or `ms` with `seq` given by `default_seq`.
-fn parse_id(a: &[u8], default_seq: u64) -> Option<Id> {
+pub(super) fn parse_id(a: &[u8], default_seq: u64) -> Option<Id> {
     let s = std::str::from_utf8(a).ok()?;
     match s.split_once('-') {
         Some((ms, seq)) => Some((ms.parse().ok()?, seq.parse().ok()?)),
@@ -45,11 +45,11 @@ fn bound(a: &[u8], low: bool) -> Option<Bound<Id>> {
     }
 }
 
-fn id_text(id: Id) -> Reply {
+pub(super) fn id_text(id: Id) -> Reply {
     Reply::bulk(format!("{}-{}", id.0, id.1))
 }
 
-fn entries_reply(entries: Vec<Entry>) -> Reply {
+pub(super) fn entries_reply(entries: Vec<Entry>) -> Reply {
     Reply::Array(
         entries
             .into_iter()
@@ -135,6 +135,7 @@ fn cmd_xadd(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             Err(r) => return Ok(r),
         };
         k.xadd_locked(key, id, fields)?;
+        sh.wake(sess.db, key);
         if let Some(t) = &t {
             trim(k, key, t)?;
         }

@@ -50,6 +50,8 @@ pub enum Keys {
         /// The first argument is a key (a destination).
         dest: bool,
     },
+    /// The first half of the arguments after `STREAMS` (XREAD, XREADGROUP).
+    Streams,
     /// The whole key space: a cluster answers it region by region.
     Whole,
     /// The key space of the region a forwarded command names (cluster-internal).
@@ -69,7 +71,12 @@ impl Keys {
             Keys::Two => (1, 2, 1),
             Keys::AllButLast => (1, -2, 1),
             Keys::CountAt { dest: true, .. } => (1, 1, 1),
-            Keys::None | Keys::Whole | Keys::Region | Keys::Nodes | Keys::CountAt { dest: false, .. } => (0, 0, 0),
+            Keys::None
+            | Keys::Whole
+            | Keys::Region
+            | Keys::Nodes
+            | Keys::Streams
+            | Keys::CountAt { dest: false, .. } => (0, 0, 0),
         }
     }
 
@@ -83,6 +90,11 @@ impl Keys {
             Keys::Pairs => rest.iter().step_by(2).copied().collect(),
             Keys::Two => rest.iter().take(2).copied().collect(),
             Keys::AllButLast => rest.iter().take(rest.len().saturating_sub(1)).copied().collect(),
+            Keys::Streams => {
+                let after = rest.iter().position(|a| a.eq_ignore_ascii_case(b"streams")).map_or(0, |i| i + 1);
+                let tail = rest.get(after..).unwrap_or_default();
+                tail.iter().take(tail.len() / 2).copied().collect()
+            }
             Keys::CountAt { at, dest } => {
                 let at = usize::from(at);
                 let n = args.get(at).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);

@@ -26,6 +26,7 @@ mod migrate;
 mod records;
 pub mod set;
 pub mod stream;
+pub mod stream_groups;
 pub mod zset;
 
 use encoding::{

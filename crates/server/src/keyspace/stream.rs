@@ -1,5 +1,5 @@
-//! Streams, as far as job queues use them: entries appended under increasing IDs, read by ID
-//! range, deleted and trimmed (no consumer groups yet). The record holds the entry count and
+//! Streams: entries appended under increasing IDs, read by ID range, deleted and trimmed
+//! (consumer groups are in `stream_groups`). The record holds the entry count and
 //! the last ID; each entry is `record | u64 BE ms | u64 BE seq` holding its field-value pairs
 //! as `u32 LE length | bytes` each, in order.
 
