@@ -375,6 +375,17 @@ fn blocking_pops_wake_on_pushes_from_other_connections() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert_eq!(pusher.cmd(&["RPUSH", "q4", "a", "b"]), R::Int(2));
     assert!(matches!(second.read(), Some(R::Err(e)) if e.starts_with("WRONGTYPE")));
+    // CLIENT UNBLOCK answers a blocked client as a timeout would, or with an error.
+    let R::Int(id) = second.cmd(&["CLIENT", "ID"]) else { panic!("CLIENT ID") };
+    for (how, want) in
+        [("TIMEOUT", R::Array(None)), ("ERROR", R::Err("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()))]
+    {
+        second.send(&[b"BLPOP", b"q5", b"0"]);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(pusher.cmd(&["CLIENT", "UNBLOCK", &id.to_string(), how]), R::Int(1));
+        assert_eq!(second.read(), Some(want));
+    }
+    assert_eq!(pusher.cmd(&["CLIENT", "UNBLOCK", &id.to_string()]), R::Int(0));
     assert_eq!(pusher.cmd(&["LRANGE", "q4", "0", "-1"]), R::Array(Some(vec![bulk("a"), bulk("b")])));
 }
 

@@ -104,6 +104,8 @@ pub struct Block {
 pub struct Waiters {
     count: AtomicUsize,
     map: Mutex<HashMap<DbKey, Vec<Waiter>>>,
+    /// Connections CLIENT UNBLOCK released, and whether with an error.
+    released: Mutex<HashMap<u64, bool>>,
 }
 
 /// A key of a database.
@@ -153,6 +155,25 @@ impl Waiters {
                 n.notify_one();
             }
         }
+    }
+
+    /// CLIENT UNBLOCK: releases connection `id` if it is blocked (it then answers as if its
+    /// time ran out, or with an error); whether it was.
+    pub fn release(&self, id: u64, error: bool) -> bool {
+        let m = self.map.lock();
+        let Some((_, n)) = m.values().flatten().find(|(i, _)| *i == id) else { return false };
+        self.released.lock().insert(id, error);
+        n.notify_one();
+        true
+    }
+
+    /// Whether connection `id` was released by CLIENT UNBLOCK (Some(true): with an error).
+    pub fn take_release(&self, id: u64) -> Option<bool> {
+        let mut r = self.released.lock();
+        if r.is_empty() {
+            return None;
+        }
+        r.remove(&id)
     }
 
     /// How many connections are blocked now (INFO's `blocked_clients`).

@@ -55,6 +55,13 @@ pub(super) fn blocking(
 ) -> Reply {
     let may_block = sess.span.is_none() && !sess.atomic;
     let first_try = sess.block.is_none();
+    if let Some(error) = sh.waiters.take_release(sess.id).filter(|_| !first_try) {
+        sh.unblock(sess);
+        return match error {
+            true => Reply::err("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
+            false => Reply::NilArray,
+        };
+    }
     if may_block && first_try {
         let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
         sh.waiters.register(sess.db, &keys, sess.id, &sess.notify);

@@ -51,6 +51,18 @@ pub(super) fn cmd_client(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply 
         }
         ("getname", _) => Reply::opt(sess.name.clone()),
         ("id", _) => Reply::Int(sess.id as i64),
+        ("unblock", [id, how @ ..]) if how.len() <= 1 => {
+            let error = match how.first().map(|h| lower(h)) {
+                None => false,
+                Some(h) if h == "timeout" => false,
+                Some(h) if h == "error" => true,
+                Some(_) => return Reply::err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+            };
+            match super::args::int_arg(id) {
+                Some(id) => Reply::Int(i64::from(u64::try_from(id).is_ok_and(|id| sh.waiters.release(id, error)))),
+                None => super::args::not_int(),
+            }
+        }
         ("info", _) => Reply::bulk(sh.client_line(sess)),
         ("setinfo", _) => Reply::ok(),
         ("reply", [mode]) => match lower(mode).as_str() {
@@ -69,7 +81,11 @@ pub(super) fn cmd_client(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply 
             }
             _ => syntax(),
         },
-        _ => super::args::bad_subcommand("client", sub, &["setname", "getname", "id", "info", "setinfo", "reply"]),
+        _ => super::args::bad_subcommand(
+            "client",
+            sub,
+            &["setname", "getname", "id", "info", "setinfo", "reply", "unblock"],
+        ),
     }
 }
 

@@ -44,7 +44,10 @@ pub fn plan(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Result<Plan, Rep
     let checked = check(sh, sess, args);
     match checked {
         Ok(p) if sess.multi.is_some() && !IMMEDIATE.contains(&p.cmd.name) => {
-            let region = if p.remote {
+            // A command refused while a script is busy fails the transaction, as in Redis.
+            let region = if sh.scripts.busy() {
+                Err(Reply::err(BUSY))
+            } else if p.remote {
                 Err(Reply::err("ERR a transaction runs on the node that leads its keys' region: connect there"))
             } else {
                 Ok(p.region)
@@ -94,6 +97,9 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
     }
 }
 
+/// The reply to a command that may not run while a script runs past its time limit.
+pub(super) const BUSY: &str = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+
 /// Runs a planned command here. In cluster mode it then remembers, for the reply to wait on,
 /// the LSN up to which the region's backups must hold what it wrote or read: the newest
 /// version of its keys (`Db::read_bound`), or for a whole-region command the region's LSN.
@@ -105,11 +111,7 @@ pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
         Some(g) => g,
         None => match wait_gate(sh) {
             Some(g) => g,
-            None => {
-                return Reply::err(
-                    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
-                )
-            }
+            None => return Reply::err(BUSY),
         },
     };
     run_ungated(sh, sess, args, p)
@@ -119,10 +121,19 @@ pub fn run(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &Plan) -> Reply {
 /// past its time limit (the command then answers BUSY and frees its thread for the SCRIPT
 /// KILL that may come).
 fn wait_gate(sh: &Shared) -> Option<parking_lot::RwLockReadGuard<'_, ()>> {
+    wait_for(sh, |g| g.try_read_for(std::time::Duration::from_millis(10)))
+}
+
+/// [`wait_gate`] for the exclusive hold EXEC takes.
+pub(super) fn wait_gate_exclusive(sh: &Shared) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
+    wait_for(sh, |g| g.try_write_for(std::time::Duration::from_millis(10)))
+}
+
+fn wait_for<'a, G>(sh: &'a Shared, take: impl Fn(&'a parking_lot::RwLock<()>) -> Option<G>) -> Option<G> {
     let mut got = None;
     (crate::native::off_worker_hook().0)(&mut || {
         got = loop {
-            if let Some(g) = sh.gate.try_read_for(std::time::Duration::from_millis(10)) {
+            if let Some(g) = take(&sh.gate) {
                 break Some(g);
             }
             if sh.scripts.busy() {

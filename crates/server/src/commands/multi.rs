@@ -17,16 +17,17 @@
 //! aborts though nothing changed, which a WATCH client handles as any conflict, by retrying.
 
 use super::args::wrong_args;
-use super::dispatch::{plan, run_ungated};
+use super::dispatch::{plan, run_ungated, wait_gate_exclusive, BUSY};
 use super::table::{Command, Keys, ATOMIC};
 use crate::resp::Reply;
 use crate::state::{Queue, Session, Shared, Watched};
 
 #[rustfmt::skip]
 pub(super) static COMMANDS: &[Command] = &[
-    Command { name: "multi", arity: 1, flags: 0, keys: Keys::None, handler: cmd_multi },
+    // MULTI and DISCARD touch only the connection: they run while a script is busy.
+    Command { name: "multi", arity: 1, flags: ATOMIC, keys: Keys::None, handler: cmd_multi },
     Command { name: "exec", arity: 1, flags: ATOMIC, keys: Keys::None, handler: cmd_exec },
-    Command { name: "discard", arity: 1, flags: 0, keys: Keys::None, handler: cmd_discard },
+    Command { name: "discard", arity: 1, flags: ATOMIC, keys: Keys::None, handler: cmd_discard },
     Command { name: "watch", arity: -2, flags: 0, keys: Keys::None, handler: cmd_watch },
     Command { name: "unwatch", arity: 1, flags: 0, keys: Keys::None, handler: cmd_unwatch },
 ];
@@ -84,7 +85,10 @@ fn cmd_exec(sh: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {
     if q.dirty {
         return Reply::err("EXECABORT Transaction discarded because of previous errors.");
     }
-    let _exclusive = sh.gate.write();
+    // EXEC refused while a script is busy discards the transaction, as in Redis.
+    let Some(_exclusive) = wait_gate_exclusive(sh) else {
+        return Reply::err(format!("EXECABORT Transaction discarded because of: {BUSY}"));
+    };
     if watched.iter().any(|w| touched(sh, w)) {
         return Reply::NilArray;
     }

@@ -203,8 +203,9 @@ pub fn position(len: u64, index: i64) -> Option<u64> {
 /// of `len`; None when it holds nothing.
 pub fn span_of(len: u64, start: i64, stop: i64) -> Option<(u64, u64)> {
     let len_i = i128::from(len);
-    let norm = |x: i64| if x < 0 { (len_i + i128::from(x)).max(0) } else { i128::from(x) };
-    let (lo, hi) = (norm(start), norm(stop).min(len_i - 1));
+    let from_end = |x: i64| if x < 0 { len_i + i128::from(x) } else { i128::from(x) };
+    // A start before the head is the head; a stop before it leaves nothing.
+    let (lo, hi) = (from_end(start).max(0), from_end(stop).min(len_i - 1));
     if lo > hi || lo >= len_i {
         return None;
     }
@@ -221,6 +222,9 @@ mod tests {
         assert_eq!(span_of(5, -2, -1), Some((3, 5)));
         assert_eq!(span_of(5, -100, 100), Some((0, 5)));
         assert_eq!(span_of(5, 3, 1), None);
+        assert_eq!(span_of(4, 0, -5), None);
+        assert_eq!(span_of(1, 0, -5), None);
+        assert_eq!(span_of(4, -10, -4), Some((0, 1)));
         assert_eq!(span_of(5, 5, 10), None);
         assert_eq!(span_of(0, 0, -1), None);
         assert_eq!(span_of(5, i64::MIN, i64::MAX), Some((0, 5)));
