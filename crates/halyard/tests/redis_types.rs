@@ -166,6 +166,64 @@ fn stream_consumer_groups() {
     ]);
 }
 
+/// DUMP payloads move between Halyard and redis-server both ways: every type Halyard dumps
+/// restores there as the same value, and strings Redis dumps (plain, integer, compressed)
+/// restore here.
+#[test]
+fn dump_payloads_move_between_halyard_and_redis() {
+    assert!(have("redis-server"), "install redis-server (scripts/test.sh does)");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = Server::start(dir.path(), &[]);
+    let (mut r, mut h) = (Resp::connect(redis.port), srv.conn());
+    let setup: &[&[&str]] = &[
+        &["SET", "s", "hello"],
+        &["RPUSH", "l", "a", "b", "c"],
+        &["SADD", "st", "x", "y"],
+        &["HSET", "h", "f", "v", "g", "w"],
+        &["ZADD", "z", "1.5", "a", "-2", "b"],
+    ];
+    for c in setup {
+        h.cmd(c);
+    }
+    let reads: &[&[&str]] = &[
+        &["GET", "s"],
+        &["LRANGE", "l", "0", "-1"],
+        &["SMEMBERS", "st"],
+        &["HGETALL", "h"],
+        &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+    ];
+    for (c, read) in setup.iter().zip(reads) {
+        let key = c[1];
+        h.send(&[b"DUMP", key.as_bytes()]);
+        let Some(R::Bulk(Some(payload))) = h.read() else { panic!("DUMP {key}") };
+        r.send(&[b"RESTORE", key.as_bytes(), b"0", &payload]);
+        assert_eq!(r.read(), Some(R::Simple("OK".into())), "RESTORE {key} into redis");
+        let name = read[0];
+        assert_eq!(normalize(name, r.cmd(read)), normalize(name, h.cmd(read)), "{key} after the move");
+    }
+    for v in ["plain", "12345", "-7", &"abc".repeat(200)] {
+        r.cmd(&["SET", "rs", v]);
+        r.send(&[b"DUMP", b"rs"]);
+        let Some(R::Bulk(Some(payload))) = r.read() else { panic!("DUMP in redis") };
+        h.send(&[b"RESTORE", b"rs", b"0", &payload, b"REPLACE"]);
+        assert_eq!(h.read(), Some(R::Simple("OK".into())), "RESTORE of redis' {v:.10}");
+        assert_eq!(h.cmd(&["GET", "rs"]), bulk(v));
+    }
+    same_as_redis(&[
+        &["SET", "k", "v"],
+        &["RESTORE", "k", "0", "garbage"],
+        &["RESTORE", "k", "0", "garbage", "REPLACE"],
+        &["RESTORE", "k", "-1", "x"],
+        &["RESTORE", "k", "x", "x"],
+        &["RESTORE", "k", "0", "x", "BOGUS"],
+        &["RESTORE", "nk", "-1", "x"],
+        &["RESTORE", "nk", "x", "x"],
+        &["RESTORE", "nk", "0", "x", "IDLETIME", "-1"],
+        &["DUMP", "nokey"],
+    ]);
+}
+
 #[test]
 fn databases_and_whole_key_copies() {
     same_as_redis(&[

@@ -9,6 +9,7 @@ mod config;
 mod connection;
 mod databases;
 mod dispatch;
+pub mod dump;
 mod expiry;
 mod glob;
 mod hashes;
@@ -60,6 +61,7 @@ static TABLES: &[&[Command]] = &[
     pubsub::COMMANDS,
     streams::COMMANDS,
     stream_groups::COMMANDS,
+    dump::COMMANDS,
     sort::COMMANDS,
     lcs::COMMANDS,
     config::COMMANDS,

@@ -1,6 +1,11 @@
-//! The Lua 5.1 state scripts run in (mlua, built from source), sandboxed, and the conversions
-//! between Redis replies and Lua values (Redis' rules). The commands that run scripts are in
+//! The Lua 5.1 state scripts run in (mlua, built from source), sandboxed, with the libraries
+//! Redis gives scripts (`cjson`, `cmsgpack`, `bit`), and the conversions between Redis
+//! replies and Lua values (Redis' rules). The commands that run scripts are in
 //! `commands::scripting`.
+
+mod bit;
+mod cjson;
+mod cmsgpack;
 
 use crate::resp::{fmt_double, Reply};
 use mlua::{Lua, LuaOptions, StdLib, Value};
@@ -86,6 +91,9 @@ pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
         redis.set(*name, [0, 1, 2, 3].get(i).copied().unwrap_or(0))?;
     }
     g.raw_set("redis", redis)?;
+    g.raw_set("cjson", cjson::library(&lua)?)?;
+    g.raw_set("cmsgpack", cmsgpack::library(&lua)?)?;
+    g.raw_set("bit", bit::library(&lua)?)?;
     lua.load(
         r#"setmetatable(_G, {
             __index = function(_, n) error("Script attempted to access nonexistent global variable '" .. tostring(n) .. "'", 2) end,
