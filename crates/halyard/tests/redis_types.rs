@@ -224,6 +224,43 @@ fn dump_payloads_move_between_halyard_and_redis() {
     ]);
 }
 
+/// ACL users, rules, checks and AUTH, side by side with Redis.
+#[test]
+fn acl_matches_redis() {
+    same_as_redis(&[
+        &["acl", "setuser", "bob", "on", ">123", "+@scripting", "+set", "~x*"],
+        &["acl", "getuser", "bob"],
+        &["acl", "list"],
+        &["acl", "users"],
+        &["acl", "whoami"],
+        &["acl", "setuser", "alice", "on", "nopass", "+get", "-@all", "+hget", "allkeys"],
+        &["acl", "getuser", "alice"],
+        &["acl", "setuser", "carol", "bogus"],
+        &["acl", "setuser", "carol", "+nosuch"],
+        &["acl", "setuser", "carol", "+@nosuch"],
+        &["acl", "dryrun", "bob", "set", "xx", "1"],
+        &["acl", "dryrun", "bob", "set", "yy", "1"],
+        &["acl", "dryrun", "bob", "get", "xx"],
+        &["acl", "cat", "nosuch"],
+        &["acl", "deluser", "alice", "nobody", "default"],
+        &["acl", "bogus"],
+        &["acl", "cat"],
+        &["acl", "setuser", "dave", "on", ">pw", "+@read", "-@all", "+@string", "~*"],
+        &["acl", "getuser", "dave"],
+        &["auth", "bob", "124"],
+        &["auth", "nobody", "x"],
+        &["auth", "bob", "123"],
+        &["acl", "whoami"],
+        &["set", "xx", "1"],
+        &["set", "yy", "1"],
+        &["get", "xx"],
+        &["eval", "return redis.acl_check_cmd('set','xx',1)", "1", "xx"],
+        &["eval", "return redis.acl_check_cmd('hset','xx','f',1)", "1", "xx"],
+        &["eval", "return redis.acl_check_cmd('nosuch')", "0"],
+        &["eval", "return redis.call('get','xx')", "1", "xx"],
+    ]);
+}
+
 #[test]
 fn databases_and_whole_key_copies() {
     same_as_redis(&[

@@ -10,6 +10,7 @@
 //! other.
 
 // The API is `run` and `config`; the rest is public for the command transcript test only.
+mod acl;
 #[doc(hidden)]
 pub mod cluster;
 #[doc(hidden)]

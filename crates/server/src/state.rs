@@ -40,6 +40,10 @@ pub struct Session {
     pub atomic: bool,
     /// Inside a script (which may not ask XREAD to block).
     pub scripted: bool,
+    /// The ACL user it authenticated as (None: `default`).
+    pub user: Option<String>,
+    /// Inside a read-only script (EVAL_RO, FCALL_RO, a `no-writes` function): writes refused.
+    pub script_read_only: bool,
     /// Inside MULTI: the queued commands.
     pub multi: Option<Queue>,
     /// The keys WATCH remembers.
@@ -315,6 +319,8 @@ pub struct Shared {
     /// SWAPDB swaps two entries (`keyspace::encoding::SLOTS_KEY`).
     slots: [std::sync::atomic::AtomicU8; DATABASES as usize],
     pub requirepass: Option<String>,
+    /// ACL users.
+    pub acl: crate::acl::Acl,
     pub metrics: Metrics,
     pub cursors: Mutex<Cursors>,
     pub connected: AtomicUsize,
@@ -352,6 +358,7 @@ impl Shared {
             ks,
             numbered,
             slots: slots.map(std::sync::atomic::AtomicU8::new),
+            acl: crate::acl::Acl::new(requirepass.as_deref()),
             requirepass,
             metrics,
             cursors: Mutex::new(Cursors { next: 0, map: HashMap::new(), order: VecDeque::new() }),
@@ -377,7 +384,8 @@ impl Shared {
             addr,
             proto: 2,
             proto_next: None,
-            authed: self.requirepass.is_none(),
+            authed: self.acl.default_needs_no_password(),
+            user: None,
             name: None,
             quit: false,
             created: Instant::now(),
@@ -391,6 +399,7 @@ impl Shared {
             notify: Default::default(),
             atomic: false,
             scripted: false,
+            script_read_only: false,
             multi: None,
             watched: Vec::new(),
             subs: None,

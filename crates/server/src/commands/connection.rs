@@ -96,17 +96,18 @@ pub(super) fn cmd_auth(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 
 /// AUTH's work, for AUTH and HELLO ... AUTH: `creds` is `[password]` or `[user, password]`.
 fn auth(sh: &Shared, sess: &mut Session, creds: &[&[u8]]) -> Reply {
-    let Some(pass) = &sh.requirepass else {
-        return Reply::err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
-    };
     let (user, given) = match creds {
         [p] => (&b"default"[..], p),
         [u, p] => (*u, p),
         _ => return syntax(),
     };
-    // In time independent of where the passwords differ.
-    if user == b"default" && bool::from(subtle::ConstantTimeEq::ct_eq(*given, pass.as_bytes())) {
+    if creds.len() == 1 && sh.acl.default_needs_no_password() {
+        return Reply::err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+    }
+    let user = String::from_utf8_lossy(user).into_owned();
+    if sh.acl.authenticate(&user, given) {
         sess.authed = true;
+        sess.user = (user != "default").then_some(user);
         Reply::ok()
     } else {
         sh.metrics.auth_failures.fetch_add(1, Relaxed);
@@ -132,7 +133,7 @@ pub(super) fn cmd_hello(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         sess.proto_next = None;
         return e;
     }
-    if sh.requirepass.is_some() && !sess.authed {
+    if !sess.authed {
         sess.proto_next = None;
         return Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
     }

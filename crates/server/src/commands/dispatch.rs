@@ -73,8 +73,11 @@ fn check(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
         sh.metrics.count_error("ERR");
         return Err(wrong_args(cmd.name));
     }
-    if sh.requirepass.is_some() && !sess.authed && cmd.flags & NO_AUTH == 0 {
-        return Err(Reply::err("NOAUTH Authentication required."));
+    if cmd.flags & NO_AUTH == 0 {
+        if !sess.authed {
+            return Err(Reply::err("NOAUTH Authentication required."));
+        }
+        super::acl::permitted(sh, sess, cmd, args)?;
     }
     if Shared::subscribed(sess) && !WHILE_SUBSCRIBED.contains(&cmd.name) {
         return Err(Reply::err(format!(

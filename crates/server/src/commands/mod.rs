@@ -2,6 +2,7 @@
 //! handler; a request is looked up there (in any case), its argument count checked against
 //! the arity, its flags against the session, and then its handler runs.
 
+mod acl;
 mod args;
 mod bits;
 mod blocking;
@@ -66,6 +67,7 @@ static TABLES: &[&[Command]] = &[
     lcs::COMMANDS,
     config::COMMANDS,
     introspection::COMMANDS,
+    acl::COMMANDS,
 ];
 
 #[rustfmt::skip]

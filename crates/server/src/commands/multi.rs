@@ -82,13 +82,17 @@ fn touched(sh: &Shared, w: &Watched) -> bool {
 fn cmd_exec(sh: &Shared, sess: &mut Session, _: &[&[u8]]) -> Reply {
     let Some(q) = sess.multi.take() else { return Reply::err("ERR EXEC without MULTI") };
     let watched = std::mem::take(&mut sess.watched);
+    // Refused while a script is busy (before anything else, as in Redis): the transaction is
+    // discarded.
+    let busy = || Reply::err(format!("EXECABORT Transaction discarded because of: {BUSY}"));
+    if sh.scripts.busy() {
+        return busy();
+    }
     if q.dirty {
         return Reply::err("EXECABORT Transaction discarded because of previous errors.");
     }
     // EXEC refused while a script is busy discards the transaction, as in Redis.
-    let Some(_exclusive) = wait_gate_exclusive(sh) else {
-        return Reply::err(format!("EXECABORT Transaction discarded because of: {BUSY}"));
-    };
+    let Some(_exclusive) = wait_gate_exclusive(sh) else { return busy() };
     if watched.iter().any(|w| touched(sh, w)) {
         return Reply::NilArray;
     }

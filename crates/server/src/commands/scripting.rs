@@ -26,6 +26,8 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(super) static COMMANDS: &[Command] = &[
     Command { name: "eval", arity: -3, flags: WRITE | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_eval },
     Command { name: "evalsha", arity: -3, flags: WRITE | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_evalsha },
+    Command { name: "eval_ro", arity: -3, flags: READONLY | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_eval },
+    Command { name: "evalsha_ro", arity: -3, flags: READONLY | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_evalsha },
     Command { name: "script", arity: -2, flags: ATOMIC, keys: Keys::None, handler: cmd_script },
     Command { name: "function", arity: -2, flags: ATOMIC, keys: Keys::None, handler: cmd_function },
     Command { name: "fcall", arity: -3, flags: WRITE | ATOMIC, keys: Keys::CountAt { at: 2, dest: false }, handler: cmd_fcall },
@@ -36,8 +38,35 @@ pub(super) static COMMANDS: &[Command] = &[
 const FUNCTIONS: &str = "halyard_functions";
 
 /// Commands a script may not call.
-const NOT_IN_SCRIPTS: &[&str] =
-    &["multi", "exec", "discard", "watch", "unwatch", "eval", "evalsha", "script", "quit", "hello", "auth"];
+const NOT_IN_SCRIPTS: &[&str] = &[
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "script",
+    "quit",
+    "hello",
+    "auth",
+    "blpop",
+    "brpop",
+    "brpoplpush",
+    "blmove",
+    "blmpop",
+    "bzpopmin",
+    "bzpopmax",
+    "bzmpop",
+    "cluster",
+    "subscribe",
+    "psubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "client",
+];
 
 #[derive(Debug)]
 /// An error `redis.call` raises: its text and the script's line that called.
@@ -79,16 +108,31 @@ fn call(lua: &Lua, sh: &Shared, sess: &mut Session, args: mlua::MultiValue, rais
     let reply = match plan(sh, sess, &refs) {
         Ok(p) if p.remote => Reply::err("ERR a script may only touch keys of a region this node leads"),
         Ok(p) => {
+            if p.writes() && sess.script_read_only {
+                return fail(lua, "ERR Write commands are not allowed from read-only scripts.", raise);
+            }
             if p.writes() {
                 sh.scripts.wrote.store(true, Relaxed);
             }
             run_ungated(sh, sess, &refs, &p)
         }
+        Err(Reply::Error(e)) if e.starts_with("NOPERM") => Reply::err(script_denial(&e)),
         Err(e) => e,
     };
     match reply {
         Reply::Error(e) => fail(lua, &e, raise),
         other => to_lua(lua, other),
+    }
+}
+
+/// An ACL refusal as a script sees it, in Redis' words.
+fn script_denial(e: &str) -> &'static str {
+    if e.contains("keys") {
+        "ERR The user executing the script can't access at least one of the keys mentioned in the command"
+    } else if e.contains("channels") {
+        "ERR The user executing the script can't publish to the channel mentioned in the command"
+    } else {
+        "ERR The user executing the script can't run this command or subcommand"
     }
 }
 
@@ -130,7 +174,7 @@ fn state<'a>(sh: &Shared, guard: &'a mut Option<Lua>) -> Result<&'a Lua, Reply> 
 }
 
 /// Runs `code` with KEYS and ARGV.
-fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Reply {
+fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], argv: &[&[u8]], ro: bool) -> Reply {
     // Inside EXEC the gate is held already (a script queued in a transaction).
     let _exclusive = (!sess.atomic).then(|| sh.gate.write());
     let mut guard = sh.scripts.lua.lock();
@@ -143,12 +187,17 @@ fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], a
     sh.scripts.started.store(sh.scripts.now(), Relaxed);
     let was_atomic = std::mem::replace(&mut sess.atomic, true);
     let was_scripted = std::mem::replace(&mut sess.scripted, true);
+    sess.script_read_only = ro;
+    // A script's SELECT does not change its caller's database.
+    let db = sess.db;
     // Off the runtime's worker: the connections queued on it (a SCRIPT KILL among them) are
     // served meanwhile.
     let mut result = None;
     (crate::native::off_worker_hook().0)(&mut || result = Some(execute(lua, sh, sess, code, keys, argv)));
     sess.atomic = was_atomic;
     sess.scripted = was_scripted;
+    sess.script_read_only = false;
+    sess.db = db;
     let result = result.unwrap_or_else(|| Err(mlua::Error::runtime("ERR the script did not run")));
     sh.scripts.started.store(0, Relaxed);
     match result {
@@ -218,11 +267,22 @@ fn execute(
         let c = scope.create_function_mut(|lua, a: mlua::MultiValue| call(lua, sh, &mut sess.borrow_mut(), a, true))?;
         let p =
             scope.create_function_mut(|lua, a: mlua::MultiValue| call(lua, sh, &mut sess.borrow_mut(), a, false))?;
+        let check = scope.create_function(|lua, a: mlua::MultiValue| {
+            let owned: Vec<Vec<u8>> =
+                a.iter().map(|v| v.to_string().map(String::into_bytes)).collect::<mlua::Result<_>>()?;
+            let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            super::acl::script_may_run(sh, &sess.borrow(), &refs).ok_or_else(|| {
+                let line = lua.inspect_stack(1, |d| d.current_line()).flatten();
+                mlua::Error::external(CallError("ERR Invalid command passed to redis.acl_check_cmd()".into(), line))
+            })
+        })?;
         redis.raw_set("call", c)?;
         redis.raw_set("pcall", p)?;
+        redis.raw_set("acl_check_cmd", check)?;
         let out = f.call::<Value>(args);
         redis.raw_set("call", Value::Nil)?;
         redis.raw_set("pcall", Value::Nil)?;
+        redis.raw_set("acl_check_cmd", Value::Nil)?;
         out
     })
 }
@@ -249,7 +309,8 @@ fn cmd_eval(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     };
     let sha = sha1_hex(body);
     sh.scripts.bodies.lock().insert(sha.clone(), body.to_vec());
-    run_script(sh, sess, Code::Script { sha: &sha, body }, keys, argv)
+    let ro = a.first().is_some_and(|c| lower(c) == "eval_ro");
+    run_script(sh, sess, Code::Script { sha: &sha, body }, keys, argv, ro)
 }
 
 fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
@@ -262,7 +323,8 @@ fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let Some(body) = sh.scripts.bodies.lock().get(&sha).cloned() else {
         return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
     };
-    run_script(sh, sess, Code::Script { sha: &sha, body: &body }, keys, argv)
+    let ro = a.first().is_some_and(|c| lower(c) == "evalsha_ro");
+    run_script(sh, sess, Code::Script { sha: &sha, body: &body }, keys, argv, ro)
 }
 
 /// SCRIPT LOAD body | EXISTS sha... | FLUSH [ASYNC|SYNC] | KILL.
@@ -311,10 +373,11 @@ fn cmd_fcall(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         return Reply::err("ERR Function not found");
     }
     let read_only = a.first().is_some_and(|c| lower(c) == "fcall_ro");
-    if read_only && !sh.scripts.read_only.lock().contains(&name) {
+    let no_writes = sh.scripts.read_only.lock().contains(&name);
+    if read_only && !no_writes {
         return Reply::err("ERR Can not execute a script with write flag using *_ro command.");
     }
-    run_script(sh, sess, Code::Function(&name), keys, argv)
+    run_script(sh, sess, Code::Function(&name), keys, argv, read_only || no_writes)
 }
 
 /// The library name of `#!lua name=<lib>` on a library's first line.

@@ -103,11 +103,14 @@ fn pack(out: &mut Vec<u8>, v: &Value, depth: usize) -> Result<()> {
                     pack(out, &t.raw_get::<Value>(i)?, depth + 1)?;
                 }
             } else {
-                let pairs: Vec<(Value, Value)> = t.pairs::<Value, Value>().collect::<Result<_>>()?;
-                header(out, pairs.len(), 0x80, 16, [None, Some(0xde), Some(0xdf)]);
-                for (k, v) in &pairs {
-                    pack(out, k, depth + 1)?;
-                    pack(out, v, depth + 1)?;
+                // Walked twice rather than collected: every value held at once takes a slot of
+                // Lua's stack, which a large table would exhaust.
+                let n = t.pairs::<Value, Value>().count();
+                header(out, n, 0x80, 16, [None, Some(0xde), Some(0xdf)]);
+                for pair in t.pairs::<Value, Value>() {
+                    let (k, v) = pair?;
+                    pack(out, &k, depth + 1)?;
+                    pack(out, &v, depth + 1)?;
                 }
             }
         }

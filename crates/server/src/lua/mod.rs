@@ -77,7 +77,15 @@ pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
         g.raw_set(unsafe_fn, Value::Nil)?;
     }
     let redis = lua.create_table()?;
-    redis.set("sha1hex", lua.create_function(|_, s: mlua::LuaString| Ok(sha1_hex(&s.as_bytes())))?)?;
+    redis.set(
+        "sha1hex",
+        lua.create_function(|_, a: mlua::MultiValue| match a.front() {
+            Some(Value::String(s)) if a.len() == 1 => Ok(sha1_hex(&s.as_bytes())),
+            Some(Value::Integer(n)) if a.len() == 1 => Ok(sha1_hex(n.to_string().as_bytes())),
+            Some(Value::Number(n)) if a.len() == 1 => Ok(sha1_hex(fmt_double(*n).as_bytes())),
+            _ => Err(mlua::Error::runtime("ERR wrong number of arguments")),
+        })?,
+    )?;
     redis.set("error_reply", lua.create_function(|lua, s: String| status_table(lua, "err", s))?)?;
     redis.set("status_reply", lua.create_function(|lua, s: String| status_table(lua, "ok", s))?)?;
     redis.set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
@@ -157,14 +165,23 @@ pub fn to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
     })
 }
 
+/// Tables nested deeper than this in a script's result end in an error reply (a table that
+/// holds itself would otherwise be converted for ever).
+const MAX_REPLY_DEPTH: usize = 500;
+
 /// A script's result as a Redis reply (Redis' Lua-to-RESP rules).
 pub fn from_lua(v: Value) -> Reply {
+    from_lua_at(v, 0)
+}
+
+fn from_lua_at(v: Value, depth: usize) -> Reply {
     match v {
         Value::Nil | Value::Boolean(false) => Reply::Nil,
         Value::Boolean(true) => Reply::Int(1),
         Value::Integer(n) => Reply::Int(n),
         Value::Number(f) => Reply::Int(f as i64),
         Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Table(_) if depth >= MAX_REPLY_DEPTH => Reply::err("ERR reached lua stack limit"),
         Value::Table(t) => {
             if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
                 return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
@@ -176,11 +193,31 @@ pub fn from_lua(v: Value) -> Reply {
             for i in 1.. {
                 match t.raw_get::<Value>(i) {
                     Ok(Value::Nil) | Err(_) => break,
-                    Ok(v) => items.push(from_lua(v)),
+                    Ok(v) => items.push(from_lua_at(v, depth + 1)),
                 }
             }
             Reply::Array(items)
         }
         _ => Reply::Nil,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_that_holds_itself_ends_in_an_error() {
+        let lua = Lua::new();
+        let v: Value = lua.load("local a = {}; local b = {a}; a[1] = b; return a").eval().unwrap();
+        let mut r = from_lua(v);
+        let mut depth = 0;
+        while let Reply::Array(mut items) = r {
+            assert_eq!(items.len(), 1);
+            r = items.pop().unwrap();
+            depth += 1;
+        }
+        assert_eq!(depth, MAX_REPLY_DEPTH);
+        assert!(matches!(r, Reply::Error(e) if e == "ERR reached lua stack limit"));
     }
 }
