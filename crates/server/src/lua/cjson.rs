@@ -195,6 +195,16 @@ fn to_lua(lua: &Lua, j: serde_json::Value, depth: usize, max: usize) -> Result<V
     })
 }
 
+type Field = fn(&mut Settings) -> &mut usize;
+
+fn encode_depth(s: &mut Settings) -> &mut usize {
+    &mut s.encode_depth
+}
+
+fn decode_depth(s: &mut Settings) -> &mut usize {
+    &mut s.decode_depth
+}
+
 /// The `cjson` table.
 pub fn library(lua: &Lua) -> Result<Table> {
     let settings = Arc::new(Mutex::new(Settings { encode_depth: 1000, decode_depth: 1000, invalid_numbers: false }));
@@ -218,24 +228,18 @@ pub fn library(lua: &Lua) -> Result<Table> {
         })?,
     )?;
     t.set("null", null())?;
-    let s = settings.clone();
-    t.set(
-        "encode_max_depth",
-        lua.create_function(move |_, d: Option<usize>| {
-            let mut g = s.lock();
-            g.encode_depth = d.unwrap_or(g.encode_depth).max(1);
-            Ok(g.encode_depth)
-        })?,
-    )?;
-    let s = settings.clone();
-    t.set(
-        "decode_max_depth",
-        lua.create_function(move |_, d: Option<usize>| {
-            let mut g = s.lock();
-            g.decode_depth = d.unwrap_or(g.decode_depth).max(1);
-            Ok(g.decode_depth)
-        })?,
-    )?;
+    for (name, field) in [("encode_max_depth", encode_depth as Field), ("decode_max_depth", decode_depth)] {
+        let s = settings.clone();
+        t.set(
+            name,
+            lua.create_function(move |_, d: Option<usize>| {
+                let mut g = s.lock();
+                let f = field(&mut g);
+                *f = d.unwrap_or(*f).max(1);
+                Ok(*f)
+            })?,
+        )?;
+    }
     let s = settings;
     t.set(
         "encode_invalid_numbers",
