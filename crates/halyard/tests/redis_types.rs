@@ -261,6 +261,25 @@ fn acl_matches_redis() {
     ]);
 }
 
+/// One script cannot change what later scripts (another client's) see: globals and the
+/// libraries are read-only, as in Redis 7.
+#[test]
+fn scripts_cannot_change_the_shared_lua_state() {
+    same_as_redis(&[
+        &["EVAL", "redis = function() return 1 end", "0"],
+        &["EVAL", "_G = {}", "0"],
+        &["EVAL", "redis.call = function() return 1 end", "0"],
+        &["EVAL", "cjson.encode = function() return 1 end", "0"],
+        &["EVAL", "bit.band = nil", "0"],
+        &["EVAL", "local g = getmetatable(_G) g.__index = {}", "0"],
+        &["EVAL", "string.rep = nil", "0"],
+        &["EVAL", "return loadstring(string.dump(function() return 1 end))()", "0"],
+        &["EVAL", "return print", "0"],
+        &["EVAL", "return redis.call('set', KEYS[1], ('ab'):rep(2))", "1", "k"],
+        &["EVAL", "return {redis.call('get', KEYS[1]), cjson.encode({1}), bit.band(6, 3)}", "1", "k"],
+    ]);
+}
+
 #[test]
 fn databases_and_whole_key_copies() {
     same_as_redis(&[

@@ -150,7 +150,8 @@ fn function(lua: &Lua, sha: &str, body: &[u8]) -> mlua::Result<mlua::Function> {
     if let Ok(f) = lua.named_registry_value::<mlua::Function>(&name) {
         return Ok(f);
     }
-    let f = lua.load(body).set_name("@user_script").into_function()?;
+    let env: mlua::Table = lua.named_registry_value(crate::lua::ENV)?;
+    let f = lua.load(body).set_name("@user_script").set_environment(env).into_function()?;
     lua.set_named_registry_value(&name, &f)?;
     Ok(f)
 }
@@ -261,7 +262,7 @@ fn execute(
             (f, mlua::MultiValue::from_iter([Value::Table(k), Value::Table(a)]))
         }
     };
-    let redis: mlua::Table = g.raw_get("redis")?;
+    let redis: mlua::Table = lua.named_registry_value(crate::lua::REDIS)?;
     let sess = RefCell::new(sess);
     lua.scope(|scope| {
         let c = scope.create_function_mut(|lua, a: mlua::MultiValue| call(lua, sh, &mut sess.borrow_mut(), a, true))?;
@@ -402,10 +403,11 @@ type Registered = (String, mlua::Function, bool);
 
 fn load_library(lua: &Lua, code: &[u8]) -> mlua::Result<Vec<Registered>> {
     let found = RefCell::new(Vec::new());
-    let redis: mlua::Table = lua.globals().raw_get("redis")?;
+    let redis: mlua::Table = lua.named_registry_value(crate::lua::REDIS)?;
     // The `#!lua` line is metadata, not Lua: left out, its line kept so line numbers hold.
     let body = code.iter().position(|&b| b == b'\n').map_or(&b""[..], |i| code.get(i..).unwrap_or_default());
-    let chunk = lua.load(body).set_name("@user_function").into_function()?;
+    let env: mlua::Table = lua.named_registry_value(crate::lua::ENV)?;
+    let chunk = lua.load(body).set_name("@user_function").set_environment(env).into_function()?;
     lua.scope(|scope| {
         let register = scope.create_function(|_, a: mlua::MultiValue| {
             let mut it = a.into_iter();

@@ -69,6 +69,70 @@ impl Scripts {
     }
 }
 
+/// The registry names of the environment scripts run in and of the real `redis` table (which
+/// scripts see through a read-only view).
+pub const ENV: &str = "halyard_env";
+pub const REDIS: &str = "halyard_redis";
+
+/// Makes what scripts see read-only, as Redis 7 does: scripts run in an environment whose
+/// writes fail; the libraries are read-only views; `setmetatable`, `rawset` and `getmetatable`
+/// cannot reach behind a view; `loadstring` takes no bytecode and gives its chunk the same
+/// environment; `setfenv` and `getfenv` are gone. One script therefore cannot change what the
+/// next one (another client's) runs. Returns the environment.
+const READ_ONLY: &str = r#"
+local G, rawset_, setmetatable_, getmetatable_, setfenv_, loadstring_, type_, error_ =
+    _G, rawset, setmetatable, getmetatable, setfenv, loadstring, type, error
+local protected = setmetatable_({}, {__mode = "k"})
+local function deny() error_("Attempt to modify a readonly table", 2) end
+local sealed = {}
+setmetatable_(sealed, {__newindex = deny, __metatable = sealed})
+protected[sealed] = true
+local function view(t)
+    local v = setmetatable_({}, {__index = t, __newindex = deny, __metatable = sealed})
+    protected[v] = true
+    return v
+end
+for _, name in ipairs({"redis", "cjson", "cmsgpack", "bit", "string", "math", "table"}) do
+    rawset_(G, name, view(G[name]))
+end
+local env = setmetatable_({}, {
+    __index = function(_, n)
+        local v = G[n]
+        if v == nil then
+            error_("Script attempted to access nonexistent global variable '" .. tostring(n) .. "'", 2)
+        end
+        return v
+    end,
+    __newindex = deny,
+    __metatable = sealed,
+})
+protected[env] = true
+rawset_(G, "_G", env)
+rawset_(G, "setmetatable", function(t, m)
+    if protected[t] then error_("Attempt to modify a readonly table", 2) end
+    return setmetatable_(t, m)
+end)
+rawset_(G, "rawset", function(t, k, v)
+    if protected[t] then error_("Attempt to modify a readonly table", 2) end
+    return rawset_(t, k, v)
+end)
+rawset_(G, "loadstring", function(s, name)
+    if type_(s) == "string" and s:byte(1) == 27 then return nil, "binary chunks are not allowed" end
+    local f, e = loadstring_(s, name)
+    if f then setfenv_(f, env) end
+    return f, e
+end)
+rawset_(G, "setfenv", nil)
+rawset_(G, "getfenv", nil)
+rawset_(G, "newproxy", nil)
+rawset_(G, "print", nil)
+-- Strings' methods come from the read-only string view, and their metatable is sealed.
+local smeta = getmetatable_("")
+smeta.__index = G.string
+smeta.__metatable = sealed
+return env
+"#;
+
 /// The sandboxed state, with the `redis` library and global protection.
 pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::default())?;
@@ -98,17 +162,13 @@ pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
     for (i, name) in ["REPL_NONE", "REPL_SLAVE", "REPL_AOF", "REPL_ALL"].iter().enumerate() {
         redis.set(*name, [0, 1, 2, 3].get(i).copied().unwrap_or(0))?;
     }
+    lua.set_named_registry_value(REDIS, redis.clone())?;
     g.raw_set("redis", redis)?;
     g.raw_set("cjson", cjson::library(&lua)?)?;
     g.raw_set("cmsgpack", cmsgpack::library(&lua)?)?;
     g.raw_set("bit", bit::library(&lua)?)?;
-    lua.load(
-        r#"setmetatable(_G, {
-            __index = function(_, n) error("Script attempted to access nonexistent global variable '" .. tostring(n) .. "'", 2) end,
-            __newindex = function(_, n) error("Attempt to modify a readonly table", 2) end,
-        })"#,
-    )
-    .exec()?;
+    let env: mlua::Table = lua.load(READ_ONLY).set_name("=sandbox").call(())?;
+    lua.set_named_registry_value(ENV, env)?;
     lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, _| {
         if killed.load(Relaxed) {
             return Err(mlua::Error::runtime("ERR Script killed by user with SCRIPT KILL..."));
