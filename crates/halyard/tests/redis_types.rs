@@ -277,6 +277,18 @@ fn scripts_cannot_change_the_shared_lua_state() {
         &["EVAL", "return print", "0"],
         &["EVAL", "return redis.call('set', KEYS[1], ('ab'):rep(2))", "1", "k"],
         &["EVAL", "return {redis.call('get', KEYS[1]), cjson.encode({1}), bit.band(6, 3)}", "1", "k"],
+        // Shebang flags, and a single node under min-replicas-to-write.
+        &["EVAL", "#!lua flags=no-writes\nreturn redis.call('set', 'x', 1)", "0"],
+        &["EVAL", "#!lua flags=no-writes,allow-oom\nreturn redis.call('get', KEYS[1])", "1", "k"],
+        &["EVAL", "#!python\nreturn 1", "0"],
+        &["EVAL", "#!lua foo=bar\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=bogus\nreturn 1", "0"],
+        &["CONFIG", "SET", "min-replicas-to-write", "1"],
+        &["SET", "k", "v"],
+        &["EVAL", "return redis.call('get', KEYS[1])", "1", "k"],
+        &["EVAL", "#!lua\nreturn 1", "0"],
+        &["EVAL", "return redis.call('set', KEYS[1], 'w')", "1", "k"],
+        &["CONFIG", "SET", "min-replicas-to-write", "0"],
     ]);
 }
 

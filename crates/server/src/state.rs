@@ -243,6 +243,9 @@ pub struct Settings {
     /// Seconds a Redis client may idle before its connection is closed (0: never; Redis'
     /// `timeout`, the server's `idle_timeout_secs`). Read by each connection as it waits.
     pub timeout: AtomicU64,
+    /// Redis' `min-replicas-to-write` on a single node, which has no replicas: above 0 every
+    /// write is refused (NOREPLICAS). A cluster's own setting is `--min-replicas`.
+    pub min_replicas: AtomicU64,
     /// Redis' `notify-keyspace-events`, and the expiries awaiting their `expired` event.
     pub notify: crate::notify::Notifier,
     /// The Redis listener's port (INFO's `tcp_port`; 0 until the server set it).
@@ -262,6 +265,7 @@ impl Default for Settings {
         let run_id = (0..20).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         Settings {
             timeout: AtomicU64::new(0),
+            min_replicas: AtomicU64::new(0),
             notify: crate::notify::Notifier::default(),
             port: AtomicU64::new(0),
             max_clients: AtomicU64::new(10_000),

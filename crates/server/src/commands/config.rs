@@ -46,6 +46,7 @@ static PARAMS: &[Param] = &[
     Param { name: "maxmemory-eviction-tenacity", get: |_| "10".into(), set: Some(|_, v, _| only(v, "10", NO_EVICTION)) },
     Param { name: "maxmemory-clients", get: |_| "0".into(), set: Some(|_, v, _| only(v, "0", NO_EVICTION)) },
     Param { name: "timeout", get: |sh| sh.settings.timeout.load(Relaxed).to_string(), set: Some(set_timeout) },
+    Param { name: "min-replicas-to-write", get: |sh| sh.settings.min_replicas.load(Relaxed).to_string(), set: Some(set_min_replicas) },
     Param { name: "busy-reply-threshold", get: |sh| sh.scripts.limit_ms.load(Relaxed).to_string(), set: Some(set_busy) },
     Param { name: "lua-time-limit", get: |sh| sh.scripts.limit_ms.load(Relaxed).to_string(), set: Some(set_busy) },
     Param { name: "hash-max-listpack-entries", get: |sh| tuned(sh, "hash-max-listpack-entries", introspection::HASH_LISTPACK_ENTRIES as i64), set: Some(|sh, v, apply| set_tuned(sh, "hash-max-listpack-entries", v, apply)) },
@@ -137,6 +138,17 @@ fn set_timeout(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
     let n = uint(v)?;
     if apply {
         sh.settings.timeout.store(n, Relaxed);
+    }
+    Ok(())
+}
+
+fn set_min_replicas(sh: &Shared, v: &str, apply: bool) -> Result<(), String> {
+    let n = uint(v)?;
+    if sh.cluster.get().is_some() && n > 0 {
+        return Err("a cluster node's copies are set by `halyard cluster init --replicas` and `--min-replicas`".into());
+    }
+    if apply {
+        sh.settings.min_replicas.store(n, Relaxed);
     }
     Ok(())
 }

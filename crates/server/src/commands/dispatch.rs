@@ -78,6 +78,11 @@ fn check(sh: &Shared, sess: &Session, args: &[&[u8]]) -> Result<Plan, Reply> {
             return Err(Reply::err("NOAUTH Authentication required."));
         }
         super::acl::permitted(sh, sess, cmd, args)?;
+        // Scripts (ATOMIC) are judged by their flags when they start, their writes one by one.
+        let write = cmd.flags & WRITE != 0 && cmd.flags & ATOMIC == 0;
+        if write && sh.settings.min_replicas.load(Relaxed) > 0 && sh.cluster.get().is_none() {
+            return Err(Reply::err(NOREPLICAS));
+        }
     }
     if Shared::subscribed(sess) && !WHILE_SUBSCRIBED.contains(&cmd.name) {
         return Err(Reply::err(format!(
@@ -99,6 +104,9 @@ pub fn execute(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Reply {
         Err(reply) => reply,
     }
 }
+
+/// The reply to a write a single node refuses under `min-replicas-to-write` (it has none).
+pub(super) const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
 
 /// The reply to a command that may not run while a script runs past its time limit.
 pub(super) const BUSY: &str = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";

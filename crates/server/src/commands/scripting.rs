@@ -184,6 +184,9 @@ fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], a
         Err(r) => return r,
     };
     sh.scripts.killed.store(false, Relaxed);
+    if let Err(e) = crate::lua::arm(lua, sh.scripts.killed.clone()) {
+        return Reply::err(format!("ERR {e}"));
+    }
     sh.scripts.wrote.store(false, Relaxed);
     sh.scripts.started.store(sh.scripts.now(), Relaxed);
     let was_atomic = std::mem::replace(&mut sess.atomic, true);
@@ -201,6 +204,11 @@ fn run_script(sh: &Shared, sess: &mut Session, code: Code<'_>, keys: &[&[u8]], a
     sess.db = db;
     let result = result.unwrap_or_else(|| Err(mlua::Error::runtime("ERR the script did not run")));
     sh.scripts.started.store(0, Relaxed);
+    // A killed script leaves its per-line hook: FUNCTION LOAD runs code in this state too.
+    sh.scripts.killed.store(false, Relaxed);
+    if let Err(e) = crate::lua::arm(lua, sh.scripts.killed.clone()) {
+        tracing::warn!("re-arming the script hook: {e}");
+    }
     match result {
         Ok(v) => from_lua(v),
         Err(e) => Reply::Error(raised(&e, code)),
@@ -311,7 +319,65 @@ fn cmd_eval(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let sha = sha1_hex(body);
     sh.scripts.bodies.lock().insert(sha.clone(), body.to_vec());
     let ro = a.first().is_some_and(|c| lower(c) == "eval_ro");
-    run_script(sh, sess, Code::Script { sha: &sha, body }, keys, argv, ro)
+    run_with_shebang(sh, sess, &sha, body, keys, argv, ro)
+}
+
+/// A script's `#!lua flags=...` first line: None without one, else whether it declared
+/// `no-writes`; the reply Redis gives to a bad one.
+fn shebang(body: &[u8]) -> Result<Option<bool>, Reply> {
+    let Some(line) = body.strip_prefix(b"#!") else { return Ok(None) };
+    let line = String::from_utf8_lossy(line.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();
+    let mut parts = line.split(' ').filter(|p| !p.is_empty());
+    if parts.next() != Some("lua") {
+        return Err(Reply::err(format!("ERR Unexpected engine in script shebang: #!{line}")));
+    }
+    let mut no_writes = false;
+    for opt in parts {
+        let Some(flags) = opt.strip_prefix("flags=") else {
+            return Err(Reply::err(format!("ERR Unknown lua shebang option: {opt}")));
+        };
+        for f in flags.split(',').filter(|f| !f.is_empty()) {
+            match f {
+                "no-writes" => no_writes = true,
+                "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                _ => return Err(Reply::err(format!("ERR Unexpected flag in script shebang: {f}"))),
+            }
+        }
+    }
+    Ok(Some(no_writes))
+}
+
+/// The code Lua compiles: the shebang line blanked, so that line numbers stay.
+fn without_shebang(body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match body.starts_with(b"#!") {
+        true => body
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(Vec::new().into(), |i| body.get(i..).unwrap_or_default().into()),
+        false => body.into(),
+    }
+}
+
+/// Runs an EVAL or EVALSHA script, honouring its shebang's flags: `no-writes` makes it
+/// read-only; without it, a single node under `min-replicas-to-write` refuses it at once.
+fn run_with_shebang(
+    sh: &Shared,
+    sess: &mut Session,
+    sha: &str,
+    body: &[u8],
+    keys: &[&[u8]],
+    argv: &[&[u8]],
+    ro: bool,
+) -> Reply {
+    let flags = match shebang(body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    if flags == Some(false) && sh.settings.min_replicas.load(Relaxed) > 0 && sh.cluster.get().is_none() {
+        return Reply::err(super::dispatch::NOREPLICAS);
+    }
+    let code = without_shebang(body);
+    run_script(sh, sess, Code::Script { sha, body: &code }, keys, argv, ro || flags == Some(true))
 }
 
 fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
@@ -325,7 +391,7 @@ fn cmd_evalsha(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
     };
     let ro = a.first().is_some_and(|c| lower(c) == "evalsha_ro");
-    run_script(sh, sess, Code::Script { sha: &sha, body: &body }, keys, argv, ro)
+    run_with_shebang(sh, sess, &sha, &body, keys, argv, ro)
 }
 
 /// SCRIPT LOAD body | EXISTS sha... | FLUSH [ASYNC|SYNC] | KILL.
@@ -334,7 +400,10 @@ fn cmd_script(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     match (lower(a.get(1).copied().unwrap_or_default()).as_str(), a.get(2..).unwrap_or_default()) {
         ("load", [body]) => {
             let _exclusive = (!sess.atomic).then(|| sh.gate.write());
-            if let Err(e) = Lua::new().load(*body).set_name("@user_script").into_function() {
+            if let Err(r) = shebang(body) {
+                return r;
+            }
+            if let Err(e) = Lua::new().load(&*without_shebang(body)).set_name("@user_script").into_function() {
                 return Reply::Error(error_text(&e));
             }
             let sha = sha1_hex(body);
@@ -352,14 +421,27 @@ fn cmd_script(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             *s.lua.lock() = None;
             Reply::ok()
         }
-        ("kill", []) if s.started.load(Relaxed) == 0 => Reply::err("NOTBUSY No scripts in execution right now."),
-        ("kill", []) if s.wrote.load(Relaxed) => Reply::err("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command."),
-        ("kill", []) => {
-            s.killed.store(true, Relaxed);
-            Reply::ok()
-        }
-        _ => super::args::bad_subcommand("script", a.get(1).copied().unwrap_or_default(), &["load", "exists", "flush", "kill"]),
+        ("kill", []) => kill(sh),
+        _ => super::args::bad_subcommand(
+            "script",
+            a.get(1).copied().unwrap_or_default(),
+            &["load", "exists", "flush", "kill"],
+        ),
     }
+}
+
+/// SCRIPT KILL and FUNCTION KILL: stops the running script unless it wrote. Runs without the
+/// command gate, which the script holds.
+fn kill(sh: &Shared) -> Reply {
+    let s = &sh.scripts;
+    if s.started.load(Relaxed) == 0 {
+        return Reply::err("NOTBUSY No scripts in execution right now.");
+    }
+    if s.wrote.load(Relaxed) {
+        return Reply::err("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.");
+    }
+    s.killed.store(true, Relaxed);
+    Reply::ok()
 }
 
 /// FCALL/FCALL_RO function numkeys key... arg...
@@ -483,6 +565,9 @@ fn function_load(sh: &Shared, replace: bool, code: &[u8]) -> Reply {
 
 /// FUNCTION LOAD | FLUSH | DELETE | LIST.
 fn cmd_function(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    if a.len() == 2 && a.get(1).is_some_and(|s| lower(s) == "kill") {
+        return kill(sh);
+    }
     let _exclusive = (!sess.atomic).then(|| sh.gate.write());
     match (lower(a.get(1).copied().unwrap_or_default()).as_str(), a.get(2..).unwrap_or_default()) {
         ("load", [code]) => function_load(sh, false, code),
@@ -525,7 +610,7 @@ fn cmd_function(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         _ => super::args::bad_subcommand(
             "function",
             a.get(1).copied().unwrap_or_default(),
-            &["load", "delete", "flush", "list"],
+            &["load", "delete", "flush", "list", "kill"],
         ),
     }
 }

@@ -169,14 +169,28 @@ pub fn new_state(killed: Arc<AtomicBool>) -> mlua::Result<Lua> {
     g.raw_set("bit", bit::library(&lua)?)?;
     let env: mlua::Table = lua.load(READ_ONLY).set_name("=sandbox").call(())?;
     lua.set_named_registry_value(ENV, env)?;
-    lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, _| {
-        if killed.load(Relaxed) {
-            return Err(mlua::Error::runtime("ERR Script killed by user with SCRIPT KILL..."));
-        }
-        Ok(mlua::VmState::Continue)
-    })?;
+    arm(&lua, killed)?;
     Ok(lua)
 }
+
+/// Installs the hook that stops a script SCRIPT KILL asked to stop. Once it fires it fires on
+/// every line, so that a script catching the error with `pcall` meets it again outside the
+/// `pcall` and ends, as in Redis. Called before each script (a killed one left the per-line hook).
+pub fn arm(lua: &Lua, killed: Arc<AtomicBool>) -> mlua::Result<()> {
+    lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |lua, _| {
+        if killed.load(Relaxed) {
+            let again = killed.clone();
+            lua.set_hook(mlua::HookTriggers::new().every_line(), move |_, _| match again.load(Relaxed) {
+                true => Err(mlua::Error::runtime(KILLED)),
+                false => Ok(mlua::VmState::Continue),
+            })?;
+            return Err(mlua::Error::runtime(KILLED));
+        }
+        Ok(mlua::VmState::Continue)
+    })
+}
+
+const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 
 pub fn status_table(lua: &Lua, field: &str, s: String) -> mlua::Result<mlua::Table> {
     let t = lua.create_table()?;
