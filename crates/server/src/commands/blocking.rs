@@ -174,9 +174,10 @@ fn cmd_brpoplpush(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 /// BZPOPMIN/BZPOPMAX key... timeout: the first key with a member, the member and its score.
 fn bzpop(sh: &Shared, sess: &mut Session, a: &[&[u8]], max: bool, name: &str) -> Reply {
     first_pop(sh, sess, a, name, |k, key| {
-        let Some((member, score)) = k.zall(key, max)?.next().transpose()? else { return Ok(None) };
+        let Some((member, score)) = k.zpop_order(key, max)?.next().transpose()? else { return Ok(None) };
         let mut w = k.zwrite_locked(key)?;
         w.remove(&member)?;
+        w.popped(&member, score, max);
         w.commit()?;
         Ok(Some(vec![Reply::Bulk(member), Reply::Double(score)]))
     })
@@ -237,13 +238,14 @@ fn zmpop_args<'a>(a: &[&'a [u8]]) -> Result<(Vec<&'a [u8]>, bool, usize), Reply>
 fn zmpop(k: &Keyspace, keys: &[&[u8]], max: bool, count: usize) -> Result<Option<Reply>, KsError> {
     for key in keys {
         let _g = k.lock(key);
-        let items: Vec<(Vec<u8>, f64)> = k.zall(key, max)?.take(count).collect::<Result<_, _>>()?;
+        let items: Vec<(Vec<u8>, f64)> = k.zpop_order(key, max)?.take(count).collect::<Result<_, _>>()?;
         if items.is_empty() {
             continue;
         }
         let mut w = k.zwrite_locked(key)?;
-        for (m, _) in &items {
+        for (m, s) in &items {
             w.remove(m)?;
+            w.popped(m, *s, max);
         }
         w.commit()?;
         let pairs = items.into_iter().map(|(m, s)| Reply::Array(vec![Reply::Bulk(m), Reply::Double(s)])).collect();

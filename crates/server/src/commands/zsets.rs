@@ -559,10 +559,11 @@ fn pop(sh: &Shared, sess: &Session, a: &[&[u8]], max: bool) -> Reply {
     let k = sh.db(sess);
     let _g = k.lock(key);
     ks((|| {
-        let items = collect(k.zall(key, max)?, 0, Some(count.unwrap_or(1)))?;
+        let items = collect(k.zpop_order(key, max)?, 0, Some(count.unwrap_or(1)))?;
         let mut w = k.zwrite_locked(key)?;
-        for (m, _) in &items {
+        for (m, s) in &items {
             w.remove(m)?;
+            w.popped(m, *s, max);
         }
         w.commit()?;
         Ok(match count {

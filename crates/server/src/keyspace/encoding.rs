@@ -8,6 +8,7 @@
 //!                                          03 | u64 LE head | u64 LE tail   (a list)
 //!                                          04 | u64 LE member count   (a set)
 //!                                          05 | u64 LE member count   (a sorted set)
+//!                                          [ | u32 LE n | lowest popped | u32 LE m | highest popped ]
 //!                                          06 | u64 LE length | u32 LE chunks  (a long string)
 //!                                          07 | u64 LE count | u64 LE ms | u64 LE seq (a stream)
 //! P | esc(user) | 00 01 | fesc(field)      field value                (a hash field, layout 3)

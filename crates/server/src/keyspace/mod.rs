@@ -143,7 +143,8 @@ fn decode(mut v: Vec<u8>) -> Result<Value, KsError> {
         }
         (Some(&(HASH | HASH_V2)), 9) => u64_at(&v, 1).map(Value::Hash),
         (Some(&SET), 9) => u64_at(&v, 1).map(Value::Set),
-        (Some(&ZSET), 9) => u64_at(&v, 1).map(Value::ZSet),
+        // Longer with the pop hints (`zset::zset_record`).
+        (Some(&ZSET), n) if n >= 9 => u64_at(&v, 1).map(Value::ZSet),
         (Some(&LIST), 17) => u64_at(&v, 1).zip(u64_at(&v, 9)).map(|(head, tail)| Value::List { head, tail }),
         (Some(&CHUNKED), 13) => u64_at(&v, 1).map(Value::Chunked),
         (Some(&STREAM), 25) => {

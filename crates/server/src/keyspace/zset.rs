@@ -7,6 +7,13 @@
 //! have no counts to seek by: finding the member at rank r, or the rank of a member, walks the
 //! index from its start (O(rank)). As for hashes, every record of a sorted set carries its
 //! expiry time, so the key expires as a whole.
+//!
+//! Pops leave tombstones at the ends of the score index until compaction, and each ZPOPMIN
+//! would walk past all of them. So the record may also hold pop hints: the index suffix
+//! (`score_key | member`) of the last member popped from the low end and from the high end.
+//! No member's index entry lies at or below the low hint (at or above the high one): a pop
+//! starts its walk after it. A write that puts a member at or beyond a hint drops that hint;
+//! removals keep hints true. A record without hints is the 9-byte form.
 
 use super::encoding::{counted, field_name, prefix_end, score_key, score_of, ZSET};
 use super::{decode, Keyspace, KsError, Value};
@@ -40,6 +47,34 @@ struct Meta {
     len: u64,
     /// Expiry time (0: none); every record of the set carries it too.
     at: u64,
+    /// The pop hints: low end, high end.
+    hints: [Option<Vec<u8>>; 2],
+}
+
+/// A sorted set record's value: the count and, when there are, the pop hints.
+fn zset_record(len: u64, hints: &[Option<Vec<u8>>; 2]) -> Vec<u8> {
+    let mut v = counted(ZSET, len);
+    if hints.iter().any(Option::is_some) {
+        for h in hints {
+            let h = h.as_deref().unwrap_or_default();
+            v.extend_from_slice(&(h.len() as u32).to_le_bytes());
+            v.extend_from_slice(h);
+        }
+    }
+    v
+}
+
+/// The pop hints of a record's value (none in the 9-byte form, or an empty one).
+fn hints_of(v: &[u8]) -> [Option<Vec<u8>>; 2] {
+    let mut rest = v.get(9..).unwrap_or_default();
+    let mut take = || {
+        let n = rest.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes)? as usize;
+        let h = rest.get(4..4 + n)?.to_vec();
+        rest = rest.get(4 + n..).unwrap_or_default();
+        (!h.is_empty()).then_some(h)
+    };
+    let lo = take();
+    [lo, take()]
 }
 
 /// The members of a range, in order (`zrange_by_score`, `zrange_by_lex`).
@@ -162,8 +197,9 @@ impl Keyspace {
     /// The sorted set at `user`: None if there is none, WRONGTYPE for another type.
     fn zset_meta(&self, user: &[u8]) -> Result<Option<Meta>, KsError> {
         let Some((v, at)) = self.db.get_with_expiry(&self.key(user))? else { return Ok(None) };
+        let hints = hints_of(&v);
         match decode(v)? {
-            Value::ZSet(len) => Ok(Some(Meta { len, at })),
+            Value::ZSet(len) => Ok(Some(Meta { len, at, hints })),
             _ => Err(KsError::WrongType),
         }
     }
@@ -220,6 +256,18 @@ impl Keyspace {
     /// Every member, by score.
     pub fn zall(&self, user: &[u8], rev: bool) -> Result<ZIter, KsError> {
         self.zrange_by_score(user, Bound::Unbounded, Bound::Unbounded, rev)
+    }
+
+    /// The members from the low end (from the high end with `max`), as a pop takes them: the
+    /// walk starts after the pop hint of that end.
+    pub fn zpop_order(&self, user: &[u8], max: bool) -> Result<ZIter, KsError> {
+        let Some(m) = self.zset_meta(user)? else { return self.zall(user, max) };
+        let base = join(&self.key(user), &[&[INDEX]]);
+        let end = prefix_end(&base).unwrap_or_default();
+        let hint = |i: usize| m.hints.get(i).cloned().flatten().map(|h| join(&base, &[&h]));
+        let lo = hint(0).filter(|_| !max).map_or(Bound::Included(base.clone()), Bound::Excluded);
+        let hi = hint(1).filter(|_| max).map_or(Bound::Excluded(end), Bound::Excluded);
+        self.zwalk(user, (lo, hi), max, true, base.len())
     }
 
     /// The members within `lo..hi` by member, ascending or (`rev`) descending. Redis asks for
@@ -330,10 +378,12 @@ impl Keyspace {
             user: user.to_vec(),
             existed: meta.is_some(),
             len: meta.as_ref().map_or(0, |m| m.len),
-            at: meta.map_or(0, |m| m.at),
+            at: meta.as_ref().map_or(0, |m| m.at),
             batch: WriteBatch::new(),
             pending: HashMap::new(),
             changed: false,
+            hints: meta.as_ref().map_or([None, None], |m| m.hints.clone()),
+            put: [None, None],
         })
     }
 }
@@ -350,6 +400,9 @@ pub struct ZWrite<'a> {
     /// Scores as this change leaves them (None: removed).
     pending: HashMap<Vec<u8>, Option<f64>>,
     changed: bool,
+    /// The pop hints (low, high), and the lowest and highest index suffixes this change put.
+    hints: [Option<Vec<u8>>; 2],
+    put: [Option<Vec<u8>>; 2],
 }
 
 impl ZWrite<'_> {
@@ -386,6 +439,13 @@ impl ZWrite<'_> {
         let at = self.at;
         self.batch.put_expiring(self.ks.zmember_key(&self.user, member), score.to_le_bytes().to_vec(), at);
         self.batch.put_expiring(self.ks.zindex_key(&self.user, score, member), Vec::new(), at);
+        let suffix = [score_key(score).as_slice(), member].concat();
+        if self.put[0].as_ref().is_none_or(|p| suffix < *p) {
+            self.put[0] = Some(suffix.clone());
+        }
+        if self.put[1].as_ref().is_none_or(|p| suffix > *p) {
+            self.put[1] = Some(suffix);
+        }
         self.pending.insert(member.to_vec(), Some(score));
         self.changed = true;
         Ok(old)
@@ -402,10 +462,30 @@ impl ZWrite<'_> {
         Ok(true)
     }
 
+    /// Records that `member` (with `score`) was popped from the low end (the high end with
+    /// `max`): later pops start after it. Call after `remove`.
+    pub fn popped(&mut self, member: &[u8], score: f64, max: bool) {
+        let suffix = [score_key(score).as_slice(), member].concat();
+        if let Some(h) = self.hints.get_mut(usize::from(max)) {
+            *h = Some(suffix);
+        }
+    }
+
     /// Writes the changes: the record with the new count, or no record once the set is empty.
     pub fn commit(mut self) -> Result<(), KsError> {
         if !self.changed {
             return Ok(());
+        }
+        // A member put at or beyond a hint makes it false: drop it.
+        if let (Some(h), Some(p)) = (&self.hints[0], &self.put[0]) {
+            if p <= h {
+                self.hints[0] = None;
+            }
+        }
+        if let (Some(h), Some(p)) = (&self.hints[1], &self.put[1]) {
+            if p >= h {
+                self.hints[1] = None;
+            }
         }
         let rec = self.ks.key(&self.user).to_vec();
         if self.len == 0 {
@@ -414,7 +494,7 @@ impl ZWrite<'_> {
             if !self.existed {
                 self.ks.mark_aggregates()?;
             }
-            self.batch.put_expiring(rec, counted(ZSET, self.len), self.at);
+            self.batch.put_expiring(rec, zset_record(self.len, &self.hints), self.at);
         }
         self.ks.db.write(&self.batch)?;
         Ok(())
