@@ -128,12 +128,13 @@ fn memory(sh: &Shared, o: &mut String) -> std::fmt::Result {
     let peak = sh.metrics.memory_peak.fetch_max(rss, Relaxed).max(rss).min(rss_peak.max(rss));
     write!(
         o,
-        "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nhalyard_store_memory:{store}\r\nhalyard_cache_bytes:{}\r\nhalyard_l0_bytes:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:1.00\r\nmem_allocator:libc\r\n",
+        "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nhalyard_store_memory:{store}\r\nhalyard_cache_bytes:{}\r\nhalyard_l0_bytes:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:1.00\r\nmem_allocator:libc\r\nnumber_of_cached_scripts:{}\r\n",
         human(rss),
         human(rss),
         human(peak),
         s.cache_bytes,
         s.l0_bytes,
+        sh.scripts.bodies.lock().len(),
     )
 }
 
