@@ -743,78 +743,83 @@ const XINFO_HELP: [&str; 9] = [
 fn cmd_xinfo(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, sub, rest @ ..] = a else { return wrong_args("xinfo") };
     let k = sh.db(sess);
-    let pair = |n: &str, v: Reply| (Reply::bulk(n), v);
-    let r = (|| -> Result<Reply, KsError> {
-        let key = rest.first().copied().unwrap_or_default();
-        let sub_name = lower(sub);
-        if sub_name == "help" && rest.is_empty() {
-            return Ok(Reply::Array(XINFO_HELP.iter().map(|l| Reply::Simple((*l).into())).collect()));
-        }
-        if !matches!((sub_name.as_str(), rest.len()), ("stream", 1..) | ("groups", 1) | ("consumers", 2)) {
-            return Ok(bad_subcommand("xinfo", sub, &["stream", "groups", "consumers", "help"]));
-        }
+    let sub_name = lower(sub);
+    if sub_name == "help" && rest.is_empty() {
+        return Reply::Array(XINFO_HELP.iter().map(|l| Reply::Simple((*l).into())).collect());
+    }
+    let (key, group) = match (sub_name.as_str(), rest) {
+        ("stream", [key, ..]) | ("groups", [key]) => (*key, None),
+        ("consumers", [key, group]) => (*key, Some(*group)),
+        _ => return bad_subcommand("xinfo", sub, &["stream", "groups", "consumers", "help"]),
+    };
+    ks((|| {
         let Some(m) = k.stream_meta(key)? else { return Ok(Reply::err("ERR no such key")) };
-        let now = k.now_ms();
-        match sub_name.as_str() {
-            "groups" => {
-                let mut out = Vec::new();
-                for g in k.groups(key)? {
-                    let consumers = k.consumers(key, &g.name)?.len() as i64;
-                    let pending = k.pending(key, &g.name, Bound::Unbounded, None)?.len() as i64;
-                    let lag = if g.entries_read >= 0 {
-                        Reply::Int((m.len as i64 - g.entries_read).max(0))
-                    } else {
-                        Reply::Nil
-                    };
-                    out.push(Reply::Map(vec![
-                        pair("name", Reply::Bulk(g.name)),
-                        pair("consumers", Reply::Int(consumers)),
-                        pair("pending", Reply::Int(pending)),
-                        pair("last-delivered-id", id_text(g.last)),
-                        pair("entries-read", if g.entries_read >= 0 { Reply::Int(g.entries_read) } else { Reply::Nil }),
-                        pair("lag", lag),
-                    ]));
-                }
-                Ok(Reply::Array(out))
-            }
-            "consumers" => {
-                let group = rest.get(1).copied().unwrap_or_default();
-                if k.group(key, group)?.is_none() {
-                    return Ok(no_group(key, group));
-                }
-                let pel = k.pending(key, group, Bound::Unbounded, None)?;
-                let rows = k.consumers(key, group)?.into_iter().map(|c| {
-                    let pending = pel.iter().filter(|p| p.consumer == c.name).count() as i64;
-                    Reply::Map(vec![
-                        pair("name", Reply::Bulk(c.name)),
-                        pair("pending", Reply::Int(pending)),
-                        pair("idle", Reply::Int(now.saturating_sub(c.seen) as i64)),
-                    ])
-                });
-                Ok(Reply::Array(rows.collect()))
-            }
-            _ => {
-                let first = k.xrange(key, Bound::Unbounded, Bound::Unbounded, false, Some(1))?;
-                let last = k.xrange(key, Bound::Unbounded, Bound::Unbounded, true, Some(1))?;
-                let entry = |e: Vec<Entry>| {
-                    e.into_iter().next().map_or(Reply::Nil, |(id, f)| {
-                        Reply::Array(vec![id_text(id), Reply::Array(f.into_iter().map(Reply::Bulk).collect())])
-                    })
-                };
-                Ok(Reply::Map(vec![
-                    pair("length", Reply::Int(m.len as i64)),
-                    pair("radix-tree-keys", Reply::Int(1)),
-                    pair("radix-tree-nodes", Reply::Int(2)),
-                    pair("last-generated-id", id_text(m.last)),
-                    pair("max-deleted-entry-id", Reply::bulk("0-0")),
-                    pair("entries-added", Reply::Int(m.len as i64)),
-                    pair("recorded-first-entry-id", first.first().map_or(Reply::bulk("0-0"), |e| id_text(e.0))),
-                    pair("groups", Reply::Int(k.groups(key)?.len() as i64)),
-                    pair("first-entry", entry(first)),
-                    pair("last-entry", entry(last)),
-                ]))
-            }
+        match (sub_name.as_str(), group) {
+            ("groups", _) => info_groups(k, key, m.len),
+            (_, Some(group)) => info_consumers(k, key, group),
+            _ => info_stream(k, key, m),
         }
-    })();
-    ks(r)
+    })())
+}
+
+fn pair(n: &str, v: Reply) -> (Reply, Reply) {
+    (Reply::bulk(n), v)
+}
+
+fn info_groups(k: &Keyspace, key: &[u8], len: u64) -> Result<Reply, KsError> {
+    let mut out = Vec::new();
+    for g in k.groups(key)? {
+        let consumers = k.consumers(key, &g.name)?.len() as i64;
+        let pending = k.pending(key, &g.name, Bound::Unbounded, None)?.len() as i64;
+        let known = g.entries_read >= 0;
+        let lag = if known { Reply::Int((len as i64 - g.entries_read).max(0)) } else { Reply::Nil };
+        out.push(Reply::Map(vec![
+            pair("name", Reply::Bulk(g.name)),
+            pair("consumers", Reply::Int(consumers)),
+            pair("pending", Reply::Int(pending)),
+            pair("last-delivered-id", id_text(g.last)),
+            pair("entries-read", if known { Reply::Int(g.entries_read) } else { Reply::Nil }),
+            pair("lag", lag),
+        ]));
+    }
+    Ok(Reply::Array(out))
+}
+
+fn info_consumers(k: &Keyspace, key: &[u8], group: &[u8]) -> Result<Reply, KsError> {
+    if k.group(key, group)?.is_none() {
+        return Ok(no_group(key, group));
+    }
+    let now = k.now_ms();
+    let pel = k.pending(key, group, Bound::Unbounded, None)?;
+    let rows = k.consumers(key, group)?.into_iter().map(|c| {
+        let pending = pel.iter().filter(|p| p.consumer == c.name).count() as i64;
+        Reply::Map(vec![
+            pair("name", Reply::Bulk(c.name)),
+            pair("pending", Reply::Int(pending)),
+            pair("idle", Reply::Int(now.saturating_sub(c.seen) as i64)),
+        ])
+    });
+    Ok(Reply::Array(rows.collect()))
+}
+
+fn info_stream(k: &Keyspace, key: &[u8], m: crate::keyspace::stream::StreamMeta) -> Result<Reply, KsError> {
+    let first = k.xrange(key, Bound::Unbounded, Bound::Unbounded, false, Some(1))?;
+    let last = k.xrange(key, Bound::Unbounded, Bound::Unbounded, true, Some(1))?;
+    let entry = |e: Vec<Entry>| {
+        e.into_iter().next().map_or(Reply::Nil, |(id, f)| {
+            Reply::Array(vec![id_text(id), Reply::Array(f.into_iter().map(Reply::Bulk).collect())])
+        })
+    };
+    Ok(Reply::Map(vec![
+        pair("length", Reply::Int(m.len as i64)),
+        pair("radix-tree-keys", Reply::Int(1)),
+        pair("radix-tree-nodes", Reply::Int(2)),
+        pair("last-generated-id", id_text(m.last)),
+        pair("max-deleted-entry-id", Reply::bulk("0-0")),
+        pair("entries-added", Reply::Int(m.len as i64)),
+        pair("recorded-first-entry-id", first.first().map_or(Reply::bulk("0-0"), |e| id_text(e.0))),
+        pair("groups", Reply::Int(k.groups(key)?.len() as i64)),
+        pair("first-entry", entry(first)),
+        pair("last-entry", entry(last)),
+    ]))
 }
