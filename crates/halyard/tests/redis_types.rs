@@ -1575,6 +1575,15 @@ fn notification_transcript(port: u16) -> Vec<R> {
         &["RENAME", "h", "h2"],
         &["DEL", "foo", "nokey"],
         &["XADD", "st", "1-1", "f", "v"],
+        &["XGROUP", "CREATE", "ms", "g", "$", "MKSTREAM"],
+        &["XGROUP", "CREATECONSUMER", "ms", "g", "Bob"],
+        &["XADD", "ms", "1-1", "f", "A"],
+        &["XREADGROUP", "GROUP", "g", "Alice", "STREAMS", "ms", ">"],
+        &["XCLAIM", "ms", "g", "Mike", "0", "1-1", "FORCE"],
+        &["XGROUP", "DELCONSUMER", "ms", "g", "Lee"],
+        &["XAUTOCLAIM", "ms", "g", "Bob", "0", "1-1"],
+        &["XGROUP", "DELCONSUMER", "ms", "g", "Bob"],
+        &["XGROUP", "DESTROY", "ms", "g"],
     ];
     for w in writes {
         c.cmd(w);

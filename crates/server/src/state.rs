@@ -42,6 +42,9 @@ pub struct Session {
     pub scripted: bool,
     /// The ACL user it authenticated as (None: `default`).
     pub user: Option<String>,
+    /// Stream keyspace events the running command announced (`xgroup-create`, ...), published
+    /// after it in order with its other events.
+    pub events: Vec<(String, Vec<u8>)>,
     /// Inside a read-only script (EVAL_RO, FCALL_RO, a `no-writes` function): writes refused.
     pub script_read_only: bool,
     /// Inside MULTI: the queued commands.
@@ -390,6 +393,7 @@ impl Shared {
             proto_next: None,
             authed: self.acl.default_needs_no_password(),
             user: None,
+            events: Vec::new(),
             name: None,
             quit: false,
             created: Instant::now(),

@@ -209,13 +209,13 @@ fn notify_before(sh: &Shared, sess: &Session, p: &Plan, args: &[&[u8]]) -> Optio
 /// Publishes the events of a write command that ran (`crate::notify`): for each key it
 /// changed, `new` if it created it, its event, and `expire` when SET gave it an expiry; and
 /// watches the expiries it set for their `expired` events.
-fn notify_after(sh: &Shared, sess: &Session, p: &Plan, args: &[&[u8]], before: Vec<Record>, reply: &Reply) {
+fn notify_after(sh: &Shared, sess: &mut Session, p: &Plan, args: &[&[u8]], before: Vec<Record>, reply: &Reply) {
     let n = &sh.settings.notify;
     let (flags, k, db) = (n.flags(), sh.db(sess), sess.db);
     let users = p.cmd.keys.of(args);
     let did = !matches!(reply, Reply::Error(_) | Reply::Nil | Reply::NilArray | Reply::Int(0))
         && !matches!(reply, Reply::Array(a) if a.is_empty());
-    let publish = |class, event, user: &[u8]| {
+    let publish = |class, event: &str, user: &[u8]| {
         for (channel, msg) in notify::messages(flags, db, class, event, user) {
             sh.pubsub.publish(&channel, &msg, super::glob::glob);
         }
@@ -232,6 +232,9 @@ fn notify_after(sh: &Shared, sess: &Session, p: &Plan, args: &[&[u8]], before: V
         if was.is_none() && now.is_some() {
             publish(notify::NEW, "new", user);
         }
+    }
+    for (event, user) in std::mem::take(&mut sess.events) {
+        publish(notify::STREAM, &event, &user);
     }
     for (i, user, was, now) in changes {
         if let Some((class, event)) = notify::event_of(p.cmd.name, i) {

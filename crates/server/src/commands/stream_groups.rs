@@ -30,6 +30,35 @@ pub(super) static COMMANDS: &[Command] = &[
 
 const NEEDS_KEY: &str = "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.";
 
+/// Announces a stream's keyspace event (`xgroup-create`, ...) when those are on; the
+/// dispatcher publishes it once the command ran.
+fn announce(sh: &Shared, sess: &mut Session, event: &str, key: &[u8]) {
+    if sh.settings.notify.wants(crate::notify::STREAM) {
+        sess.events.push((event.to_string(), key.to_vec()));
+    }
+}
+
+/// Runs `run`, then announces `xgroup-createconsumer` on each of `keys` where `consumer`
+/// of `group` exists now and did not before (XREADGROUP, XCLAIM, XAUTOCLAIM create it).
+fn creating_consumer(
+    sh: &Shared,
+    sess: &mut Session,
+    keys: &[&[u8]],
+    group: &[u8],
+    consumer: &[u8],
+    run: impl FnOnce(&mut Session) -> Reply,
+) -> Reply {
+    let k = sh.db(sess);
+    let absent: Vec<bool> = keys.iter().map(|key| matches!(k.consumer(key, group, consumer), Ok(None))).collect();
+    let reply = run(sess);
+    for (key, absent) in keys.iter().zip(absent) {
+        if absent && matches!(sh.db(sess).consumer(key, group, consumer), Ok(Some(_))) {
+            announce(sh, sess, "xgroup-createconsumer", key);
+        }
+    }
+    reply
+}
+
 fn no_group(key: &[u8], group: &[u8]) -> Reply {
     Reply::err(format!(
         "NOGROUP No such consumer group '{}' for key name '{}'",
@@ -207,10 +236,10 @@ fn cmd_xreadgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
         }
         Ok(read_reply(proto, found))
     };
-    match o.block {
+    creating_consumer(sh, sess, o.keys, group, consumer, |sess| match o.block {
         Some(wait) if ids.iter().all(Option::is_none) => blocking(sh, sess, o.keys, wait, attempt),
-        _ => ks(attempt(k).map(|r| r.unwrap_or(Reply::NilArray))),
-    }
+        _ => ks(attempt(sh.db(sess)).map(|r| r.unwrap_or(Reply::NilArray))),
+    })
 }
 
 /// Hands the entries after the group's last delivered ID to `consumer`; None when there are
@@ -316,6 +345,10 @@ fn cmd_xgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let name = lower(sub);
     if let Some(key) = rest.first() {
         let _g = k.lock(key);
+        let existed = match rest {
+            [_, group, c] => matches!(k.consumer(key, group, c), Ok(Some(_))),
+            _ => false,
+        };
         let r = match (name.as_str(), rest) {
             ("create", [key, group, id, opts @ ..]) => group_create(k, key, group, id, opts),
             ("setid", [key, group, id, opts @ ..]) => group_setid(k, key, group, id, opts),
@@ -330,7 +363,18 @@ fn cmd_xgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
                 )
             }
         };
-        return ks(r);
+        let reply = ks(r);
+        // The event, when the subcommand did something.
+        let did = match (&reply, name.as_str()) {
+            (Reply::Error(_), _) => false,
+            (Reply::Int(n), "destroy" | "createconsumer") => *n == 1,
+            (_, "delconsumer") => existed,
+            _ => true,
+        };
+        if did {
+            announce(sh, sess, &format!("xgroup-{name}"), key);
+        }
+        return reply;
     }
     match name.as_str() {
         "help" => Reply::Array(XGROUP_HELP.iter().map(|l| Reply::Simple((*l).into())).collect()),
@@ -602,6 +646,11 @@ fn claim_opts(a: &[&[u8]]) -> Result<ClaimOpts, Reply> {
 /// XCLAIM key group consumer min-idle-time id... [options]: the pending entries idle for at
 /// least min-idle-time become `consumer`'s.
 fn cmd_xclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, group, consumer, ..] = a else { return wrong_args("xclaim") };
+    creating_consumer(sh, sess, &[key], group, consumer, |sess| xclaim(sh, sess, a))
+}
+
+fn xclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, group, consumer, min_idle, rest @ ..] = a else { return wrong_args("xclaim") };
     let Some(min_idle) = int_arg(min_idle) else {
         return Reply::err("ERR Invalid min-idle-time argument for XCLAIM");
@@ -664,6 +713,11 @@ fn cmd_xclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
 /// entries from `start` on, scanning at most COUNT×10; the cursor to go on from, the entries,
 /// and the IDs of entries that no longer exist (taken out of the PEL).
 fn cmd_xautoclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
+    let [_, key, group, consumer, ..] = a else { return wrong_args("xautoclaim") };
+    creating_consumer(sh, sess, &[key], group, consumer, |sess| xautoclaim(sh, sess, a))
+}
+
+fn xautoclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, key, group, consumer, min_idle, start, opts @ ..] = a else { return wrong_args("xautoclaim") };
     let Some(min_idle) = int_arg(min_idle) else {
         return Reply::err("ERR Invalid min-idle-time argument for XAUTOCLAIM");
