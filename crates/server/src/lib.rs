@@ -24,6 +24,8 @@ mod info;
 #[doc(hidden)]
 pub mod keyspace;
 mod lua;
+/// Unpacks MessagePack as a script's `cmsgpack.unpack` does (for the fuzz target).
+pub use lua::cmsgpack::unpack_all as msgpack_unpack;
 #[doc(hidden)]
 pub mod metrics;
 #[doc(hidden)]

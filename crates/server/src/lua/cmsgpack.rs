@@ -206,6 +206,13 @@ fn unpack_limit(lua: &Lua, s: &[u8], limit: usize, offset: usize) -> Result<Mult
     Ok(out)
 }
 
+/// Unpacks every object of `data` in a fresh Lua state (the fuzz target's entry: a script's
+/// `cmsgpack.unpack` takes bytes a client sent). Err is the error a script would see.
+pub fn unpack_all(data: &[u8]) -> Result<usize> {
+    let lua = Lua::new();
+    Ok(unpack_limit(&lua, data, 0, 0)?.len() - 1)
+}
+
 /// The `cmsgpack` table.
 pub fn library(lua: &Lua) -> Result<Table> {
     let t = lua.create_table()?;

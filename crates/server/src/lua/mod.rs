@@ -5,7 +5,7 @@
 
 mod bit;
 mod cjson;
-mod cmsgpack;
+pub mod cmsgpack;
 
 use crate::resp::{fmt_double, Reply};
 use mlua::{Lua, LuaOptions, StdLib, Value};
