@@ -292,6 +292,20 @@ fn scripts_cannot_change_the_shared_lua_state() {
     ]);
 }
 
+/// SAVE and BGSAVE make the store durable; neither may be queued in MULTI.
+#[test]
+fn save_and_bgsave() {
+    same_as_redis(&[
+        &["SET", "k", "v"],
+        &["SAVE"],
+        &["MULTI"],
+        &["SAVE"],
+        &["BGSAVE"],
+        &["EXEC"],
+        &["BGSAVE", "BOGUS"],
+    ]);
+}
+
 #[test]
 fn databases_and_whole_key_copies() {
     same_as_redis(&[

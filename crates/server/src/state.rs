@@ -249,6 +249,8 @@ pub struct Settings {
     /// Redis' `min-replicas-to-write` on a single node, which has no replicas: above 0 every
     /// write is refused (NOREPLICAS). A cluster's own setting is `--min-replicas`.
     pub min_replicas: AtomicU64,
+    /// When SAVE or BGSAVE last made the store durable (Unix seconds; the start before that).
+    pub last_save: std::sync::Arc<AtomicU64>,
     /// Redis' `notify-keyspace-events`, and the expiries awaiting their `expired` event.
     pub notify: crate::notify::Notifier,
     /// The Redis listener's port (INFO's `tcp_port`; 0 until the server set it).
@@ -269,6 +271,9 @@ impl Default for Settings {
         Settings {
             timeout: AtomicU64::new(0),
             min_replicas: AtomicU64::new(0),
+            last_save: std::sync::Arc::new(AtomicU64::new(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            )),
             notify: crate::notify::Notifier::default(),
             port: AtomicU64::new(0),
             max_clients: AtomicU64::new(10_000),

@@ -3,7 +3,7 @@
 
 use super::args::wrong_args;
 use super::pubsub::WHILE_SUBSCRIBED;
-use super::table::{lookup, Command, Keys, ATOMIC, NO_AUTH, READONLY, WRITE};
+use super::table::{lookup, Command, Keys, ATOMIC, NO_AUTH, NO_MULTI, READONLY, WRITE};
 use crate::cluster::ClusterNode;
 use crate::notify;
 use crate::resp::Reply;
@@ -47,6 +47,8 @@ pub fn plan(sh: &Shared, sess: &mut Session, args: &[&[u8]]) -> Result<Plan, Rep
             // A command refused while a script is busy fails the transaction, as in Redis.
             let region = if sh.scripts.busy() {
                 Err(Reply::err(BUSY))
+            } else if p.cmd.flags & NO_MULTI != 0 {
+                Err(Reply::err("ERR Command not allowed inside a transaction"))
             } else if p.remote {
                 Err(Reply::err("ERR a transaction runs on the node that leads its keys' region: connect there"))
             } else {

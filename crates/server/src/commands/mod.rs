@@ -20,6 +20,7 @@ mod lcs;
 mod lists;
 mod multi;
 mod numbers;
+mod persistence;
 mod pubsub;
 mod scripting;
 mod sets;
@@ -68,6 +69,7 @@ static TABLES: &[&[Command]] = &[
     config::COMMANDS,
     introspection::COMMANDS,
     acl::COMMANDS,
+    persistence::COMMANDS,
 ];
 
 #[rustfmt::skip]

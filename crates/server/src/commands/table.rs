@@ -116,6 +116,8 @@ pub const READONLY: u8 = 2;
 pub const NO_AUTH: u8 = 4;
 /// Takes the command gate exclusively itself (EXEC, scripts): not held shared around it.
 pub const ATOMIC: u8 = 8;
+/// Refused inside MULTI (Redis' `no-multi`).
+pub const NO_MULTI: u8 = 16;
 
 impl Command {
     /// Whether `n` arguments (the name included) fit the arity.
