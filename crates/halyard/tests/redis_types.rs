@@ -292,6 +292,31 @@ fn scripts_cannot_change_the_shared_lua_state() {
     ]);
 }
 
+/// SHUTDOWN stops the server as SIGTERM does: no reply, the process exits cleanly, the data
+/// is there after a restart.
+#[test]
+fn shutdown_stops_the_server_and_keeps_the_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut srv = Server::start(dir.path(), &[]);
+    let mut c = srv.conn();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), R::Simple("OK".into()));
+    assert_eq!(c.cmd(&["SHUTDOWN", "BOGUS"]), R::Err("ERR syntax error".into()));
+    c.send(&[b"SHUTDOWN", b"NOSAVE"]);
+    assert_eq!(c.read(), None, "SHUTDOWN answers by closing the connection");
+    let mut child = srv.child.take().expect("running");
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the server did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let srv = Server::start(dir.path(), &[]);
+    assert_eq!(srv.conn().cmd(&["GET", "k"]), bulk("v"));
+}
+
 /// SAVE and BGSAVE make the store durable; neither may be queued in MULTI.
 #[test]
 fn save_and_bgsave() {
@@ -300,6 +325,7 @@ fn save_and_bgsave() {
         &["SAVE"],
         &["MULTI"],
         &["SAVE"],
+        &["SHUTDOWN"],
         &["BGSAVE"],
         &["EXEC"],
         &["BGSAVE", "BOGUS"],

@@ -172,7 +172,11 @@ pub async fn run_with(
     let http_task =
         tokio::spawn(http::serve(http_l, registry, sh.clone(), cluster.clone(), stop_rx.clone(), conns.clone()));
     let expired_task = tokio::spawn(expired_events(sh.clone()));
-    shutdown.await;
+    // The caller's signal, or a client's SHUTDOWN.
+    tokio::select! {
+        () = shutdown => {}
+        () = sh.shutdown.notified() => tracing::info!("SHUTDOWN asked by a client"),
+    }
     expired_task.abort();
     if let Some(c) = &cluster {
         // Still serving: the master hands this node's primaries off meanwhile.

@@ -333,6 +333,8 @@ pub struct Shared {
     pub requirepass: Option<String>,
     /// ACL users.
     pub acl: crate::acl::Acl,
+    /// Notified by SHUTDOWN: the server stops as on SIGTERM.
+    pub shutdown: tokio::sync::Notify,
     pub metrics: Metrics,
     pub cursors: Mutex<Cursors>,
     pub connected: AtomicUsize,
@@ -371,6 +373,7 @@ impl Shared {
             numbered,
             slots: slots.map(std::sync::atomic::AtomicU8::new),
             acl: crate::acl::Acl::new(requirepass.as_deref()),
+            shutdown: tokio::sync::Notify::new(),
             requirepass,
             metrics,
             cursors: Mutex::new(Cursors { next: 0, map: HashMap::new(), order: VecDeque::new() }),

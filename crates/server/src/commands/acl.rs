@@ -143,8 +143,22 @@ const FAST: &[&str] = &[
     "unwatch",
     "publish",
 ];
-const DANGEROUS: &[&str] =
-    &["flushall", "flushdb", "keys", "swapdb", "config", "debug", "info", "acl", "halyard.delrange", "halyard.backup"];
+const DANGEROUS: &[&str] = &[
+    "flushall",
+    "flushdb",
+    "keys",
+    "swapdb",
+    "config",
+    "debug",
+    "info",
+    "acl",
+    "halyard.delrange",
+    "halyard.backup",
+    "shutdown",
+    "save",
+    "bgsave",
+    "lastsave",
+];
 const CONNECTION: &[&str] =
     &["ping", "echo", "hello", "auth", "quit", "client", "select", "command", "readonly", "readwrite"];
 const BLOCKING: &[&str] =
@@ -186,7 +200,10 @@ fn in_category(c: &Command, category: &str) -> bool {
         "sortedset" => n.starts_with('z') || n.starts_with("bz"),
         "stream" => n.starts_with('x'),
         "pubsub" => n.contains("subscribe") || n.contains("publish") || n == "pubsub",
-        "admin" => ["config", "debug", "acl", "halyard.backup", "cluster", "client"].contains(&n),
+        "admin" => {
+            ["config", "debug", "acl", "halyard.backup", "cluster", "client", "shutdown", "save", "bgsave", "lastsave"]
+                .contains(&n)
+        }
         "fast" => FAST.contains(&n),
         "slow" => !FAST.contains(&n),
         "blocking" => BLOCKING.contains(&n),
