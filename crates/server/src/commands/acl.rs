@@ -218,7 +218,7 @@ fn in_category(c: &Command, category: &str) -> bool {
 }
 
 fn commands_in(category: &str) -> impl Iterator<Item = &'static Command> + '_ {
-    super::all().filter(move |c| in_category(c, category))
+    super::table::all().filter(move |c| in_category(c, category))
 }
 
 /// Applies one ACL SETUSER rule to `u`; Err is why it is refused.
@@ -343,7 +343,7 @@ fn command_rule(u: &mut User, allow: bool, target: Option<Target<'_>>) {
     };
     if u.all_commands && !allow {
         u.all_commands = false;
-        u.allowed = super::all().map(|c| c.name.to_string()).collect();
+        u.allowed = super::table::all().map(|c| c.name.to_string()).collect();
     }
     if !u.all_commands {
         for n in names {
@@ -377,7 +377,7 @@ pub(super) fn permitted(sh: &Shared, sess: &Session, cmd: &Command, args: &[&[u8
         Keys::Whole | Keys::Region | Keys::Nodes => smallvec::SmallVec::new(),
         k => k.of(args),
     };
-    match sh.acl.check(sess.user.as_deref(), cmd.name, &keys, channels(cmd, args), super::glob) {
+    match sh.acl.check(sess.user.as_deref(), cmd.name, &keys, channels(cmd, args), super::glob::glob) {
         Ok(()) => Ok(()),
         Err(Denied::Command) => Err(Reply::err(format!(
             "NOPERM this user has no permissions to run the '{}' command",
@@ -522,19 +522,19 @@ fn dryrun(sh: &Shared, user: &str, args: &[&[u8]]) -> Reply {
     };
     let as_user = Some(user).filter(|u| *u != "default");
     let keys = c.keys.of(args);
-    if let Err(Denied::Command) = sh.acl.check(as_user, c.name, &[], &[], super::glob) {
+    if let Err(Denied::Command) = sh.acl.check(as_user, c.name, &[], &[], super::glob::glob) {
         return Reply::bulk(format!("This user has no permissions to run the '{}' command", full_name(c, args)));
     }
     for key in &keys {
         // The first key refused is named, as Redis does.
-        if let Err(Denied::Key) = sh.acl.check(as_user, c.name, &[key], &[], super::glob) {
+        if let Err(Denied::Key) = sh.acl.check(as_user, c.name, &[key], &[], super::glob::glob) {
             return Reply::bulk(format!(
                 "This user has no permissions to access the '{}' key",
                 String::from_utf8_lossy(key)
             ));
         }
     }
-    match sh.acl.check(as_user, c.name, &keys, channels(c, args), super::glob) {
+    match sh.acl.check(as_user, c.name, &keys, channels(c, args), super::glob::glob) {
         Ok(()) => Reply::ok(),
         Err(Denied::Command) => {
             Reply::bulk(format!("This user has no permissions to run the '{}' command", full_name(c, args)))
