@@ -202,6 +202,23 @@ fn dump_payloads_move_between_halyard_and_redis() {
         let name = read[0];
         assert_eq!(normalize(name, r.cmd(read)), normalize(name, h.cmd(read)), "{key} after the move");
     }
+    // Redis' compact encodings of small collections restore here too.
+    let compact: &[(&[&str], &[&str])] = &[
+        (&["RPUSH", "cl", "a", "12", "-3", "70000", "-5000000000", &"x".repeat(100)], &["LRANGE", "cl", "0", "-1"]),
+        (&["HSET", "ch", "f", "v", "n", "-200", "big", "4000000000"], &["HGETALL", "ch"]),
+        (&["SADD", "ci", "1", "-2", "300000", "-9000000000"], &["SMEMBERS", "ci"]),
+        (&["ZADD", "cz", "1.5", "a", "-2", "b", "3", "c"], &["ZRANGE", "cz", "0", "-1", "WITHSCORES"]),
+    ];
+    for (make, read) in compact {
+        let key = make[1];
+        r.cmd(make);
+        r.send(&[b"DUMP", key.as_bytes()]);
+        let Some(R::Bulk(Some(payload))) = r.read() else { panic!("DUMP {key} in redis") };
+        h.send(&[b"RESTORE", key.as_bytes(), b"0", &payload]);
+        assert_eq!(h.read(), Some(R::Simple("OK".into())), "RESTORE of redis' {key}");
+        let name = read[0];
+        assert_eq!(normalize(name, h.cmd(read)), normalize(name, r.cmd(read)), "{key} from redis");
+    }
     for v in ["plain", "12345", "-7", &"abc".repeat(200)] {
         r.cmd(&["SET", "rs", v]);
         r.send(&[b"DUMP", b"rs"]);

@@ -8,7 +8,8 @@
 //! type (1 byte) | object | u16 LE RDB version (10, Redis 7.0) | u64 LE CRC-64/Jones of all before
 //! ```
 //!
-//! Objects written here use the plain RDB encodings:
+//! Objects written here use the plain RDB encodings (and RESTORE also reads Redis' compact ones,
+//! see `compact`):
 //!
 //! ```text
 //! 0 string   string
@@ -21,9 +22,10 @@
 //! `len` is RDB's length: `00xxxxxx` (6 bits), `01xxxxxx xxxxxxxx` (14 bits BE), `80` + u32 BE
 //! or `81` + u64 BE. A string is a length and its bytes; read back, a string may also be an
 //! integer (`C0` i8, `C1` i16 LE, `C2` i32 LE) or LZF-compressed (`C3` clen len data), as
-//! Redis writes them. Redis' compact encodings of small collections (ziplists, listpacks,
-//! intsets, quicklists) are refused with "Bad data format", and so are payloads of other RDB
-//! versions than 1–10 or with a wrong checksum; streams are not dumped.
+//! Redis writes them. Redis 7's compact encodings of small collections (listpacks, intsets,
+//! quicklists of listpacks; see `compact`) are read too; the older ziplists are refused with
+//! "Bad data format", and so are payloads of other RDB versions than 1–10 or with a wrong
+//! checksum; streams are not dumped.
 
 use super::args::{int_arg, ks, lower, syntax, wrong_args};
 use super::table::{Command, Keys, READONLY, WRITE};
@@ -228,6 +230,129 @@ fn lzf_decompress(mut data: &[u8], len: usize) -> Result<Vec<u8>, Bad> {
     }
 }
 
+/// Redis' compact encodings of small collections, read back: 11 an intset (a set of
+/// integers), 16 a hash as one listpack (field, value, ...), 17 a sorted set as one listpack
+/// (member, score, ...), 18 a list as a quicklist (nodes: 1 one plain element, 2 a
+/// listpack), 20 a set as one listpack.
+fn compact(r: &mut Reader<'_>, t: u8) -> Result<Object, Bad> {
+    Ok(match t {
+        11 => Object::Set(intset(&r.string()?)?),
+        16 => Object::Hash(pairs(listpack(&r.string()?)?)?),
+        17 => {
+            let pairs = pairs(listpack(&r.string()?)?)?;
+            let score =
+                |s: &[u8]| std::str::from_utf8(s).ok().and_then(|s| s.parse::<f64>().ok()).filter(|f| !f.is_nan());
+            Object::ZSet(
+                pairs.into_iter().map(|(m, s)| Ok((m, score(&s).ok_or(Bad::Format)?))).collect::<Result<_, Bad>>()?,
+            )
+        }
+        18 => {
+            let nodes = r.count()?;
+            let mut items = Vec::new();
+            for _ in 0..nodes {
+                match r.len()? {
+                    Ok(1) => items.push(r.string()?),
+                    Ok(2) => items.extend(listpack(&r.string()?)?),
+                    _ => return Err(Bad::Format),
+                }
+            }
+            Object::List(items)
+        }
+        20 => Object::Set(listpack(&r.string()?)?),
+        _ => return Err(Bad::Format),
+    })
+}
+
+/// Field-value (or member-score) pairs.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn pairs(items: Vec<Vec<u8>>) -> Result<Pairs, Bad> {
+    if !items.len().is_multiple_of(2) {
+        return Err(Bad::Format);
+    }
+    let mut it = items.into_iter();
+    Ok(std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect())
+}
+
+/// An intset's members: `u32 LE width (2, 4, 8) | u32 LE count | count × width-byte LE ints`.
+fn intset(b: &[u8]) -> Result<Vec<Vec<u8>>, Bad> {
+    let u32_at = |at: usize| b.get(at..at + 4).and_then(|x| x.try_into().ok()).map(u32::from_le_bytes);
+    let (Some(width), Some(count)) = (u32_at(0), u32_at(4)) else { return Err(Bad::Format) };
+    let width = width as usize;
+    if ![2, 4, 8].contains(&width) || b.len() != 8 + width * count as usize {
+        return Err(Bad::Format);
+    }
+    Ok(b.get(8..)
+        .unwrap_or_default()
+        .chunks(width)
+        .map(|c| {
+            let mut v = [0u8; 8];
+            v.get_mut(..width).unwrap_or_default().copy_from_slice(c);
+            // Sign-extend the narrower widths.
+            let shift = 64 - 8 * width as u32;
+            ((i64::from_le_bytes(v) << shift) >> shift).to_string().into_bytes()
+        })
+        .collect())
+}
+
+/// A listpack's elements as strings (integers in decimal):
+/// `u32 LE total bytes | u16 LE count | entries | FF`, each entry its encoding and data, then
+/// its length again (1–5 bytes) for walking backwards.
+fn listpack(b: &[u8]) -> Result<Vec<Vec<u8>>, Bad> {
+    let mut at = 6;
+    let mut out = Vec::new();
+    loop {
+        let &e = b.get(at).ok_or(Bad::Format)?;
+        if e == 0xff {
+            return if at + 1 == b.len() { Ok(out) } else { Err(Bad::Format) };
+        }
+        let byte = |i: usize| b.get(at + i).copied().map(u64::from).ok_or(Bad::Format);
+        let int = |n: usize| -> Result<Vec<u8>, Bad> {
+            let mut v = 0u64;
+            for i in (0..n).rev() {
+                v = v << 8 | byte(1 + i)?;
+            }
+            let shift = 64 - 8 * n as u32;
+            Ok((((v << shift) as i64) >> shift).to_string().into_bytes())
+        };
+        let (item, len) = match e {
+            0x00..=0x7f => (u64::from(e).to_string().into_bytes(), 1),
+            0x80..=0xbf => string(b, at + 1, usize::from(e & 0x3f), 1)?,
+            0xc0..=0xdf => {
+                let v = (u64::from(e & 0x1f) << 8 | byte(1)?) as i64;
+                ((((v << 51) >> 51).to_string().into_bytes()), 2)
+            }
+            0xe0..=0xef => string(b, at + 2, (usize::from(e & 0x0f) << 8) | byte(1)? as usize, 2)?,
+            0xf0 => {
+                let n = (0..4).try_fold(0usize, |n, i| Ok::<_, Bad>(n | (byte(1 + i)? as usize) << (8 * i)))?;
+                string(b, at + 5, n, 5)?
+            }
+            0xf1 => (int(2)?, 3),
+            0xf2 => (int(3)?, 4),
+            0xf3 => (int(4)?, 5),
+            0xf4 => (int(8)?, 9),
+            _ => return Err(Bad::Format),
+        };
+        out.push(item);
+        at += len + backlen_size(len);
+    }
+}
+
+/// A listpack string entry: `n` bytes at `from`, and the entry's length with its `head` bytes.
+fn string(b: &[u8], from: usize, n: usize, head: usize) -> Result<(Vec<u8>, usize), Bad> {
+    Ok((b.get(from..from.checked_add(n).ok_or(Bad::Format)?).ok_or(Bad::Format)?.to_vec(), head + n))
+}
+
+fn backlen_size(len: usize) -> usize {
+    match len {
+        0..=127 => 1,
+        128..=16383 => 2,
+        16384..=2_097_151 => 3,
+        2_097_152..=268_435_455 => 4,
+        _ => 5,
+    }
+}
+
 /// The object a RESTORE payload carries.
 pub fn decode(p: &[u8]) -> Result<Object, Bad> {
     let body_len = p.len().checked_sub(10).ok_or(Bad::Footer)?;
@@ -268,7 +393,7 @@ pub fn decode(p: &[u8]) -> Result<Object, Bad> {
             }
             Object::ZSet(members)
         }
-        _ => return Err(Bad::Format),
+        t => compact(&mut r, t)?,
     };
     if r.0.is_empty() {
         Ok(o)
@@ -423,6 +548,25 @@ mod tests {
             *b ^= 1;
         }
         assert_eq!(decode(&flipped), Err(Bad::Footer));
+    }
+
+    #[test]
+    fn compact_encodings_are_read() {
+        let lp = [
+            &[0u8, 0, 0, 0, 4, 0][..],
+            &[0x05, 0x01],
+            &[0xdf, 0xff, 0x02],
+            &[0x82, b'a', b'b', 0x03],
+            &[0xf1, 0xd4, 0xfe, 0x03],
+            &[0xff],
+        ]
+        .concat();
+        let items: Vec<Vec<u8>> = ["5", "-1", "ab", "-300"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        assert_eq!(listpack(&lp), Ok(items));
+        assert_eq!(listpack(&lp[..lp.len() - 1]), Err(Bad::Format));
+        let is = [&2u32.to_le_bytes()[..], &2u32.to_le_bytes(), &(-7i16).to_le_bytes(), &9i16.to_le_bytes()].concat();
+        assert_eq!(intset(&is), Ok(vec![b"-7".to_vec(), b"9".to_vec()]));
+        assert_eq!(intset(&is[..9]), Err(Bad::Format));
     }
 
     #[test]
