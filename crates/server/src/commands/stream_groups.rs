@@ -242,6 +242,12 @@ fn cmd_xreadgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     })
 }
 
+/// `consumer` of `group` as it is once seen at `now` (a new one if it was not there).
+fn seen(k: &Keyspace, key: &[u8], group: &[u8], consumer: &[u8], now: u64) -> Result<Consumer, KsError> {
+    let c = k.consumer(key, group, consumer)?;
+    Ok(Consumer { seen: now, ..c.unwrap_or(Consumer { name: consumer.to_vec(), seen: now, active: 0 }) })
+}
+
 /// Hands the entries after the group's last delivered ID to `consumer`; None when there are
 /// none (a stream without a new entry is left out of the reply).
 fn deliver_new(
@@ -256,8 +262,7 @@ fn deliver_new(
     let (Some(m), Some(mut g)) = (k.stream_meta(key)?, k.group(key, group)?) else { return Ok(None) };
     let entries = k.xrange(key, Bound::Excluded(g.last), Bound::Unbounded, false, count)?;
     let mut b = WriteBatch::new();
-    let mut c = k.consumer(key, group, consumer)?.unwrap_or(Consumer { name: consumer.to_vec(), seen: now, active: 0 });
-    c.seen = now;
+    let mut c = seen(k, key, group, consumer, now)?;
     if let Some((last, _)) = entries.last() {
         g.last = *last;
         if g.entries_read >= 0 {
@@ -312,9 +317,7 @@ fn history(
             ]));
         }
     }
-    let c = k.consumer(key, group, consumer)?;
-    let c = Consumer { seen: now, ..c.unwrap_or(Consumer { name: consumer.to_vec(), seen: now, active: 0 }) };
-    k.put_consumer(&mut b, key, group, &c, m.at);
+    k.put_consumer(&mut b, key, group, &seen(k, key, group, consumer, now)?, m.at);
     k.db.write(&b)?;
     Ok(Some(Reply::Array(items)))
 }
@@ -339,6 +342,8 @@ const XGROUP_HELP: [&str; 17] = [
     "    Prints this help.",
 ];
 
+const XGROUP_SUBCOMMANDS: &[&str] = &["create", "setid", "destroy", "createconsumer", "delconsumer", "help"];
+
 fn cmd_xgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     let [_, sub, rest @ ..] = a else { return wrong_args("xgroup") };
     let k = sh.db(sess);
@@ -355,13 +360,7 @@ fn cmd_xgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             ("destroy", [key, group]) => group_destroy(k, key, group),
             ("createconsumer", [key, group, c]) => consumer_create(k, key, group, c),
             ("delconsumer", [key, group, c]) => consumer_delete(k, key, group, c),
-            _ => {
-                return bad_subcommand(
-                    "xgroup",
-                    sub,
-                    &["create", "setid", "destroy", "createconsumer", "delconsumer", "help"],
-                )
-            }
+            _ => return bad_subcommand("xgroup", sub, XGROUP_SUBCOMMANDS),
         };
         let reply = ks(r);
         // The event, when the subcommand did something.
@@ -378,7 +377,7 @@ fn cmd_xgroup(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
     }
     match name.as_str() {
         "help" => Reply::Array(XGROUP_HELP.iter().map(|l| Reply::Simple((*l).into())).collect()),
-        _ => bad_subcommand("xgroup", sub, &["create", "setid", "destroy", "createconsumer", "delconsumer", "help"]),
+        _ => bad_subcommand("xgroup", sub, XGROUP_SUBCOMMANDS),
     }
 }
 
@@ -701,9 +700,9 @@ fn xclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             just.push(id_text(id));
             claimed.push((id, fields));
         }
-        let c = k.consumer(key, group, consumer)?.unwrap_or(Consumer { name: consumer.to_vec(), seen: now, active: 0 });
+        let c = seen(k, key, group, consumer, now)?;
         let active = if claimed.is_empty() { c.active } else { now };
-        k.put_consumer(&mut b, key, group, &Consumer { seen: now, active, ..c }, m.at);
+        k.put_consumer(&mut b, key, group, &Consumer { active, ..c }, m.at);
         k.db.write(&b)?;
         Ok(if o.justid { Reply::Array(just) } else { entries_reply(claimed) })
     })())
@@ -771,9 +770,9 @@ fn xautoclaim(sh: &Shared, sess: &mut Session, a: &[&[u8]]) -> Reply {
             just.push(id_text(p.id));
             claimed.push((p.id, fields));
         }
-        let c = k.consumer(key, group, consumer)?.unwrap_or(Consumer { name: consumer.to_vec(), seen: now, active: 0 });
+        let c = seen(k, key, group, consumer, now)?;
         let active = if claimed.is_empty() { c.active } else { now };
-        k.put_consumer(&mut b, key, group, &Consumer { seen: now, active, ..c }, m.at);
+        k.put_consumer(&mut b, key, group, &Consumer { active, ..c }, m.at);
         k.db.write(&b)?;
         let next = scanned.get(examined).map_or((0, 0), |p| p.id);
         let entries = if justid { Reply::Array(just) } else { entries_reply(claimed) };

@@ -243,12 +243,13 @@ impl Keyspace {
     /// Locks several keys for reading: a key a command reads as several records (a list's
     /// record and its elements, a long string's chunks) is never seen half way through a
     /// write, which holds the key's lock while it changes them.
-    pub fn read_many(&self, users: &[&[u8]]) -> Vec<RwLockReadGuard<'_, ()>> {
+    /// Every read-only command takes these: no heap allocation for up to four keys.
+    pub fn read_many(&self, users: &[&[u8]]) -> smallvec::SmallVec<[RwLockReadGuard<'_, ()>; 4]> {
         self.stripes(users).map(|i| self.locks[i].read()).collect()
     }
 
     fn stripes(&self, users: &[&[u8]]) -> impl Iterator<Item = usize> {
-        let mut s: Vec<usize> = users.iter().map(|u| self.stripe(u)).collect();
+        let mut s: smallvec::SmallVec<[usize; 4]> = users.iter().map(|u| self.stripe(u)).collect();
         s.sort_unstable();
         s.dedup();
         s.into_iter()

@@ -439,12 +439,16 @@ impl ZWrite<'_> {
         let at = self.at;
         self.batch.put_expiring(self.ks.zmember_key(&self.user, member), score.to_le_bytes().to_vec(), at);
         self.batch.put_expiring(self.ks.zindex_key(&self.user, score, member), Vec::new(), at);
-        let suffix = [score_key(score).as_slice(), member].concat();
-        if self.put[0].as_ref().is_none_or(|p| suffix < *p) {
-            self.put[0] = Some(suffix.clone());
-        }
-        if self.put[1].as_ref().is_none_or(|p| suffix > *p) {
-            self.put[1] = Some(suffix);
+        // Only a set with pop hints needs to know where members were put (ZADD's hot path
+        // builds nothing otherwise).
+        if self.hints.iter().any(Option::is_some) {
+            let suffix = [score_key(score).as_slice(), member].concat();
+            if self.put[0].as_ref().is_none_or(|p| suffix < *p) {
+                self.put[0] = Some(suffix.clone());
+            }
+            if self.put[1].as_ref().is_none_or(|p| suffix > *p) {
+                self.put[1] = Some(suffix);
+            }
         }
         self.pending.insert(member.to_vec(), Some(score));
         self.changed = true;
@@ -463,7 +467,8 @@ impl ZWrite<'_> {
     }
 
     /// Records that `member` (with `score`) was popped from the low end (the high end with
-    /// `max`): later pops start after it. Call after `remove`.
+    /// `max`): later pops start after it. Call after `remove`, in a change that only pops (a
+    /// member it put would not be weighed against the new hint).
     pub fn popped(&mut self, member: &[u8], score: f64, max: bool) {
         let suffix = [score_key(score).as_slice(), member].concat();
         if let Some(h) = self.hints.get_mut(usize::from(max)) {
