@@ -164,15 +164,12 @@ pub(super) fn run_ungated(sh: &Shared, sess: &mut Session, args: &[&[u8]], p: &P
     sess.timed = sess.timed.wrapping_add(1);
     let t0 = sess.timed.is_multiple_of(16).then(std::time::Instant::now);
     let before = notify_before(sh, sess, p, args);
-    let reply = if p.cmd.flags & READONLY != 0 && p.cmd.flags & ATOMIC == 0 {
-        // A write holds its keys' locks while it changes their records; a read holds them
-        // shared, so that it sees a list, set or long string whole (linearizable).
-        let users = p.cmd.keys.of(args);
-        let _read = sh.db(sess).read_many(&users);
-        (p.cmd.handler)(sh, sess, args)
-    } else {
-        (p.cmd.handler)(sh, sess, args)
-    };
+    // A write holds its keys' locks while it changes their records; a read holds them shared,
+    // so that it sees a list, set or long string whole (linearizable).
+    let reads = p.cmd.flags & READONLY != 0 && p.cmd.flags & ATOMIC == 0;
+    let read_locks = reads.then(|| sh.db(sess).read_many(&p.cmd.keys.of(args)));
+    let reply = (p.cmd.handler)(sh, sess, args);
+    drop(read_locks);
     if let Some(before) = before {
         notify_after(sh, sess, p, args, before, &reply);
     }
