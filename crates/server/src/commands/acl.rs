@@ -377,19 +377,28 @@ pub(super) fn permitted(sh: &Shared, sess: &Session, cmd: &Command, args: &[&[u8
         Keys::Whole | Keys::Region | Keys::Nodes => smallvec::SmallVec::new(),
         k => k.of(args),
     };
-    match sh.acl.check(sess.user.as_deref(), cmd.name, &keys, channels(cmd, args), super::glob::glob) {
-        Ok(()) => Ok(()),
-        Err(Denied::Command) => Err(Reply::err(format!(
-            "NOPERM this user has no permissions to run the '{}' command",
-            full_name(cmd, args)
-        ))),
-        Err(Denied::Key) => {
-            Err(Reply::err("NOPERM this user has no permissions to access one of the keys used as arguments"))
+    let denied = sh.acl.check(sess.user.as_deref(), cmd.name, &keys, channels(cmd, args), super::glob::glob);
+    let text = match (denied, sess.scripted) {
+        (Ok(()), _) => return Ok(()),
+        // A script's command is refused in other words (Redis' own).
+        (Err(Denied::Command), true) => "ERR The user executing the script can't run this command or subcommand".into(),
+        (Err(Denied::Key), true) => {
+            "ERR The user executing the script can't access at least one of the keys mentioned in the command".into()
         }
-        Err(Denied::Channel) => {
-            Err(Reply::err("NOPERM this user has no permissions to access one of the channels used as arguments"))
+        (Err(Denied::Channel), true) => {
+            "ERR The user executing the script can't publish to the channel mentioned in the command".into()
         }
-    }
+        (Err(Denied::Command), false) => {
+            format!("NOPERM this user has no permissions to run the '{}' command", full_name(cmd, args))
+        }
+        (Err(Denied::Key), false) => {
+            "NOPERM this user has no permissions to access one of the keys used as arguments".into()
+        }
+        (Err(Denied::Channel), false) => {
+            "NOPERM this user has no permissions to access one of the channels used as arguments".into()
+        }
+    };
+    Err(Reply::err(text))
 }
 
 /// The name Redis gives a command in ACL errors: `container|subcommand` for the commands

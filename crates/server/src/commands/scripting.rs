@@ -116,23 +116,11 @@ fn call(lua: &Lua, sh: &Shared, sess: &mut Session, args: mlua::MultiValue, rais
             }
             run_ungated(sh, sess, &refs, &p)
         }
-        Err(Reply::Error(e)) if e.starts_with("NOPERM") => Reply::err(script_denial(&e)),
         Err(e) => e,
     };
     match reply {
         Reply::Error(e) => fail(lua, &e, raise),
         other => to_lua(lua, other),
-    }
-}
-
-/// An ACL refusal as a script sees it, in Redis' words.
-fn script_denial(e: &str) -> &'static str {
-    if e.contains("keys") {
-        "ERR The user executing the script can't access at least one of the keys mentioned in the command"
-    } else if e.contains("channels") {
-        "ERR The user executing the script can't publish to the channel mentioned in the command"
-    } else {
-        "ERR The user executing the script can't run this command or subcommand"
     }
 }
 
