@@ -90,6 +90,10 @@ impl Replica {
                     .await?;
                 self.add_region(child, Mode::SendIndex, epoch)?;
                 tracing::info!(region, child, lsn, "split where the primary did");
+                // The split takes an LSN of its own, which reads of the parent's keys that no
+                // later write touched wait for: acknowledged here, as no Append carries it.
+                r.received.fetch_max(lsn, Relaxed);
+                return Ok(Some(lsn));
             }
             Msg::Kept { log, seg, salt, .. } => {
                 let (region, kind) = (r.id, log_kind(log)?);
