@@ -154,6 +154,10 @@ pub struct RegionStatus {
     pub lsn: Option<u64>,
     /// How many LSNs the slowest backup's acknowledgements trail the primary's (None: unknown).
     pub lag: Option<u64>,
+    /// Requests a second the primary served (its progress record; None: none published).
+    pub ops: Option<u64>,
+    /// The key the primary asks the region be split at (past its size limit, or hot).
+    pub split_at: Option<String>,
 }
 
 /// The whole status.
@@ -248,6 +252,8 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
             primary_alive: !r.spec.primary.is_empty() && v.holds(r, &r.spec.primary),
             lsn: v.progress.get(&r.spec.primary).and_then(|p| p.lsn.get(&r.spec.id)).copied(),
             lag: v.lag(r.spec.id),
+            ops: v.progress.get(&r.spec.primary).and_then(|p| p.ops.get(&r.spec.id)).copied(),
+            split_at: v.progress.get(&r.spec.primary).and_then(|p| p.splits.get(&r.spec.id)).cloned(),
         })
         .collect();
     Ok(Status {
@@ -279,7 +285,9 @@ impl Status {
                 n.name, n.state, n.lease, n.primaries, n.backups, n.native, n.resp, n.replication
             ));
         }
-        out.push_str("\nREGION  START         END           EPOCH  VER  PRIMARY   UP   LSN         LAG     BACKUPS\n");
+        out.push_str(
+            "\nREGION  START         END           EPOCH  VER  PRIMARY   UP   LSN         LAG     OPS/S   BACKUPS\n",
+        );
         for r in &self.regions {
             let copying = match r.copying.is_empty() {
                 true => String::new(),
@@ -299,9 +307,10 @@ impl Status {
                     r.away.iter().map(|(n, s)| format!("{n} {s} s")).collect::<Vec<_>>().join(", ")
                 ),
             };
-            let copying = copying + &away;
+            let split = r.split_at.as_ref().map_or(String::new(), |k| format!(" (splitting at {k:?})"));
+            let copying = copying + &away + &split;
             out.push_str(&format!(
-                "{:<7} {:<13} {:<13} {:<6} {:<4} {:<9} {:<4} {:<11} {:<7} {}{}\n",
+                "{:<7} {:<13} {:<13} {:<6} {:<4} {:<9} {:<4} {:<11} {:<7} {:<7} {}{}\n",
                 r.id,
                 format!("{:?}", r.start),
                 r.end.as_deref().map_or("(end)".to_string(), |e| format!("{e:?}")),
@@ -311,6 +320,7 @@ impl Status {
                 if r.primary_alive { "yes" } else { "no" },
                 known(r.lsn),
                 known(r.lag),
+                known(r.ops),
                 r.backups.join(","),
                 copying
             ));

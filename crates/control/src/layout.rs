@@ -221,8 +221,13 @@ pub struct Progress {
     /// interval (LSNs handed out; regions that took none are left out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub writes: BTreeMap<u32, u64>,
-    /// A primary's regions past its `--region-max-mb`, by id: the key that halves each (as
-    /// region keys are written); the master splits them there.
+    /// A primary's regions, by id: the requests a second it served over the last
+    /// publication's interval, reads and writes (regions that served none are left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ops: BTreeMap<u32, u64>,
+    /// A primary's regions past its `--region-max-mb`, or hot past its `--split-load-ops` for
+    /// the window, by id: the key that halves each's size or requests (as region keys are
+    /// written); the master splits them there.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub splits: BTreeMap<u32, String>,
 }

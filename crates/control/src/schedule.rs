@@ -245,7 +245,7 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
     let (mine, fewest) = (leads(&spec.primary), nodes.iter().map(|n| leads(n)).min()?);
     // By count, the coolest regions move (the hot ones are `hot_step`'s).
     let cooler =
-        view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && writes(view, x) < writes(view, r));
+        view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && served(view, x) < served(view, r));
     if mine >= fewest + 2 && !cooler {
         let to = spec
             .backups
@@ -261,42 +261,44 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
     None
 }
 
-/// A node must take at least this many writes a second before its primaries move for heat.
-const HOT_MIN_WRITES: u64 = 200;
+/// A node must serve at least this many requests a second before its primaries move for heat.
+const HOT_MIN_OPS: u64 = 200;
 
-/// The writes a second region `r` takes, as its primary last published them.
-fn writes(view: &View, r: &RegionRecord) -> u64 {
-    view.progress.get(&r.spec.primary).and_then(|p| p.writes.get(&r.spec.id)).copied().unwrap_or(0)
+/// The requests a second region `r` serves, as its primary last published them (its writes a
+/// second, from a node that publishes no request counts).
+fn served(view: &View, r: &RegionRecord) -> u64 {
+    let Some(p) = view.progress.get(&r.spec.primary) else { return 0 };
+    p.ops.get(&r.spec.id).or_else(|| p.writes.get(&r.spec.id)).copied().unwrap_or(0)
 }
 
-/// The writes a second the regions `node` leads take.
+/// The requests a second the regions `node` leads serve.
 fn heat(view: &View, node: &str) -> u64 {
-    view.regions.values().filter(|(x, _)| x.spec.primary == node).map(|(x, _)| writes(view, x)).sum()
+    view.regions.values().filter(|(x, _)| x.spec.primary == node).map(|(x, _)| served(view, x)).sum()
 }
 
-/// Hot regions first: when `r`'s primary takes at least 1.5 times the writes of `r`'s coolest
+/// Hot regions first: when `r`'s primary serves at least 1.5 times the requests of `r`'s coolest
 /// backup node, and `r` is the hottest region it leads whose move lowers the hotter of the two
 /// nodes (the backup, once leading `r`, stays cooler than the primary was), `r`'s primary role
 /// goes to that backup. A region hotter than the gap stays: moving it only moves the heat.
 fn hot_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
     let spec = &r.spec;
-    let (hot, w) = (heat(view, &spec.primary), writes(view, r));
+    let (hot, w) = (heat(view, &spec.primary), served(view, r));
     let to = spec
         .backups
         .iter()
         .filter(|b| transfer_applies(view, r, b) && eligible(view, b))
         .min_by_key(|b| heat(view, b))?;
     let cool = heat(view, to);
-    if w == 0 || hot < HOT_MIN_WRITES || hot.saturating_mul(2) < cool.saturating_mul(3) || cool + w >= hot {
+    if w == 0 || hot < HOT_MIN_OPS || hot.saturating_mul(2) < cool.saturating_mul(3) || cool + w >= hot {
         return None;
     }
-    let fits = |x: &RegionRecord| writes(view, x) + cool < hot;
-    let hotter = view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && writes(view, x) > w && fits(x));
+    let fits = |x: &RegionRecord| served(view, x) + cool < hot;
+    let hotter = view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && served(view, x) > w && fits(x));
     if hotter {
         return None;
     }
     tally.busy += 1;
-    tracing::info!(region = spec.id, from = %spec.primary, to = %to, writes_per_sec = w, "balancing hot primaries: {hot} writes/s against {cool}");
+    tracing::info!(region = spec.id, from = %spec.primary, to = %to, ops_per_sec = w, "balancing hot primaries: {hot} requests/s against {cool}");
     Some(Step::Transfer(to.clone()))
 }
 

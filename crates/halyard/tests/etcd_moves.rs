@@ -252,6 +252,106 @@ fn a_region_past_its_size_limit_splits_by_itself() {
     check_everything(&url, &addrs, &[]);
 }
 
+/// Readers over every node asking for `pick(n)` of an ever-growing n, until stopped: the
+/// requests they got answers to, and the longest one took.
+type Reader = std::thread::JoinHandle<(u64, Duration)>;
+
+fn readers(addrs: &[String], threads: usize, stop: &Arc<AtomicBool>, pick: fn(u64) -> u64) -> Vec<Reader> {
+    (0..threads)
+        .map(|t| {
+            let (addrs, stop) = (addrs.to_vec(), stop.clone());
+            std::thread::spawn(move || {
+                let c = cluster_client(&addrs, Duration::from_secs(5));
+                let (mut n, mut done, mut longest) = (t as u64 * 7_919, 0, Duration::ZERO);
+                while !stop.load(Ordering::Relaxed) {
+                    let i = pick(n);
+                    let t0 = Instant::now();
+                    assert_eq!(c.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+                    longest = longest.max(t0.elapsed());
+                    n += 1;
+                    done += 1;
+                }
+                (done, longest)
+            })
+        })
+        .collect()
+}
+
+/// Reads for `secs` seconds with `pick`, returning the requests answered.
+fn read_for(addrs: &[String], secs: u64, pick: fn(u64) -> u64) -> u64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let hs = readers(addrs, 3, &stop, pick);
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    hs.into_iter().map(|h| h.join().unwrap().0).sum()
+}
+
+#[test]
+fn a_hot_region_splits_by_load_and_its_halves_lead_on_two_nodes() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &[]);
+    let conf = dir.path().join("node.toml");
+    std::fs::write(&conf, "split_load_secs = 2\n").unwrap();
+    let extra = ["--config", conf.to_str().unwrap(), "--split-load-ops", "100"];
+    let nodes: Vec<Node> =
+        (1..=3).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    for i in 0..1000 {
+        c.put(key(i), value(i)).unwrap();
+    }
+    // One hot key: hot for three windows, yet no key parts its load, so it does not split.
+    let one = read_for(&addrs, 6, |_| 500);
+    let s = status(&url);
+    assert_eq!(s["regions"].as_array().unwrap().len(), 1, "a single hot key split its region: {s}");
+    assert!(one > 6 * 100, "the readers were too slow to make the region hot: {one} requests in 6 s");
+    // Uniform reads: the region splits near the middle of the keys asked for.
+    let stop = Arc::new(AtomicBool::new(false));
+    let hs = readers(&addrs, 3, &stop, |n| n.wrapping_mul(7_919) % 1000);
+    let t0 = Instant::now();
+    let s = loop {
+        let s = status(&url);
+        if s["regions"].as_array().unwrap().len() >= 2 && s["log"].as_array().unwrap().is_empty() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no split by load within 60 s: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("split by load {:?} after uniform reads began", t0.elapsed());
+    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
+    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
+    let cut = rs[1]["start"].as_str().unwrap().to_string();
+    assert!(cut.as_str() > "key" && cut.as_str() < "key9", "the cut {cut:?} is not inside the keys read");
+    for w in rs.windows(2) {
+        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
+    }
+    // The master hands one half's primary role to another node.
+    let s = loop {
+        let s = status(&url);
+        let mut leaders: Vec<&str> =
+            s["regions"].as_array().unwrap().iter().map(|r| r["primary"].as_str().unwrap()).collect();
+        leaders.sort();
+        leaders.dedup();
+        if leaders.len() >= 2 && s["log"].as_array().unwrap().is_empty() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "the halves still lead on one node: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("halves lead on two nodes {:?} after uniform reads began", t0.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    let (served, longest) =
+        hs.into_iter().map(|h| h.join().unwrap()).fold((0, Duration::ZERO), |(n, l), (m, x)| (n + m, l.max(x)));
+    eprintln!("{served} reads, the longest {longest:?}");
+    // A read waits for its key's newest version to be acknowledged: the split's own LSN must be
+    // (it once was not, and reads waited out the 5 s acknowledgement timeout).
+    assert!(longest < Duration::from_secs(3), "a read took {longest:?} across the split and handoff");
+    let ops: u64 = s["regions"].as_array().unwrap().iter().filter_map(|r| r["ops"].as_u64()).sum();
+    eprintln!("requests a second the primaries published at the end: {ops}");
+    wait_settled(&url, 3, Duration::from_secs(60));
+    check_everything(&url, &addrs, &[]);
+}
+
 #[test]
 fn sigterm_hands_primaries_off_before_the_node_leaves() {
     // The default replace_after: the places of the node that left are kept for it.

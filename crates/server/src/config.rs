@@ -161,6 +161,16 @@ pub struct ServerConfig {
     /// on both sides of a split point is then refused, as Redis Cluster refuses CROSSSLOT writes.
     #[arg(long)]
     pub region_max_mb: Option<u64>,
+    /// In an etcd cluster, a region its primary serves more than this many requests a second
+    /// for `split_load_secs` splits at the key that halves its requests (a sample of the keys
+    /// asked for), and the master moves one half's primary role to a cooler node; 0: never
+    /// [default: 2500].
+    #[arg(long, required = false)]
+    pub split_load_ops: u64,
+    /// Seconds a region must stay past --split-load-ops before it splits (file only)
+    /// [default: 10].
+    #[arg(skip)]
+    pub split_load_secs: u64,
     /// Engine settings (`[engine]` in the file).
     #[command(flatten)]
     pub engine: EngineConfig,
@@ -235,6 +245,8 @@ impl Default for ServerConfig {
             min_replicas: 1,
             backup_dir: None,
             region_max_mb: None,
+            split_load_ops: 2500,
+            split_load_secs: 10,
             engine: EngineConfig::default(),
         }
     }

@@ -2,6 +2,7 @@
 //! sorted by start key, found by binary search (`ClusterFile::region_for` scans and decodes
 //! every region's bounds on each call).
 
+use super::load::LoadTable;
 use halyard_cluster::ClusterFile;
 
 /// One region as requests look it up.
@@ -23,6 +24,8 @@ pub(crate) struct Entry {
     /// This node fenced the region for a planned handoff at this epoch or a later one: it
     /// serves it no more until a map with a higher epoch names it again.
     pub(crate) fenced: bool,
+    /// The region's request counters, when this node is its primary (`load.rs`).
+    pub(crate) load: Option<std::sync::Arc<super::load::RegionLoad>>,
 }
 
 /// Regions this node fenced for a planned handoff, with the epoch each was fenced at.
@@ -35,8 +38,9 @@ pub(crate) struct RegionMap {
 }
 
 impl RegionMap {
-    /// The map of `file` as node `me`, which fenced `fences`, sees it.
-    pub(crate) fn new(file: &ClusterFile, me: &str, fences: &Fences) -> RegionMap {
+    /// The map of `file` as node `me`, which fenced `fences` and counts the load of the
+    /// regions it leads in `loads`, sees it.
+    pub(crate) fn new(file: &ClusterFile, me: &str, fences: &Fences, loads: &LoadTable) -> RegionMap {
         let mut entries: Vec<Entry> = file
             .regions
             .iter()
@@ -51,6 +55,7 @@ impl RegionMap {
                 native: file.node(&r.primary).map(|n| n.native.clone()).unwrap_or_default(),
                 copies: r.backups.len() + 1,
                 fenced: fences.get(&r.id).is_some_and(|&at| at >= r.epoch),
+                load: (r.primary == me).then(|| loads.of(r.id, &r.start_bytes(), r.end_bytes().as_deref())),
             })
             .collect();
         entries.sort_by(|a, b| a.start.cmp(&b.start));
@@ -111,7 +116,7 @@ mod tests {
     #[test]
     fn the_search_agrees_with_the_scan() {
         let f = file(&["b", "d", "m", "hex:ff00"]);
-        let map = RegionMap::new(&f, "n1", &Fences::new());
+        let map = RegionMap::new(&f, "n1", &Fences::new(), &LoadTable::default());
         let keys: Vec<Vec<u8>> = vec![
             b"".to_vec(),
             b"a".to_vec(),

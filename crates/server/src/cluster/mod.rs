@@ -11,7 +11,9 @@
 //! importing only this file and the ones listed before it:
 //! - `peers.rs`: the other nodes: their addresses, connections to their native ports,
 //!   forwarding a Redis command to a region's primary;
-//! - `map.rs`: the region map as requests search it (imports nothing of the others);
+//! - `load.rs`: each led region's requests, sampled while it is hot, for load-based splits
+//!   (imports nothing of the others);
+//! - `map.rs`: the region map as requests search it (imports `load.rs`);
 //! - `routing.rs`: region lookups: where a key's requests go, the targets of the map, whether a
 //!   write may run;
 //! - `acks.rs`: waiting for backups' acknowledgements of writes, reporting silent ones;
@@ -24,6 +26,7 @@
 
 mod acks;
 mod follow;
+mod load;
 mod map;
 mod peers;
 mod progress;
@@ -114,4 +117,8 @@ pub struct ClusterNode {
     pub master_stats: Arc<halyard_control::stats::MasterStats>,
     /// Past this estimated size (bytes) a region led here is reported for a split (0: never).
     pub(crate) region_max_bytes: u64,
+    /// Request counters of the regions led here, kept across map changes (`load.rs`).
+    pub(crate) loads: load::LoadTable,
+    /// When a region led here is reported for a split by load.
+    pub(crate) load_split: load::LoadSplit,
 }

@@ -1,6 +1,7 @@
 //! etcd mode: this node's replication progress (each primary region's LSN and its backups'
 //! acknowledgements, each backup region's last received LSN, the regions it leads that are past
-//! `--region-max-mb` with the key that halves each), published to etcd every second:
+//! `--region-max-mb` or hot past `--split-load-ops` with the key that halves each, the
+//! requests a second each led region serves), published to etcd every second:
 //! the master promotes the backup that holds the most of the log, and `halyard cluster
 //! status` shows each region's replication lag.
 
@@ -30,6 +31,7 @@ impl ClusterNode {
                 }
             }
             before = (p.lsn.clone(), std::time::Instant::now());
+            self.add_load(&mut p);
             let now = Some((p.clone(), session.lease()));
             if now == last {
                 continue;
@@ -37,6 +39,23 @@ impl ClusterNode {
             match session.publish_progress(&p).await {
                 Ok(()) => last = now,
                 Err(e) => tracing::debug!("publishing replication progress: {e}"),
+            }
+        }
+    }
+
+    /// Adds the requests a second of the regions led here and, for those hot for the window,
+    /// the key that halves their load (a size split, already there, goes first).
+    fn add_load(&self, p: &mut Progress) {
+        let cut = crate::keyspace::split_key();
+        for (id, rate, key) in self.loads.tick(self.load_split, |k| (cut.0)(k)) {
+            if rate > 0 && self.shipper.leads(id) {
+                p.ops.insert(id, rate);
+            }
+            let Some(key) = key.filter(|_| self.shipper.leads(id)) else { continue };
+            let at = halyard_cluster::key_text(&key);
+            if let std::collections::btree_map::Entry::Vacant(e) = p.splits.entry(id) {
+                tracing::info!(region = id, ops_per_sec = rate, at = %at, "region hot: asking for a split by load");
+                e.insert(at);
             }
         }
     }

@@ -19,14 +19,16 @@ impl ClusterNode {
         let mut fences = self.fences.lock();
         // A fence ends with a map at a higher epoch (the handoff happened, or was rolled back).
         fences.retain(|id, at| f.region(*id).is_some_and(|r| r.epoch <= *at));
-        self.map.store(std::sync::Arc::new(RegionMap::new(&f, &self.name, &fences)));
+        let map = RegionMap::new(&f, &self.name, &fences, &self.loads);
+        self.loads.retain(|id| map.by_id(id).is_some_and(|e| e.load.is_some()));
+        self.map.store(std::sync::Arc::new(map));
         out
     }
 
     /// The region of the engine key `key` and whether this node serves it now: one binary
     /// search, no allocation (every Redis command in cluster mode asks, once per key).
     pub fn locate(&self, key: &[u8]) -> Option<Located> {
-        self.map.load().find(key).map(|e| Located { id: e.id, local: self.serving(e) })
+        self.map.load().find(key).map(|e| Located { id: e.id, local: self.serve(e, key) })
     }
 
     /// Why this node does not serve the region of `at`: the message of a refusal.
@@ -40,7 +42,7 @@ impl ClusterNode {
     /// Where requests for `key` go.
     pub fn route(&self, key: &[u8]) -> Route {
         match self.map.load().find(key) {
-            Some(e) if self.serving(e) => Route::Here(e.id),
+            Some(e) if self.serve(e, key) => Route::Here(e.id),
             Some(e) => Route::Elsewhere(refusal(e)),
             None => Route::Elsewhere("no region of the cluster covers this key".into()),
         }
@@ -102,6 +104,15 @@ impl ClusterNode {
     /// a handoff, and with etcd only while
     /// its lease certainly holds, is the one the map gave it the region under, and it ships
     /// the region (a promotion has completed here).
+    /// Whether this node serves region `e` now, counting a request for `key` when it does.
+    fn serve(&self, e: &Entry, key: &[u8]) -> bool {
+        let here = self.serving(e);
+        if let Some(load) = e.load.as_ref().filter(|_| here) {
+            load.record(key);
+        }
+        here
+    }
+
     fn serving(&self, e: &Entry) -> bool {
         e.mine
             && !e.fenced

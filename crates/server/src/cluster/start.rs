@@ -91,7 +91,8 @@ impl ClusterNode {
             cfg.replication_queue_mb.max(1) << 20,
         );
         shipper.set_copy_rate(cfg.move_rate_mb.saturating_mul(1 << 20));
-        let map = arc_swap::ArcSwap::from_pointee(RegionMap::new(&file, &name, &Default::default()));
+        let loads = super::load::LoadTable::default();
+        let map = arc_swap::ArcSwap::from_pointee(RegionMap::new(&file, &name, &Default::default(), &loads));
         ClusterNode {
             name,
             file: RwLock::new(file),
@@ -109,6 +110,11 @@ impl ClusterNode {
             last_write: cfg.ack == Ack::LastWrite,
             master_stats: Default::default(),
             region_max_bytes: cfg.cluster_region_max_bytes(),
+            loads,
+            load_split: super::load::LoadSplit {
+                ops: cfg.split_load_ops,
+                window: Duration::from_secs(cfg.split_load_secs),
+            },
         }
     }
 
