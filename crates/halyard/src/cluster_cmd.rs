@@ -23,8 +23,11 @@ pub enum ClusterCmd {
     Init {
         #[command(flatten)]
         etcd: EtcdArgs,
-        /// Number of regions, cut evenly over the first key byte (or see --split).
-        #[arg(long, default_value_t = 8)]
+        /// Number of regions to start with, cut evenly over the first key byte (or see
+        /// --split). One is a good default: a region splits by itself once it passes the
+        /// nodes' --region-max-mb or serves more than their --split-load-ops, so native and
+        /// Redis keys spread as data and load arrive; pre-split for a known key space.
+        #[arg(long, default_value_t = 1)]
         regions: usize,
         /// Copies of each region, the primary included.
         #[arg(long, default_value_t = 3)]
