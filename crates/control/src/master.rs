@@ -218,13 +218,16 @@ pub struct Master {
     session: Arc<Session>,
     busy: Mutex<HashSet<u32>>,
     stats: Arc<crate::stats::MasterStats>,
+    /// The highest region id this master handed to a split: regions are worked on at once,
+    /// and two splits of one tick see the same view.
+    last_id: Mutex<u32>,
 }
 
 impl Master {
     /// Campaigns for the master role with the session's lease and, while elected, keeps the
     /// regions' groups whole, recording its handoffs in `stats`. Runs until the process ends.
     pub async fn run(session: Arc<Session>, stats: Arc<crate::stats::MasterStats>) {
-        let m = Arc::new(Master { session, busy: Mutex::new(HashSet::new()), stats });
+        let m = Arc::new(Master { session, busy: Mutex::new(HashSet::new()), stats, last_id: Mutex::new(0) });
         loop {
             let Some(lease) = m.session.holds() else {
                 tokio::time::sleep(TICK).await;
@@ -317,15 +320,32 @@ impl Master {
     /// Runs `ops` if this master's term still holds and (with `region`) the region's record is
     /// still at the revision the decision was made on; false if not.
     async fn commit(&self, term: &Term, region: Option<(u32, i64)>, ops: Vec<TxnOp>) -> Result<bool> {
+        self.commit_if(term, region, Vec::new(), ops).await
+    }
+
+    /// [`Self::commit`], also requiring `more`.
+    async fn commit_if(
+        &self,
+        term: &Term,
+        region: Option<(u32, i64)>,
+        more: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<bool> {
         let mut cmp = vec![Compare::create_revision(term.key.clone(), CompareOp::Equal, term.rev)];
         if let Some((id, rev)) = region {
             cmp.push(Compare::mod_revision(self.session.layout().region(id), CompareOp::Equal, rev));
         }
+        cmp.extend(more);
         let mut c = self.session.client();
         let r = tokio::time::timeout(self.session.ttl(), c.txn(Txn::new().when(cmp).and_then(ops)))
             .await
             .map_err(|_| Error::Invalid("etcd did not answer a transaction in time".into()))??;
         Ok(r.succeeded())
+    }
+
+    /// A comparison that holds while region `id` has no record.
+    fn absent(&self, id: u32) -> Compare {
+        Compare::create_revision(self.session.layout().region(id), CompareOp::Equal, 0)
     }
 
     /// The transaction of a step that only rewrites the region record (or puts a request):
@@ -548,14 +568,18 @@ impl Master {
             Intent::Split { child, .. } => Some(*child),
             _ => None,
         });
-        let child = view.regions.keys().copied().chain(pending).max().unwrap_or(0) + 1;
+        let child = {
+            let mut last = self.last_id.lock();
+            *last = view.regions.keys().copied().chain(pending).max().unwrap_or(0).max(*last) + 1;
+            *last
+        };
         let key = self.session.layout().log(view.revision, spec.id);
         let intent = Intent::Split { region: spec.id, at: at.to_string(), child, epoch: spec.epoch };
         let ops = vec![
             TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None),
             TxnOp::delete(self.session.layout().request(spec.id), None),
         ];
-        if self.commit(term, Some((spec.id, rev)), ops).await? {
+        if self.commit_if(term, Some((spec.id, rev)), vec![self.absent(child)], ops).await? {
             self.split(term, view, r, rev, &key, (at, child)).await?;
         }
         Ok(())
@@ -595,7 +619,9 @@ impl Master {
             self.put_region(&RegionRecord { spec: right, version }),
             TxnOp::delete(key, None),
         ];
-        if self.commit(term, Some((spec.id, rev)), ops).await? {
+        // The child's record must not exist: a second split given the same id would overwrite
+        // it, and the map would then leave a gap.
+        if self.commit_if(term, Some((spec.id, rev)), vec![self.absent(child)], ops).await? {
             self.stats.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(region = spec.id, child, at, last_lsn = lsn, took = ?t0.elapsed(), "split");
         }

@@ -201,6 +201,48 @@ fn a_split_under_writes_loses_nothing_and_its_half_moves_on() {
 /// A region past its primary's `--region-max-mb` is split by the master at the key its primary
 /// names, without an operator: the map ends with regions that partition the key space, and every
 /// write reads back with every copy equal.
+/// Splits asked of three regions at once are carried out in the same master tick: each new
+/// region gets an id of its own (two once got the same, and the second overwrote the first's
+/// record, leaving a gap in the map), and the map stays a partition.
+#[test]
+fn splits_of_several_regions_at_once_get_distinct_ids() {
+    let (dir, _etcd, url) = new_cluster(3, 2, true);
+    let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let asks: Vec<_> = [("1", "key1"), ("2", "key4"), ("3", "key8")]
+        .into_iter()
+        .map(|(r, at)| {
+            let url = url.clone();
+            std::thread::spawn(move || halyard(&["admin", "split", "--region", r, "--at", at, "--etcd", &url]))
+        })
+        .collect();
+    for a in asks {
+        let (ok, out) = a.join().unwrap();
+        assert!(ok, "split: {out}");
+    }
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
+    assert_eq!(rs.len(), 6, "{s}");
+    let mut ids: Vec<u64> = rs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "two regions share an id: {s}");
+    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
+    let starts: Vec<&str> = rs.iter().map(|r| r["start"].as_str().unwrap()).collect();
+    assert_eq!(starts, ["", "key1", "key3", "key4", "key6", "key8"], "{s}");
+    for w in rs.windows(2) {
+        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
+    }
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    for i in 0..200 {
+        c.put(key(i), value(i)).unwrap();
+    }
+    for i in 0..200 {
+        assert_eq!(c.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+}
+
 #[test]
 fn a_region_past_its_size_limit_splits_by_itself() {
     let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &["--no-balance"]);
