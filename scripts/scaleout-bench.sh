@@ -13,42 +13,9 @@ set -euo pipefail
 copies=${1:-1}; rate=${2:-16}; records=${3:-100000}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
-root=$(mktemp -d); cd "$root"
-E=http://10.77.1.1:24794
-cleanup() {
-  pkill -f "halyard serve --dir s[0-9]" 2>/dev/null || true
-  kill "${ETCD:-}" 2>/dev/null || true
-  for i in 1 2 3 4 5; do ip netns del hy$i 2>/dev/null || true; ip link del hyv$i 2>/dev/null || true; done
-  iptables -D FORWARD -s 10.77.0.0/16 -d 10.77.0.0/16 -j ACCEPT 2>/dev/null || true
-  cp s*.log run-*.txt "${TMPDIR:-/tmp}/" 2>/dev/null || true
-  cd "$here"; rm -rf "$root"
-}
-trap cleanup EXIT
-sysctl -qw net.ipv4.ip_forward=1
-iptables -I FORWARD -s 10.77.0.0/16 -d 10.77.0.0/16 -j ACCEPT
-for i in 1 2 3 4 5; do
-  ip netns add hy$i
-  ip link add hyv$i type veth peer name eth0 netns hy$i
-  ip addr add 10.77.$i.1/24 dev hyv$i; ip link set hyv$i up
-  ip -n hy$i addr add 10.77.$i.2/24 dev eth0
-  ip -n hy$i link set eth0 up; ip -n hy$i link set lo up
-  ip -n hy$i route add default via 10.77.$i.1
-  tc qdisc add dev hyv$i root tbf rate ${rate}mbit burst 64kb latency 100ms
-  ip netns exec hy$i tc qdisc add dev eth0 root tbf rate ${rate}mbit burst 64kb latency 100ms
-done
-etcd --logger zap --log-level error --data-dir etcd --listen-client-urls http://0.0.0.0:24794 \
-  --advertise-client-urls $E --listen-peer-urls http://127.0.0.1:24804 \
-  --initial-advertise-peer-urls http://127.0.0.1:24804 --initial-cluster default=http://127.0.0.1:24804 \
-  --experimental-enable-lease-checkpoint >/dev/null 2>&1 &
-ETCD=$!
-sleep 1.5
+. "$here/scripts/netns-cluster.sh"
+netns_up
 $B cluster init --etcd $E --regions 32 --replicas "$copies" --bench-keys >/dev/null
-start() {
-  local a=10.77.$1.2
-  RUST_LOG=${HALYARD_LOG:-warn} ip netns exec hy$1 ${HALYARD_SERVE_BIN:-$B} serve --dir s$1 --etcd http://10.77.$1.1:24794 --node n$1 \
-    --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 \
-    --requirepass scaleout --cluster-secret scaleout-secret > s$1.log 2>&1 &
-}
 # Quiet and even: every region led and with its copies, nothing moving, and the nodes' copies and
 # primaries within one of each other, for 3 s in a row.
 even() { $B cluster status --etcd $E --json | python3 -c "
@@ -71,15 +38,7 @@ run() { # run NODES: Run A, its ops/s ("failed", with the bench's last lines on 
     --threads 32 --workloads run-a --mix L --quiet --json run-$1.json > run-$1.txt 2>&1; then
     tail -3 run-$1.txt >&2; echo failed; return
   fi
-  python3 -c "
-import json
-def walk(x):
-    if isinstance(x, dict):
-        if x.get('workload') == 'run-a' and 'ops_per_sec' in x: print(round(x['ops_per_sec'])); raise SystemExit
-        for v in x.values(): walk(v)
-    elif isinstance(x, list):
-        for v in x: walk(v)
-walk(json.load(open('run-$1.json')))"; }
+  ops_of run-$1.json run-a; }
 first=$copies
 for i in $(seq 1 "$first"); do start "$i"; done
 balanced "$first" >/dev/null

@@ -72,7 +72,8 @@ pub struct BenchArgs {
     /// bare decimal FNV-64, 19.4 B on average).
     #[arg(long, default_value = "ycsb")]
     pub keys: String,
-    /// Request distribution: zipfian (0.99), uniform or latest, optionally followed by
+    /// Request distribution: zipfian (0.99, scrambled), zipfian-ordered (the smallest keys the
+    /// most popular, adjacent), uniform or latest, optionally followed by
     /// per-workload choices (`zipfian,run-a=uniform` is YCSB-CXX's workloads A and C). Run D
     /// uses latest unless told otherwise.
     #[arg(long, default_value = "zipfian")]

@@ -122,6 +122,10 @@ pub enum Dist {
     Uniform,
     /// Zipfian over recency: the newest keys are the most popular.
     Latest,
+    /// Zipfian (0.99) over the records in key order: the most popular keys are the smallest
+    /// and adjacent, so they start in one region of a cluster (Nova-LSM's skewed workload).
+    /// Keys in the ycsb scheme's order.
+    Ordered,
 }
 
 impl Dist {
@@ -131,7 +135,8 @@ impl Dist {
             "zipfian" => Ok(Dist::Zipfian),
             "uniform" => Ok(Dist::Uniform),
             "latest" => Ok(Dist::Latest),
-            _ => Err(format!("unknown --dist `{s}` (expected zipfian, uniform or latest)")),
+            "zipfian-ordered" => Ok(Dist::Ordered),
+            _ => Err(format!("unknown --dist `{s}` (expected zipfian, zipfian-ordered, uniform or latest)")),
         }
     }
 }
@@ -373,6 +378,8 @@ pub enum Chooser {
     Scrambled(Zipfian, u64),
     /// Skewed towards the latest records.
     Latest(Zipfian),
+    /// Zipfian over the records sorted by key: rank r is the record with the r-th smallest key.
+    Ordered(Zipfian, std::sync::Arc<[u64]>),
 }
 
 impl Chooser {
@@ -390,6 +397,11 @@ impl Chooser {
                 n.max(1).saturating_add(new.saturating_mul(2)),
             ),
             Dist::Latest => Chooser::Latest(Zipfian::new(n, ZIPF_THETA)),
+            Dist::Ordered => {
+                let mut by_key: Vec<u64> = (0..n.max(1)).collect();
+                by_key.sort_unstable_by_key(|&r| fnv64(r));
+                Chooser::Ordered(Zipfian::new(n.max(1), ZIPF_THETA), by_key.into())
+            }
         }
     }
 
@@ -411,6 +423,10 @@ impl Chooser {
                 k % n
             }
             Chooser::Latest(z) => n - 1 - z.sample(rng.gen(), n),
+            Chooser::Ordered(z, by_key) => {
+                let m = (by_key.len() as u64).min(n).max(1);
+                by_key.get(z.sample(rng.gen(), m) as usize).copied().unwrap_or(0) % n.max(1)
+            }
         }
     }
 }
@@ -689,6 +705,24 @@ mod tests {
         assert!(hits[0] as f64 / draws as f64 > 0.07, "{}", hits[0]);
         assert!(top as f64 / draws as f64 > 0.5, "{top}");
         assert!(hits[0] > hits[10] && hits[10] > hits[1000]);
+    }
+
+    #[test]
+    fn ordered_zipfian_asks_most_for_the_smallest_keys() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let n = 1000;
+        let mut c = Chooser::new(Dist::Ordered, n, 0);
+        let mut by_key: Vec<u64> = (0..n).collect();
+        by_key.sort_unstable_by_key(|&r| fnv64(r));
+        let mut hits = vec![0u32; n as usize];
+        for _ in 0..100_000 {
+            let r = c.next(&mut rng, n);
+            hits[by_key.iter().position(|&x| x == r).unwrap()] += 1;
+        }
+        // The first tenth of the keys in order takes most requests.
+        let head: u32 = hits[..100].iter().sum();
+        assert!(head > 60_000, "{head}");
+        assert!(hits[0] > hits[10] && hits[10] > hits[500]);
     }
 
     #[test]
