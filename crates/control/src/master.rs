@@ -221,13 +221,26 @@ pub struct Master {
     /// The highest region id this master handed to a split: regions are worked on at once,
     /// and two splits of one tick see the same view.
     last_id: Mutex<u32>,
+    /// When each region's primary role last moved: the balancer leaves it alone for
+    /// [`BALANCE_COOLDOWN`] (its rates are a moment old, and moving it back and forth costs
+    /// every move a handoff).
+    moved: Mutex<BTreeMap<u32, std::time::Instant>>,
 }
+
+/// How long the balancer leaves a region alone after its primary role moved.
+const BALANCE_COOLDOWN: Duration = Duration::from_secs(60);
 
 impl Master {
     /// Campaigns for the master role with the session's lease and, while elected, keeps the
     /// regions' groups whole, recording its handoffs in `stats`. Runs until the process ends.
     pub async fn run(session: Arc<Session>, stats: Arc<crate::stats::MasterStats>) {
-        let m = Arc::new(Master { session, busy: Mutex::new(HashSet::new()), stats, last_id: Mutex::new(0) });
+        let m = Arc::new(Master {
+            session,
+            busy: Mutex::new(HashSet::new()),
+            stats,
+            last_id: Mutex::new(0),
+            moved: Mutex::new(BTreeMap::new()),
+        });
         loop {
             let Some(lease) = m.session.holds() else {
                 tokio::time::sleep(TICK).await;
@@ -277,6 +290,11 @@ impl Master {
         }
         let replicas = view.config.as_ref().map_or(1, |c| c.replicas);
         let mut tally = Tally::new(&view);
+        {
+            let mut moved = self.moved.lock();
+            moved.retain(|_, at| at.elapsed() < BALANCE_COOLDOWN);
+            tally.cooling = moved.keys().copied().collect();
+        }
         let mut stale_keys = stale_reports(&view);
         for k in stale_requests(&view) {
             tracing::info!(request = %k, "request carried out or no longer applicable (no such region, or the target is not a live member): removed");
@@ -439,6 +457,7 @@ impl Master {
                 }
             }
             Step::Transfer(to) => {
+                self.moved.lock().insert(spec.id, std::time::Instant::now());
                 let epoch = spec.epoch + 1;
                 let key = self.session.layout().log(view.revision, spec.id);
                 let intent = Intent::Transfer { region: spec.id, from: spec.primary.clone(), to: to.clone(), epoch };

@@ -13,7 +13,9 @@
 //! or copy is under way anywhere. **Targets** are chosen by power of two choices (Nova-LSM
 //! §4.4): two eligible nodes sampled, the less loaded taken, so that many sources do not pile
 //! onto one new node. **No oscillation**: the balancer acts only on a difference of two or more
-//! (copies or primaries) between the most and least loaded eligible nodes.
+//! (copies or primaries) between the most and least loaded eligible nodes, and leaves a region
+//! whose primary role moved alone for a minute (`Tally::cooling`: its rates are a moment old,
+//! and a region handed back and forth pays a handoff each time).
 
 use crate::layout::{Intent, RegionRecord, Request};
 use crate::view::View;
@@ -56,6 +58,8 @@ pub struct Tally {
     pub outgoing: BTreeMap<String, usize>,
     /// Changes under way anywhere (intents, learners) or started this tick.
     pub busy: usize,
+    /// Regions whose primary role moved a moment ago: the balancer leaves them alone.
+    pub cooling: std::collections::HashSet<u32>,
 }
 
 impl Tally {
@@ -224,6 +228,9 @@ fn move_step(
 /// hand `r`'s primary role to a backup on a node that leads two or more fewer regions.
 fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Option<Step> {
     if tally.busy > 0 || !view.requests.is_empty() || view.config.as_ref().is_some_and(|c| !c.balance) {
+        return None;
+    }
+    if tally.cooling.contains(&r.spec.id) {
         return None;
     }
     let spec = &r.spec;
@@ -462,6 +469,9 @@ mod tests {
         writes(&mut v, "n2", &[(2, 100)]);
         assert_eq!(step(&v, 1), Some(Step::Transfer("n2".into())), "the hottest region that fits moves");
         assert_eq!(step(&v, 3), None, "a cooler one waits for the hottest");
+        let mut cooling = Tally::new(&v);
+        cooling.cooling.insert(1);
+        assert_eq!(planned(&v, &v.regions[&1].0, &mut cooling, 1), None, "a region just moved is left alone");
         writes(&mut v, "n1", &[(1, 5000)]);
         assert_eq!(step(&v, 1), None, "moving the only hot region would only move the heat");
         // Nothing while a change is under way.
