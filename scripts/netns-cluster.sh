@@ -9,7 +9,8 @@
 root=$(mktemp -d); cd "$root"
 E=http://10.77.1.1:24794
 netns_down() {
-  pkill -f "halyard serve --dir s[0-9]" 2>/dev/null || true
+  # SIGKILL: with etcd going away too, a graceful leave would wait for handoffs that cannot happen.
+  pkill -9 -f "serve --dir s[0-9] --etcd http://10.77" 2>/dev/null || true
   kill "${ETCD:-}" 2>/dev/null || true
   for i in 1 2 3 4 5; do ip netns del hy$i 2>/dev/null || true; ip link del hyv$i 2>/dev/null || true; done
   iptables -D FORWARD -s 10.77.0.0/16 -d 10.77.0.0/16 -j ACCEPT 2>/dev/null || true
@@ -45,9 +46,10 @@ netns_up() {
 # start I [FLAGS...]: node nI in namespace hyI, with extra `halyard serve` flags.
 start() {
   local i=$1 a=10.77.$1.2; shift
-  RUST_LOG=${HALYARD_LOG:-warn} ip netns exec hy$i ${HALYARD_SERVE_BIN:-$B} serve --dir s$i --etcd http://10.77.$i.1:24794 --node n$i \
-    --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 \
-    --requirepass scaleout --cluster-secret scaleout-secret "$@" > s$i.log 2>&1 &
+  # In a subshell: not a job of this shell, which would report its SIGKILL at the end.
+  ( RUST_LOG=${HALYARD_LOG:-warn} ip netns exec hy$i ${HALYARD_SERVE_BIN:-$B} serve --dir s$i --etcd http://10.77.$i.1:24794 \
+    --node n$i --listen $a:7400 --resp $a:6400 --http $a:9400 --replication-listen $a:7500 --cache-mb 128 \
+    --requirepass scaleout --cluster-secret scaleout-secret "$@" > s$i.log 2>&1 & )
 }
 # ops_of FILE WORKLOAD: the ops/s `halyard bench --json` reported for WORKLOAD.
 ops_of() { python3 -c "

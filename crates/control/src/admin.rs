@@ -156,6 +156,8 @@ pub struct RegionStatus {
     pub lag: Option<u64>,
     /// Requests a second the primary served (its progress record; None: none published).
     pub ops: Option<u64>,
+    /// The region's estimated logical size in bytes, as its primary published it.
+    pub bytes: Option<u64>,
     /// The key the primary asks the region be split at (past its size limit, or hot).
     pub split_at: Option<String>,
 }
@@ -253,6 +255,7 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
             lsn: v.progress.get(&r.spec.primary).and_then(|p| p.lsn.get(&r.spec.id)).copied(),
             lag: v.lag(r.spec.id),
             ops: v.progress.get(&r.spec.primary).and_then(|p| p.ops.get(&r.spec.id)).copied(),
+            bytes: v.progress.get(&r.spec.primary).and_then(|p| p.sizes.get(&r.spec.id)).copied(),
             split_at: v.progress.get(&r.spec.primary).and_then(|p| p.splits.get(&r.spec.id)).cloned(),
         })
         .collect();
@@ -310,7 +313,7 @@ impl Status {
             let split = r.split_at.as_ref().map_or(String::new(), |k| format!(" (splitting at {k:?})"));
             let copying = copying + &away + &split;
             out.push_str(&format!(
-                "{:<7} {:<13} {:<13} {:<6} {:<4} {:<9} {:<4} {:<11} {:<7} {:<7} {}{}\n",
+                "{:<7} {:<13} {:<13} {:<6} {:<4} {:<9} {:<4} {:<11} {:<7} {:<7} {:<7} {}{}\n",
                 r.id,
                 format!("{:?}", r.start),
                 r.end.as_deref().map_or("(end)".to_string(), |e| format!("{e:?}")),
@@ -321,6 +324,7 @@ impl Status {
                 known(r.lsn),
                 known(r.lag),
                 known(r.ops),
+                known(r.bytes.map(|b| b >> 20)),
                 r.backups.join(","),
                 copying
             ));

@@ -225,6 +225,10 @@ pub struct Progress {
     /// publication's interval, reads and writes (regions that served none are left out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ops: BTreeMap<u32, u64>,
+    /// A primary's regions, by id: the estimated logical size in bytes (from the SSTs'
+    /// descriptors, as size splits estimate it), published every few seconds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sizes: BTreeMap<u32, u64>,
     /// A primary's regions past its `--region-max-mb`, or hot past its `--split-load-ops` for
     /// the window, by id: the key that halves each's size or requests (as region keys are
     /// written); the master splits them there.

@@ -81,8 +81,9 @@ impl ClusterNode {
                 p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
             }
         }
+        let led: Vec<u32> = p.acked.keys().copied().collect();
+        p.sizes = self.db.region_sizes(&led).into_iter().collect();
         if self.region_max_bytes > 0 {
-            let led: Vec<u32> = p.acked.keys().copied().collect();
             if let Ok(points) = self.db.split_points(&led, self.region_max_bytes) {
                 p.splits = points.into_iter().map(|(id, _, at)| (id, halyard_cluster::key_text(&at))).collect();
             }
