@@ -261,24 +261,30 @@ impl Shipper {
     /// Waits until every backup of `region` in its group (learners aside) acknowledged `lsn`,
     /// whether its link is live, reconnecting or catching up (etcd mode: a backup leaves the group only when the
     /// master removes it). Err with the backups that did not within the ack timeout: the write
-    /// must not be acknowledged (it may or may not survive).
-    pub async fn wait_all_acked(&self, region: u32, lsn: u64) -> Result<(), Vec<String>> {
+    /// must not be acknowledged (it may or may not survive). Ok(true) when at least one backup
+    /// counted and every one acknowledged `lsn` itself, so the write stands whatever became of
+    /// this node's role meanwhile; Ok(false) when links that stopped ended the wait.
+    pub async fn wait_all_acked(&self, region: u32, lsn: u64) -> Result<bool, Vec<String>> {
         let deadline = Instant::now() + self.ack_timeout;
         let mut silent = Vec::new();
+        let (mut held, mut skipped) = (0usize, false);
         for l in self.links(region) {
             if l.stopped.load(Relaxed) || !l.counted.load(Relaxed) {
+                skipped |= l.stopped.load(Relaxed);
                 continue;
             }
             let mut rx = l.acked.subscribe();
             let left = deadline.saturating_duration_since(Instant::now());
             let done = |v: &u64| l.stopped.load(Relaxed) || !l.counted.load(Relaxed) || (l.is_live() && *v >= lsn);
-            let ok = tokio::time::timeout(left, rx.wait_for(done)).await;
-            if !matches!(ok, Ok(Ok(_))) {
-                silent.push(l.node.clone());
+            // The value is copied out at once: the guard holds the watch's lock.
+            match tokio::time::timeout(left, rx.wait_for(done)).await.map(|r| r.map(|v| *v)) {
+                Ok(Ok(v)) if v >= lsn => held += 1,
+                Ok(Ok(_)) => skipped = true,
+                _ => silent.push(l.node.clone()),
             }
         }
         if silent.is_empty() {
-            Ok(())
+            Ok(held > 0 && !skipped)
         } else {
             Err(silent)
         }

@@ -22,15 +22,20 @@ impl ClusterNode {
         }
         for (r, lsn) in latest {
             if self.control.is_some() {
-                if let Err(silent) = self.shipper.wait_all_acked(r, lsn).await {
-                    self.report_silent(r, silent);
-                    return false;
-                }
-                // A link that stopped ends the wait: a backup removed from the group (the
-                // write goes on without it), or every link, because this node no longer leads
-                // the region (a primary paused past its lease). Then nobody may hold the write.
-                if !self.shipper.leads(r) {
-                    return false;
+                match self.shipper.wait_all_acked(r, lsn).await {
+                    Err(silent) => {
+                        self.report_silent(r, silent);
+                        return false;
+                    }
+                    // Every backup holds the write: it stands, though a handoff may have ended
+                    // this node's role right after (the new primary is one of them).
+                    Ok(true) => {}
+                    // A link that stopped ended the wait: a backup removed from the group (the
+                    // write goes on without it), or every link, because this node no longer
+                    // leads the region (a primary paused past its lease). Then nobody may hold
+                    // the write.
+                    Ok(false) if !self.shipper.leads(r) => return false,
+                    Ok(false) => {}
                 }
             } else {
                 self.shipper.wait_acked(r, lsn).await;
