@@ -36,7 +36,8 @@ sys.exit(0 if ok else 1)" && return; sleep 0.5; done; echo "the cluster did not 
 cluster() {
   netns_down; netns_up
   $B cluster init --etcd $E --regions "$nodes" --replicas 2 --bench-keys >/dev/null
-  for i in $(seq 1 "$nodes"); do start "$i" --split-load-ops "$1"; done
+  # Copies at 1 MiB/s, half of a 16 Mbit/s link: a new backup's copy must leave room for clients.
+  for i in $(seq 1 "$nodes"); do start "$i" --split-load-ops "$1" --move-rate-mb "${MOVE_RATE:-1}"; done
   settled
   $B bench --target halyard://10.77.1.2:7400 --password scaleout --records "$records" --ops 1 --threads 32 \
     --workloads load-a --mix L --quiet > "load-$2.txt" 2>&1 || { tail -5 "load-$2.txt"; exit 1; }
@@ -47,6 +48,7 @@ cluster() {
   bench "adapt-$2" run-a zipfian-ordered "$adapt_ops" >/dev/null
   skewed=$(bench "skewed-$2" run-a zipfian-ordered "$measure_ops")
   kill $poll
+  $B cluster status --etcd $E > "run-status-$2.txt" 2>&1 || true
   while read -r now rest; do
     [ -n "$rest" ] && [ "$rest" != "$prev" ] && { last=$now; prev=$rest; }
   done < "shape-$2.txt"

@@ -14,18 +14,18 @@ B=${HALYARD_BIN:-"$here/target/release/halyard"}
 source "$(dirname "$(realpath "$0")")/etcd-local.sh"
 root=$(mktemp -d); cd "$root"
 start_etcd 24792 24802
-trap "pkill -9 -f \"serve --dir z[0-9] --etcd $E\" 2>/dev/null; kill \$ETCD 2>/dev/null; cd /; rm -rf $root" EXIT
+trap "pkill -9 -f \"serve --dir z[0-9] --etcd $E\" 2>/dev/null; kill \$ETCD 2>/dev/null; cp z*.log load.txt \${TMPDIR:-/tmp}/ 2>/dev/null; cd /; rm -rf $root" EXIT
 $B cluster init --etcd $E --replicas 2 >/dev/null
 for i in 1 2 3; do
-  RUST_LOG=warn $B serve --dir z$i --etcd $E --node z$i --listen 127.0.0.1:2542$i --resp 127.0.0.1:2642$i \
-    --http 127.0.0.1:2942$i --replication-listen 127.0.0.1:2842$i --cache-mb 256 --region-max-mb "$max" > z$i.log 2>&1 &
+  ( RUST_LOG=${HALYARD_LOG:-warn} $B serve --dir z$i --etcd $E --node z$i --listen 127.0.0.1:2542$i --resp 127.0.0.1:2642$i \
+    --http 127.0.0.1:2942$i --replication-listen 127.0.0.1:2842$i --cache-mb 256 --region-max-mb "$max" > z$i.log 2>&1 & )
 done
-# sizes: "regions largest smallest whole" of the status (MiB; whole: every region led, no change
-# under way, every size published).
+# sizes: "regions largest smallest whole" of the status (MiB; whole: every region led and its
+# size published; the balancer may still be moving copies).
 sizes() { $B cluster status --etcd $E --json | python3 -c "
 import json,sys; s=json.load(sys.stdin); r=s['regions']
 b=[x.get('bytes') for x in r]; mib=[x >> 20 for x in b if x is not None]
-whole = all(x['primary_alive'] for x in r) and not s['log'] and len(mib) == len(r)
+whole = all(x['primary_alive'] for x in r) and len(mib) == len(r)
 print(len(r), max(mib, default=0), min(mib, default=0), 1 if whole else 0)"; }
 for _ in $(seq 1 300); do [ "$(sizes | cut -d' ' -f4)" = 1 ] && break; sleep 0.2; done
 records=$((gib * 1024 * 1024 * 1024 / 1228))
