@@ -463,6 +463,16 @@ impl<'a> Output<'a> {
 
     /// Adds a placed entry to the SST being built, starting another when it is full.
     fn add(&mut self, e: Entry) -> Result<()> {
+        // Keys must come strictly ascending: a merge of inputs that overlap where they may not
+        // (a level's SSTs) would otherwise write an SST its own reads and every reopen refuse.
+        let last = self.builder.as_ref().and_then(SstBuilder::last_key);
+        let last = last.or_else(|| self.ssts.last().map(|s| s.info.last_key.as_slice()));
+        if last.is_some_and(|k| e.key.as_slice() <= k) {
+            return Err(Error::Poisoned(format!(
+                "region {}: a compaction's merge yielded keys out of order (its inputs overlap); nothing was written",
+                self.r.id()
+            )));
+        }
         let o = &self.r.sh().opts;
         let full_len = self.full_len;
         let b = self.builder.get_or_insert_with(|| {

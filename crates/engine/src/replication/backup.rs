@@ -466,6 +466,22 @@ impl Translation<'_> {
             }
             Edit::RemoveSst { level, seg } => {
                 let l = *self.meta.index_map.get(seg).ok_or_else(|| missing("SST", *seg))?;
+                let added = |e: &Edit| matches!(e, Edit::AddSst { level: x, sst } if x == level && sst.seg == l);
+                let held = self.meta.levels.get(level.index()).is_some_and(|lv| lv.iter().any(|s| s.seg == l))
+                    || self.local.iter().any(added);
+                if !held {
+                    // The copies differ: taking the rest would leave the replaced SST beside its
+                    // replacement, a level of overlapping SSTs that a compaction after a
+                    // promotion would merge out of order. Refused: the primary copies again.
+                    return Err(Error::corrupt(
+                        u64::from(l),
+                        0,
+                        format!(
+                            "shipped edit removes SST segment {seg} from level {}, where this backup does not hold it",
+                            level.get()
+                        ),
+                    ));
+                }
                 self.local.push(Edit::RemoveSst { level: *level, seg: l });
             }
             Edit::LogAdd { log: LogKind::Medium, seg, salt } => {

@@ -69,6 +69,11 @@ impl SstBuilder {
         self.info.entries == 0
     }
 
+    /// The last key added, if any.
+    pub(crate) fn last_key(&self) -> Option<&[u8]> {
+        (self.info.entries > 0).then_some(self.info.last_key.as_slice())
+    }
+
     /// Records that every range delete up to `lsn` was applied to the entries added.
     pub(crate) fn set_range_lsn(&mut self, lsn: u64) {
         self.info.range_lsn = lsn;
