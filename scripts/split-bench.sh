@@ -14,7 +14,7 @@ B=${HALYARD_BIN:-"$here/target/release/halyard"}
 source "$(dirname "$(realpath "$0")")/etcd-local.sh"
 root=$(mktemp -d); cd "$root"
 start_etcd 24792 24802
-trap "pkill -9 -f \"serve --dir z[0-9] --etcd $E\" 2>/dev/null; kill \$ETCD 2>/dev/null; cp z*.log load.txt \${TMPDIR:-/tmp}/ 2>/dev/null; cd /; rm -rf $root" EXIT
+trap "pkill -9 -f \"serve --dir z[0-9] --etcd $E\" 2>/dev/null; kill \$ETCD 2>/dev/null; cp z*.log load.txt \${TMPDIR:-/tmp}/ 2>/dev/null; cd /; [ -n \"\${KEEP:-}\" ] || rm -rf $root" EXIT
 $B cluster init --etcd $E --replicas 2 >/dev/null
 for i in 1 2 3; do
   ( RUST_LOG=${HALYARD_LOG:-warn} $B serve --dir z$i --etcd $E --node z$i --listen 127.0.0.1:2542$i --resp 127.0.0.1:2642$i \
