@@ -96,8 +96,11 @@ impl DbInner {
     fn split_point(&self, r: &Region, meta: &RegionMeta, max: u64, per_ptr: u64) -> Result<Option<(u64, Vec<u8>)>> {
         let (size, middle) = size_and_middle(meta, per_ptr);
         // A split's half whose compactions have not cleaned the other half's keys out yet
-        // counts the SSTs they share by estimate: it waits, lest the estimate split it again.
-        if size <= max || straddles(meta) {
+        // counts the SSTs they share by estimate (half each): it splits again only when the
+        // SSTs wholly inside it pass the limit by themselves, lest the estimate alone split it
+        // into a sliver. (Waiting for the clean-up instead held a loaded region's halves for
+        // as long as its deepest level went uncompacted.)
+        if size <= max || (straddles(meta) && inner_size(meta, per_ptr) <= max) {
             return Ok(None);
         }
         let Some(at) = middle.map_or_else(|| root_middle(r, meta), |m| Ok(Some(m)))? else { return Ok(None) };
@@ -159,6 +162,12 @@ fn root_middle(r: &Region, meta: &RegionMeta) -> Result<Option<Vec<u8>>> {
     let Some(sst) = biggest else { return Ok(None) };
     let keys: Vec<Vec<u8>> = sst.root_keys(&r.sh().ctx)?.into_iter().filter(|k| inside(meta, k)).collect();
     Ok(keys.get(keys.len() / 2).cloned())
+}
+
+/// The estimated size of the region's SSTs that lie wholly inside its range.
+fn inner_size(meta: &RegionMeta, per_ptr: u64) -> u64 {
+    let inner = meta.levels.iter().flatten().filter(|s| !s.beyond(&meta.start, meta.end.as_deref()));
+    inner.map(|s| s.full_bytes + u64::from(s.large_ptrs) * per_ptr).sum()
 }
 
 /// Whether an SST of the region holds keys beyond its range.
