@@ -201,6 +201,32 @@ fn a_split_under_writes_loses_nothing_and_its_half_moves_on() {
 /// A region past its primary's `--region-max-mb` is split by the master at the key its primary
 /// names, without an operator: the map ends with regions that partition the key space, and every
 /// write reads back with every copy equal.
+/// Waits until the map holds at least two regions and no change is under way.
+fn wait_split(url: &str, within: Duration, what: &str) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let s = status(url);
+        if s["regions"].as_array().unwrap().len() >= 2 && s["log"].as_array().unwrap().is_empty() {
+            return s;
+        }
+        assert!(t0.elapsed() < within, "no split {what} within {within:?}: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The regions of status `s` in key order, checked to partition the key space (from "" to the
+/// end, with no gap and no overlap).
+fn partition(s: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
+    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
+    assert_eq!(rs[0]["start"].as_str(), Some(""), "{s}");
+    for w in rs.windows(2) {
+        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
+    }
+    assert!(rs.last().unwrap()["end"].is_null(), "{s}");
+    rs
+}
+
 /// Splits asked of three regions at once are carried out in the same master tick: each new
 /// region gets an id of its own (two once got the same, and the second overwrote the first's
 /// record, leaving a gap in the map), and the map stays a partition.
@@ -221,18 +247,14 @@ fn splits_of_several_regions_at_once_get_distinct_ids() {
         assert!(ok, "split: {out}");
     }
     let s = wait_settled(&url, 2, Duration::from_secs(60));
-    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
+    let rs = s["regions"].as_array().unwrap();
     assert_eq!(rs.len(), 6, "{s}");
     let mut ids: Vec<u64> = rs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 6, "two regions share an id: {s}");
-    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
-    let starts: Vec<&str> = rs.iter().map(|r| r["start"].as_str().unwrap()).collect();
+    let starts: Vec<&str> = partition(&s).iter().map(|r| r["start"].as_str().unwrap()).collect();
     assert_eq!(starts, ["", "key1", "key3", "key4", "key6", "key8"], "{s}");
-    for w in rs.windows(2) {
-        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
-    }
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let c = cluster_client(&addrs, Duration::from_secs(10));
     for i in 0..200 {
@@ -269,23 +291,11 @@ fn a_region_past_its_size_limit_splits_by_itself() {
         }
     }
     let t0 = Instant::now();
-    let s = loop {
-        let s = status(&url);
-        if s["regions"].as_array().unwrap().len() >= 2 && s["log"].as_array().unwrap().is_empty() {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "no split within 60 s: {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let s = wait_split(&url, Duration::from_secs(60), "by size");
     eprintln!("split by size {:?} after the load", t0.elapsed());
-    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
-    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
-    assert_eq!(rs[0]["start"].as_str(), Some(""), "{s}");
-    for w in rs.windows(2) {
-        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
-        assert!(w[0]["version"].as_u64() >= Some(2), "{s}");
+    for r in partition(&s) {
+        assert!(r["version"].as_u64() >= Some(2), "{s}");
     }
-    assert!(rs.last().unwrap()["end"].is_null(), "{s}");
     wait_settled(&url, 3, Duration::from_secs(60));
     let r = cluster_client(&addrs, Duration::from_secs(10));
     for &i in &ids {
@@ -351,22 +361,10 @@ fn a_hot_region_splits_by_load_and_its_halves_lead_on_two_nodes() {
     let stop = Arc::new(AtomicBool::new(false));
     let hs = readers(&addrs, 3, &stop, |n| n.wrapping_mul(7_919) % 1000);
     let t0 = Instant::now();
-    let s = loop {
-        let s = status(&url);
-        if s["regions"].as_array().unwrap().len() >= 2 && s["log"].as_array().unwrap().is_empty() {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "no split by load within 60 s: {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let s = wait_split(&url, Duration::from_secs(60), "by load");
     eprintln!("split by load {:?} after uniform reads began", t0.elapsed());
-    let mut rs: Vec<&serde_json::Value> = s["regions"].as_array().unwrap().iter().collect();
-    rs.sort_by_key(|r| r["start"].as_str().unwrap().to_string());
-    let cut = rs[1]["start"].as_str().unwrap().to_string();
+    let cut = partition(&s)[1]["start"].as_str().unwrap().to_string();
     assert!(cut.as_str() > "key" && cut.as_str() < "key9", "the cut {cut:?} is not inside the keys read");
-    for w in rs.windows(2) {
-        assert_eq!(w[0]["end"], w[1]["start"], "the regions leave a gap or overlap: {s}");
-    }
     // The master hands one half's primary role to another node.
     let s = loop {
         let s = status(&url);
