@@ -548,9 +548,10 @@ impl Master {
 
     /// A planned handoff: the primary fences the region (and its backups acknowledge its last
     /// LSN), then `to` is promoted at `epoch` and the map names it, ending the log entry. If
-    /// the primary cannot fence, the handoff is rolled back. A promotion that fails is tried
-    /// again by a later tick (the target may have begun to lead); one whose target reports
-    /// less than the fenced LSN is rolled back at an epoch above the target's.
+    /// the primary cannot fence, the handoff is rolled back. A promotion without an answer is
+    /// tried again by a later tick (the target may have begun to lead); one the target refuses,
+    /// or whose target reports less than the fenced LSN, is rolled back at an epoch above the
+    /// target's.
     #[expect(clippy::too_many_arguments, reason = "the pieces of one handoff, all needed by its last step")]
     async fn transfer(
         &self,
@@ -572,7 +573,19 @@ impl Master {
             Err(_) => return self.failed_handoff(term, r, rev, key, "no answer in time").await,
         };
         let fenced_in = t0.elapsed();
-        self.promote(term, view, r, rev, key, (to, epoch), lsn).await?;
+        match self.promote(term, view, r, rev, key, (to, epoch), lsn).await {
+            // The target refused to lead (a copy that cannot, or an earlier attempt that fenced
+            // it at this epoch and failed): asking again would be refused for ever. The old
+            // primary, fenced with every acknowledged write, leads again above the target's
+            // epoch; the target serves nothing the map does not name it for.
+            Err(Error::Admin(halyard_admin::Error::Rejected(why))) => {
+                tracing::warn!(region = spec.id, to, "the handoff's target refused to lead: {why}; rolling back");
+                self.stats.handoffs_rolled_back.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.roll_back(term, r, rev, key, epoch + 1).await?;
+                return Err(Error::Invalid(format!("handoff of region {} rolled back: {to} refused to lead", spec.id)));
+            }
+            done => done?,
+        }
         self.stats.fence_seconds.observe(fenced_in.as_secs_f64());
         self.stats.handoff_seconds.observe(t0.elapsed().as_secs_f64());
         tracing::info!(region = spec.id, from = %spec.primary, to, epoch, last_lsn = lsn, ?fenced_in, took = ?t0.elapsed(), "handed off");
