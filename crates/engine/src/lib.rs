@@ -57,7 +57,10 @@ mod tree;
 pub use catalog::{Edit, Level, LogKind, LogSeg, MapKind, SstInfo};
 pub use db::checkpoint::{restore, CopyReport};
 pub use db::stats::{LevelStats, Stats};
-pub use db::{data_files, Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, Snapshot, WriteBatch, DATA_FILE};
+pub use db::{
+    data_files, Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, SizeEstimate, Snapshot, WriteBatch,
+    DATA_FILE,
+};
 pub use device::fault::{FaultPlan, FaultStorage};
 pub use device::mem::MemStorage;
 pub use device::{IoKind, Storage};

@@ -3,6 +3,10 @@
 pub(crate) mod checkpoint;
 mod reshape;
 mod size;
+
+/// A region's estimated size (`Db::split_points`): (id, bytes, the key it splits at when it
+/// should).
+pub type SizeEstimate = (u32, u64, Option<Vec<u8>>);
 pub(crate) mod stats;
 
 use crate::catalog::manifest::{self, Manifest};

@@ -8,7 +8,7 @@
 //! counts about half of the parent, and shrinks to its exact share as it is cleaned up.
 
 use crate::catalog::{LogKind, RegionMeta, SstInfo};
-use crate::db::{Db, DbInner};
+use crate::db::{Db, DbInner, SizeEstimate};
 use crate::error::Result;
 use crate::region::Region;
 use std::sync::Arc;
@@ -33,28 +33,21 @@ impl Db {
     /// within `max`, while it still shares SSTs with a split sibling, or when no key inside it
     /// can be named.
     pub fn split_point(&self, id: u32, max: u64) -> Result<Option<(u64, Vec<u8>)>> {
-        Ok(self.split_points(&[id], max)?.pop().map(|(_, size, at)| (size, at)))
+        let found = self.split_points(&[id], max)?.pop();
+        Ok(found.and_then(|(_, size, at)| Some((size, at?))))
     }
 
-    /// The estimated logical size of each region of `ids` (as [`Db::region_size`]; regions not
-    /// here are left out), with the store's average large record size computed once.
-    pub fn region_sizes(&self, ids: &[u32]) -> Vec<(u32, u64)> {
-        let per_ptr = self.inner.large_per_ptr();
-        let sizes = ids.iter().filter_map(|&id| Some((id, self.inner.sh.manifest.region(id)?)));
-        sizes.map(|(id, meta)| (id, size_and_middle(&meta, per_ptr).0)).collect()
-    }
-
-    /// [`Db::split_point`] of each region of `ids` that has one: (id, size, key). The store's
-    /// average large record size, which every estimate takes, is computed once.
-    pub fn split_points(&self, ids: &[u32], max: u64) -> Result<Vec<(u32, u64, Vec<u8>)>> {
+    /// The estimated size of each region of `ids` and, for those [`Db::split_point`] would
+    /// split (`max` 0: none), the key: (id, size, key). The store's average large record size,
+    /// which every estimate takes, is computed once.
+    pub fn split_points(&self, ids: &[u32], max: u64) -> Result<Vec<SizeEstimate>> {
         let per_ptr = self.inner.large_per_ptr();
         let mut out = Vec::new();
         for &id in ids {
             let r = self.inner.get(id)?;
             let meta = self.inner.sh.manifest.region(id).ok_or(crate::error::Error::NoSuchRegion(id))?;
-            if let Some((size, at)) = self.inner.split_point(&r, &meta, max, per_ptr)? {
-                out.push((id, size, at));
-            }
+            let (size, at) = self.inner.split_point(&r, &meta, max, per_ptr)?;
+            out.push((id, size, at));
         }
         Ok(out)
     }
@@ -71,7 +64,7 @@ impl DbInner {
         let per_ptr = self.large_per_ptr();
         for r in regions.iter().filter(|r| !r.is_backup() && !r.is_retired()) {
             let Some(meta) = self.sh.manifest.region(r.id()) else { continue };
-            let Some((size, at)) = self.split_point(r, &meta, max, per_ptr)? else { continue };
+            let (size, Some(at)) = self.split_point(r, &meta, max, per_ptr)? else { continue };
             let next = self.sh.manifest.with(|c| c.regions.keys().max().copied()).unwrap_or(0);
             let Some(id) = next.checked_add(1) else { continue };
             match self.split(r.id(), &at, id, None) {
@@ -92,23 +85,23 @@ impl DbInner {
         Ok(new)
     }
 
-    /// See [`Db::split_point`].
-    fn split_point(&self, r: &Region, meta: &RegionMeta, max: u64, per_ptr: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    /// The region's estimated size, and where it splits (see [`Db::split_point`]).
+    fn split_point(&self, r: &Region, meta: &RegionMeta, max: u64, per_ptr: u64) -> Result<(u64, Option<Vec<u8>>)> {
         let (size, middle) = size_and_middle(meta, per_ptr);
         // A split's half whose compactions have not cleaned the other half's keys out yet
         // counts the SSTs they share by estimate (half each): it splits again only when the
         // SSTs wholly inside it pass the limit by themselves, lest the estimate alone split it
         // into a sliver. (Waiting for the clean-up instead held a loaded region's halves for
         // as long as its deepest level went uncompacted.)
-        if size <= max || (straddles(meta) && inner_size(meta, per_ptr) <= max) {
-            return Ok(None);
+        if max == 0 || size <= max || (straddles(meta) && inner_size(meta, per_ptr) <= max) {
+            return Ok((size, None));
         }
-        let Some(at) = middle.map_or_else(|| root_middle(r, meta), |m| Ok(Some(m)))? else { return Ok(None) };
+        let Some(at) = middle.map_or_else(|| root_middle(r, meta), |m| Ok(Some(m)))? else { return Ok((size, None)) };
         let at = match &self.sh.opts.split_key {
             Some(f) => (f.0)(&at),
             None => at,
         };
-        Ok(inside(meta, &at).then_some((size, at)))
+        Ok((size, inside(meta, &at).then_some(at)))
     }
 
     fn large_per_ptr(&self) -> u64 {

@@ -82,10 +82,10 @@ impl ClusterNode {
             }
         }
         let led: Vec<u32> = p.acked.keys().copied().collect();
-        p.sizes = self.db.region_sizes(&led).into_iter().collect();
-        if self.region_max_bytes > 0 {
-            if let Ok(points) = self.db.split_points(&led, self.region_max_bytes) {
-                p.splits = points.into_iter().map(|(id, _, at)| (id, halyard_cluster::key_text(&at))).collect();
+        for (id, size, at) in self.db.split_points(&led, self.region_max_bytes).unwrap_or_default() {
+            p.sizes.insert(id, size);
+            if let Some(at) = at {
+                p.splits.insert(id, halyard_cluster::key_text(&at));
             }
         }
         p
