@@ -201,6 +201,26 @@ fn a_split_under_writes_loses_nothing_and_its_half_moves_on() {
 /// A region past its primary's `--region-max-mb` is split by the master at the key its primary
 /// names, without an operator: the map ends with regions that partition the key space, and every
 /// write reads back with every copy equal.
+/// A settled cluster of one region with 3 copies on 3 nodes (`init` flags `init`), each node
+/// started with the settings file `toml` and the flags `extra`: the directory, etcd, its URL,
+/// the nodes and their native addresses.
+fn one_region_cluster(
+    init: &[&str],
+    toml: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, etcd_common::Proc, String, Vec<Node>, Vec<String>) {
+    let (dir, etcd, url) = etcd_common::new_cluster_with(1, 3, init);
+    let conf = dir.path().join("node.toml");
+    std::fs::write(&conf, toml).unwrap();
+    let mut args = vec!["--config", conf.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let nodes: Vec<Node> =
+        (1..=3).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &args)).collect();
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let addrs = nodes.iter().map(|n| n.native.clone()).collect();
+    (dir, etcd, url, nodes, addrs)
+}
+
 /// Waits until the map holds at least two regions and no change is under way.
 fn wait_split(url: &str, within: Duration, what: &str) -> serde_json::Value {
     let t0 = Instant::now();
@@ -274,15 +294,9 @@ fn splits_of_several_regions_at_once_get_distinct_ids() {
 
 #[test]
 fn a_region_past_its_size_limit_splits_by_itself() {
-    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &["--no-balance"]);
     // A 1 MiB L0, so that the data reaches the SSTs the size is estimated from.
-    let conf = dir.path().join("node.toml");
-    std::fs::write(&conf, "[engine]\nl0_mb = 1\n").unwrap();
-    let extra = ["--config", conf.to_str().unwrap(), "--region-max-mb", "2"];
-    let nodes: Vec<Node> =
-        (1..=3).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
-    wait_settled(&url, 3, Duration::from_secs(60));
-    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let (_dir, _etcd, url, _nodes, addrs) =
+        one_region_cluster(&["--no-balance"], "[engine]\nl0_mb = 1\n", &["--region-max-mb", "2"]);
     let c = cluster_client(&addrs, Duration::from_secs(10));
     let ids: Vec<u64> = (0..6000).collect();
     for chunk in ids.chunks(200) {
@@ -347,14 +361,8 @@ fn read_for(addrs: &[String], secs: u64, pick: fn(u64) -> u64) -> u64 {
 
 #[test]
 fn a_hot_region_splits_by_load_and_its_halves_lead_on_two_nodes() {
-    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &[]);
-    let conf = dir.path().join("node.toml");
-    std::fs::write(&conf, "split_load_secs = 2\n").unwrap();
-    let extra = ["--config", conf.to_str().unwrap(), "--split-load-ops", "100"];
-    let nodes: Vec<Node> =
-        (1..=3).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
-    wait_settled(&url, 3, Duration::from_secs(60));
-    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let (_dir, _etcd, url, _nodes, addrs) =
+        one_region_cluster(&[], "split_load_secs = 2\n", &["--split-load-ops", "100"]);
     let c = cluster_client(&addrs, Duration::from_secs(10));
     for i in 0..1000 {
         c.put(key(i), value(i)).unwrap();

@@ -166,6 +166,14 @@ fn stream_consumer_groups() {
     ]);
 }
 
+/// DUMPs `key` on `from` and RESTOREs it on `to` (`how` names the direction in failures).
+fn move_key(from: &mut Resp, to: &mut Resp, key: &str, how: &str) {
+    from.send(&[b"DUMP", key.as_bytes()]);
+    let Some(R::Bulk(Some(payload))) = from.read() else { panic!("DUMP {key} {how}") };
+    to.send(&[b"RESTORE", key.as_bytes(), b"0", &payload]);
+    assert_eq!(to.read(), Some(R::Simple("OK".into())), "RESTORE {key} {how}");
+}
+
 /// DUMP payloads move between Halyard and redis-server both ways: every type Halyard dumps
 /// restores there as the same value, and strings Redis dumps (plain, integer, compressed)
 /// restore here.
@@ -195,10 +203,7 @@ fn dump_payloads_move_between_halyard_and_redis() {
     ];
     for (c, read) in setup.iter().zip(reads) {
         let key = c[1];
-        h.send(&[b"DUMP", key.as_bytes()]);
-        let Some(R::Bulk(Some(payload))) = h.read() else { panic!("DUMP {key}") };
-        r.send(&[b"RESTORE", key.as_bytes(), b"0", &payload]);
-        assert_eq!(r.read(), Some(R::Simple("OK".into())), "RESTORE {key} into redis");
+        move_key(&mut h, &mut r, key, "into redis");
         let name = read[0];
         assert_eq!(normalize(name, r.cmd(read)), normalize(name, h.cmd(read)), "{key} after the move");
     }
@@ -212,10 +217,7 @@ fn dump_payloads_move_between_halyard_and_redis() {
     for (make, read) in compact {
         let key = make[1];
         r.cmd(make);
-        r.send(&[b"DUMP", key.as_bytes()]);
-        let Some(R::Bulk(Some(payload))) = r.read() else { panic!("DUMP {key} in redis") };
-        h.send(&[b"RESTORE", key.as_bytes(), b"0", &payload]);
-        assert_eq!(h.read(), Some(R::Simple("OK".into())), "RESTORE of redis' {key}");
+        move_key(&mut r, &mut h, key, "from redis");
         let name = read[0];
         assert_eq!(normalize(name, h.cmd(read)), normalize(name, r.cmd(read)), "{key} from redis");
     }
