@@ -365,6 +365,9 @@ fn backups_follow_restart_promote_and_remap() {
     assert_same(&copy, &model, "restored backup of a backup node");
     drop(copy);
     b2.replication().remap(0, &b1.replication().replica_maps(0).expect("maps")).expect("remap");
+    let digest = b1.replication().levels_digest(0).expect("digest");
+    assert!(digest.is_some(), "a primary's levels always have a digest");
+    assert_eq!(b2.replication().levels_digest(0).expect("digest"), digest, "remapped levels match the new primary's");
     let rec2 = Arc::new(Recorder::default());
     b1.replication().set_ship_listener(Some(rec2.clone()));
     let mut buf2 = Buffers::default();
@@ -388,6 +391,51 @@ fn backups_follow_restart_promote_and_remap() {
     assert_same(&b2, &model, "second promotion");
     // L0 logs were trimmed as the primaries compacted: only recent segments remain.
     assert!(b2.replication().log_segments(0, LogKind::L0).expect("l0 log").len() < 20);
+}
+
+/// The old primary ships a compaction to one backup only before it dies: once the other backup
+/// remaps to the promoted one, its levels digest differs (the replica then asks for an
+/// incremental copy, which aligns it).
+#[test]
+fn a_backup_that_missed_an_edit_differs_from_the_new_primary_after_remap() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let (b1, b2) = (open_backup(&root.path().join("b1"), true), open_backup(&root.path().join("b2"), true));
+    let (mut buf1, mut buf2) = (Buffers::default(), Buffers::default());
+    let mut model = BTreeMap::new();
+    for round in 0..3 {
+        write_round(&primary, round, &mut model);
+    }
+    primary.compact().expect("compact");
+    settle(&primary);
+    for ev in rec.take() {
+        buf1.apply(&b1, &ev);
+        buf2.apply(&b2, &ev);
+    }
+    write_round(&primary, 3, &mut model);
+    primary.compact().expect("compact");
+    settle(&primary);
+    let last = rec.take();
+    let edits = last.iter().filter(|e| matches!(e, Event::Edits(_))).count();
+    assert!(edits > 0, "the last compaction shipped edits");
+    // Backup 2 gets the writes but none of the last compaction's output or edits.
+    for ev in &last {
+        buf1.apply(&b1, ev);
+        if matches!(ev, Event::Append { .. } | Event::Sealed { .. }) {
+            buf2.apply(&b2, ev);
+        }
+    }
+    drop(primary);
+    b1.replication().promote(0, &buf1.tails()).expect("promote");
+    assert_same(&b1, &model, "promoted backup");
+    buf2.flush_all(&b2);
+    b2.replication().remap(0, &b1.replication().replica_maps(0).expect("maps")).expect("remap");
+    let (ours, theirs) =
+        (b2.replication().levels_digest(0).expect("digest"), b1.replication().levels_digest(0).expect("digest"));
+    assert!(theirs.is_some());
+    assert_ne!(ours, theirs, "a backup that missed an edit must not pass for aligned");
 }
 
 #[test]
@@ -920,6 +968,10 @@ fn a_backup_splits_where_its_primary_did_and_both_halves_follow() {
                 maps.log.iter().any(|(k, _)| *k == (seg, salt)) || b.0.values().any(|t| (t.0, t.1) == (seg, salt));
             assert!(held, "region {id}: large-log segment {seg} never reached the backup");
         }
+    }
+    for id in bufs.keys() {
+        let digest = |db: &Db| db.replication().levels_digest(*id).expect("digest");
+        assert_eq!(digest(&backup), digest(&primary), "region {id}: the backup's levels are the primary's");
     }
     primary.replication().set_ship_listener(None);
     for (id, b) in &bufs {

@@ -16,8 +16,9 @@ pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
 /// The protocol version a primary names in its `Hello`; a backup speaking another one refuses
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
 /// regions' streams; 5: a Hello may ask for the backup's inventory, which its HelloOk carries, and
-/// an incremental copy starts with Resync instead of Reset; 6: Split).
-pub const VERSION: u16 = 6;
+/// an incremental copy starts with Resync instead of Reset; 6: Split; 7: a Remap carries the new
+/// primary's levels digest).
+pub const VERSION: u16 = 7;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -93,7 +94,8 @@ pub enum Msg {
     /// New primary -> backup, after its Hello: the log tails it was promoted with (which
     /// replace the backup's own buffers: every backup continues from the new primary's
     /// history, up to `last_lsn`), and its maps to re-key the backup's (`(old primary seg, salt,
-    /// new primary seg)` for logs, `(old primary seg, new primary seg)` for SSTs).
+    /// new primary seg)` for logs, `(old primary seg, new primary seg)` for SSTs), and the
+    /// digest of its levels a Send-Index backup must match once remapped (0: not checked).
     Remap {
         epoch: u64,
         region: u32,
@@ -101,6 +103,7 @@ pub enum Msg {
         tails: Vec<LogTail>,
         log: Vec<(u32, u32, u32)>,
         index: Vec<(u32, u32)>,
+        levels: u64,
     },
     /// Primary -> backup: drop the region's copy; a full copy follows (catch-up).
     Reset { epoch: u64, region: u32 },
@@ -244,9 +247,10 @@ impl Msg {
             Msg::Ack { region, lsn } => {
                 w.u8(tag::ACK).u32(*region).u64(*lsn);
             }
-            Msg::Remap { epoch, region, last_lsn, tails, log, index } => {
+            Msg::Remap { epoch, region, last_lsn, tails, log, index, levels } => {
                 w.u8(tag::REMAP).u64(*epoch).u32(*region).u64(*last_lsn);
                 put_remap(&mut w, tails, log, index);
+                w.u64(*levels);
             }
             Msg::Copied { epoch, region, lsn } => {
                 w.u8(tag::COPIED).u64(*epoch).u32(*region).u64(*lsn);
@@ -359,7 +363,8 @@ fn remap(r: &mut Reader<'_>) -> Result<Msg> {
     for _ in 0..n {
         index.push((r.u32()?, r.u32()?));
     }
-    Ok(Msg::Remap { epoch, region, last_lsn, tails, log, index })
+    let levels = r.u64()?;
+    Ok(Msg::Remap { epoch, region, last_lsn, tails, log, index, levels })
 }
 
 /// A backup's inventory: `u32 n | n × (u32 segment, u32 salt, u64 digest)` for log segments,
@@ -469,6 +474,7 @@ mod tests {
                 tails: vec![(0, 3, 4, vec![9; 20]), (2, 5, 6, vec![])],
                 log: vec![(1, 2, 3), (4, 5, 6)],
                 index: vec![(7, 8)],
+                levels: 0x0123_4567_89ab_cdef,
             },
             Msg::Reset { epoch: 5, region: 7 },
             Msg::Copied { epoch: 5, region: 7, lsn: 99 },
@@ -519,7 +525,7 @@ mod tests {
     #[test]
     fn hello_matches_the_documented_bytes() {
         let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true }.encode();
-        let doc = "48 4C 59 52 13 00 00 00 15 CD 07 41 01 06 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
+        let doc = "48 4C 59 52 13 00 00 00 3E CF 6E 4E 01 07 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

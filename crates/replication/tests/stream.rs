@@ -530,3 +530,62 @@ async fn a_full_copy_streams_at_its_rate_while_writes_go_on() {
     // Sealed log segments are estimated by their fill and sent up to their last valid record.
     assert!(copied <= total && copied >= total / 2, "{copied} bytes read of an estimated {total}");
 }
+
+/// A new primary whose levels the backup does not share (the old primary's last compaction
+/// never reached the backup): the backup refuses its Remap instead of following it with
+/// diverged levels, and the new primary's next session aligns it with an incremental copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remap_onto_levels_the_backup_lacks_is_refused_and_an_incremental_copy_aligns_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().expect("dir");
+    let opts = Options { default_region: false, ..Options::tiny() };
+    let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
+    primary.create_region(1, b"", None).expect("region");
+    let (_backup, addr) = start_backup(dir.path(), opts, false).await;
+    let backups = [("backup".to_string(), addr.clone())];
+    let old = Shipper::new(Duration::from_secs(20));
+    old.set_db(&primary);
+    primary.replication().set_ship_listener(Some(old.clone()));
+    let stream = old.add_region(1, 1, Mode::SendIndex, &backups, false);
+    old.start(&stream, None);
+    let write = |round: u32| {
+        let p = primary.clone();
+        tokio::task::spawn_blocking(move || {
+            for i in 0..3000 {
+                let (k, v) = pair(i, round);
+                p.put(&k, &v).expect("put");
+            }
+            p.compact().expect("compact");
+        })
+    };
+    for round in 0..2 {
+        write(round).await.expect("writer");
+    }
+    let region = primary.region(1).expect("region");
+    assert_backup_holds(&old, &region, &addr, "before the primary changes").await;
+    // The old primary's stream ends; the store writes and compacts on unseen by the backup.
+    old.remove_region(1);
+    write(2).await.expect("writer");
+    // The same store leads at epoch 2, as a promoted backup would (its segments are the old
+    // primary's, so its maps are the identity).
+    let new = Shipper::new(Duration::from_secs(20));
+    new.set_db(&primary);
+    primary.replication().set_ship_listener(Some(new.clone()));
+    let mut log = Vec::new();
+    for kind in [halyard_engine::LogKind::L0, halyard_engine::LogKind::Large] {
+        let segs = primary.replication().log_segments(1, kind).expect("log");
+        log.extend(segs.into_iter().map(|(seg, salt)| (seg, salt, seg)));
+    }
+    let levels = primary.replication().levels_digest(1).expect("digest").expect("a primary's digest");
+    let remap = Msg::Remap { epoch: 2, region: 1, last_lsn: region.lsn(), tails: vec![], log, index: vec![], levels };
+    let stream = new.add_region(1, 2, Mode::SendIndex, &backups, true);
+    new.start(&stream, Some(remap));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while new.stats.incremental_catch_ups.load(Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the backup was never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(new.stats.catch_ups.load(Relaxed), 0, "what the backup shares with the primary is kept");
+    write(3).await.expect("writer");
+    assert_backup_holds(&new, &region, &addr, "after the incremental copy").await;
+}

@@ -84,6 +84,39 @@ impl Replication<'_> {
         Ok(inv)
     }
 
+    /// A digest of a region's levels and range deletes as its primary names them (every SST's
+    /// level and [`SstInfo::digest`]): a primary's own; a Send-Index backup's through its map,
+    /// None when one of its SSTs has no primary segment. A backup and its primary have equal
+    /// digests exactly when their levels hold the same SSTs: a backup checks it after a Remap,
+    /// since the old primary may have shipped an edit to some backups and died (or been fenced)
+    /// before the others got it, and later edits would name SSTs the copies do not share.
+    pub fn levels_digest(&self, region: u32) -> Result<Option<u64>> {
+        let h = self.db.region(region)?;
+        let meta = self.db.inner.sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let backup = h.region.is_backup();
+        let sst_primary: HashMap<u32, u32> = meta.index_map.iter().map(|(&p, &l)| (l, p)).collect();
+        let mut hash = xxhash_rust::xxh3::Xxh3::new();
+        for (i, ssts) in meta.levels.iter().enumerate() {
+            for s in ssts {
+                let seg = match (backup, sst_primary.get(&s.seg)) {
+                    (false, _) => s.seg,
+                    (true, Some(&p)) => p,
+                    (true, None) => return Ok(None),
+                };
+                hash.update(&[i as u8]);
+                hash.update(&SstInfo { seg, ..s.clone() }.digest().to_le_bytes());
+            }
+        }
+        for d in &meta.range_dels {
+            for part in [&d.start, &d.end] {
+                hash.update(&(part.len() as u32).to_le_bytes());
+                hash.update(part);
+            }
+            hash.update(&d.lsn.to_le_bytes());
+        }
+        Ok(Some(hash.digest()))
+    }
+
     /// Empties a backup region for an incremental copy: every SST, log segment and range
     /// delete leaves the catalog, but the segments `keep` names stay, their map entries
     /// re-keyed to the primary's segments, for the copy to put back (kept log segments keep the

@@ -61,11 +61,11 @@ impl Replica {
                 .await?
             }
             Msg::Edits { edits, .. } => apply_edits(&work, db, &edits).await?,
-            Msg::Remap { last_lsn, tails, log, index, .. } => {
+            Msg::Remap { last_lsn, tails, log, index, levels, .. } => {
                 r.settle().await?;
                 let maps =
                     ReplicaMaps { log: log.iter().map(|&(p, s, n)| ((p, s), n)).collect(), index: index.to_vec() };
-                apply_remap(db, r, last_lsn, &tails, maps).await?;
+                apply_remap(db, r, last_lsn, &tails, maps, levels).await?;
                 // Aligned with the new primary up to its last LSN: acknowledged at once, so that
                 // the new primary knows it (a handoff right after waits for exactly that).
                 r.received.fetch_max(last_lsn, Relaxed);
@@ -210,6 +210,7 @@ async fn apply_remap(
     last_lsn: u64,
     tails: &[LogTail],
     maps: ReplicaMaps,
+    levels: u64,
 ) -> Result<()> {
     {
         let mut bufs = r.bufs.lock();
@@ -221,7 +222,7 @@ async fn apply_remap(
     let r = r.clone();
     match r.mode {
         Mode::BuildIndex => run_now(Box::new(move || remap_build_index(&db, &r, last_lsn))).await,
-        Mode::SendIndex => run_now(Box::new(move || remap_send_index(&db, &r, &maps))).await,
+        Mode::SendIndex => run_now(Box::new(move || remap_send_index(&db, &r, &maps, levels))).await,
     }
 }
 
@@ -235,8 +236,10 @@ fn remap_build_index(db: &Db, r: &ReplicaRegion, last_lsn: u64) -> Result<()> {
 }
 
 /// Send-Index: stores the new primary's tails as whole segments and renumbers the region's
-/// segments and SSTs to the new primary's.
-fn remap_send_index(db: &Db, r: &ReplicaRegion, maps: &ReplicaMaps) -> Result<()> {
+/// segments and SSTs to the new primary's. Levels that then differ from the new primary's
+/// (`levels`, its digest; 0: not checked) end the stream: the old primary shipped an edit to
+/// only some of its backups, and the next session's incremental copy aligns this one.
+fn remap_send_index(db: &Db, r: &ReplicaRegion, maps: &ReplicaMaps, levels: u64) -> Result<()> {
     let seg_bytes = db.options().segment_bytes as usize;
     let bufs: Vec<(u8, Buf)> = r.bufs.lock().drain().collect();
     for (log, b) in bufs {
@@ -246,6 +249,17 @@ fn remap_send_index(db: &Db, r: &ReplicaRegion, maps: &ReplicaMaps) -> Result<()
         db.replication().backup_log_segment(r.id, log_kind(log)?, b.seg, b.salt, &img)?;
     }
     db.replication().remap(r.id, maps)?;
+    let ours = db.replication().levels_digest(r.id)?;
+    if levels != 0 && ours != Some(levels) {
+        tracing::warn!(
+            region = r.id,
+            "levels differ from the new primary's after its Remap; an incremental copy follows"
+        );
+        return Err(Error::Rejected(format!(
+            "region {}: this copy's levels differ from the new primary's; catch it up with an incremental copy",
+            r.id
+        )));
+    }
     Ok(())
 }
 

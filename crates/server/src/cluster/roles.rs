@@ -42,8 +42,11 @@ impl ClusterNode {
             }
         };
         let (last, dropped) = (p.last_lsn, p.dropped);
-        let maps = match self.mode {
-            Mode::SendIndex => self.db.replication().replica_maps(region)?,
+        let (maps, levels) = match self.mode {
+            Mode::SendIndex => {
+                let r = self.db.replication();
+                (r.replica_maps(region)?, r.levels_digest(region)?.unwrap_or_default())
+            }
             Mode::BuildIndex => Default::default(),
         };
         let first = Some(Msg::Remap {
@@ -53,6 +56,7 @@ impl ClusterNode {
             tails: p.tails,
             log: maps.log.iter().map(|&((p, s), l)| (p, s, l)).collect(),
             index: maps.index,
+            levels,
         });
         self.edit_file(|f| *f = promoted);
         self.shipper.start(&stream, first);
