@@ -13,7 +13,7 @@ source "$(dirname "$(realpath "$0")")/etcd-local.sh"
 root=$(mktemp -d); cd "$root"
 start_etcd 24790 24800
 trap "kill \$ETCD 2>/dev/null; pkill -f \"halyard serve --dir n\" 2>/dev/null; true" EXIT
-$B cluster init --etcd $E --regions 32 --replicas $copies --bench-keys >/dev/null
+$B cluster init --etcd $E --regions 32 --replicas $copies --bench-keys --no-merge >/dev/null
 pids=()
 for i in 1 2 3; do
   RUST_LOG=warn $B serve --dir n$i --etcd $E --node n$i --listen 127.0.0.1:2540$i --resp 127.0.0.1:2640$i \

@@ -23,7 +23,7 @@ cluster() { # $1: extra `cluster init` flags; starts etcd and 3 nodes in the cur
     --initial-cluster default=http://127.0.0.1:24800 --experimental-enable-lease-checkpoint >/dev/null 2>&1 &
   sleep 1.5
   # shellcheck disable=SC2086
-  $B cluster init --etcd $E --regions 32 --replicas 2 --bench-keys $1 >/dev/null
+  $B cluster init --etcd $E --regions 32 --replicas 2 --bench-keys $1 --no-merge >/dev/null
   for i in 1 2 3; do
     RUST_LOG=warn $B serve --dir n$i --etcd $E --node n$i --listen 127.0.0.1:2540$i --resp 127.0.0.1:2640$i \
       --http 127.0.0.1:2940$i --replication-listen 127.0.0.1:2840$i --cache-mb 64 > n$i.log 2>&1 &

@@ -17,7 +17,7 @@ source "$(dirname "$(realpath "$0")")/etcd-local.sh"
 root=$(mktemp -d); cd "$root"
 start_etcd 24792 24802
 trap "kill \$ETCD 2>/dev/null; pkill -f \"halyard serve --dir r[0-9]\" 2>/dev/null; true" EXIT
-$B cluster init --etcd $E --regions 8 --replicas 2 --bench-keys >/dev/null
+$B cluster init --etcd $E --regions 8 --replicas 2 --bench-keys --no-merge >/dev/null
 start() {
   RUST_LOG=warn,halyard_replication::copy=info $B serve --dir r$1 --etcd $E --node n$1 \
     --listen 127.0.0.1:2542$1 --resp 127.0.0.1:2642$1 --http 127.0.0.1:2942$1 \

@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
 . "$here/scripts/netns-cluster.sh"
 netns_up
-$B cluster init --etcd $E --regions 32 --replicas "$copies" --bench-keys >/dev/null
+$B cluster init --etcd $E --regions 32 --replicas "$copies" --bench-keys --no-merge >/dev/null
 # Quiet and even: every region led and with its copies, nothing moving, and the nodes' copies and
 # primaries within one of each other, for 3 s in a row.
 even() { $B cluster status --etcd $E --json | python3 -c "

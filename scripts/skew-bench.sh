@@ -35,7 +35,7 @@ sys.exit(0 if ok else 1)" && return; sleep 0.5; done; echo "the cluster did not 
 # cluster LOAD_OPS NAME: a fresh cluster, loaded, adapting and measured; sets skewed, uniform, took.
 cluster() {
   netns_down; netns_up
-  $B cluster init --etcd $E --regions "$nodes" --replicas 2 --bench-keys >/dev/null
+  $B cluster init --etcd $E --regions "$nodes" --replicas 2 --bench-keys --no-merge >/dev/null
   # Copies at 1 MiB/s, half of a 16 Mbit/s link: a new backup's copy must leave room for clients.
   for i in $(seq 1 "$nodes"); do start "$i" --split-load-ops "$1" --move-rate-mb "${MOVE_RATE:-1}"; done
   settled

@@ -44,6 +44,22 @@ pub async fn split(addr: &str, region: u32, epoch: u64, at: Vec<u8>, child: u32)
     }
 }
 
+/// Asks the primary at `addr` of `region` (at `epoch`) and `right` (at `right_epoch`) to fence
+/// both and merge `right` into `region`, which leads again at `merged_epoch` once a map names
+/// it so; returns the merged region's last LSN.
+pub async fn merge(
+    addr: &str,
+    (region, epoch): (u32, u64),
+    (right, right_epoch): (u32, u64),
+    merged_epoch: u64,
+) -> Result<u64> {
+    match request(addr, Msg::Merge { epoch, region, right_epoch, right, merged_epoch }).await? {
+        Msg::HandedOff { last_lsn, .. } => Ok(last_lsn),
+        Msg::Reject { reason, .. } => Err(Error::Rejected(reason)),
+        m => Err(Error::Protocol(format!("{m:?}"))),
+    }
+}
+
 fn done(m: Msg) -> Result<()> {
     match m {
         Msg::Done { .. } => Ok(()),

@@ -16,6 +16,6 @@ pub mod frame;
 mod msg;
 
 pub use auth::{matches as is_cluster_secret, secret as cluster_secret, set_cluster_secret};
-pub use client::{add_backup, dump, handoff, host, promote, split};
+pub use client::{add_backup, dump, handoff, host, merge, promote, split};
 pub use error::{Error, Result};
 pub use msg::{is_admin_tag, read_msg, DumpPair, Msg};

@@ -47,6 +47,11 @@ pub enum Msg {
     /// HandedOff once the backups hold the region up to the split. Both serve again with a map
     /// that names them at a higher epoch. Asked again after the split, it only fences.
     Split { epoch: u64, region: u32, at: Vec<u8>, child: u32 },
+    /// Master -> primary of both: fence `region` at `epoch` and `right` (which starts where
+    /// `region` ends) at `right_epoch`, as for a handoff, then merge `right` into `region`,
+    /// whose backups join their copies when its stream opens again at `merged_epoch`; answered
+    /// with HandedOff once done. Asked again once merged, it only fences `region`.
+    Merge { epoch: u64, region: u32, right_epoch: u64, right: u32, merged_epoch: u64 },
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and
@@ -64,6 +69,7 @@ mod tag {
     pub(super) const HANDOFF: u8 = 21;
     pub(super) const HANDED_OFF: u8 = 22;
     pub(super) const SPLIT: u8 = 26;
+    pub(super) const MERGE: u8 = 27;
 }
 
 /// Whether a body whose first byte is `tag` is an admin message ([`Msg`]) rather than one of
@@ -83,6 +89,7 @@ pub fn is_admin_tag(tag: u8) -> bool {
             | tag::HANDOFF
             | tag::HANDED_OFF
             | tag::SPLIT
+            | tag::MERGE
     )
 }
 
@@ -179,6 +186,9 @@ impl Msg {
             Msg::Split { epoch, region, at, child } => {
                 w.u8(tag::SPLIT).u64(*epoch).u32(*region).bytes(at).u32(*child);
             }
+            Msg::Merge { epoch, region, right_epoch, right, merged_epoch } => {
+                w.u8(tag::MERGE).u64(*epoch).u32(*region).u64(*right_epoch).u32(*right).u64(*merged_epoch);
+            }
             Msg::HandedOff { region, last_lsn } => {
                 w.u8(tag::HANDED_OFF).u32(*region).u64(*last_lsn);
             }
@@ -214,6 +224,13 @@ impl Msg {
             tag::HANDOFF => Msg::Handoff { epoch: r.u64()?, region: r.u32()? },
             tag::HANDED_OFF => Msg::HandedOff { region: r.u32()?, last_lsn: r.u64()? },
             tag::SPLIT => Msg::Split { epoch: r.u64()?, region: r.u32()?, at: r.bytes()?.to_vec(), child: r.u32()? },
+            tag::MERGE => Msg::Merge {
+                epoch: r.u64()?,
+                region: r.u32()?,
+                right_epoch: r.u64()?,
+                right: r.u32()?,
+                merged_epoch: r.u64()?,
+            },
             _ => return Err(Error::Malformed("unknown message type")),
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
@@ -261,6 +278,7 @@ mod tests {
             Msg::Handoff { epoch: 9, region: 7 },
             Msg::HandedOff { region: 7, last_lsn: 1234 },
             Msg::Split { epoch: 9, region: 7, at: b"k5".to_vec(), child: 8 },
+            Msg::Merge { epoch: 9, region: 7, right_epoch: 4, right: 8, merged_epoch: 10 },
         ]
     }
 

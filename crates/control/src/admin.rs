@@ -9,15 +9,8 @@ use serde::Serialize;
 
 /// Writes a new cluster's settings and its unassigned regions, cut at `splits` (sorted,
 /// distinct: region i covers `splits[i-1]..splits[i]`). Refused if the cluster exists.
-pub async fn init(
-    client: &mut Client,
-    layout: &Layout,
-    replicas: usize,
-    replace_after_secs: u64,
-    balance: bool,
-    splits: &[String],
-) -> Result<()> {
-    if replicas == 0 {
+pub async fn init(client: &mut Client, layout: &Layout, config: &ClusterConfig, splits: &[String]) -> Result<()> {
+    if config.replicas == 0 {
         return Err(Error::Invalid("--replicas must be at least 1".into()));
     }
     if splits.windows(2).any(|w| matches!(w, [a, b] if halyard_cluster::key_bytes(a) >= halyard_cluster::key_bytes(b)))
@@ -25,7 +18,7 @@ pub async fn init(
     {
         return Err(Error::Invalid("split keys must be non-empty, distinct and in increasing order".into()));
     }
-    let config = ClusterConfig { replicas, format: FORMAT, replace_after_secs, balance };
+    let config = ClusterConfig { format: FORMAT, ..config.clone() };
     let mut ops = vec![TxnOp::put(layout.config(), serde_json::to_vec(&config).unwrap_or_default(), None)];
     let n = splits.len() + 1;
     for i in 0..n {

@@ -145,6 +145,9 @@ pub struct ClusterConfig {
     /// Whether the master's balancer evens copies and primaries over the nodes by itself.
     #[serde(default = "default_balance")]
     pub balance: bool,
+    /// Whether the master merges adjacent regions that are small and idle by themselves.
+    #[serde(default = "default_balance")]
+    pub merge: bool,
 }
 
 fn default_balance() -> bool {
@@ -234,6 +237,11 @@ pub struct Progress {
     /// written); the master splits them there.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub splits: BTreeMap<u32, String>,
+    /// A primary's regions small and idle enough to merge with a neighbour by its own limits
+    /// (under a quarter of `--region-max-mb`, a tenth of `--split-load-ops`): the master merges
+    /// two adjacent ones.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub cold: std::collections::BTreeSet<u32>,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes
@@ -290,6 +298,22 @@ pub enum Intent {
         /// The region's epoch when the split began.
         epoch: u64,
     },
+    /// `right` (at `right_epoch`), which starts where `region` (at `epoch`) ends and has the
+    /// same primary and backups, is being merged into it: the primary fences both, compacts
+    /// and merges its store and opens the merged region's streams at `epoch` + 1 (its backups
+    /// join their copies); then one transaction widens `region` to `right`'s end at `epoch` + 1
+    /// and `version` + 1 and deletes `right`'s record. A new master asks the primary again
+    /// (it only fences once merged) and commits, or rolls both back if the group changed.
+    Merge {
+        /// The left region's id (it stays).
+        region: u32,
+        /// Its epoch when the merge began.
+        epoch: u64,
+        /// The right region's id (it goes).
+        right: u32,
+        /// Its epoch when the merge began.
+        right_epoch: u64,
+    },
 }
 
 impl Intent {
@@ -299,7 +323,8 @@ impl Intent {
             Intent::Promote { region, .. }
             | Intent::AddBackup { region, .. }
             | Intent::Transfer { region, .. }
-            | Intent::Split { region, .. } => *region,
+            | Intent::Split { region, .. }
+            | Intent::Merge { region, .. } => *region,
         }
     }
 }
@@ -334,13 +359,22 @@ pub enum Request {
         /// The first key of the new region.
         at: String,
     },
+    /// Merge the region with the one after it (an operator's merge: neither needs to be small
+    /// or idle). Their primaries and backups must be the same nodes.
+    Merge {
+        /// The left region's id.
+        region: u32,
+    },
 }
 
 impl Request {
     /// The region the request is about.
     pub fn region(&self) -> u32 {
         match self {
-            Request::Transfer { region, .. } | Request::Move { region, .. } | Request::Split { region, .. } => *region,
+            Request::Transfer { region, .. }
+            | Request::Move { region, .. }
+            | Request::Split { region, .. }
+            | Request::Merge { region } => *region,
         }
     }
 }

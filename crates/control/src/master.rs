@@ -15,7 +15,7 @@
 
 use crate::etcd::{Compare, CompareOp, Txn, TxnOp};
 use crate::layout::{Intent, RegionRecord, Report, Request};
-use crate::schedule::{planned, stale_requests, transfer_applies, Tally};
+use crate::schedule::{merge_applies, planned, stale_requests, transfer_applies, Tally};
 use crate::session::Session;
 use crate::view::View;
 use crate::{Error, Result};
@@ -52,6 +52,12 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, tally: &mut Tally) -
         return None;
     }
     let primary_holds = view.holds(r, &spec.primary);
+    // The right side of a merge under way waits for it (the merge's own step rolls it back if
+    // its primary is lost).
+    if primary_holds && view.intents.iter().any(|(_, i)| matches!(i, Intent::Merge { right, .. } if *right == spec.id))
+    {
+        return None;
+    }
     if let Some((key, i)) = view.intents.iter().find(|(_, i)| i.region() == spec.id) {
         // A copy from a lost primary is dropped below instead of finished.
         if primary_holds || !matches!(i, Intent::AddBackup { .. }) {
@@ -225,10 +231,16 @@ pub struct Master {
     /// [`BALANCE_COOLDOWN`] (its rates are a moment old, and moving it back and forth costs
     /// every move a handoff).
     moved: Mutex<BTreeMap<u32, std::time::Instant>>,
+    /// When each region was last split (both halves): neither merges for [`MERGE_AFTER_SPLIT`].
+    split_at: Mutex<BTreeMap<u32, std::time::Instant>>,
 }
 
 /// How long the balancer leaves a region alone after its primary role moved.
 const BALANCE_COOLDOWN: Duration = Duration::from_secs(60);
+
+/// How long the halves of a split stay apart before they may merge (a load split's halves
+/// are idle once the load moved on: merging them at once would split them again).
+const MERGE_AFTER_SPLIT: Duration = Duration::from_secs(300);
 
 impl Master {
     /// Campaigns for the master role with the session's lease and, while elected, keeps the
@@ -240,6 +252,7 @@ impl Master {
             stats,
             last_id: Mutex::new(0),
             moved: Mutex::new(BTreeMap::new()),
+            split_at: Mutex::new(BTreeMap::new()),
         });
         loop {
             let Some(lease) = m.session.holds() else {
@@ -294,6 +307,9 @@ impl Master {
             let mut moved = self.moved.lock();
             moved.retain(|_, at| at.elapsed() < BALANCE_COOLDOWN);
             tally.cooling = moved.keys().copied().collect();
+            let mut split = self.split_at.lock();
+            split.retain(|_, at| at.elapsed() < MERGE_AFTER_SPLIT);
+            tally.fresh = split.keys().copied().collect();
         }
         let mut stale_keys = stale_reports(&view);
         for k in stale_requests(&view) {
@@ -404,7 +420,7 @@ impl Master {
                 Some(vec![self.put_region(&Self::with_spec(r, s))])
             }
             Step::Schedule(q) => {
-                let key = self.session.layout().request(spec.id);
+                let key = self.session.layout().request(q.region());
                 Some(vec![TxnOp::put(key, serde_json::to_vec(q).unwrap_or_default(), None)])
             }
             _ => None,
@@ -496,6 +512,10 @@ impl Master {
                 } else {
                     self.split(term, view, r, rev, &key, (&at, child)).await?;
                 }
+            }
+            Step::Merge(right) => self.begin_merge(term, view, (r, rev), right).await?,
+            Step::Finish(key, Intent::Merge { epoch, right, right_epoch, .. }) => {
+                self.finish_merge(term, view, (r, rev), &key, (epoch, right, right_epoch)).await?
             }
             Step::Away(_) | Step::Drop(_) | Step::Reconfirm | Step::Schedule(_) => {}
         }
@@ -655,9 +675,127 @@ impl Master {
         // it, and the map would then leave a gap.
         if self.commit_if(term, Some((spec.id, rev)), vec![self.absent(child)], ops).await? {
             self.stats.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let now = std::time::Instant::now();
+            self.split_at.lock().extend([(spec.id, now), (child, now)]);
             tracing::info!(region = spec.id, child, at, last_lsn = lsn, took = ?t0.elapsed(), "split");
         }
         Ok(())
+    }
+
+    /// Logs a merge of region `right` into `r` (taking the operator's request), then carries
+    /// it out.
+    async fn begin_merge(&self, term: &Term, view: &View, (r, rev): (&RegionRecord, i64), right: u32) -> Result<()> {
+        let spec = &r.spec;
+        let Some((x, xrev)) = view.regions.get(&right) else { return Ok(()) };
+        let key = self.session.layout().log(view.revision, spec.id);
+        let intent = Intent::Merge { region: spec.id, epoch: spec.epoch, right, right_epoch: x.spec.epoch };
+        let ops = vec![
+            TxnOp::put(key.as_str(), serde_json::to_vec(&intent).unwrap_or_default(), None),
+            TxnOp::delete(self.session.layout().request(spec.id), None),
+        ];
+        if self.commit_if(term, Some((spec.id, rev)), vec![self.at_rev(right, *xrev)], ops).await? {
+            self.merge(term, (r, rev), (x, *xrev), &key).await?;
+        }
+        Ok(())
+    }
+
+    /// A merge a master logged (the log entry `key`: `r` at `epoch`, `right` at `right_epoch`)
+    /// and did not finish: asked of the primary again while both regions are as they were,
+    /// else rolled back (a failover changed the group meanwhile): both fences end.
+    async fn finish_merge(
+        &self,
+        term: &Term,
+        view: &View,
+        (r, rev): (&RegionRecord, i64),
+        key: &str,
+        (epoch, right, right_epoch): (u64, u32, u64),
+    ) -> Result<()> {
+        let same = |x: &RegionRecord| r.spec.epoch == epoch && x.spec.epoch == right_epoch;
+        match view.regions.get(&right) {
+            Some((x, xrev)) if same(x) && merge_applies(view, r, x) => {
+                self.merge(term, (r, rev), (x, *xrev), key).await
+            }
+            found => self.unfence(term, (r, rev), found, key).await,
+        }
+    }
+
+    /// A merge of `x` into `r` (see [`Intent::Merge`]): the primary fences both and merges its
+    /// store, then one transaction widens `r` over `x` at an epoch above both and deletes `x`'s
+    /// record and the log entry. A merge the primary refuses (a region it cannot clean up yet)
+    /// is rolled back: both serve again at a higher epoch. One without an answer is asked again
+    /// by a later tick (the primary may have merged already; both stay fenced until then).
+    async fn merge(
+        &self,
+        term: &Term,
+        (r, rev): (&RegionRecord, i64),
+        (x, xrev): (&RegionRecord, i64),
+        key: &str,
+    ) -> Result<()> {
+        let (spec, t0) = (&r.spec, std::time::Instant::now());
+        let mut c = self.session.client();
+        let members = View::load(&mut c, self.session.layout()).await?.members;
+        let addr = members.get(&spec.primary).map(|m| m.replication.clone()).unwrap_or_default();
+        let merged_epoch = spec.epoch.max(x.spec.epoch) + 1;
+        let ask = halyard_admin::merge(&addr, (spec.id, spec.epoch), (x.spec.id, x.spec.epoch), merged_epoch);
+        let lsn = match tokio::time::timeout(HANDOFF_TIMEOUT, ask).await {
+            Ok(Ok(lsn)) => lsn,
+            Ok(Err(halyard_admin::Error::Rejected(why))) => {
+                tracing::warn!(
+                    region = spec.id,
+                    right = x.spec.id,
+                    "the primary refused the merge: {why}; rolling back"
+                );
+                self.unfence(term, (r, rev), Some(&(x.clone(), xrev)), key).await?;
+                return Err(Error::Invalid(format!(
+                    "merge of regions {} and {} rolled back: {why}",
+                    spec.id, x.spec.id
+                )));
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(Error::Invalid(format!("{} did not merge in time", spec.primary))),
+        };
+        let mut s = spec.clone();
+        s.end = x.spec.end.clone();
+        s.epoch = merged_epoch;
+        let version = r.version.max(x.version) + 1;
+        let ops = vec![
+            self.put_region(&RegionRecord { spec: s, version }),
+            TxnOp::delete(self.session.layout().region(x.spec.id), None),
+            TxnOp::delete(key, None),
+        ];
+        if self.commit_if(term, Some((spec.id, rev)), vec![self.at_rev(x.spec.id, xrev)], ops).await? {
+            self.stats.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(region = spec.id, right = x.spec.id, last_lsn = lsn, took = ?t0.elapsed(), "merged");
+        }
+        Ok(())
+    }
+
+    /// Ends a merge that will not happen: each of the two regions still at its record's
+    /// revision serves again at a higher epoch (ending its fence), and the log entry goes.
+    async fn unfence(
+        &self,
+        term: &Term,
+        (r, rev): (&RegionRecord, i64),
+        x: Option<&(RegionRecord, i64)>,
+        key: &str,
+    ) -> Result<()> {
+        let mut s = r.spec.clone();
+        s.epoch += 1;
+        let mut ops = vec![self.put_region(&Self::with_spec(r, s)), TxnOp::delete(key, None)];
+        let mut more = Vec::new();
+        if let Some((x, xrev)) = x {
+            let mut s = x.spec.clone();
+            s.epoch += 1;
+            ops.push(self.put_region(&Self::with_spec(x, s)));
+            more.push(self.at_rev(x.spec.id, *xrev));
+        }
+        self.commit_if(term, Some((r.spec.id, rev)), more, ops).await?;
+        Ok(())
+    }
+
+    /// A comparison that holds while region `id`'s record is at revision `rev`.
+    fn at_rev(&self, id: u32, rev: i64) -> Compare {
+        Compare::mod_revision(self.session.layout().region(id), CompareOp::Equal, rev)
     }
 
     async fn failed_handoff(&self, term: &Term, r: &RegionRecord, rev: i64, key: &str, why: &str) -> Result<()> {
@@ -805,14 +943,16 @@ mod tests {
         s.away.insert("n2".into(), now_ms());
         // n2 is down, its place fresh: no copy on n3 meanwhile.
         let (mut v, r) = view(&[("n1", 1), ("n3", 3)], s.clone());
-        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 60, balance: true });
+        v.config =
+            Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 60, balance: true, merge: true });
         assert_eq!(plan(&v, &r, 2, &mut Tally::default()), None);
         // n2 back (a new lease): it rejoins first.
         v.live.insert("n2".into(), crate::NodeRecord { name: "n2".into(), lease: 22, ..Default::default() });
         assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n2".into())));
         // The place expired and n2 is still down: the copy goes elsewhere.
         v.live.remove("n2");
-        v.config = Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 0, balance: true });
+        v.config =
+            Some(crate::ClusterConfig { replicas: 2, format: 1, replace_after_secs: 0, balance: true, merge: true });
         assert_eq!(plan(&v, &r, 2, &mut Tally::default()), Some(Step::Add("n3".into())));
         // A promotion keeps the old primary's place.
         let p = promoted(&r.spec, "n3", 9, 1234);

@@ -95,6 +95,33 @@ pub async fn split(client: &mut Client, layout: &Layout, id: u32, at: &str, wait
     child(&v).ok_or_else(|| Error::Invalid("the split region vanished from the map".into()))
 }
 
+/// Asks the master to merge the region after `id` into `id` and waits until the map no longer
+/// holds that region; returns its id. Both must have the same primary and backups (move their
+/// copies first: `halyard admin transfer`, `halyard admin move`).
+pub async fn merge(client: &mut Client, layout: &Layout, id: u32, wait: Duration) -> Result<u32> {
+    let t0 = std::time::Instant::now();
+    let gone = loop {
+        let v = View::load(client, layout).await?;
+        let r = region(&v, id)?;
+        let Some(right) = crate::schedule::right_of(&v, r) else {
+            return Err(Error::Invalid(format!(
+                "region {id} reaches the end of the key space: nothing follows it to merge"
+            )));
+        };
+        match crate::schedule::merge_blocker(&v, r, right) {
+            None => break right.spec.id,
+            Some(Err(why)) => return Err(Error::Invalid(why)),
+            // Passes by itself (a split or copy just ended): asked again in a moment.
+            Some(Ok(why)) if t0.elapsed() > wait => return Err(Error::Invalid(format!("cannot merge yet: {why}"))),
+            Some(Ok(_)) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    let q = Request::Merge { region: id };
+    client.put(layout.request(id), serde_json::to_vec(&q).unwrap_or_default(), None).await?;
+    wait_for(client, layout, Some(id), wait, |_| {}, |v| !v.regions.contains_key(&gone)).await?;
+    Ok(gone)
+}
+
 /// Asks the master to move region `id`'s copy from `from` to `to` and waits until `to` holds
 /// it and `from` left the group.
 pub async fn move_region(

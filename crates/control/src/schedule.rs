@@ -44,6 +44,8 @@ pub enum Step {
     Schedule(Request),
     /// Split the region at this key (as region keys are written).
     Split(String),
+    /// Merge this region (the one after it) into the region.
+    Merge(u32),
 }
 
 /// What the steps planned so far in one tick commit nodes to, so that later regions of the
@@ -60,6 +62,8 @@ pub struct Tally {
     pub busy: usize,
     /// Regions whose primary role moved a moment ago: the balancer leaves them alone.
     pub cooling: std::collections::HashSet<u32>,
+    /// Regions a split made a moment ago: they do not merge (no split/merge flapping).
+    pub fresh: std::collections::HashSet<u32>,
 }
 
 impl Tally {
@@ -164,6 +168,9 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
             Request::Transfer { to, .. } => transfer_applies(view, r, to).then(|| Step::Transfer(to.clone())),
             Request::Move { from, to, .. } => move_step(view, r, from, Some(to), tally, seed),
             Request::Split { at, .. } => split_applies(r, at).then(|| Step::Split(at.clone())),
+            Request::Merge { .. } => {
+                right_of(view, r).filter(|x| merge_applies(view, r, x)).map(|x| Step::Merge(x.spec.id))
+            }
         };
         if step.is_some() {
             return step;
@@ -178,7 +185,80 @@ pub fn planned(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> O
     if let Some(from) = drained.first() {
         return move_step(view, r, from, None, tally, seed);
     }
-    balance(view, r, tally, seed)
+    merge_step(view, r, tally).or_else(|| balance(view, r, tally, seed))
+}
+
+/// The region that starts where `r` ends, if any.
+pub fn right_of<'v>(view: &'v View, r: &RegionRecord) -> Option<&'v RegionRecord> {
+    let end = r.spec.end.as_ref()?;
+    view.regions.values().map(|(x, _)| x).find(|x| &x.spec.start == end)
+}
+
+/// Whether `right` can be merged into `r` now: one node leads both, the same nodes back both
+/// up, no copy is being taken and no change of `right` is under way.
+pub fn merge_applies(view: &View, r: &RegionRecord, right: &RegionRecord) -> bool {
+    merge_blocker(view, r, right).is_none()
+}
+
+/// Why `right` cannot be merged into `r` now ([`merge_applies`]), if it cannot; `Ok` reasons
+/// pass by themselves (a change or copy under way), `Err` ones need the operator.
+pub fn merge_blocker(view: &View, r: &RegionRecord, right: &RegionRecord) -> Option<Result<String, String>> {
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    let (a, b) = (&r.spec, &right.spec);
+    if a.primary != b.primary || sorted(&a.backups) != sorted(&b.backups) {
+        return Some(Err(format!(
+            "regions {} (primary {}, backups {:?}) and {} (primary {}, backups {:?}) must have the same primary and backups: move one's copies first",
+            a.id, a.primary, a.backups, b.id, b.primary, b.backups
+        )));
+    }
+    if !a.learners.is_empty() || !b.learners.is_empty() {
+        return Some(Ok("a copy is being taken".into()));
+    }
+    if !view.holds(right, &b.primary) || !view.holds(r, &a.primary) {
+        return Some(Ok(format!("{} does not hold both regions under its current lease", a.primary)));
+    }
+    let this = |i: &Intent| matches!(i, Intent::Merge { region, right, .. } if *region == a.id && *right == b.id);
+    if view.intents.iter().any(|(_, i)| (i.region() == b.id || i.region() == a.id) && !this(i)) {
+        return Some(Ok("a change of one of them is under way".into()));
+    }
+    None
+}
+
+/// Whether `r`'s primary finds it small and idle enough to merge (its `progress/` record).
+fn cold(view: &View, r: &RegionRecord) -> bool {
+    view.progress.get(&r.spec.primary).is_some_and(|p| p.cold.contains(&r.spec.id))
+}
+
+/// Merges `r` with the region after it when both are small and idle by their primaries' own
+/// limits and the cluster merges (`cluster init --no-merge` turns it off): at once when the
+/// two groups are the same nodes with the same primary; when only the primaries differ and
+/// `r`'s primary backs the other up, that region's primary role moves to it first (a request,
+/// carried out by later ticks). Groups of different nodes are left as they are. One change at a
+/// time in the whole cluster, and never a region a split made a moment ago ([`Tally::fresh`]).
+fn merge_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
+    let on = view.config.as_ref().is_some_and(|c| c.merge);
+    if !on || tally.busy > 0 || !view.requests.is_empty() || tally.fresh.contains(&r.spec.id) || !cold(view, r) {
+        return None;
+    }
+    let right = right_of(view, r)?;
+    if tally.fresh.contains(&right.spec.id) || !cold(view, right) {
+        return None;
+    }
+    if merge_applies(view, r, right) {
+        tally.busy += 1;
+        tracing::info!(region = r.spec.id, right = right.spec.id, "merging two small idle regions");
+        return Some(Step::Merge(right.spec.id));
+    }
+    if right.spec.primary != r.spec.primary && transfer_applies(view, right, &r.spec.primary) {
+        tally.busy += 1;
+        tracing::info!(region = right.spec.id, to = %r.spec.primary, "aligning a small idle region with its left neighbour's primary for a merge");
+        return Some(Step::Schedule(Request::Transfer { region: right.spec.id, to: r.spec.primary.clone() }));
+    }
+    None
 }
 
 /// The next step of moving `r`'s copy off `from` (onto `to`, or a node [`pick`]s): add the
@@ -327,6 +407,7 @@ pub fn stale_requests(view: &View) -> Vec<String> {
                     !(r.spec.has_member(from) || r.spec.away.contains_key(from)) || !view.live.contains_key(to)
                 }
                 Request::Split { at, .. } => !split_applies(r, at),
+                Request::Merge { .. } => !right_of(view, r).is_some_and(|x| merge_applies(view, r, x)),
             }
         })
         .map(|(k, _)| k.clone())
@@ -343,7 +424,7 @@ mod tests {
     /// learners), every member holding under its node's lease.
     fn cluster(live: usize, replicas: usize, regions: &[(&str, &[&str], &[&str])]) -> View {
         let mut v = View {
-            config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60, balance: true }),
+            config: Some(ClusterConfig { replicas, format: 1, replace_after_secs: 60, balance: true, merge: true }),
             revision: 7,
             ..View::default()
         };
@@ -479,5 +560,80 @@ mod tests {
         let mut v = v;
         v.intents.push(("x".into(), Intent::Promote { region: 9, node: "n2".into(), epoch: 1 }));
         assert_eq!(step(&v, 1), None);
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+    use crate::layout::{ClusterConfig, NodeRecord, Progress};
+    use halyard_cluster::RegionSpec;
+
+    /// Nodes n1, n2 (leases 1, 2); regions 1.. cut at "b", "c", ... with the given primaries,
+    /// the other node their backup; `cold` the regions their primaries report small and idle.
+    fn cluster(primaries: &[&str], cold: &[u32]) -> View {
+        let mut v = View {
+            // The balancer would even the primaries out first.
+            config: Some(ClusterConfig { replicas: 2, format: 1, replace_after_secs: 60, balance: false, merge: true }),
+            ..View::default()
+        };
+        for n in ["n1", "n2"] {
+            v.live.insert(n.into(), NodeRecord { name: n.into(), lease: n[1..].parse().unwrap(), ..Default::default() });
+        }
+        let cut = |i: usize| (i > 0).then(|| ((b'a' + i as u8) as char).to_string());
+        for (i, p) in primaries.iter().enumerate() {
+            let backup = if *p == "n1" { "n2" } else { "n1" };
+            let spec = RegionSpec {
+                id: i as u32 + 1,
+                start: cut(i).unwrap_or_default(),
+                end: if i + 1 < primaries.len() { cut(i + 1) } else { None },
+                primary: p.to_string(),
+                backups: vec![backup.into()],
+                epoch: 3,
+                leases: [("n1".to_string(), 1), ("n2".to_string(), 2)].into_iter().collect(),
+                learners: Vec::new(),
+                away: Default::default(),
+            };
+            v.regions.insert(spec.id, (RegionRecord { spec, version: 1 }, 5));
+        }
+        for n in ["n1", "n2"] {
+            let led = |id: &u32| v.regions[id].0.spec.primary == n;
+            let p = Progress { cold: cold.iter().copied().filter(led).collect(), ..Progress::default() };
+            v.progress.insert(n.into(), p);
+        }
+        v
+    }
+
+    fn step(v: &View, id: u32, fresh: &[u32]) -> Option<Step> {
+        let mut t = Tally::new(v);
+        t.fresh = fresh.iter().copied().collect();
+        planned(v, &v.regions[&id].0, &mut t, 1)
+    }
+
+    #[test]
+    fn small_idle_neighbours_of_one_group_merge() {
+        let v = cluster(&["n1", "n1"], &[1, 2]);
+        assert_eq!(step(&v, 1, &[]), Some(Step::Merge(2)));
+        // The last region has nothing after it.
+        assert_eq!(step(&v, 2, &[]), None);
+    }
+
+    #[test]
+    fn a_busy_or_large_region_or_a_fresh_split_half_does_not_merge() {
+        assert_eq!(step(&cluster(&["n1", "n1"], &[1]), 1, &[]), None, "region 2 is not cold");
+        assert_eq!(step(&cluster(&["n1", "n1"], &[1, 2]), 1, &[2]), None, "region 2 was split a moment ago");
+        let mut v = cluster(&["n1", "n1"], &[1, 2]);
+        if let Some(c) = v.config.as_mut() {
+            c.merge = false;
+        }
+        assert_eq!(step(&v, 1, &[]), None, "cluster init --no-merge");
+    }
+
+    #[test]
+    fn the_right_neighbours_primary_role_moves_next_to_the_left_one_first() {
+        let v = cluster(&["n1", "n2"], &[1, 2]);
+        assert_eq!(step(&v, 1, &[]), Some(Step::Schedule(Request::Transfer { region: 2, to: "n1".into() })));
+        let (r, x) = (&v.regions[&1].0, &v.regions[&2].0);
+        assert!(matches!(merge_blocker(&v, r, x), Some(Err(_))), "an operator's merge says to align the groups");
     }
 }

@@ -16,6 +16,8 @@ pub struct MasterStats {
     pub handoffs_rolled_back: AtomicU64,
     /// Regions split (the map narrowed one and added its child).
     pub splits: AtomicU64,
+    /// Regions merged into their left neighbour (the map widened one and dropped the other).
+    pub merges: AtomicU64,
 }
 
 impl Default for MasterStats {
@@ -27,6 +29,7 @@ impl Default for MasterStats {
             fence_seconds: Histogram::new(buckets()),
             handoffs_rolled_back: AtomicU64::new(0),
             splits: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
         }
     }
 }

@@ -195,8 +195,15 @@ async fn election_passes_to_the_next_candidate_when_the_leader_lease_goes() {
 async fn a_session_registers_and_the_elected_master_assigns_the_region() {
     let (_etcd, mut c) = start_etcd().await;
     let layout = Layout::new("t");
-    halyard_control::admin::init(&mut c, &layout, 1, 60, true, &[]).await.unwrap();
-    assert!(halyard_control::admin::init(&mut c, &layout, 1, 60, true, &[]).await.is_err(), "init runs once");
+    let config = halyard_control::layout::ClusterConfig {
+        replicas: 1,
+        format: halyard_control::layout::FORMAT,
+        replace_after_secs: 60,
+        balance: true,
+        merge: true,
+    };
+    halyard_control::admin::init(&mut c, &layout, &config, &[]).await.unwrap();
+    assert!(halyard_control::admin::init(&mut c, &layout, &config, &[]).await.is_err(), "init runs once");
     let record = NodeRecord { name: "n1".into(), replication: "127.0.0.1:1".into(), ..Default::default() };
     let session = Session::start(c.clone(), layout.clone(), record, Duration::from_secs(3)).await.unwrap();
     let lease = session.holds().expect("a fresh lease holds");

@@ -979,3 +979,63 @@ fn a_backup_splits_where_its_primary_did_and_both_halves_follow() {
     }
     assert_same(&backup, &model, "the backup, each half promoted");
 }
+
+/// Two halves of a split merge again on the primary; the backup joins its copies of them and
+/// an incremental copy of the merged region aligns it, keeping most of what it held (frames
+/// the old streams carried last, the merge's sealed tails, may be lost on the way).
+#[test]
+fn a_backup_merges_where_its_primary_did_and_an_incremental_copy_aligns_it() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let backup = open_backup(&root.path().join("b"), true);
+    let mut model = BTreeMap::new();
+    let mut bufs: HashMap<u32, Buffers> = HashMap::new();
+    let ship = |bufs: &mut HashMap<u32, Buffers>| {
+        for (region, ev) in rec.take_tagged() {
+            bufs.entry(region).or_default().apply_to(&backup, region, &ev);
+        }
+    };
+    for round in 0..3 {
+        write_round(&primary, round, &mut model);
+        ship(&mut bufs);
+    }
+    primary.split_region(0, b"user001500", 1).expect("split");
+    write_round(&primary, 3, &mut model);
+    settle(&primary);
+    ship(&mut bufs);
+    assert!(
+        primary.merge_regions(0, 1).is_err(),
+        "halves that still share SSTs and hide each other's keys with range deletes are not merged"
+    );
+    for id in [0, 1] {
+        primary.compact_region(id).expect("compact the half");
+    }
+    settle(&primary);
+    ship(&mut bufs);
+    primary.merge_regions(0, 1).expect("merge");
+    // The old streams' last frames (the tails the merge sealed) are lost.
+    let lost = rec.take_tagged();
+    assert!(!lost.is_empty(), "the merge sealed the halves' tails");
+    backup.replication().backup_merge(0, 1).expect("the backup merges its copies");
+    let ranges = |db: &Db| db.regions().into_iter().map(|r| (r.id, r.start, r.end)).collect::<Vec<_>>();
+    assert_eq!(ranges(&backup), ranges(&primary), "the backup's regions");
+    let inv = backup.replication().backup_inventory(0).expect("inventory");
+    let mut merged = bufs.remove(&0).unwrap_or_default();
+    let (total, (sent, kept)) = primary
+        .replication()
+        .with_copy(0, |c| (c.total_bytes(), apply_incremental(&backup, c, &inv, &mut merged)))
+        .expect("copy");
+    assert!(kept > 0 && sent < total / 2, "sent {sent}, kept {kept}, total {total}");
+    let digest = |db: &Db| db.replication().levels_digest(0).expect("digest");
+    assert_eq!(digest(&backup), digest(&primary), "the merged copy's levels are the primary's");
+    write_round(&primary, 4, &mut model);
+    settle(&primary);
+    for (_, ev) in rec.take_tagged() {
+        merged.apply(&backup, &ev);
+    }
+    assert_same(&primary, &model, "the merged primary");
+    backup.replication().promote(0, &merged.tails()).expect("promote");
+    assert_same(&backup, &model, "the merged backup, promoted");
+}

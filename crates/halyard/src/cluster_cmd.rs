@@ -41,6 +41,11 @@ pub enum ClusterCmd {
         /// drains and handoffs asked for still happen).
         #[arg(long)]
         no_balance: bool,
+        /// The master does not merge adjacent regions that are small and idle (an operator's
+        /// `halyard admin merge` still happens): the regions stay as --regions/--split cut them
+        /// and as splits cut them since.
+        #[arg(long)]
+        no_merge: bool,
         /// Explicit split keys instead of --regions, comma-separated, increasing ("hex:..." for
         /// raw bytes): N keys make N+1 regions.
         #[arg(long, value_delimiter = ',')]
@@ -108,6 +113,7 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                 replicas,
                 replace_after_secs,
                 no_balance,
+                no_merge,
                 split,
                 numeric_keys,
                 bench_keys,
@@ -129,7 +135,14 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                     true => halyard_control::admin::redis_splits(&splits).map_err(|e| e.to_string())?,
                     false => splits,
                 };
-                halyard_control::admin::init(&mut c, &layout, *replicas, *replace_after_secs, !*no_balance, &splits).await.map_err(|e| e.to_string())?;
+                let config = halyard_control::layout::ClusterConfig {
+                    replicas: *replicas,
+                    format: halyard_control::layout::FORMAT,
+                    replace_after_secs: *replace_after_secs,
+                    balance: !*no_balance,
+                    merge: !*no_merge,
+                };
+                halyard_control::admin::init(&mut c, &layout, &config, &splits).await.map_err(|e| e.to_string())?;
                 println!(
                     "cluster {} created: {} regions, {replicas} copies each; start nodes with `halyard serve --etcd {} --cluster-name {} --node NAME`",
                     layout.root(),
@@ -236,6 +249,18 @@ pub async fn split(etcd: &EtcdArgs, region: u32, at: &str) -> Result<(), String>
         "region {region} split at {at:?}: keys from there on are region {child} ({} ms after the request)",
         t0.elapsed().as_millis()
     );
+    Ok(())
+}
+
+/// `halyard admin merge`: asks the master to merge a region with the next and waits for the
+/// new map.
+pub async fn merge(etcd: &EtcdArgs, region: u32) -> Result<(), String> {
+    let mut c = connect(etcd).await?;
+    let layout = Layout::new(&etcd.cluster_name);
+    let t0 = std::time::Instant::now();
+    let wait = std::time::Duration::from_secs(60);
+    let gone = halyard_control::operate::merge(&mut c, &layout, region, wait).await.map_err(|e| e.to_string())?;
+    println!("region {gone} merged into region {region} ({} ms after the request)", t0.elapsed().as_millis());
     Ok(())
 }
 

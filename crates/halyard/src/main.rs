@@ -209,6 +209,18 @@ enum AdminCmd {
         #[command(flatten)]
         etcd: cluster_cmd::EtcdArgs,
     },
+    /// Merge the region that follows a region into it (etcd mode): both must have the same
+    /// primary and backups. The primary fences both, compacts and merges its store without
+    /// copying data, its backups join their copies, and one map change widens the region
+    /// (next epoch and version) and drops the other. The master also merges small idle
+    /// neighbours by itself (unless `cluster init --no-merge`).
+    Merge {
+        /// The left region's id (it stays, covering both).
+        #[arg(long)]
+        region: u32,
+        #[command(flatten)]
+        etcd: cluster_cmd::EtcdArgs,
+    },
     /// Move a region's copy from one node to another (etcd mode): the target takes a full copy
     /// as a learner (streamed at the primary's --move-rate-mb), becomes a backup, takes the
     /// primary role if the source led, and the source leaves the group and drops its copy.
@@ -287,6 +299,7 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
             AdminCmd::Transfer { region, to, etcd } => cluster_cmd::transfer(etcd, *region, to).await,
             AdminCmd::Move { region, from, to, etcd } => cluster_cmd::move_region(etcd, *region, from, to).await,
             AdminCmd::Split { region, at, etcd } => cluster_cmd::split(etcd, *region, at).await,
+            AdminCmd::Merge { region, etcd } => cluster_cmd::merge(etcd, *region).await,
             AdminCmd::Verify { region, cluster_file, etcd, cluster_name } => {
                 let file = match cluster_file {
                     Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,

@@ -288,6 +288,7 @@ fn run(mode: &str) {
             region: 1,
             mode: mode_v,
             inventory: false,
+            absorb: None,
         }
         .encode(),
     )
@@ -306,7 +307,7 @@ fn run(mode: &str) {
     }
     // So is a stream in another protocol version, with a reason that says what to do.
     let mut s = std::net::TcpStream::connect(&n3).expect("connect n3");
-    s.write_all(&Msg::Hello { version: 1, epoch: 9, region: 1, mode: mode_v, inventory: false }.encode())
+    s.write_all(&Msg::Hello { version: 1, epoch: 9, region: 1, mode: mode_v, inventory: false, absorb: None }.encode())
         .expect("hello");
     let mut reply = Vec::new();
     s.read_to_end(&mut reply).expect("reply");

@@ -136,6 +136,7 @@ fn master_and_primary_killed_failover_without_a_person() {
         region: 1,
         mode: halyard_replication::Mode::SendIndex,
         inventory: false,
+        absorb: None,
     };
     std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
     let mut reply = Vec::new();
@@ -235,8 +236,18 @@ fn etcd_down_briefly_primaries_resume() {
     let dir = tempfile::tempdir().unwrap();
     let ports = (common::free_port(), common::free_port());
     let (mut etcd, url) = etcd_common::start_etcd_on(dir.path(), ports.0, ports.1);
-    let (ok, out) =
-        halyard(&["cluster", "init", "--etcd", &url, "--regions", "2", "--replicas", "2", "--numeric-keys"]);
+    let (ok, out) = halyard(&[
+        "cluster",
+        "init",
+        "--etcd",
+        &url,
+        "--regions",
+        "2",
+        "--replicas",
+        "2",
+        "--numeric-keys",
+        "--no-merge",
+    ]);
     assert!(ok, "{out}");
     let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
     let before = wait_settled(&url, 2, Duration::from_secs(60));

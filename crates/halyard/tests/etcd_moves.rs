@@ -198,6 +198,101 @@ fn a_split_under_writes_loses_nothing_and_its_half_moves_on() {
     check_everything(&url, &addrs, &acked);
 }
 
+/// `halyard admin merge` under writes: region 2 (after its primary role joined region 1's) is
+/// merged into region 1 without an acknowledged write lost; the map ends with one region at a
+/// higher epoch and version, writes go on across the whole range, and every backup's copy
+/// (joined from its two copies and caught up incrementally) equals the primary's.
+#[test]
+fn an_operator_merge_under_writes_loses_nothing_and_the_copies_join() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(2, 3, &["--no-balance", "--numeric-keys"]);
+    let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let s = status(&url);
+    let (p1, p2) = (region(&s, 1)["primary"].as_str().unwrap().to_string(), region(&s, 2)["primary"].clone());
+    // (A backup named in the map a moment ago may not have taken its stream yet: asked again.)
+    let t0 = Instant::now();
+    while p2.as_str() != Some(p1.as_str()) {
+        let (ok, out) = halyard(&["admin", "transfer", "--region", "2", "--to", &p1, "--etcd", &url]);
+        if ok {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "aligning the primaries: {out}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (ok, out) = halyard(&["admin", "merge", "--region", "2", "--etcd", &url]);
+    assert!(!ok && out.contains("end of the key space"), "region 2 has nothing after it: {out}");
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let writers = Writers::start(&addrs, 4, &[]);
+    std::thread::sleep(Duration::from_millis(800));
+    let before = [region(&status(&url), 1), region(&status(&url), 2)];
+    let all: Vec<&Node> = nodes.iter().collect();
+    let copies = ["halyard_replication_catch_ups_total", "halyard_replication_incremental_catch_ups_total"];
+    let copies_before = metric_sums(&all, &copies);
+    let t0 = Instant::now();
+    let (ok, out) = halyard(&["admin", "merge", "--region", "1", "--etcd", &url]);
+    assert!(ok, "merge: {out}");
+    let merged_at = Instant::now();
+    let s = status(&url);
+    let merged = partition(&s);
+    assert_eq!(merged.len(), 1, "{s}");
+    let m = merged[0];
+    assert_eq!(m["id"].as_u64(), Some(1), "{s}");
+    for b in &before {
+        assert!(m["epoch"].as_u64() > b["epoch"].as_u64(), "the epoch did not rise: {s}");
+        assert!(m["version"].as_u64() > b["version"].as_u64(), "the version did not rise: {s}");
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    wait_settled(&url, 3, Duration::from_secs(60));
+    let acked = writers.stop();
+    let gap = longest_gap(&acked, t0, merged_at);
+    let both =
+        |high: bool| acked.iter().any(|a| a.1 > merged_at && (key(a.0).as_slice() >= b"key5".as_slice()) == high);
+    assert!(both(false) && both(true), "writes went on over the whole merged range");
+    eprintln!("merge under writes: longest write gap {gap:?} ({} writes)", acked.len());
+    assert!(metric_sums(&all, &["halyard_master_merges_total"])[0] >= 1.0, "the masters' merge counter");
+    let copies_after = metric_sums(&all, &copies);
+    assert_eq!(copies_after[0], copies_before[0], "no full copy: the backups joined the copies they held");
+    assert!(copies_after[1] >= copies_before[1] + 2.0, "each backup caught up incrementally: {copies_after:?}");
+    check_everything(&url, &addrs, &acked);
+}
+
+/// Small idle regions merge by themselves: six regions on two nodes (primaries spread over
+/// both) end as one, the master first moving a region's primary role next to its left
+/// neighbour's; every value written before reads back and the copies are equal.
+#[test]
+fn small_idle_neighbours_merge_by_themselves() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(6, 2, &["--numeric-keys", "--merges", "--no-balance"]);
+    let nodes: Vec<Node> = (1..=2).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    let leaders: std::collections::BTreeSet<String> =
+        s["regions"].as_array().unwrap().iter().map(|r| r["primary"].as_str().unwrap().to_string()).collect();
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let c = cluster_client(&addrs, Duration::from_secs(10));
+    let mut acked = Vec::new();
+    for i in 0..600 {
+        // Regions merge while this writes: a write refused meanwhile is retried.
+        let t0 = Instant::now();
+        while let Err(e) = c.put(key(i), value(i)) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "write {i}: {e}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        acked.push((i, Instant::now()));
+    }
+    let t0 = Instant::now();
+    let s = loop {
+        let s = status(&url);
+        if partition(&s).len() == 1 && s["log"].as_array().unwrap().is_empty() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "the regions did not merge into one: {s}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    eprintln!("6 regions merged into one in {:?} (primaries were on {leaders:?})", t0.elapsed());
+    assert!(s["regions"][0]["version"].as_u64() > Some(1), "{s}");
+    wait_settled(&url, 2, Duration::from_secs(60));
+    check_everything(&url, &addrs, &acked);
+}
+
 /// A region past its primary's `--region-max-mb` is split by the master at the key its primary
 /// names, without an operator: the map ends with regions that partition the key space, and every
 /// write reads back with every copy equal.

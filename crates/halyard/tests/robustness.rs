@@ -76,9 +76,13 @@ enum Fault {
     /// `halyard admin split` of the region between the native keys (the Redis keys go right),
     /// then at once a handoff of the new region to a backup.
     SplitThenHandoff,
+    /// `halyard admin split` of the region, at once `halyard admin merge` of its halves (the
+    /// primary compacts them clean first, the backups join their copies and catch up), then a
+    /// SIGKILL of the primary 300–800 ms later (the seed picks).
+    SplitMergeThenKill,
 }
 
-const FAULTS: [Fault; 13] = [
+const FAULTS: [Fault; 14] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -92,6 +96,7 @@ const FAULTS: [Fault; 13] = [
     Fault::KillMasterDuringMove,
     Fault::PartitionMoveTarget,
     Fault::SplitThenHandoff,
+    Fault::SplitMergeThenKill,
 ];
 
 /// What an operation did, as the checker names it.
@@ -463,6 +468,15 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             assert!(ok, "handoff of the new region {id} to {to}: {out}");
             std::thread::sleep(Duration::from_millis(2000));
         }
+        Fault::SplitMergeThenKill => {
+            let (ok, out) = etcd_common::halyard(&["admin", "split", "--region", "1", "--at", "rk2", "--etcd", url]);
+            assert!(ok, "split: {out}");
+            let (ok, out) = etcd_common::halyard(&["admin", "merge", "--region", "1", "--etcd", url]);
+            assert!(ok, "merge: {out}");
+            std::thread::sleep(Duration::from_millis(300 + seed % 500));
+            nodes[v].proc.kill9();
+            std::thread::sleep(Duration::from_millis(5000));
+        }
         Fault::Handoffs => {
             for i in 0..4 {
                 let s = status(url);
@@ -598,7 +612,12 @@ fn lost_writes(ops: &[Op], finals: &[Op]) -> usize {
 }
 
 fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
-    let (dir, _etcd, url) = new_cluster(1, 3, false);
+    // The split's halves stay with one group for their merge (the balancer would move one
+    // half's primary role away at once).
+    let (dir, _etcd, url) = match fault {
+        Fault::SplitMergeThenKill => etcd_common::new_cluster_with(1, 3, &["--no-balance"]),
+        _ => new_cluster(1, 3, false),
+    };
     // n1 runs as its own user, so that iptables can cut it off (n4 instead when the move's
     // target is cut off); with every node equally loaded the master gives the region to the
     // first node by name.

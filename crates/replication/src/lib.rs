@@ -21,4 +21,4 @@ pub use error::{Error, Result};
 pub use halyard_admin::auth::{matches as is_cluster_secret, secret as cluster_secret, set_cluster_secret};
 pub use primary::{ShipStats, Shipper, DEFAULT_COPY_RATE, DEFAULT_QUEUE_BYTES};
 pub use replica::{Promoted, Replica};
-pub use wire::{Mode, Msg};
+pub use wire::{Absorb, Mode, Msg};

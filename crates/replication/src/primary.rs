@@ -21,9 +21,9 @@
 use crate::link::{image_len, Item, Link};
 pub use crate::link::{ShipStats, DEFAULT_QUEUE_BYTES};
 use crate::peer::Peers;
-use crate::wire::{Mode, Msg};
+use crate::wire::{Absorb, Mode, Msg};
 use halyard_engine::{encode_shipped_edits, Db, Edit, Inventory, LogKind, RegionCopy, ShipListener, ShippedSegment};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
@@ -40,6 +40,8 @@ pub struct RegionStream {
     epoch: Arc<AtomicU64>,
     mode: Mode,
     links: Vec<Arc<Link>>,
+    /// The region this stream's backups join into theirs when it opens (it was merged here).
+    absorb: Arc<Mutex<Option<Absorb>>>,
 }
 
 /// Ships every primary region of a store to its backups.
@@ -106,7 +108,13 @@ impl Shipper {
         aligned: bool,
     ) -> Arc<RegionStream> {
         let links = backups.iter().map(|(node, addr)| self.new_link(node, addr, aligned, true)).collect();
-        let s = Arc::new(RegionStream { region, epoch: Arc::new(AtomicU64::new(epoch)), mode, links });
+        let s = Arc::new(RegionStream {
+            region,
+            epoch: Arc::new(AtomicU64::new(epoch)),
+            mode,
+            links,
+            absorb: Arc::default(),
+        });
         self.regions.write().insert(region, s.clone());
         s
     }
@@ -158,7 +166,13 @@ impl Shipper {
             }
             let mut links = s.links.clone();
             links.push(self.new_link(node, addr, false, false));
-            let ns = Arc::new(RegionStream { region, epoch: s.epoch.clone(), mode: s.mode, links });
+            let ns = Arc::new(RegionStream {
+                region,
+                epoch: s.epoch.clone(),
+                mode: s.mode,
+                links,
+                absorb: s.absorb.clone(),
+            });
             map.insert(region, ns.clone());
             ns
         };
@@ -180,6 +194,15 @@ impl Shipper {
         }
     }
 
+    /// Makes the backups of `region` (added with [`Shipper::add_region`], not started yet) join
+    /// their copies of `absorb.right` into theirs when its streams open: the region took that
+    /// one in here ([`halyard_engine::Db::merge_regions`]).
+    pub fn set_absorb(&self, region: u32, absorb: Absorb) {
+        if let Some(s) = self.regions.read().get(&region) {
+            *s.absorb.lock() = Some(absorb);
+        }
+    }
+
     /// Stops shipping a region (it is no longer led here).
     pub fn remove_region(&self, region: u32) {
         if let Some(s) = self.regions.write().remove(&region) {
@@ -198,7 +221,11 @@ impl Shipper {
         if gone.is_empty() {
             return;
         }
-        map.insert(region, Arc::new(RegionStream { region, epoch: s.epoch.clone(), mode: s.mode, links: kept }));
+        let absorb = s.absorb.clone();
+        map.insert(
+            region,
+            Arc::new(RegionStream { region, epoch: s.epoch.clone(), mode: s.mode, links: kept, absorb }),
+        );
         drop(map);
         for l in gone {
             l.stopped.store(true, Relaxed);
@@ -453,8 +480,15 @@ impl Shipper {
         let (route, mut replies) = conn.open(s.region, l);
         let lost = || crate::Error::Protocol("the connection to the backup node failed".into());
         let epoch = s.epoch.load(Relaxed);
-        let hello =
-            Msg::Hello { version: crate::wire::VERSION, epoch, region: s.region, mode: s.mode, inventory: !aligned };
+        let absorb = s.absorb.lock().clone();
+        let hello = Msg::Hello {
+            version: crate::wire::VERSION,
+            epoch,
+            region: s.region,
+            mode: s.mode,
+            inventory: !aligned,
+            absorb,
+        };
         conn.send(&hello.encode());
         let held = match replies.recv().await {
             Some(Msg::HelloOk { held, lsn, .. }) => {
@@ -559,7 +593,7 @@ impl ShipListener for Shipper {
             })
             .collect();
         let epoch = Arc::new(AtomicU64::new(s.epoch.load(Relaxed)));
-        let cs = Arc::new(RegionStream { region: child, epoch, mode: s.mode, links });
+        let cs = Arc::new(RegionStream { region: child, epoch, mode: s.mode, links, absorb: Arc::default() });
         self.regions.write().insert(child, cs.clone());
         if let (Some(me), Some(rt)) = (self.me.upgrade(), self.rt.get()) {
             let _in = rt.enter();

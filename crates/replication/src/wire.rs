@@ -17,7 +17,7 @@ pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
 /// regions' streams; 5: a Hello may ask for the backup's inventory, which its HelloOk carries, and
 /// an incremental copy starts with Resync instead of Reset; 6: Split; 7: a Remap carries the new
-/// primary's levels digest).
+/// primary's levels digest, a Hello may name a region its stream absorbs).
 pub const VERSION: u16 = 7;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
@@ -53,6 +53,17 @@ impl Mode {
 /// A log tail a Remap carries: (log, primary segment, salt, bytes).
 pub type LogTail = (u8, u32, u32, Vec<u8>);
 
+/// The region a merged region's stream takes in (its primary merged `right` into the
+/// stream's region, which now ends at `end`): before reporting what it holds, the backup joins
+/// its copy of `right` into the region's, or, holding none, widens the region to `end`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Absorb {
+    /// The region merged away.
+    pub right: u32,
+    /// Where the merged region ends (None: the end of the key space).
+    pub end: Option<Vec<u8>>,
+}
+
 /// One message of a replication stream. Every field's width and meaning is in
 /// `docs/replication.md`; `epoch` is the sender's epoch for `region`, `region` the engine
 /// region id on both ends.
@@ -61,7 +72,7 @@ pub type LogTail = (u8, u32, u32, Vec<u8>);
 pub enum Msg {
     /// Primary -> backup, first on a connection: this stream feeds `region` at `epoch`;
     /// `inventory`: a copy follows, say what you hold.
-    Hello { version: u16, epoch: u64, region: u32, mode: Mode, inventory: bool },
+    Hello { version: u16, epoch: u64, region: u32, mode: Mode, inventory: bool, absorb: Option<Absorb> },
     /// Backup -> primary: accepted; the backup holds the region up to `lsn`, and (when asked)
     /// the segments of `held` (empty: nothing worth keeping).
     HelloOk { region: u32, lsn: u64, held: Inventory },
@@ -210,9 +221,21 @@ impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = frame::begin();
         match self {
-            Msg::Hello { version, epoch, region, mode, inventory } => {
+            Msg::Hello { version, epoch, region, mode, inventory, absorb } => {
                 w.u8(tag::HELLO).u32(u32::from(*version)).u64(*epoch).u32(*region).u8(*mode as u8);
                 w.u8(u8::from(*inventory));
+                match absorb {
+                    None => {
+                        w.u8(0);
+                    }
+                    Some(a) => {
+                        w.u8(1).u32(a.right);
+                        match &a.end {
+                            None => w.u8(0),
+                            Some(e) => w.u8(1).bytes(e),
+                        };
+                    }
+                }
             }
             Msg::HelloOk { region, lsn, held } => {
                 w.u8(tag::HELLO_OK).u32(*region).u64(*lsn);
@@ -298,12 +321,19 @@ impl Msg {
                 let version = u16::try_from(r.u32()?).map_err(|_| Error::Malformed("protocol version out of range"))?;
                 let (epoch, region) = (r.u64()?, r.u32()?);
                 let mode = Mode::from_u8(r.u8()?).ok_or(Error::Malformed("unknown replication mode"))?;
-                let inventory = match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(Error::Malformed("flag other than 0 or 1")),
+                let inventory = flag(&mut r)?;
+                let absorb = match flag(&mut r)? {
+                    false => None,
+                    true => {
+                        let right = r.u32()?;
+                        let end = match flag(&mut r)? {
+                            false => None,
+                            true => Some(r.bytes()?.to_vec()),
+                        };
+                        Some(Absorb { right, end })
+                    }
                 };
-                Msg::Hello { version, epoch, region, mode, inventory }
+                Msg::Hello { version, epoch, region, mode, inventory, absorb }
             }
             tag::HELLO_OK => Msg::HelloOk { region: r.u32()?, lsn: r.u64()?, held: inventory(&mut r)? },
             tag::APPEND => Msg::Append {
@@ -342,6 +372,15 @@ impl Msg {
         };
         r.finish().map_err(|_| Error::Malformed("trailing bytes after the message"))?;
         Ok(m)
+    }
+}
+
+/// A flag byte: 0 or 1 exactly (one meaning, one encoding).
+fn flag(r: &mut Reader<'_>) -> Result<bool> {
+    match r.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(Error::Malformed("flag other than 0 or 1")),
     }
 }
 
@@ -437,8 +476,30 @@ mod tests {
 
     fn samples() -> Vec<Msg> {
         vec![
-            Msg::Hello { version: VERSION, epoch: 3, region: 7, mode: Mode::BuildIndex, inventory: false },
-            Msg::Hello { version: VERSION, epoch: 3, region: 7, mode: Mode::SendIndex, inventory: true },
+            Msg::Hello {
+                version: VERSION,
+                epoch: 3,
+                region: 7,
+                mode: Mode::BuildIndex,
+                inventory: false,
+                absorb: None,
+            },
+            Msg::Hello {
+                version: VERSION,
+                epoch: 3,
+                region: 7,
+                mode: Mode::SendIndex,
+                inventory: true,
+                absorb: Some(Absorb { right: 8, end: Some(b"m".to_vec()) }),
+            },
+            Msg::Hello {
+                version: VERSION,
+                epoch: 3,
+                region: 7,
+                mode: Mode::SendIndex,
+                inventory: true,
+                absorb: Some(Absorb { right: 8, end: None }),
+            },
             Msg::HelloOk { region: 7, lsn: 99, held: Inventory::default() },
             Msg::HelloOk {
                 region: 7,
@@ -524,7 +585,9 @@ mod tests {
 
     #[test]
     fn hello_matches_the_documented_bytes() {
-        let f = Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true }.encode();
+        let f =
+            Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true, absorb: None }
+                .encode();
         let doc = "48 4C 59 52 13 00 00 00 3E CF 6E 4E 01 07 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");

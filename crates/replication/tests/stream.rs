@@ -195,7 +195,8 @@ async fn only_the_newest_stream_of_a_region_applies() {
     let dir = tempfile::tempdir().expect("dir");
     let opts = Options { default_region: false, ..Options::tiny() };
     let (_backup, addr) = start_backup(dir.path(), opts, false).await;
-    let hello = Msg::Hello { version: VERSION, epoch: 1, region: 1, mode: Mode::SendIndex, inventory: true };
+    let hello =
+        Msg::Hello { version: VERSION, epoch: 1, region: 1, mode: Mode::SendIndex, inventory: true, absorb: None };
     let mut conns = Vec::new();
     for _ in 0..2 {
         let mut c = tokio::net::TcpStream::connect(&addr).await.expect("connect");
@@ -233,7 +234,8 @@ async fn one_connection_carries_many_regions_and_a_refusal_ends_one() {
     let mut hellos = Vec::new();
     for region in [1, 2, 9] {
         hellos.extend(
-            Msg::Hello { version: VERSION, epoch: 2, region, mode: Mode::SendIndex, inventory: false }.encode(),
+            Msg::Hello { version: VERSION, epoch: 2, region, mode: Mode::SendIndex, inventory: false, absorb: None }
+                .encode(),
         );
     }
     c.write_all(&hellos).await.expect("hellos");
@@ -279,7 +281,8 @@ async fn one_connection_carries_many_regions_and_a_refusal_ends_one() {
 
     // Region 2 opens again on the same connection and streams.
     c.write_all(
-        &Msg::Hello { version: VERSION, epoch: 2, region: 2, mode: Mode::SendIndex, inventory: false }.encode(),
+        &Msg::Hello { version: VERSION, epoch: 2, region: 2, mode: Mode::SendIndex, inventory: false, absorb: None }
+            .encode(),
     )
     .await
     .expect("hello");

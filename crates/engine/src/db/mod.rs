@@ -637,6 +637,27 @@ impl Db {
         Ok(())
     }
 
+    /// Flushes region `id`, then runs its compactions until no level is over its budget and
+    /// its range deletes (a split's among them) are applied: what [`Db::merge_regions`] asks
+    /// of both regions.
+    pub fn compact_region(&self, id: u32) -> Result<()> {
+        let r = self.inner.get(id)?;
+        if r.is_backup() {
+            return Err(Error::BackupRegion(id));
+        }
+        r.flush()?;
+        loop {
+            self.inner.sh.check()?;
+            if let Some(job) = compaction::pick_with(&r, true) {
+                compaction::run(&r, job)?;
+            } else if compaction::running(&r) || r.view().imm.is_some() {
+                std::thread::sleep(Duration::from_millis(5));
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
     /// Flushes, then runs compactions until no level is over its budget.
     pub fn compact(&self) -> Result<()> {
         self.flush()?;

@@ -207,6 +207,84 @@ impl DbInner {
     }
 }
 
+impl DbInner {
+    /// Joins backup region `right` into backup region `left`, which ends where it starts, as
+    /// their primary merged them ([`crate::Replication::backup_merge`]): `left`'s catalog takes
+    /// in `right`'s SSTs, log segments and maps in one durable record, and the segments shipped
+    /// to either but not installed yet stay reserved. Unlike a primary's merge nothing is
+    /// checked of the levels: the merged region's incremental copy follows, which keeps what
+    /// the two held and installs the primary's levels.
+    pub(crate) fn merge_backups(&self, left: u32, right: u32) -> Result<RegionHandle> {
+        let _one = self.reshaping.lock();
+        let (l, r) = (self.get(left)?, self.get(right)?);
+        if l.end().as_deref() != Some(r.start().as_slice()) || left == right {
+            return Err(Error::InvalidOptions(format!("region {left} does not end where region {right} starts")));
+        }
+        for x in [&l, &r] {
+            if !x.is_backup() {
+                return Err(Error::InvalidOptions(format!("region {} is not a backup", x.id())));
+            }
+        }
+        let sh = self.sh.clone();
+        sh.check()?;
+        if let Err(e) = sh.manifest.commit(left, &[Edit::Merge { right }]) {
+            return sh.fail(e);
+        }
+        for x in [&l, &r] {
+            keep_views(x);
+        }
+        let meta = sh.manifest.region(left).ok_or(Error::NoSuchRegion(left))?;
+        let joined = Arc::new(Region::new(left, &meta, sh.clone(), Memtable::new(), 1));
+        {
+            let mut into = joined.backup_state().reserved.lock();
+            for x in [&l, &r] {
+                let mut from = x.backup_state().reserved.lock();
+                into.log.extend(from.log.drain());
+                into.index.extend(from.index.drain());
+                into.index_digest.extend(from.index_digest.drain());
+            }
+        }
+        self.install_regions(vec![joined.clone()], &[right]);
+        sh.counters.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(RegionHandle { region: joined })
+    }
+
+    /// Gives backup region `id` the key range `[start, end)` (its primary's merged region,
+    /// when this node held no copy of the other side; an incremental copy follows).
+    pub(crate) fn set_backup_range(&self, id: u32, start: &[u8], end: Option<&[u8]>) -> Result<RegionHandle> {
+        let _one = self.reshaping.lock();
+        let old = self.get(id)?;
+        if !old.is_backup() {
+            return Err(Error::InvalidOptions(format!("region {id} is not a backup")));
+        }
+        let sh = self.sh.clone();
+        sh.check()?;
+        let overlaps = self.regions.read().values().any(|o| {
+            o.id() != id
+                && end.is_none_or(|e| o.start().as_slice() < e)
+                && o.end().as_deref().is_none_or(|oe| start < oe)
+        });
+        if overlaps {
+            return Err(Error::InvalidOptions(format!("the new range of region {id} overlaps another region")));
+        }
+        let role = Edit::CreateRegion { start: start.to_vec(), end: end.map(<[u8]>::to_vec), backup: true };
+        if let Err(e) = sh.manifest.commit(id, &[role]) {
+            return sh.fail(e);
+        }
+        keep_views(&old);
+        let meta = sh.manifest.region(id).ok_or(Error::NoSuchRegion(id))?;
+        let fresh = Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), 1));
+        {
+            let (mut into, mut from) = (fresh.backup_state().reserved.lock(), old.backup_state().reserved.lock());
+            into.log.extend(from.log.drain());
+            into.index.extend(from.index.drain());
+            into.index_digest.extend(from.index_digest.drain());
+        }
+        self.install_regions(vec![fresh.clone()], &[]);
+        Ok(RegionHandle { region: fresh })
+    }
+}
+
 /// Keeps the segments the readers of a replaced region object may read: none freed from now
 /// on is reused before the last of its views is gone (with the object).
 fn keep_views(r: &Region) {

@@ -306,6 +306,19 @@ impl Replication<'_> {
         self.db.inner.split(region, at, child, Some(lsn))
     }
 
+    /// Merges backup region `right` into `left` where their primary merged them, before the
+    /// merged region's incremental copy (which aligns the levels): see
+    /// [`crate::Db::merge_regions`] for the primary's side.
+    pub fn backup_merge(&self, left: u32, right: u32) -> Result<RegionHandle> {
+        self.db.inner.merge_backups(left, right)
+    }
+
+    /// Widens (or narrows) backup region `id` to `[start, end)`: its primary merged it with a
+    /// region this store holds no copy of, whose part the incremental copy then brings.
+    pub fn set_backup_range(&self, id: u32, start: &[u8], end: Option<&[u8]>) -> Result<RegionHandle> {
+        self.db.inner.set_backup_range(id, start, end)
+    }
+
     /// Empties a backup region (levels, logs, maps, reservations) before a full copy.
     pub fn reset_backup(&self, region: u32) -> Result<()> {
         let h = self.backup_region(region)?;

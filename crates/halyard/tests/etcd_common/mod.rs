@@ -63,13 +63,18 @@ pub fn new_cluster(regions: usize, replicas: usize, numeric: bool) -> (tempfile:
     new_cluster_with(regions, replicas, if numeric { &["--numeric-keys"] } else { &[] })
 }
 
-/// [`new_cluster`] with more `halyard cluster init` arguments.
+/// [`new_cluster`] with more `halyard cluster init` arguments. The master merges no region by
+/// itself (`--no-merge`: the tests name the regions `init` made) unless `extra` holds the
+/// marker `--merges`.
 pub fn new_cluster_with(regions: usize, replicas: usize, extra: &[&str]) -> (tempfile::TempDir, Proc, String) {
     let dir = tempfile::tempdir().unwrap();
     let (etcd, url) = start_etcd(dir.path());
     let (r, c) = (regions.to_string(), replicas.to_string());
     let mut args = vec!["cluster", "init", "--etcd", &url, "--regions", &r, "--replicas", &c];
-    args.extend_from_slice(extra);
+    args.extend(extra.iter().filter(|a| **a != "--merges"));
+    if !extra.contains(&"--merges") {
+        args.push("--no-merge");
+    }
     if !extra.contains(&"--replace-after-secs") {
         // Groups refill at once after a loss (the default keeps a place for 60 s).
         args.extend_from_slice(&["--replace-after-secs", "0"]);

@@ -24,6 +24,12 @@ pub trait NodeHooks: Send + Sync {
     fn split(&self, region: u32, _epoch: u64, _at: &[u8], _child: u32) -> Result<u64> {
         Err(crate::Error::Rejected(format!("this node does not split region {region}")))
     }
+    /// As the primary of `region` at `epoch` and of `right` at `right_epoch`, fence both (as for
+    /// a handoff) and merge `right` into `region`, whose streams open again at `merged_epoch`;
+    /// return the merged region's last LSN. Asked again once merged, it only fences.
+    fn merge(&self, region: u32, _epoch: u64, _right: (u32, u64), _merged_epoch: u64) -> Result<u64> {
+        Err(crate::Error::Rejected(format!("this node does not merge region {region}")))
+    }
     /// The region's last LSN if this node already leads it at `epoch` or later: a promotion
     /// asked again (its answer was lost) is answered with that instead of refused.
     fn leads(&self, _region: u32, _epoch: u64) -> Option<u64> {

@@ -74,6 +74,12 @@ impl Replica {
                 let r = tokio::task::spawn_blocking(move || h.split(region, epoch, &at, child)).await;
                 reply_fenced(s, region, r).await
             }
+            AdminMsg::Merge { epoch, region, right_epoch, right, merged_epoch } => {
+                let h = hooks.clone();
+                let r = tokio::task::spawn_blocking(move || h.merge(region, epoch, (right, right_epoch), merged_epoch))
+                    .await;
+                reply_fenced(s, region, r).await
+            }
             m => Err(Error::Protocol(format!("{m:?} cannot open a connection"))),
         }
     }
@@ -95,7 +101,7 @@ impl Replica {
     }
 }
 
-/// The reply to Handoff or Split: HandedOff with the last LSN, or a Reject saying why not.
+/// The reply to Handoff, Split or Merge: HandedOff with the last LSN, or a Reject saying why not.
 async fn reply_fenced(
     s: &mut TcpStream,
     region: u32,

@@ -41,6 +41,7 @@ impl Replica {
             }
             Msg::Seal { log, seg, salt, .. } => apply_seal(&work, db, log, seg, salt).await?,
             Msg::Copied { lsn, .. } => {
+                r.incomplete.store(false, Relaxed);
                 r.received.fetch_max(lsn, Relaxed);
                 return Ok(Some(lsn));
             }
@@ -73,10 +74,12 @@ impl Replica {
             }
             Msg::Reset { .. } => {
                 r.settle().await?;
+                r.incomplete.store(r.mode == Mode::SendIndex, Relaxed);
                 apply_reset(db, r).await?
             }
             Msg::Resync { keep, .. } if r.mode == Mode::SendIndex => {
                 r.settle().await?;
+                r.incomplete.store(true, Relaxed);
                 r.bufs.lock().clear();
                 let region = r.id;
                 run_now(Box::new(move || Ok(db.replication().resync_backup(region, &keep)?))).await?

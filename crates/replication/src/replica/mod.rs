@@ -69,6 +69,9 @@ pub struct ReplicaRegion {
     /// Build-Index: a full copy (catch-up) is arriving; it is taken the Send-Index way and
     /// the region becomes a Build-Index copy again when its Edits arrive.
     copying: AtomicBool,
+    /// Send-Index: a copy (Reset or Resync) emptied the region and has not ended (Copied):
+    /// what it holds is not the region, and it refuses to be promoted.
+    incomplete: AtomicBool,
     /// The newest stream of the region: an older one (its primary reconnected while the old
     /// connection stayed half-open) applies nothing more, so two job queues never interleave.
     stream_gen: AtomicU64,
@@ -157,6 +160,7 @@ impl Replica {
             received: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             copying: AtomicBool::new(false),
+            incomplete: AtomicBool::new(false),
             stream_gen: AtomicU64::new(0),
             deferred: Arc::new(Deferred::new()),
             gate: Arc::new(tokio::sync::RwLock::new(())),

@@ -39,7 +39,7 @@ impl Replica {
             .lock()
             .remove(&region)
             .ok_or_else(|| Error::Rejected(format!("not a backup of region {region}")))?;
-        if r.mode == Mode::BuildIndex && r.copying.load(Relaxed) {
+        if (r.mode == Mode::BuildIndex && r.copying.load(Relaxed)) || r.incomplete.load(Relaxed) {
             self.regions.lock().insert(region, r);
             return Err(Error::Rejected(format!(
                 "region {region} is still taking its full copy here and cannot lead yet; promote another backup"

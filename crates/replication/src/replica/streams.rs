@@ -3,9 +3,9 @@
 //! epoch, mode), frames routed by region and checked against the region's epoch, applied under
 //! the region's gate, and acknowledged together after each read.
 
-use super::jobs::Job;
+use super::jobs::{run_now, Job};
 use super::{Replica, ReplicaRegion};
-use crate::wire::{self, Mode, Msg};
+use crate::wire::{self, Absorb, Mode, Msg};
 use crate::{Error, Result};
 use halyard_engine::Inventory;
 use parking_lot::Mutex;
@@ -196,8 +196,15 @@ impl Replica {
     /// Answers one Hello on a connection: the region's stream opens there, or a Reject says why
     /// not.
     async fn open(self: Arc<Self>, hello: Msg, subs: Subs, wr: Writer) {
-        let Msg::Hello { version, epoch, region, mode, inventory } = hello else { return };
-        let reply = match self.accept_stream(version, epoch, region, mode).await {
+        let Msg::Hello { version, epoch, region, mode, inventory, absorb } = hello else { return };
+        let mut accepted = self.accept_stream(version, epoch, region, mode).await;
+        if let (Ok(_), Some(a)) = (&accepted, absorb.filter(|_| mode == Mode::SendIndex)) {
+            if let Err(e) = self.absorb(region, a).await {
+                tracing::warn!(region, "joining the merged region's copies failed: {e}");
+                accepted = Err(e);
+            }
+        }
+        let reply = match accepted {
             Ok((sub, lsn)) => {
                 let held = match inventory && mode == Mode::SendIndex {
                     true => self.inventory(region).await,
@@ -217,6 +224,38 @@ impl Replica {
             }
         };
         let _ = wr.lock().await.write_all(&reply.encode()).await;
+    }
+
+    /// The primary merged `absorb.right` into `left`: that region's streams end, and its copy
+    /// here joins `left`'s (or, none held, `left` widens to the merged range), so that the
+    /// inventory reported next names both halves' segments.
+    async fn absorb(&self, left: u32, a: Absorb) -> Result<()> {
+        if let Some(rr) = self.region(a.right) {
+            {
+                let _gate = rr.gate.write().await;
+                rr.stream_gen.fetch_add(1, Relaxed);
+            }
+            let _ = rr.settle().await;
+            self.remove_region(a.right);
+        }
+        let db = self.db.clone();
+        run_now(Box::new(move || {
+            let regions = db.regions();
+            let rep = db.replication();
+            if regions.iter().any(|r| r.id == a.right && r.backup) {
+                rep.backup_merge(left, a.right)?;
+                tracing::info!(region = left, right = a.right, "joined the copies of a merged region");
+            } else if let Some(l) = regions.iter().find(|r| r.id == left && r.end != a.end) {
+                rep.set_backup_range(left, &l.start, a.end.as_deref())?;
+                tracing::info!(
+                    region = left,
+                    right = a.right,
+                    "widened to the merged range (no copy of its other side here)"
+                );
+            }
+            Ok(())
+        }))
+        .await
     }
 
     /// What the backup region holds, for an incremental copy (nothing when it cannot tell:

@@ -113,6 +113,11 @@ impl ClusterNode {
             if led_at.is_some_and(|e| e > r.epoch) {
                 continue;
             }
+            // A region this node merged into its neighbour (fenced, gone from the store) waits
+            // for the map that no longer names it.
+            if self.fences.lock().get(&r.id).is_some_and(|&at| at >= r.epoch) && self.db.region(r.id).is_err() {
+                continue;
+            }
             let (leads, backs) = (led_at.is_some(), self.replica.region(r.id).is_some());
             if member && r.primary == self.name {
                 if leads {

@@ -11,6 +11,11 @@ use halyard_control::Session;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A region under `--region-max-mb` divided by this may merge (two merged stay under half).
+const MERGE_SIZE_DIVISOR: u64 = 4;
+/// A region serving at most `--split-load-ops` divided by this may merge.
+const MERGE_OPS_DIVISOR: u64 = 10;
+
 impl ClusterNode {
     /// Publishes this node's replication progress every second, when it changed (or the lease
     /// did: the record goes with the lease it was written under).
@@ -32,6 +37,7 @@ impl ClusterNode {
             }
             before = (p.lsn.clone(), std::time::Instant::now());
             self.add_load(&mut p);
+            self.add_cold(&mut p);
             let now = Some((p.clone(), session.lease()));
             if now == last {
                 continue;
@@ -56,6 +62,25 @@ impl ClusterNode {
             if let std::collections::btree_map::Entry::Vacant(e) = p.splits.entry(id) {
                 tracing::info!(region = id, ops_per_sec = rate, at = %at, "region hot: asking for a split by load");
                 e.insert(at);
+            }
+        }
+    }
+
+    /// Marks the regions led here that may merge with a neighbour: small and idle enough that
+    /// the merged region stays far from splitting again (hysteresis against split/merge
+    /// flapping), and not about to split.
+    fn add_cold(&self, p: &mut Progress) {
+        let max = self.region_max_bytes;
+        if max == 0 {
+            return;
+        }
+        for (&id, &size) in &p.sizes {
+            let ops = p.ops.get(&id).copied().unwrap_or(0);
+            if size < max / MERGE_SIZE_DIVISOR
+                && ops <= self.load_split.ops / MERGE_OPS_DIVISOR
+                && !p.splits.contains_key(&id)
+            {
+                p.cold.insert(id);
             }
         }
     }

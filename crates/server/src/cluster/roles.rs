@@ -127,9 +127,57 @@ impl ClusterNode {
         }
         Ok(lsn)
     }
+
+    /// Called (on a blocking thread) when the master merges `right` into `region`: fences both
+    /// as for a handoff, compacts each until it holds no key beyond its range and no range
+    /// delete, merges the store (no data moves), and opens the region's streams again at
+    /// `merged_epoch`: each backup joins its copies of the two (Hello's absorb) and takes an
+    /// incremental copy. Neither serves until a map names the merged region at `merged_epoch`.
+    /// Asked again once merged, it only fences. Returns the merged region's last LSN.
+    pub fn merge(
+        &self,
+        region: u32,
+        epoch: u64,
+        right: (u32, u64),
+        merged_epoch: u64,
+    ) -> halyard_replication::Result<u64> {
+        let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        let (right, right_epoch) = right;
+        if !self.db.regions().iter().any(|r| r.id == right) {
+            return self.handoff(region, epoch);
+        }
+        self.handoff(right, right_epoch)?;
+        self.handoff(region, epoch)?;
+        let t0 = std::time::Instant::now();
+        // Everything that can fail before the store merges: after it, the merge must complete.
+        let f = self.file.read().clone();
+        let (Some(l), Some(r)) = (f.region(region), f.region(right)) else {
+            return Err(rejected(format!("regions {region} and {right} are not both in this node's map")));
+        };
+        let backups = replication_addrs(&f, l.backups.iter().chain(&l.learners));
+        for id in [region, right] {
+            self.db.compact_region(id)?;
+        }
+        self.db.merge_regions(region, right).map_err(|e| rejected(e.to_string()))?;
+        self.shipper.remove_region(right);
+        self.shipper.remove_region(region);
+        let stream = self.shipper.add_region(region, merged_epoch, self.mode, &backups, false);
+        for link in self.shipper.links(region) {
+            link.set_counted(l.backups.contains(&link.node));
+        }
+        self.shipper.set_absorb(region, halyard_replication::Absorb { right, end: r.end_bytes() });
+        self.shipper.start(&stream, None);
+        let lsn = self.db.region(region)?.lsn();
+        tracing::info!(region, right, merged_epoch, last_lsn = lsn, took = ?t0.elapsed(), "merged the store; waiting for the map");
+        Ok(lsn)
+    }
 }
 
 impl halyard_replication::NodeHooks for ClusterNode {
+    fn merge(&self, region: u32, epoch: u64, right: (u32, u64), merged_epoch: u64) -> halyard_replication::Result<u64> {
+        ClusterNode::merge(self, region, epoch, right, merged_epoch)
+    }
+
     fn split(&self, region: u32, epoch: u64, at: &[u8], child: u32) -> halyard_replication::Result<u64> {
         ClusterNode::split(self, region, epoch, at, child)
     }

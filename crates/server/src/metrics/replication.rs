@@ -67,6 +67,12 @@ impl ReplicationCollector {
             "halyard_master_splits_total",
             "Regions this node's master split (the map narrowed one and added its child).",
             self.master.splits.load(Relaxed),
+        )?;
+        counter(
+            e,
+            "halyard_master_merges_total",
+            "Regions this node's master merged into their left neighbour (the map widened one and dropped the other).",
+            self.master.merges.load(Relaxed),
         )
     }
 
