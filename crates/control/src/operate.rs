@@ -200,6 +200,24 @@ pub async fn undrain(client: &mut Client, layout: &Layout, node: &str) -> Result
     Ok(())
 }
 
+/// Turns the master's balancer and merges of small idle regions on or off (`None`: as they
+/// are); returns the settings now in force.
+pub async fn configure(
+    client: &mut Client,
+    layout: &Layout,
+    balance: Option<bool>,
+    merge: Option<bool>,
+) -> Result<crate::layout::ClusterConfig> {
+    let v = View::load(client, layout).await?;
+    let mut config = v.config.ok_or_else(|| {
+        Error::Invalid(format!("no cluster under {}: create it with `halyard cluster init`", layout.root()))
+    })?;
+    config.balance = balance.unwrap_or(config.balance);
+    config.merge = merge.unwrap_or(config.merge);
+    client.put(layout.config(), serde_json::to_vec(&config).unwrap_or_default(), None).await?;
+    Ok(config)
+}
+
 /// Whether `node` was removed from the cluster (a tombstone): it may not register.
 pub async fn is_removed(client: &mut Client, layout: &Layout, node: &str) -> Result<bool> {
     let txn = Txn::new()

@@ -235,10 +235,11 @@ fn cold(view: &View, r: &RegionRecord) -> bool {
 
 /// Merges `r` with the region after it when both are small and idle by their primaries' own
 /// limits and the cluster merges (`cluster init --no-merge` turns it off): at once when the
-/// two groups are the same nodes with the same primary; when only the primaries differ and
-/// `r`'s primary backs the other up, that region's primary role moves to it first (a request,
-/// carried out by later ticks). Groups of different nodes are left as they are. One change at a
-/// time in the whole cluster, and never a region a split made a moment ago ([`Tally::fresh`]).
+/// two groups are the same nodes with the same primary. Otherwise the right one's group is
+/// aligned with `r`'s first, one request at a time (carried out by later ticks): a copy moves
+/// from a node only it uses to a node only `r` uses (within the copy limits), then its primary
+/// role moves to `r`'s primary. One change at a time in the whole cluster, and never a region
+/// a split made a moment ago ([`Tally::fresh`]).
 fn merge_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
     let on = view.config.as_ref().is_some_and(|c| c.merge);
     if !on || tally.busy > 0 || !view.requests.is_empty() || tally.fresh.contains(&r.spec.id) || !cold(view, r) {
@@ -252,6 +253,20 @@ fn merge_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> 
         tally.busy += 1;
         tracing::info!(region = r.spec.id, right = right.spec.id, "merging two small idle regions");
         return Some(Step::Merge(right.spec.id));
+    }
+    let members = |s: &halyard_cluster::RegionSpec| -> std::collections::BTreeSet<String> {
+        std::iter::once(&s.primary).chain(&s.backups).cloned().collect()
+    };
+    let (mine, theirs) = (members(&r.spec), members(&right.spec));
+    if mine != theirs {
+        let from = theirs.difference(&mine).next()?;
+        let to = mine.difference(&theirs).find(|n| eligible(view, n) && tally.may_copy(&right.spec.primary, n))?;
+        if !right.spec.learners.is_empty() {
+            return None;
+        }
+        tally.copy(&right.spec.primary, to);
+        tracing::info!(region = right.spec.id, from = %from, to = %to, "aligning a small idle region's group with its left neighbour's for a merge");
+        return Some(Step::Schedule(Request::Move { region: right.spec.id, from: from.clone(), to: to.clone() }));
     }
     if right.spec.primary != r.spec.primary && transfer_applies(view, right, &r.spec.primary) {
         tally.busy += 1;
@@ -578,7 +593,8 @@ mod merge_tests {
             ..View::default()
         };
         for n in ["n1", "n2"] {
-            v.live.insert(n.into(), NodeRecord { name: n.into(), lease: n[1..].parse().unwrap(), ..Default::default() });
+            v.live
+                .insert(n.into(), NodeRecord { name: n.into(), lease: n[1..].parse().unwrap(), ..Default::default() });
         }
         let cut = |i: usize| (i > 0).then(|| ((b'a' + i as u8) as char).to_string());
         for (i, p) in primaries.iter().enumerate() {
@@ -627,6 +643,18 @@ mod merge_tests {
             c.merge = false;
         }
         assert_eq!(step(&v, 1, &[]), None, "cluster init --no-merge");
+    }
+
+    #[test]
+    fn a_copy_of_the_right_neighbour_moves_onto_the_left_ones_group_first() {
+        let mut v = cluster(&["n1", "n1"], &[1, 2]);
+        v.live.insert("n3".into(), NodeRecord { name: "n3".into(), lease: 3, ..Default::default() });
+        if let Some((r, _)) = v.regions.get_mut(&2) {
+            r.spec.backups = vec!["n3".into()];
+            r.spec.leases.insert("n3".into(), 3);
+        }
+        let want = Request::Move { region: 2, from: "n3".into(), to: "n2".into() };
+        assert_eq!(step(&v, 1, &[]), Some(Step::Schedule(want)));
     }
 
     #[test]

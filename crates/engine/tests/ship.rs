@@ -1039,3 +1039,32 @@ fn a_backup_merges_where_its_primary_did_and_an_incremental_copy_aligns_it() {
     backup.replication().promote(0, &merged.tails()).expect("promote");
     assert_same(&backup, &model, "the merged backup, promoted");
 }
+
+/// A backup copy a node no longer holds leaves the store for good (across a reopen), and a
+/// region overlapping its old range can be created in its place.
+#[test]
+fn a_dropped_backup_region_is_gone_after_a_reopen_and_its_range_free() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let dir = root.path().join("b");
+    let backup = open_backup(&dir, true);
+    let mut model = BTreeMap::new();
+    let mut bufs = Buffers::default();
+    write_round(&primary, 0, &mut model);
+    primary.compact().expect("compact");
+    settle(&primary);
+    for ev in rec.take() {
+        bufs.apply(&backup, &ev);
+    }
+    assert!(backup.replication().region_bytes(0).expect("bytes") > 0);
+    assert!(backup.replication().create_backup_region(1, b"a", None).is_err(), "overlaps region 0");
+    backup.replication().drop_backup_region(0).expect("drop");
+    assert!(backup.regions().is_empty());
+    drop(backup);
+    let backup = open_backup(&dir, false);
+    assert!(backup.regions().is_empty(), "the drop survives a reopen");
+    backup.replication().create_backup_region(1, b"a", None).expect("the range is free");
+    assert_eq!(backup.regions().len(), 1);
+}

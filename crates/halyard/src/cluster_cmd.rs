@@ -74,6 +74,18 @@ pub enum ClusterCmd {
         #[arg(long)]
         watch: bool,
     },
+    /// Show the cluster's settings, or change whether the master balances copies and primaries
+    /// and merges small idle neighbouring regions by itself.
+    Config {
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// The balancer on or off.
+        #[arg(long)]
+        balance: Option<bool>,
+        /// Merges of small idle neighbours on or off (an operator's `admin merge` works either way).
+        #[arg(long)]
+        merge: Option<bool>,
+    },
     /// Move every copy off a node (it stays a member, takes no new copies, and can be stopped
     /// once this returns). Refused when fewer than --replicas other nodes could take them.
     Drain {
@@ -153,6 +165,22 @@ pub fn run(cmd: &ClusterCmd) -> Result<(), String> {
                 Ok(())
             }
             ClusterCmd::Status { etcd, json, watch } => status(etcd, *json, *watch).await,
+            ClusterCmd::Config { etcd, balance, merge } => {
+                let mut c = connect(etcd).await?;
+                let layout = Layout::new(&etcd.cluster_name);
+                let config = halyard_control::operate::configure(&mut c, &layout, *balance, *merge)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!(
+                    "cluster {}: {} copies a region, places kept {} s, balance {}, merge {}",
+                    layout.root(),
+                    config.replicas,
+                    config.replace_after_secs,
+                    config.balance,
+                    config.merge
+                );
+                Ok(())
+            }
             ClusterCmd::Drain { etcd, node } => drain(etcd, node, false).await,
             ClusterCmd::Remove { etcd, node } => drain(etcd, node, true).await,
             ClusterCmd::Undrain { etcd, node } => {

@@ -137,7 +137,7 @@ pub enum Msg {
 }
 
 /// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`;
-/// the tags missing here (9..=11, 13, 14, 16..=18, 20..=22, 26) are `halyard-admin`'s.
+/// the tags missing here (9..=11, 13, 14, 16..=18, 20..=22, 26, 27) are `halyard-admin`'s.
 mod tag {
     pub(super) const HELLO: u8 = 1;
     pub(super) const HELLO_OK: u8 = 2;
@@ -588,7 +588,7 @@ mod tests {
         let f =
             Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true, absorb: None }
                 .encode();
-        let doc = "48 4C 59 52 13 00 00 00 3E CF 6E 4E 01 07 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01";
+        let doc = "48 4C 59 52 14 00 00 00 08 CB A8 CE 01 07 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01 00";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

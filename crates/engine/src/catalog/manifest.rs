@@ -27,7 +27,7 @@ const SB_MAGIC: &[u8; 8] = b"HALYARD1";
 /// (edit `Split`, tag 17; segments several regions name). A store of an older version opens
 /// unchanged and is written as the current version from its first checkpoint on, so that a
 /// build that cannot read the new records refuses it.
-const FORMAT_VERSION: u32 = 5;
+const FORMAT_VERSION: u32 = 6;
 /// The oldest format this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 const SB_LEN: usize = 44;

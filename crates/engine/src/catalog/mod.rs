@@ -136,6 +136,7 @@ mod tag {
     pub(super) const ADD_SST_RANGED: u8 = 16;
     pub(super) const SPLIT: u8 = 17;
     pub(super) const MERGE: u8 = 18;
+    pub(super) const DROP_REGION: u8 = 19;
 }
 
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
@@ -387,6 +388,9 @@ pub enum Edit {
         /// The region merged in.
         right: u32,
     },
+    /// The region this record is for leaves the catalog (format 6): a backup copy its node no
+    /// longer holds, emptied first (it names no segment).
+    DropRegion,
     /// Drops a map entry (a backup remapping to a new primary's segments).
     Unmap {
         /// Log or index map.
@@ -474,6 +478,9 @@ impl Edit {
             Edit::Merge { right } => {
                 e.u8(tag::MERGE).u32(*right);
             }
+            Edit::DropRegion => {
+                e.u8(tag::DROP_REGION);
+            }
         }
     }
 
@@ -537,6 +544,7 @@ impl Edit {
                 Edit::Split { parent, at, lsn, past }
             }
             tag::MERGE => Edit::Merge { right: d.u32()? },
+            tag::DROP_REGION => Edit::DropRegion,
             _ => return Err(Short),
         })
     }
@@ -699,8 +707,8 @@ impl RegionMeta {
                 rangedel::add(&mut self.range_dels, RangeDel { start: start.clone(), end: end.clone(), lsn: *lsn })
             }
             Edit::DropRangeDel { lsn } => self.range_dels.retain(|d| d.lsn != *lsn),
-            // Two regions at once: `Catalog::apply`.
-            Edit::Split { .. } | Edit::Merge { .. } => {}
+            // The catalog's, not one region's: `Catalog::apply`.
+            Edit::Split { .. } | Edit::Merge { .. } | Edit::DropRegion => {}
         }
     }
 
@@ -794,6 +802,15 @@ impl Catalog {
             match e {
                 Edit::Split { parent, at, lsn, past } => self.split(*parent, region, at, *lsn, past),
                 Edit::Merge { right } => self.merge(region, *right),
+                Edit::DropRegion => {
+                    if let Some(gone) = self.regions.remove(&region) {
+                        let mut segs = BTreeSet::new();
+                        gone.segments(&mut segs);
+                        freed.extend(segs);
+                    }
+                    self.keep_shared(region, &mut freed);
+                    return freed;
+                }
                 _ => self.regions.entry(region).or_default().apply(e, &mut freed),
             }
         }

@@ -112,7 +112,8 @@ impl DbInner {
 
 /// A region's estimated logical size in bytes and the key that halves it, if the estimate
 /// can name one inside the region (a key past its first); `per_ptr` is what a pointer to a
-/// large value stands for ([`large_per_ptr`]). The size counts every level; the key comes from
+/// large value stands for ([`large_per_ptr`]). The size counts every level (but SSTs a range
+/// delete hides whole); the key comes from
 /// the level holding the most bytes (its SSTs do not overlap, so the bytes before an SST's
 /// first key are those of the SSTs before it), at the SST start that best balances the two
 /// sides, and none if even that leaves less than an eighth on one side (a level of few SSTs:
@@ -123,7 +124,14 @@ pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<V
         .iter()
         .map(|ssts| {
             ssts.iter()
-                .map(|s| (s.first_key.as_slice(), share(meta, s, s.full_bytes + u64::from(s.large_ptrs) * per_ptr)))
+                .map(|s| {
+                    // An SST a later range delete hides whole holds nothing live (its reclaim
+                    // may not have run yet): it counts for nothing.
+                    let hidden =
+                        meta.range_dels.iter().any(|d| d.lsn > s.max_lsn && d.holds(&s.first_key, &s.last_key));
+                    let bytes = if hidden { 0 } else { s.full_bytes + u64::from(s.large_ptrs) * per_ptr };
+                    (s.first_key.as_slice(), share(meta, s, bytes))
+                })
                 .filter(|w| w.1 > 0)
                 .collect()
         })

@@ -319,6 +319,19 @@ impl Replication<'_> {
         self.db.inner.set_backup_range(id, start, end)
     }
 
+    /// Drops backup region `id` from the store: emptied (its space goes back), then gone from
+    /// the catalog in one more record. A node does it to a copy no map names it for whose range
+    /// a region it must hold now overlaps (the other side of a split or merge it missed).
+    pub fn drop_backup_region(&self, id: u32) -> Result<()> {
+        self.reset_backup(id)?;
+        let sh = &self.db.inner.sh;
+        if let Err(e) = sh.manifest.commit(id, &[Edit::DropRegion]) {
+            return sh.fail(e);
+        }
+        self.db.inner.install_regions(Vec::new(), &[id]);
+        Ok(())
+    }
+
     /// Empties a backup region (levels, logs, maps, reservations) before a full copy.
     pub fn reset_backup(&self, region: u32) -> Result<()> {
         let h = self.backup_region(region)?;
@@ -529,8 +542,8 @@ impl Translation<'_> {
             Edit::AddRangeDel { .. } | Edit::DropRangeDel { .. } => self.local.push(e.clone()),
             Edit::ClearL1Lsn => self.local.push(Edit::ClearL1Lsn),
             // A split is not shipped as an edit: a backup splits its own copy.
-            Edit::Split { .. } | Edit::Merge { .. } => {
-                let what = "a shipped edit splits or merges regions; those are not replicated as edits";
+            Edit::Split { .. } | Edit::Merge { .. } | Edit::DropRegion => {
+                let what = "a shipped edit splits, merges or drops regions; those are not replicated as edits";
                 return Err(Error::InvalidOptions(what.into()));
             }
             // The backup's own copies of the L0 and large logs arrive whole

@@ -106,6 +106,11 @@ pub fn make(dir: &Path) -> halyard_engine::Result<()> {
         // Since format 5: two regions that share round 0's SSTs and logs (a split past every
         // key, so that the workload's batches stay in one region).
         db.split_region(0, SPLIT_AT, 1)?;
+        // Since format 6: a region dropped (split off past every key, made a backup copy,
+        // dropped: the record that removes a region is in the redo log).
+        db.split_region(1, b"zzz", 2)?;
+        db.replication().demote_to_backup(2)?;
+        db.replication().drop_backup_region(2)?;
     }
     for round in 1..=ROUNDS {
         let db = Db::open(dir, options())?;

@@ -239,13 +239,36 @@ impl Replica {
             self.remove_region(a.right);
         }
         let db = self.db.clone();
+        let followed: std::collections::HashSet<u32> = self.regions.lock().keys().copied().collect();
         run_now(Box::new(move || {
             let regions = db.regions();
             let rep = db.replication();
-            if regions.iter().any(|r| r.id == a.right && r.backup) {
-                rep.backup_merge(left, a.right)?;
-                tracing::info!(region = left, right = a.right, "joined the copies of a merged region");
-            } else if let Some(l) = regions.iter().find(|r| r.id == left && r.end != a.end) {
+            let Some(l) = regions.iter().find(|r| r.id == left) else { return Ok(()) };
+            match regions.iter().find(|r| r.id == a.right && r.backup) {
+                Some(r) if l.end.as_ref() == Some(&r.start) => {
+                    rep.backup_merge(left, a.right)?;
+                    tracing::info!(region = left, right = a.right, "joined the copies of a merged region");
+                    return Ok(());
+                }
+                // A copy from before this node's copy of `left` took the merged range (it
+                // joined the group later): in the way, and of no use to the copy that follows.
+                Some(_) => {
+                    rep.drop_backup_region(a.right)?;
+                    tracing::info!(region = left, right = a.right, "dropped a stale copy of a merged region");
+                }
+                None => {}
+            }
+            if l.end != a.end {
+                // Copies this node follows no stream of (left behind by moves) that lie in the
+                // merged range are in its way.
+                let inside =
+                    |r: &halyard_engine::RegionInfo| r.start >= l.start && a.end.as_ref().is_none_or(|e| r.start < *e);
+                for r in regions
+                    .iter()
+                    .filter(|r| r.id != left && r.id != a.right && r.backup && !followed.contains(&r.id) && inside(r))
+                {
+                    rep.drop_backup_region(r.id)?;
+                }
                 rep.set_backup_range(left, &l.start, a.end.as_deref())?;
                 tracing::info!(
                     region = left,

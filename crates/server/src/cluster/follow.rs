@@ -131,7 +131,7 @@ impl ClusterNode {
                     self.shipper.remove_region(r.id);
                 }
                 if leads || !backs {
-                    self.host_copy(r)?;
+                    self.host_copy(&map, r)?;
                 }
             } else {
                 if leads {
@@ -190,6 +190,7 @@ impl ClusterNode {
         let (start, end) = (r.start_bytes(), r.end_bytes());
         match self.db.regions().into_iter().find(|i| i.id == r.id) {
             None => {
+                self.clear_way(map, r)?;
                 self.db.create_region(r.id, &start, end.as_deref()).map_err(|e| e.to_string())?;
             }
             Some(i) if i.backup => {
@@ -227,11 +228,32 @@ impl ClusterNode {
         Ok(())
     }
 
+    /// Drops the backup copies this node keeps of regions `map` does not name it for whose
+    /// ranges overlap `r`'s: the other side of a merge or split that happened while this node
+    /// held no place in them (left as empty backup entries by `drop_copy`), which would
+    /// otherwise keep `r` from being created here ("region N overlaps region M").
+    fn clear_way(&self, map: &ClusterFile, r: &RegionSpec) -> Result<(), String> {
+        let (start, end) = (r.start_bytes(), r.end_bytes());
+        let overlaps = |o: &halyard_engine::RegionInfo| {
+            end.as_ref().is_none_or(|e| o.start < *e) && o.end.as_ref().is_none_or(|oe| start < *oe)
+        };
+        let mine = |id: u32| map.region(id).is_some_and(|x| x.has_member(&self.name));
+        for o in self.db.regions().into_iter().filter(|o| o.id != r.id && o.backup && overlaps(o) && !mine(o.id)) {
+            self.replica.remove_region(o.id);
+            self.db.replication().drop_backup_region(o.id).map_err(|e| e.to_string())?;
+            tracing::info!(region = o.id, "dropped a copy no longer held here, in the way of region {}", r.id);
+        }
+        Ok(())
+    }
+
     /// Becomes a backup of the region: an empty, stale or earlier copy the primary's copy
     /// (full, or incremental when this node holds some of it) brings up to date.
-    fn host_copy(&self, r: &RegionSpec) -> Result<(), String> {
+    fn host_copy(&self, map: &ClusterFile, r: &RegionSpec) -> Result<(), String> {
         let (start, end) = (r.start_bytes(), r.end_bytes());
         let e = |e: halyard_engine::Error| e.to_string();
+        if self.db.regions().iter().all(|i| i.id != r.id) {
+            self.clear_way(map, r)?;
+        }
         match self.db.regions().into_iter().find(|i| i.id == r.id) {
             None => match self.mode {
                 Mode::SendIndex => self.db.replication().create_backup_region(r.id, &start, end.as_deref()).map(drop),
