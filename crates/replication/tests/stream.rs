@@ -70,13 +70,20 @@ async fn start_backup(dir: &std::path::Path, opts: Options, two: bool) -> (Arc<D
     (backup, addr)
 }
 
+/// A primary store of region 1 (`Options::tiny`) and a Send-Index backup of it serving on
+/// loopback ([`start_backup`]): the primary, the backup store and its address.
+async fn primary_and_backup(dir: &std::path::Path) -> (Arc<Db>, Arc<Db>, String) {
+    let opts = Options { default_region: false, ..Options::tiny() };
+    let primary = Arc::new(Db::open(dir.join("primary"), opts.clone()).expect("primary"));
+    primary.create_region(1, b"", None).expect("region");
+    let (backup, addr) = start_backup(dir, opts, false).await;
+    (primary, backup, addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backup_holds_every_acknowledged_write_when_the_ack_arrives() {
     let dir = tempfile::tempdir().expect("dir");
-    let opts = Options { default_region: false, ..Options::tiny() };
-    let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
-    primary.create_region(1, b"", None).expect("region");
-    let (_backup, addr) = start_backup(dir.path(), opts, false).await;
+    let (primary, _backup, addr) = primary_and_backup(dir.path()).await;
 
     let shipper = Shipper::new(Duration::from_secs(20));
     shipper.set_db(&primary);
@@ -142,10 +149,7 @@ async fn assert_backup_holds(shipper: &Shipper, region: &halyard_engine::RegionH
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_split_reaches_the_backup_in_the_stream_and_both_halves_stream_on() {
     let dir = tempfile::tempdir().expect("dir");
-    let opts = Options { default_region: false, ..Options::tiny() };
-    let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
-    primary.create_region(1, b"", None).expect("region");
-    let (backup, addr) = start_backup(dir.path(), opts, false).await;
+    let (primary, backup, addr) = primary_and_backup(dir.path()).await;
     let shipper = Shipper::new(Duration::from_secs(20));
     shipper.set_db(&primary);
     primary.replication().set_ship_listener(Some(shipper.clone()));
@@ -541,10 +545,7 @@ async fn a_full_copy_streams_at_its_rate_while_writes_go_on() {
 async fn a_remap_onto_levels_the_backup_lacks_is_refused_and_an_incremental_copy_aligns_it() {
     use std::sync::atomic::Ordering::Relaxed;
     let dir = tempfile::tempdir().expect("dir");
-    let opts = Options { default_region: false, ..Options::tiny() };
-    let primary = Arc::new(Db::open(dir.path().join("primary"), opts.clone()).expect("primary"));
-    primary.create_region(1, b"", None).expect("region");
-    let (_backup, addr) = start_backup(dir.path(), opts, false).await;
+    let (primary, _backup, addr) = primary_and_backup(dir.path()).await;
     let backups = [("backup".to_string(), addr.clone())];
     let old = Shipper::new(Duration::from_secs(20));
     old.set_db(&primary);

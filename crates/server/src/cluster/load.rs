@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 /// Keys kept in a hot region's sample.
 pub(crate) const RESERVOIR: usize = 20;
 
+/// A region hot for this many windows without a key samples afresh.
+const RESAMPLE_WINDOWS: u32 = 3;
+
 /// A sample must have seen this many requests before it may be chosen: fewer say little.
 const MIN_COUNTED: u64 = 100;
 
@@ -133,8 +136,16 @@ impl RegionLoad {
             self.sampling.store(true, Ordering::Relaxed);
             now
         });
-        let key = (now.duration_since(start) >= rule.window).then(|| self.finder.lock().key().map(<[u8]>::to_vec));
-        (rate, key.flatten())
+        let hot_for = now.duration_since(start);
+        let key = (hot_for >= rule.window).then(|| self.finder.lock().key().map(<[u8]>::to_vec)).flatten();
+        if key.is_none() && hot_for >= rule.window * RESAMPLE_WINDOWS {
+            // Hot for long with no key: the samples may be those of a load that has moved on
+            // (a reservoir takes new keys ever more rarely), so it starts over. One hot key
+            // still never splits: no sample of any reservoir parts its load.
+            *self.finder.lock() = Finder::default();
+            *since = Some(now);
+        }
+        (rate, key)
     }
 }
 
@@ -256,6 +267,28 @@ mod tests {
         assert_eq!(l.tick(1.0, t0 + Duration::from_secs(11), rule), (1, None), "cool again");
         hot(&l);
         assert_eq!(l.tick(1.0, t0 + Duration::from_secs(12), rule).1, None, "the window starts over");
+    }
+
+    /// A load that moved on (one hot key, then uniform requests) is found once the reservoir
+    /// starts over: its old samples, all of the hot key, part nothing.
+    #[test]
+    fn a_load_that_moved_on_is_sampled_afresh() {
+        let rule = LoadSplit { ops: 100, window: Duration::from_secs(2) };
+        let l = RegionLoad::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        (0..50_000u64).for_each(|_| l.record(&key(500)));
+        assert_eq!(l.tick(1.0, at(0), rule).1, None, "the first hot tick starts sampling");
+        (0..50_000u64).for_each(|_| l.record(&key(500)));
+        assert_eq!(l.tick(1.0, at(2), rule).1, None, "one hot key parts nothing");
+        let uniform = |l: &RegionLoad| (0..2000u64).for_each(|i| l.record(&key((i * 7919) % 1000)));
+        uniform(&l);
+        assert_eq!(l.tick(1.0, at(6), rule).1, None, "the samples were drawn from the hot key: none fits yet");
+        uniform(&l);
+        assert_eq!(l.tick(1.0, at(7), rule).1, None, "sampling afresh: not for a window yet");
+        uniform(&l);
+        let k = l.tick(1.0, at(9), rule).1.expect("a key once a window of the new load was sampled");
+        assert!(k > key(250) && k < key(750), "{:?}", String::from_utf8_lossy(&k));
     }
 
     /// The table keeps a region's counters while its bounds stay, and starts afresh when they
