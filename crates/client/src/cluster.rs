@@ -238,7 +238,19 @@ impl ClusterClient {
     /// ([`Error::CrossRegion`] otherwise).
     pub async fn write_batch(&self, batch: &Batch) -> Result<()> {
         let Some(first) = batch.ops.first().map(|o| o.0.clone()) else { return Ok(()) };
-        if let (Some(r), _) = self.locate(&first)? {
+        // A map that covers no region for the batch yet (read from a node that had not read
+        // the cluster's, or before the cluster was set up) is read again, as `at` does.
+        let deadline = Instant::now() + self.inner.opts.retry_for;
+        let located = loop {
+            match self.locate(&first) {
+                Err(Error::Server { code: ErrorCode::NoRegion, .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = self.refresh().await;
+                }
+                r => break r?,
+            }
+        };
+        if let (Some(r), _) = located {
             for (k, _) in &batch.ops {
                 if !r.contains(k) {
                     let other = self.locate(k)?.0.map_or(0, |o| o.id);
