@@ -694,7 +694,7 @@ impl Master {
             TxnOp::delete(self.session.layout().request(spec.id), None),
         ];
         if self.commit_if(term, Some((spec.id, rev)), vec![self.at_rev(right, *xrev)], ops).await? {
-            self.merge(term, (r, rev), (x, *xrev), &key).await?;
+            self.merge(term, view, (r, rev), (x, *xrev), &key).await?;
         }
         Ok(())
     }
@@ -713,7 +713,7 @@ impl Master {
         let same = |x: &RegionRecord| r.spec.epoch == epoch && x.spec.epoch == right_epoch;
         match view.regions.get(&right) {
             Some((x, xrev)) if same(x) && merge_applies(view, r, x) => {
-                self.merge(term, (r, rev), (x, *xrev), key).await
+                self.merge(term, view, (r, rev), (x, *xrev), key).await
             }
             found => self.unfence(term, (r, rev), found, key).await,
         }
@@ -727,14 +727,13 @@ impl Master {
     async fn merge(
         &self,
         term: &Term,
+        view: &View,
         (r, rev): (&RegionRecord, i64),
         (x, xrev): (&RegionRecord, i64),
         key: &str,
     ) -> Result<()> {
         let (spec, t0) = (&r.spec, std::time::Instant::now());
-        let mut c = self.session.client();
-        let members = View::load(&mut c, self.session.layout()).await?.members;
-        let addr = members.get(&spec.primary).map(|m| m.replication.clone()).unwrap_or_default();
+        let addr = view.members.get(&spec.primary).map(|m| m.replication.clone()).unwrap_or_default();
         let merged_epoch = spec.epoch.max(x.spec.epoch) + 1;
         let ask = halyard_admin::merge(&addr, (spec.id, spec.epoch), (x.spec.id, x.spec.epoch), merged_epoch);
         let lsn = match tokio::time::timeout(HANDOFF_TIMEOUT, ask).await {

@@ -710,12 +710,8 @@ impl Db {
         if g.contains_key(&id) {
             return Err(Error::RegionExists(id));
         }
-        for r in g.values() {
-            let disjoint = end.is_some_and(|e| e <= r.start().as_slice())
-                || r.end().as_ref().is_some_and(|re| re.as_slice() <= start);
-            if !disjoint {
-                return Err(Error::RegionOverlap { new: id, existing: r.id() });
-            }
+        if let Some(r) = g.values().find(|r| !r.disjoint(start, end)) {
+            return Err(Error::RegionOverlap { new: id, existing: r.id() });
         }
         let sh = &self.inner.sh;
         sh.check()?;

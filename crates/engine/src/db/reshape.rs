@@ -238,10 +238,7 @@ impl DbInner {
         {
             let mut into = joined.backup_state().reserved.lock();
             for x in [&l, &r] {
-                let mut from = x.backup_state().reserved.lock();
-                into.log.extend(from.log.drain());
-                into.index.extend(from.index.drain());
-                into.index_digest.extend(from.index_digest.drain());
+                into.take_from(&mut x.backup_state().reserved.lock());
             }
         }
         self.install_regions(vec![joined.clone()], &[right]);
@@ -259,13 +256,8 @@ impl DbInner {
         }
         let sh = self.sh.clone();
         sh.check()?;
-        let overlaps = self.regions.read().values().any(|o| {
-            o.id() != id
-                && end.is_none_or(|e| o.start().as_slice() < e)
-                && o.end().as_deref().is_none_or(|oe| start < oe)
-        });
-        if overlaps {
-            return Err(Error::InvalidOptions(format!("the new range of region {id} overlaps another region")));
+        if let Some(o) = self.regions.read().values().find(|o| o.id() != id && !o.disjoint(start, end)) {
+            return Err(Error::RegionOverlap { new: id, existing: o.id() });
         }
         let role = Edit::CreateRegion { start: start.to_vec(), end: end.map(<[u8]>::to_vec), backup: true };
         if let Err(e) = sh.manifest.commit(id, &[role]) {
@@ -274,12 +266,7 @@ impl DbInner {
         keep_views(&old);
         let meta = sh.manifest.region(id).ok_or(Error::NoSuchRegion(id))?;
         let fresh = Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), 1));
-        {
-            let (mut into, mut from) = (fresh.backup_state().reserved.lock(), old.backup_state().reserved.lock());
-            into.log.extend(from.log.drain());
-            into.index.extend(from.index.drain());
-            into.index_digest.extend(from.index_digest.drain());
-        }
+        fresh.backup_state().reserved.lock().take_from(&mut old.backup_state().reserved.lock());
         self.install_regions(vec![fresh.clone()], &[]);
         Ok(RegionHandle { region: fresh })
     }

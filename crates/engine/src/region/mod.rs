@@ -133,6 +133,11 @@ impl Region {
         &self.start
     }
 
+    /// Whether the range `[start, end)` (`end` None: unbounded) shares no key with this region's.
+    pub(crate) fn disjoint(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+        end.is_some_and(|e| e <= self.start().as_slice()) || self.end().as_deref().is_some_and(|re| re <= start)
+    }
+
     /// The key after the region's last (`None`: the end of the key space).
     pub(crate) fn end(&self) -> &Option<Vec<u8>> {
         &self.end

@@ -53,6 +53,13 @@ pub(crate) struct Reserved {
 }
 
 impl Reserved {
+    /// Takes over `other`'s reservations (a region object replacing it, or joining it).
+    pub(crate) fn take_from(&mut self, other: &mut Reserved) {
+        self.log.extend(other.log.drain());
+        self.index.extend(other.index.drain());
+        self.index_digest.extend(other.index_digest.drain());
+    }
+
     /// Whether no shipped segment waits for the edit that installs it.
     pub(crate) fn is_empty(&self) -> bool {
         self.log.is_empty() && self.index.is_empty()
