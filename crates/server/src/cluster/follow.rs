@@ -238,11 +238,54 @@ impl ClusterNode {
             end.as_ref().is_none_or(|e| o.start < *e) && o.end.as_ref().is_none_or(|oe| start < *oe)
         };
         let mine = |id: u32| map.region(id).is_some_and(|x| x.has_member(&self.name));
-        for o in self.db.regions().into_iter().filter(|o| o.id != r.id && o.backup && overlaps(o) && !mine(o.id)) {
+        for o in self.db.regions().into_iter().filter(|o| o.id != r.id && o.backup && overlaps(o)) {
+            if mine(o.id) {
+                self.narrow_missed_split(map, &o, r)?;
+                continue;
+            }
             self.replica.remove_region(o.id);
             self.db.replication().drop_backup_region(o.id).map_err(|e| e.to_string())?;
             tracing::info!(region = o.id, "dropped a copy no longer held here, in the way of region {}", r.id);
         }
+        Ok(())
+    }
+
+    /// Narrows this node's backup copy `o` to the range the map gives its region when the map's
+    /// range no longer overlaps `r`: its primary split it while this node's stream was down, and
+    /// the split's frame never came (the catch-up that follows aligns the copy's contents). A
+    /// frame merely late splits the copy by itself, so the copy is narrowed only after it stayed
+    /// in the way for `MISSED_SPLIT_AFTER` (a frame arriving later still breaks its stream, whose
+    /// next session catches the copy up).
+    fn narrow_missed_split(
+        &self,
+        map: &ClusterFile,
+        o: &halyard_engine::RegionInfo,
+        r: &RegionSpec,
+    ) -> Result<(), String> {
+        const MISSED_SPLIT_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+        let Some(spec) = map.region(o.id) else { return Ok(()) };
+        let (start, end) = (spec.start_bytes(), spec.end_bytes());
+        let clear_of_r =
+            end.as_ref().is_some_and(|e| *e <= r.start_bytes()) || r.end_bytes().is_some_and(|re| start >= re);
+        let within = start >= o.start
+            && match (&end, &o.end) {
+                (Some(e), Some(oe)) => e <= oe,
+                (_, None) => true,
+                (None, Some(_)) => false,
+            };
+        if !clear_of_r || !within {
+            return Ok(());
+        }
+        let since = *self.stale_ranges.lock().entry(o.id).or_insert_with(std::time::Instant::now);
+        if since.elapsed() < MISSED_SPLIT_AFTER {
+            return Ok(());
+        }
+        self.db.replication().set_backup_range(o.id, &start, end.as_deref()).map_err(|e| e.to_string())?;
+        self.stale_ranges.lock().remove(&o.id);
+        tracing::warn!(
+            region = o.id,
+            "narrowed this copy to its region's range: its primary split it while it was away"
+        );
         Ok(())
     }
 
@@ -260,12 +303,10 @@ impl ClusterNode {
                 Mode::BuildIndex => self.db.create_region(r.id, &start, end.as_deref()).map(drop),
             }
             .map_err(e)?,
-            // It led the region (a handoff, or a failover while it was down): emptied, it takes
-            // a full copy. (`demote_keeping`, which keeps the store for an incremental copy,
-            // is not used here: a region promoted again after it served a read that failed
-            // its pointer check under balancing, not yet explained.)
+            // It led the region (a handoff, or a failover while it was down): what it holds
+            // stays, and the new primary's copy sends only what differs.
             Some(i) if !i.backup && self.mode == Mode::SendIndex => {
-                self.db.replication().demote_to_backup(r.id).map_err(e)?;
+                self.db.replication().demote_keeping(r.id).map_err(e)?;
             }
             Some(_) => {}
         }

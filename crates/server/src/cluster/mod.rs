@@ -99,6 +99,8 @@ pub struct ClusterNode {
     pub(crate) roles: parking_lot::Mutex<()>,
     /// Regions fenced for a planned handoff (`roles.rs`), by the epoch they were fenced at.
     pub(crate) fences: parking_lot::Mutex<map::Fences>,
+    /// Backup copies found wider than the map's region since (see `follow.rs clear_way`).
+    pub(crate) stale_ranges: parking_lot::Mutex<std::collections::HashMap<u32, std::time::Instant>>,
     /// Silent backups already reported: (region, node, epoch).
     pub(crate) reported: parking_lot::Mutex<std::collections::HashSet<(u32, String, u64)>>,
     /// Copies (the primary counted) a region's group must hold for writes (`--min-replicas`).

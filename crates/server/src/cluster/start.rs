@@ -102,6 +102,7 @@ impl ClusterNode {
             roles: parking_lot::Mutex::new(()),
             reported: Default::default(),
             fences: Default::default(),
+            stale_ranges: Default::default(),
             min_replicas: cfg.min_replicas,
             peers: Peers::new(cfg),
             shipper,
