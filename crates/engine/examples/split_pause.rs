@@ -1,7 +1,8 @@
 //! Measures a region split under writes: loads MIB mebibytes into one region, then splits it at
 //! its middle key while writer threads go on, and prints how long the split took, the longest
-//! write before it and during it, the bytes the device wrote during it, and the store's space
-//! before the split and after its halves' clean-up.
+//! write before it and during it (the first second of the halves included), the bytes the
+//! device wrote during it, how long the split held the writers and what the device wrote
+//! meanwhile, and the store's space before the split and after its halves' clean-up.
 //!
 //!   cargo run --release -p halyard-engine --example split_pause -- DIR [MIB] [WRITERS]
 
@@ -65,7 +66,9 @@ fn main() {
     let t0 = Instant::now();
     db.split_region(0, &key(n / 2), 1).expect("split");
     let took = t0.elapsed();
-    let written = db.stats().device_write_bytes - written_before;
+    let s = db.stats();
+    let written = s.device_write_bytes - written_before;
+    let (held_us, held_written) = (s.split_pause_max_us, s.split_pause_max_written);
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
     for t in threads {
@@ -82,9 +85,12 @@ fn main() {
     println!(
         "{{\"mib\": {mib}, \"writers\": {writers}, \"split_ms\": {:.1}, \"longest_write_before_ms\": {:.1}, \
          \"longest_write_during_ms\": {:.1}, \"device_bytes_during_split\": {written}, \
+         \"writers_held_ms\": {:.1}, \"written_while_held\": {}, \
          \"space_before\": {space_before}, \"space_after_cleanup\": {space_after}}}",
         took.as_secs_f64() * 1e3,
         longest[0].load(Ordering::Relaxed) as f64 / 1e3,
         longest[1].load(Ordering::Relaxed) as f64 / 1e3,
+        held_us as f64 / 1e3,
+        held_written,
     );
 }

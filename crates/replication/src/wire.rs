@@ -17,8 +17,9 @@ pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
 /// the stream (version 2: segment images are LZ4-packed; 3: one connection carries many
 /// regions' streams; 5: a Hello may ask for the backup's inventory, which its HelloOk carries, and
 /// an incremental copy starts with Resync instead of Reset; 6: Split; 7: a Remap carries the new
-/// primary's levels digest, a Hello may name a region its stream absorbs).
-pub const VERSION: u16 = 7;
+/// primary's levels digest, a Hello may name a region its stream absorbs; 8: the L0 log may
+/// hold a split's mark, log record kind 5, which a backup replays as no change).
+pub const VERSION: u16 = 8;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -588,7 +589,7 @@ mod tests {
         let f =
             Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true, absorb: None }
                 .encode();
-        let doc = "48 4C 59 52 14 00 00 00 08 CB A8 CE 01 07 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01 00";
+        let doc = "48 4C 59 52 14 00 00 00 A3 7C BB 34 01 08 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01 00";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }

@@ -24,10 +24,12 @@ const SB_MAGIC: &[u8; 8] = b"HALYARD1";
 /// The format this build writes. Version 2 added the `LogFill` edit (tag 13); version 3 pairs
 /// that expire (log record kind 3, leaf cell flag 0x10); version 4 range deletes (log record
 /// kind 4, edits `AddRangeDel` and `DropRangeDel`, tags 14 and 15); version 5 region splits
-/// (edit `Split`, tag 17; segments several regions name). A store of an older version opens
+/// (edit `Split`, tag 17; segments several regions name); version 6 `DropRegion` (tag 19);
+/// version 7 splits that share L0 (edit `SplitSharingL0`, tag 20; log record kind 5, a mark).
+/// A store of an older version opens
 /// unchanged and is written as the current version from its first checkpoint on, so that a
 /// build that cannot read the new records refuses it.
-const FORMAT_VERSION: u32 = 6;
+const FORMAT_VERSION: u32 = 7;
 /// The oldest format this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 const SB_LEN: usize = 44;

@@ -137,6 +137,7 @@ mod tag {
     pub(super) const SPLIT: u8 = 17;
     pub(super) const MERGE: u8 = 18;
     pub(super) const DROP_REGION: u8 = 19;
+    pub(super) const SPLIT_SHARING_L0: u8 = 20;
 }
 
 /// The deepest level an edit may name (`Options::max_levels` is at most 32).
@@ -381,6 +382,20 @@ pub enum Edit {
         /// End of the parent's range delete: the parent's end, or past every key it may hold.
         past: Vec<u8>,
     },
+    /// As [`Edit::Split`], with L0 not written out first (format 7): both sides name the
+    /// parent's L0 log too, whose last segment is sealed at `lsn` (it holds the split's mark
+    /// there), and keep the parent's `l1_lsn`; each replays the parent's L0 records (the other
+    /// side's keys hidden by its range delete) until its own L0 merge covers them.
+    SplitSharingL0 {
+        /// The region split.
+        parent: u32,
+        /// First key of the new region.
+        at: Vec<u8>,
+        /// LSN of the two range deletes and of the split's mark in the parent's L0 log.
+        lsn: u64,
+        /// End of the parent's range delete: the parent's end, or past every key it may hold.
+        past: Vec<u8>,
+    },
     /// The region this record is for takes in region `right`, which starts where it ends
     /// (format 5): its levels, medium and large logs and their counts join this region's
     /// (neither holds a key of the other's range, nor a range delete), `right` is gone.
@@ -475,6 +490,9 @@ impl Edit {
             Edit::Split { parent, at, lsn, past } => {
                 e.u8(tag::SPLIT).u32(*parent).bytes(at).u64(*lsn).bytes(past);
             }
+            Edit::SplitSharingL0 { parent, at, lsn, past } => {
+                e.u8(tag::SPLIT_SHARING_L0).u32(*parent).bytes(at).u64(*lsn).bytes(past);
+            }
             Edit::Merge { right } => {
                 e.u8(tag::MERGE).u32(*right);
             }
@@ -542,6 +560,13 @@ impl Edit {
                     return Err(Short);
                 }
                 Edit::Split { parent, at, lsn, past }
+            }
+            tag::SPLIT_SHARING_L0 => {
+                let (parent, at, lsn, past) = (d.u32()?, d.bytes()?.to_vec(), d.u64()?, d.bytes()?.to_vec());
+                if past <= at {
+                    return Err(Short);
+                }
+                Edit::SplitSharingL0 { parent, at, lsn, past }
             }
             tag::MERGE => Edit::Merge { right: d.u32()? },
             tag::DROP_REGION => Edit::DropRegion,
@@ -708,7 +733,7 @@ impl RegionMeta {
             }
             Edit::DropRangeDel { lsn } => self.range_dels.retain(|d| d.lsn != *lsn),
             // The catalog's, not one region's: `Catalog::apply`.
-            Edit::Split { .. } | Edit::Merge { .. } | Edit::DropRegion => {}
+            Edit::Split { .. } | Edit::SplitSharingL0 { .. } | Edit::Merge { .. } | Edit::DropRegion => {}
         }
     }
 
@@ -800,7 +825,8 @@ impl Catalog {
         let mut freed = Vec::new();
         for e in edits {
             match e {
-                Edit::Split { parent, at, lsn, past } => self.split(*parent, region, at, *lsn, past),
+                Edit::Split { parent, at, lsn, past } => self.split(*parent, region, at, *lsn, past, false),
+                Edit::SplitSharingL0 { parent, at, lsn, past } => self.split(*parent, region, at, *lsn, past, true),
                 Edit::Merge { right } => self.merge(region, *right),
                 Edit::DropRegion => {
                     if let Some(gone) = self.regions.remove(&region) {
@@ -833,19 +859,28 @@ impl Catalog {
         freed
     }
 
-    /// Applies [`Edit::Split`]: `child` is made from `parent`'s keys from `at` on.
-    fn split(&mut self, parent: u32, child: u32, at: &[u8], lsn: u64, past: &[u8]) {
+    /// Applies [`Edit::Split`] (or with `shared_l0` [`Edit::SplitSharingL0`]): `child` is made
+    /// from `parent`'s keys from `at` on.
+    fn split(&mut self, parent: u32, child: u32, at: &[u8], lsn: u64, past: &[u8], shared_l0: bool) {
         let Some(p) = self.regions.get_mut(&parent) else { return };
+        if shared_l0 {
+            // No side appends to it again (a reopened side would continue in it otherwise).
+            if let Some(last) = p.log_mut(LogKind::L0).last_mut().filter(|l| l.sealed == u64::MAX) {
+                last.sealed = lsn;
+            }
+        }
         let mut c = p.clone();
         let old_end = p.end.replace(at.to_vec());
         let old_start = std::mem::replace(&mut c.start, at.to_vec());
         let end = old_end.unwrap_or_else(|| past.to_vec());
         rangedel::add(&mut p.range_dels, RangeDel { start: at.to_vec(), end, lsn });
-        p.l1_lsn = p.l1_lsn.max(lsn);
         rangedel::add(&mut c.range_dels, RangeDel { start: old_start, end: at.to_vec(), lsn });
-        c.l1_lsn = c.l1_lsn.max(lsn);
-        // L0 is empty at a split: the parent's L0 log holds nothing the levels do not.
-        c.log_mut(LogKind::L0).clear();
+        if !shared_l0 {
+            p.l1_lsn = p.l1_lsn.max(lsn);
+            c.l1_lsn = c.l1_lsn.max(lsn);
+            // L0 was written out: the parent's L0 log holds nothing the levels do not.
+            c.log_mut(LogKind::L0).clear();
+        }
         let mut segs = BTreeSet::new();
         c.segments(&mut segs);
         self.shared.extend(segs);

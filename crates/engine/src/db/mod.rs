@@ -631,10 +631,17 @@ impl Db {
 
     /// Makes every acknowledged write durable and writes L0 into L1 (waiting for it).
     pub fn flush(&self) -> Result<()> {
-        for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
-            r.flush()?;
+        // A region split or merged meanwhile hands its L0 to its successors: they are flushed
+        // in the next pass.
+        loop {
+            let list = self.regions_list();
+            for r in list.iter().filter(|r| !r.is_backup()) {
+                r.flush()?;
+            }
+            if !list.iter().any(|r| r.is_replaced()) {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// Flushes region `id`, then runs its compactions until no level is over its budget and
@@ -848,6 +855,9 @@ impl RegionHandle {
         if self.region.is_backup() {
             return Err(Error::BackupRegion(self.region.id()));
         }
+        if self.region.is_replaced() {
+            return Err(Error::RegionChanged(self.region.id()));
+        }
         self.region.flush()
     }
 }
@@ -940,7 +950,7 @@ fn gc_worker(inner: &DbInner) {
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
         for r in regions {
             match guarded(inner, "garbage collection", || gc::run(&r).map(|_| ())) {
-                Ok(()) | Err(Error::NoSpace { .. } | Error::Closed) => {}
+                Ok(()) | Err(Error::NoSpace { .. } | Error::Closed | Error::RegionChanged(_)) => {}
                 Err(e) => inner.sh.poison(format!("garbage collection failed: {e}")),
             }
         }

@@ -7,6 +7,7 @@ use crate::catalog::{Edit, LogKind};
 use crate::db::{Db, DbInner, RegionHandle};
 use crate::error::{Error, Result};
 use crate::placement::{compaction, gc};
+use crate::region::write::Op;
 use crate::region::Region;
 use crate::tree::memtable::Memtable;
 use std::sync::Arc;
@@ -69,32 +70,33 @@ impl DbInner {
             // The bulk of L0 goes out while writes go on.
             r.flush()?;
         }
+        // Running GC passes and compactions end before the writers wait, not while they do.
+        let _gc = gc::keep_out(&r);
+        compaction::claim_all_levels(&r)?;
+        let (t0, written) = (std::time::Instant::now(), self.sh.dev.counters().total_written());
         r.set_retired(true);
         let split = self.split_retired(&r, at, new_id, backup_lsn);
         if split.is_err() {
+            compaction::release_all_levels(&r);
             r.set_retired(false);
         }
+        let c = &self.sh.counters;
+        c.split_pause_max_us.fetch_max(t0.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+        let written = self.sh.dev.counters().total_written().saturating_sub(written);
+        c.split_pause_max_written.fetch_max(written, std::sync::atomic::Ordering::Relaxed);
         split
     }
 
-    /// The split once no write appends to `r` any more.
+    /// The split once no write appends to `r` any more and its levels are claimed. The halves
+    /// share the parent's L0 table (and its log) as their immutable one, each writing it out
+    /// in its first L0 merge: the writers wait only for the catalog record.
     fn split_retired(&self, r: &Arc<Region>, at: &[u8], new_id: u32, backup_lsn: Option<u64>) -> Result<RegionHandle> {
         let sh = r.sh().clone();
-        // GC re-appends records without the writers' check of the retired flag: its running
-        // pass ends first.
-        let _gc = gc::keep_out(r);
         // A writer that appended before the region retired may still be inserting into its
-        // table (outside the write lock): a table that looks empty now may not be in a moment.
+        // table (outside the write lock).
         r.view().mem.wait_for_writers();
-        if !r.is_backup() {
-            r.flush()?;
-        }
-        compaction::claim_all_levels(r)?;
         let mut w = r.w().lock();
-        let v = r.view();
-        let refused = if !v.mem.is_empty() || v.imm.is_some() {
-            Some("it took writes during its split")
-        } else if r.is_backup() && !r.backup_state().reserved.lock().is_empty() {
+        let refused = if r.is_backup() && !r.backup_state().reserved.lock().is_empty() {
             // Its primary splits with no compaction running: every SST shipped before is
             // installed by then, unless the stream broke off in between.
             Some("it holds shipped segments no edit has installed yet")
@@ -102,31 +104,49 @@ impl DbInner {
             None
         };
         if let Some(why) = refused {
-            drop(w);
-            compaction::release_all_levels(r);
             return Err(Error::InvalidOptions(format!("region {} cannot split: {why}", r.id())));
         }
-        // The split takes an LSN of its own: its range deletes hide everything before it, and
-        // both halves write after it. A backup splits at its primary's.
-        let lsn = backup_lsn.unwrap_or(w.next_lsn);
+        // The split takes an LSN of its own, held by a mark in the L0 log the halves share (a
+        // replay finds no gap): its range deletes hide everything before it, and both halves
+        // write after it. A backup splits at its primary's, whose mark it received.
+        let lsn = match backup_lsn {
+            Some(lsn) => lsn,
+            None => {
+                let p = r.append_locked(&mut w, &[Op::Mark], false)?;
+                r.finish(p, &[Op::Mark])?
+            }
+        };
         let past = vec![u8::MAX; sh.opts.max_key_bytes + 1];
-        let split = Edit::Split { parent: r.id(), at: at.to_vec(), lsn, past };
-        let committed = seal_large_tail(r, &mut w).and_then(|_| sh.manifest.commit(new_id, &[split]));
+        let split = Edit::SplitSharingL0 { parent: r.id(), at: at.to_vec(), lsn, past };
+        // The mark is durable before the record that names the LSN it holds: a half reopened
+        // with no write of its own continues after it.
+        let committed = seal_large_tail(r, &mut w)
+            .and_then(|_| sh.waiting(|| sh.dev.sync()))
+            .and_then(|_| sh.manifest.commit(new_id, &[split]));
         if let Err(e) = committed {
             drop(w);
-            compaction::release_all_levels(r);
             return sh.fail(e);
         }
-        // Backups split at the same point of the stream: after the tails sealed above, before
-        // any write of either half.
+        // Backups split at the same point of the stream: after the tails sealed above (the
+        // mark among them), before any write of either half.
         if let Some(l) = sh.listener().filter(|_| !r.is_backup()) {
             l.split(r.id(), at, lsn, new_id);
         }
         // The old object's levels stay claimed for good: it is about to be replaced.
         keep_views(r);
+        // Its immutable table when it has one (the mutable one filled since the levels were
+        // claimed: the halves copy their parts of it), else its mutable one.
+        let v = r.view();
+        let (imm_segs, mem_segs) = (w.imm_l0_segs.clone(), w.mem_l0_segs.clone());
         let halves = [r.id(), new_id].map(|id| {
             let meta = sh.manifest.region(id).ok_or(Error::NoSuchRegion(id))?;
-            Ok(Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), lsn + 1)))
+            let half = Arc::new(Region::new(id, &meta, sh.clone(), Memtable::new(), lsn + 1));
+            match &v.imm {
+                _ if r.is_backup() => {}
+                Some(imm) => half.adopt_l0(imm.clone(), imm_segs.clone(), Some((&v.mem, mem_segs.clone())), lsn),
+                None => half.adopt_l0(v.mem.clone(), [&imm_segs[..], &mem_segs[..]].concat(), None, lsn),
+            }
+            Ok(half)
         });
         let [parent, child] = halves;
         let (parent, child) = (parent?, child?);

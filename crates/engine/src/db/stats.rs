@@ -87,6 +87,11 @@ pub struct Stats {
     pub compactions: u64,
     /// Regions split (`Db::split_region`).
     pub splits: u64,
+    /// The longest a split held its region's writers (from retiring the region to installing
+    /// its halves), in microseconds.
+    pub split_pause_max_us: u64,
+    /// The most bytes the device wrote while a split held its region's writers.
+    pub split_pause_max_written: u64,
     /// Regions merged into their left neighbour (`Db::merge_regions`).
     pub merges: u64,
     /// Compactions that moved an SST down without rewriting it.
@@ -190,6 +195,8 @@ impl Db {
             stalls: std::array::from_fn(|i| c.stalls.get(i).map_or(0, |n| n.load(Relaxed))),
             compactions: c.compactions.load(Relaxed),
             splits: c.splits.load(Relaxed),
+            split_pause_max_us: c.split_pause_max_us.load(Relaxed),
+            split_pause_max_written: c.split_pause_max_written.load(Relaxed),
             merges: c.merges.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
             expired_dropped: c.expired_dropped.load(Relaxed),

@@ -2,14 +2,16 @@
 //!
 //! ```text
 //! 0  u16 start marker 0x4B56
-//! 2  u8  kind (1 put, 2 delete, 3 put that expires: format 3, 4 range delete: format 4)
+//! 2  u8  kind (1 put, 2 delete, 3 put that expires: format 3, 4 range delete: format 4,
+//!        5 mark: format 7)
 //! 3  u8  reserved (must be 0)
 //! 4  u32 salt of the segment the record was written into
 //! 8  u64 LSN
 //! 16 u16 key length K
 //! 18 u32 value length V
 //! 22 [K] key, [V] value (kind 3: u64 expire_at, ms since the Unix epoch, non-zero, then the value;
-//!        kind 4: key = first key deleted, value = first key past the range, greater than the key)
+//!        kind 4: key = first key deleted, value = first key past the range, greater than the key;
+//!        kind 5: no key, no value)
 //! .. u32 batch_remaining: records of the same atomic batch that follow this one
 //! .. u32 crc32c of everything above
 //! .. u32 end marker 0x21444E45
@@ -35,6 +37,9 @@ pub(crate) const KIND_DELETE: u8 = 2;
 pub(crate) const KIND_PUT_EXPIRING: u8 = 3;
 /// Deletes every key in `[key, value)`: one record whatever the number of keys it covers.
 pub(crate) const KIND_RANGE_DELETE: u8 = 4;
+/// Holds an LSN and nothing else: a region split takes an LSN of its own and writes this at
+/// it, so that the L0 log its halves share has a record at every LSN (replays stop at a gap).
+pub(crate) const KIND_MARK: u8 = 5;
 
 /// Bytes the expiry time adds to a put's value field (0 for a put that never expires).
 pub(crate) fn expiry_len(expire_at: u64) -> usize {
@@ -159,6 +164,7 @@ pub(crate) fn decode(buf: &[u8], salt: Option<u32>) -> Result<Record<'_>, Invali
         KIND_PUT | KIND_DELETE => (kind, 0, &buf[HEADER + klen..t]),
         // An empty or inverted range deletes nothing and is never written.
         KIND_RANGE_DELETE if buf[HEADER + klen..t] > *key => (kind, 0, &buf[HEADER + klen..t]),
+        KIND_MARK if klen == 0 && vlen == 0 => (kind, 0, &buf[t..t]),
         KIND_PUT_EXPIRING => match get_u64(buf, HEADER + klen) {
             Some(at) if at != 0 && vlen >= 8 => (KIND_PUT, at, &buf[HEADER + klen + 8..t]),
             _ => return Err(Invalid::Torn),

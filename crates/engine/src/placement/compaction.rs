@@ -75,6 +75,9 @@ pub(crate) fn pick_with(r: &Region, thorough: bool) -> Option<Job> {
     let view = r.view();
     let o = &r.sh().opts;
     let mut busy = r.compaction_state().busy.lock();
+    if r.compaction_state().claiming.load(Relaxed) {
+        return None;
+    }
     if r.bypass().is_some_and(|b| !b.is_ready()) && busy.iter().all(|b| !*b) {
         busy.iter_mut().for_each(|b| *b = true);
         return Some(Job::BuildBypass);
@@ -85,7 +88,8 @@ pub(crate) fn pick_with(r: &Region, thorough: bool) -> Option<Job> {
         return Some(Job::L0);
     }
     if !view.version.range_dels.is_empty() && busy.iter().all(|b| !*b) {
-        let plan = view.version.range_reclaim();
+        let mut plan = view.version.range_reclaim();
+        plan.drops.retain(|&lsn| droppable(&view, lsn));
         let rewrite = thorough || view.version.range_dels.len() > IDLE_RANGE_DELS;
         if !plan.hidden.is_empty() || !plan.drops.is_empty() || (rewrite && !plan.blocking.is_empty()) {
             busy.iter_mut().for_each(|b| *b = true);
@@ -130,16 +134,22 @@ pub(crate) fn run(r: &Region, job: Job) -> Result<()> {
 /// Marks every level busy once no compaction of `r` runs, so that none starts; the caller
 /// clears the marks ([`release_all_levels`]) or drops the region object.
 pub(crate) fn claim_all_levels(r: &Region) -> Result<()> {
-    loop {
-        r.sh().check()?;
-        let mut busy = r.compaction_state().busy.lock();
+    let state = r.compaction_state();
+    state.claiming.store(true, Relaxed);
+    let claimed = loop {
+        if let Err(e) = r.sh().check() {
+            break Err(e);
+        }
+        let mut busy = state.busy.lock();
         if busy.iter().all(|b| !*b) {
             busy.iter_mut().for_each(|b| *b = true);
-            return Ok(());
+            break Ok(());
         }
         drop(busy);
         std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    };
+    state.claiming.store(false, Relaxed);
+    claimed
 }
 
 /// Clears the marks of [`claim_all_levels`] and wakes the workers.
@@ -717,20 +727,42 @@ fn compact_l0(r: &Region) -> Result<()> {
     let mut table_dead = imm.freeze();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
     let mut out = new_output(r, &view.version, Level::L1, true);
-    let table_dels = imm.range_dels().map(|d| d.to_vec()).unwrap_or_default();
+    // A split's half shares its parent's table: the parts of its range deletes beyond the
+    // half's range are the other half's.
+    let table_dels = clip_dels(r, imm.range_dels().map(|d| d.to_vec()).unwrap_or_default());
     out.dels.extend(table_dels.iter().cloned());
-    let inputs = imm.key_range().map_or_else(Vec::new, |(f, l)| overlapping(l1, &f, &l));
+    // A split's half merges only its part of the table it shares: L1 is rewritten once over
+    // the two halves, not twice.
+    let (start, end) = (r.start(), r.end());
+    let outside = |k: &[u8]| k < start.as_slice() || end.as_ref().is_some_and(|e| k >= e.as_slice());
+    let inputs = imm.key_range().map_or_else(Vec::new, |(f, l)| {
+        let f = f.max(start.clone());
+        let l = end.as_ref().map_or(l.clone(), |e| l.min(e.clone()));
+        if f <= l {
+            overlapping(l1, &f, &l)
+        } else {
+            Vec::new()
+        }
+    });
     let result = (|| {
         let mut it = imm.iter_all().peekable();
-        // The newest version of each key wins; older ones in the table are dropped.
+        // The newest version of each key wins; older ones in the table are dropped. The other
+        // half's entries leave this half (their large values are garbage here).
         let mut newer = || -> Result<Option<Entry>> {
-            let Some(e) = it.next() else { return Ok(None) };
-            while it.peek().is_some_and(|n| n.key == e.key) {
-                if let Some(Value::Large { ptr, len, salt }) = it.next().map(|x| x.value.base().clone()) {
+            loop {
+                let Some(e) = it.next() else { return Ok(None) };
+                while it.peek().is_some_and(|n| n.key == e.key) {
+                    if let Some(Value::Large { ptr, len, salt }) = it.next().map(|x| x.value.base().clone()) {
+                        table_dead.push((ptr, salt, len));
+                    }
+                }
+                if !outside(&e.key) {
+                    return Ok(Some(e));
+                }
+                if let Value::Large { ptr, len, salt } = *e.value.base() {
                     table_dead.push((ptr, salt, len));
                 }
             }
-            Ok(Some(e))
         };
         let min_heat = warm_threshold(r, &inputs.iter().collect::<Vec<_>>(), out.warm_budget);
         let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
@@ -773,6 +805,30 @@ fn compact_l0(r: &Region) -> Result<()> {
     let merged = inputs.iter().map(|s| (1, s.clone())).collect();
     r.refresh_rows(&imm);
     publish(r, edits, &mut out, merged, true)
+}
+
+/// Whether the range delete of `lsn` may leave the catalog as far as L0 goes: a split's also
+/// hides the other half's entries in the L0 tables the halves share (or replayed from the log
+/// they share), so it stays while L0 holds a version older than it.
+fn droppable(view: &View, lsn: u64) -> bool {
+    let oldest = [Some(&view.mem), view.imm.as_ref()].into_iter().flatten().filter_map(|m| m.min_lsn()).min();
+    oldest.is_none_or(|o| o >= lsn)
+}
+
+/// Range deletes cut to `r`'s range (those left empty go).
+fn clip_dels(r: &Region, dels: Vec<RangeDel>) -> Vec<RangeDel> {
+    let (start, end) = (r.start(), r.end());
+    dels.into_iter()
+        .filter_map(|mut d| {
+            if d.start < *start {
+                d.start.clone_from(start);
+            }
+            if let Some(e) = end.as_ref().filter(|e| d.end > **e) {
+                d.end.clone_from(e);
+            }
+            (d.end > d.start).then_some(d)
+        })
+        .collect()
 }
 
 fn compact_level(r: &Region, i: usize) -> Result<()> {
@@ -873,6 +929,7 @@ fn reclaim(r: &Region, rewrite: bool) -> Result<()> {
         // Rewritten, no SST keeps any of them: every one goes.
         drops = view.version.range_dels.iter().map(|d| d.lsn).collect();
     }
+    drops.retain(|&lsn| droppable(&view, lsn));
     edits.extend(drops.iter().map(|&lsn| Edit::DropRangeDel { lsn }));
     let merged = plan.hidden.into_iter().map(|(i, s)| (i + 1, s)).collect();
     if rewrite {

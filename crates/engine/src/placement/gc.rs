@@ -161,6 +161,10 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
     let base = r.sh().dev.seg_base(seg);
     let mut w = r.w().lock();
     r.make_room(&mut w)?;
+    // Split or merged meanwhile: the pass ends, its segment untouched.
+    if r.is_retired() {
+        return Err(crate::error::Error::RegionChanged(r.id()));
+    }
     // Writers append under the lock but insert into L0 after it: let the ones already
     // appended finish, so that L0 shows every write that could be newer than ours.
     r.quiesce(&w);

@@ -112,6 +112,9 @@ pub(crate) struct Region {
     /// Set (under the write lock) when a split or merge takes this region object out of
     /// service: writes then fail with `RegionChanged` (`Db::split_region`).
     retired: AtomicBool,
+    /// Set when a successor took this object's place in the store (a split's halves share its
+    /// L0 table, which they write out): it has nothing of its own to flush any more.
+    replaced: AtomicBool,
 }
 
 static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
@@ -176,6 +179,12 @@ impl Region {
     /// caller stopped its writes already, perhaps holding the write lock.
     pub(crate) fn mark_retired(&self) {
         self.retired.store(true, Relaxed);
+        self.replaced.store(true, Relaxed);
+    }
+
+    /// Whether a successor took this object's place ([`Region::mark_retired`]).
+    pub(crate) fn is_replaced(&self) -> bool {
+        self.replaced.load(Relaxed)
     }
 
     pub(crate) fn is_retired(&self) -> bool {
@@ -258,6 +267,7 @@ impl Region {
             row_gate: parking_lot::RwLock::new(()),
             bypass: (sh.opts.lsm_bypass_bytes > 0 && !meta.backup).then(|| Bypass::new(sh.opts.lsm_bypass_bytes)),
             retired: AtomicBool::new(false),
+            replaced: AtomicBool::new(false),
             sh,
         }
     }

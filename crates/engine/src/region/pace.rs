@@ -57,6 +57,11 @@ impl Region {
             if self.sh.shutdown.load(Relaxed) {
                 break Err(Error::Closed);
             }
+            // A split or merge took the region out of service: its tables merge in its
+            // successors, and the writer goes there (`Region::write` answers `RegionChanged`).
+            if self.is_retired() {
+                break Ok(());
+            }
             let view = self.view.load();
             let o = &self.sh.opts;
             if view.mem.superseded_bytes() >= (o.l0_bytes / 64).max(64 << 10) {

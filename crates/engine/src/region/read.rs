@@ -227,6 +227,10 @@ impl Region {
         }
         let cache = &self.sh.ctx.cache;
         table.for_each_newest(|k, v| {
+            // A split's half shares its parent's table: the other half's keys are not its own.
+            if !self.contains(k) {
+                return;
+            }
             let rk = rowcache::row_key(self.uid.load(SeqCst), k);
             match v {
                 Value::Inline(v) => cache.refresh(rk, Arc::new(rowcache::encode(k, v))),

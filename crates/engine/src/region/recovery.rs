@@ -16,7 +16,7 @@ use crate::device::aligned::{align_down, align_up, AlignedBuf, ALIGN};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::format::rangedel::RangeDel;
-use crate::format::record::{self, KIND_DELETE, KIND_RANGE_DELETE};
+use crate::format::record::{self, KIND_DELETE, KIND_MARK, KIND_RANGE_DELETE};
 use crate::tree::memtable::{Memtable, Value};
 
 struct Rec {
@@ -25,6 +25,8 @@ struct Rec {
     value: Value,
     /// A range delete: the end of its range (`key` is the start).
     range_end: Option<Vec<u8>>,
+    /// A mark: an LSN and no change ([`KIND_MARK`]).
+    mark: bool,
     batch_remaining: u32,
 }
 
@@ -101,14 +103,15 @@ fn read_log(
                 continue;
             }
             let value = match (kind, r.kind) {
-                (_, KIND_DELETE | KIND_RANGE_DELETE) => Value::Tombstone,
+                (_, KIND_DELETE | KIND_RANGE_DELETE | KIND_MARK) => Value::Tombstone,
                 (LogKind::Large, _) => Value::Large { ptr: base + off as u64, len: r.len as u32, salt: s.salt },
                 _ => Value::Inline(r.value.to_vec()),
             };
             let value = Value::expiring(r.expire_at, value);
             let range_end = (r.kind == KIND_RANGE_DELETE).then(|| r.value.to_vec());
             let (lsn, key, batch_remaining) = (r.lsn, r.key.to_vec(), r.batch_remaining);
-            recs.push(Rec { lsn, key, value, range_end, batch_remaining });
+            let mark = r.kind == KIND_MARK;
+            recs.push(Rec { lsn, key, value, range_end, mark, batch_remaining });
         }
         if resumable {
             last = Some(Last { seg: s.clone(), image: img, records: kept });
@@ -163,6 +166,7 @@ fn apply_prefix(mem: &Memtable, recs: Vec<Rec>, l1_lsn: u64) -> (u64, usize, u64
                     large += len as u64;
                 }
                 match p.range_end {
+                    _ if p.mark => mem.insert_mark(p.lsn),
                     Some(end) => mem.insert_range_del(RangeDel { start: p.key, end, lsn: p.lsn }),
                     None => mem.insert(&p.key, p.lsn, p.value),
                 }

@@ -33,6 +33,8 @@ pub(crate) struct Counters {
     pub stalls: [AtomicU64; 5],
     pub compactions: AtomicU64,
     pub splits: AtomicU64,
+    pub split_pause_max_us: AtomicU64,
+    pub split_pause_max_written: AtomicU64,
     pub merges: AtomicU64,
     pub trivial_moves: AtomicU64,
     pub expired_dropped: AtomicU64,

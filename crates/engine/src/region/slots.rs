@@ -15,12 +15,19 @@ pub(crate) struct CompactionState {
     pub(crate) busy: Mutex<Vec<bool>>,
     /// Per level: the last key compacted, for round-robin SST choice.
     pub(crate) cursor: Mutex<Vec<Vec<u8>>>,
+    /// Every level is wanted at once (`compaction::claim_all_levels`): no job starts, so that
+    /// the running ones end and the claim does not wait for ever behind new ones.
+    pub(crate) claiming: std::sync::atomic::AtomicBool,
 }
 
 impl CompactionState {
     /// No level busy, every cursor at the start, for `levels` levels (0 = L0).
     pub(crate) fn new(levels: usize) -> CompactionState {
-        CompactionState { busy: Mutex::new(vec![false; levels]), cursor: Mutex::new(vec![Vec::new(); levels]) }
+        CompactionState {
+            busy: Mutex::new(vec![false; levels]),
+            cursor: Mutex::new(vec![Vec::new(); levels]),
+            claiming: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 }
 

@@ -43,6 +43,8 @@ pub(crate) enum Op<'a> {
     Delete(&'a [u8]),
     /// Every key of `[start, end)`.
     DeleteRange(&'a [u8], &'a [u8]),
+    /// No change: an LSN of its own in the L0 log (a split's, `db/reshape.rs`).
+    Mark,
 }
 
 impl<'a> Op<'a> {
@@ -54,18 +56,20 @@ impl<'a> Op<'a> {
             Op::DeleteRange(start, end) => {
                 record::Body { kind: KIND_RANGE_DELETE, key: start, value: end, expire_at: 0 }
             }
+            Op::Mark => record::Body { kind: record::KIND_MARK, key: &[], value: &[], expire_at: 0 },
         }
     }
 
     fn key(&self) -> &[u8] {
         match self {
             Op::Put(k, ..) | Op::Delete(k) | Op::DeleteRange(k, _) => k,
+            Op::Mark => &[],
         }
     }
 
     /// A delete of one key or of a range: it may use the space kept for compaction.
     fn deletes(&self) -> bool {
-        matches!(self, Op::Delete(_) | Op::DeleteRange(..))
+        matches!(self, Op::Delete(_) | Op::DeleteRange(..) | Op::Mark)
     }
 }
 
@@ -296,7 +300,7 @@ impl Region {
             w.next_lsn += 1;
             values.push(match (kind, cat) {
                 // A range delete enters L0 as a range (`finish`), never as an entry.
-                (KIND_DELETE | KIND_RANGE_DELETE, _) => Value::Tombstone,
+                (KIND_DELETE | KIND_RANGE_DELETE | record::KIND_MARK, _) => Value::Tombstone,
                 (_, Category::Large) => Value::expiring(body.expire_at, Value::Large { ptr, len, salt }),
                 _ => Value::expiring(body.expire_at, Value::Inline(v.to_vec())),
             });
@@ -353,6 +357,7 @@ impl Region {
                 Op::DeleteRange(start, end) => {
                     p.mem.insert_range_del(RangeDel { start: start.to_vec(), end: end.to_vec(), lsn })
                 }
+                Op::Mark => p.mem.insert_mark(lsn),
                 _ => p.mem.insert(op.key(), lsn, value),
             }
         }
@@ -397,6 +402,45 @@ impl Region {
         );
         self.sh.wake();
         Ok(())
+    }
+
+    /// Takes a split parent's L0 as this new half's: `imm` (the parent's immutable table, or
+    /// its mutable one when it had none) becomes its immutable table, with the L0 log segments
+    /// `imm_segs`; the entries in its range of `mem` (the parent's mutable table, when `imm` is
+    /// its immutable one) are copied into its mutable table, with their segments `mem_segs`.
+    /// Its first L0 merges write them out; `mark` is the split's LSN.
+    pub(crate) fn adopt_l0(
+        &self,
+        imm: Arc<Memtable>,
+        imm_segs: Vec<u32>,
+        mem: Option<(&Memtable, Vec<u32>)>,
+        mark: u64,
+    ) {
+        let mut w = self.w.lock();
+        w.imm_l0_segs = imm_segs;
+        let fresh = Memtable::new();
+        w.mem_l0_segs = match mem {
+            Some((m, segs)) => {
+                for e in m.iter_all().filter(|e| self.contains(&e.key)) {
+                    fresh.insert(&e.key, e.lsn, e.value);
+                }
+                for mut d in m.range_dels().map(|d| d.to_vec()).unwrap_or_default() {
+                    d.start = d.start.max(self.start().clone());
+                    if let Some(e) = self.end().as_ref().filter(|e| d.end > **e) {
+                        d.end.clone_from(e);
+                    }
+                    if d.end > d.start {
+                        fresh.insert_range_del(d);
+                    }
+                }
+                fresh.insert_mark(mark);
+                segs
+            }
+            None => Vec::new(),
+        };
+        let fresh = Arc::new(fresh);
+        self.install(|v| View::new(fresh, Some(imm), v.version.clone(), self.sh.alloc.clone()), vec![]);
+        self.sh.wake();
     }
 
     /// Writes both log tails out (no sync). Caller holds the write lock.
@@ -477,6 +521,10 @@ impl Region {
         loop {
             let mut w = self.w.lock();
             self.sh.check()?;
+            // Its successors (a split's halves) write its table out; its levels stay claimed.
+            if self.is_replaced() {
+                return Ok(());
+            }
             let v = self.view();
             if v.imm.is_some() {
                 if self.no_space.load(Relaxed) {
@@ -493,7 +541,7 @@ impl Region {
         }
         loop {
             self.sh.check()?;
-            if self.view().imm.is_none() {
+            if self.view().imm.is_none() || self.is_replaced() {
                 break;
             }
             if self.no_space.load(Relaxed) {

@@ -542,7 +542,7 @@ impl Translation<'_> {
             Edit::AddRangeDel { .. } | Edit::DropRangeDel { .. } => self.local.push(e.clone()),
             Edit::ClearL1Lsn => self.local.push(Edit::ClearL1Lsn),
             // A split is not shipped as an edit: a backup splits its own copy.
-            Edit::Split { .. } | Edit::Merge { .. } | Edit::DropRegion => {
+            Edit::Split { .. } | Edit::SplitSharingL0 { .. } | Edit::Merge { .. } | Edit::DropRegion => {
                 let what = "a shipped edit splits, merges or drops regions; those are not replicated as edits";
                 return Err(Error::InvalidOptions(what.into()));
             }
@@ -692,6 +692,9 @@ impl Overlay {
     /// Adds a record replayed in LSN order; `now` decides which puts have expired.
     pub fn apply(&mut self, r: LogRecord, now: u64) {
         if let Some(end) = r.range_end {
+            if end <= r.key {
+                return;
+            }
             let hidden: Vec<Vec<u8>> = self.pairs.range(r.key.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
             for k in hidden {
                 self.pairs.remove(&k);
@@ -719,7 +722,8 @@ pub struct LogRecord {
     pub key: Vec<u8>,
     /// Value (None: a delete, or a range delete).
     pub value: Option<Vec<u8>>,
-    /// A range delete: the first key past its range (`key` is its first key).
+    /// A range delete: the first key past its range (`key` is its first key). A split's
+    /// mark, which holds an LSN and changes nothing, is an empty range (both empty).
     pub range_end: Option<Vec<u8>>,
     /// When a put expires (ms since the Unix epoch; 0: never).
     pub expire_at: u64,
@@ -740,7 +744,9 @@ pub fn decode_log_records(img: &[u8], salt: u32, from: usize) -> (Vec<LogRecord>
             lsn: r.lsn,
             key: r.key.to_vec(),
             value: (r.kind == crate::format::record::KIND_PUT).then(|| r.value.to_vec()),
-            range_end: (r.kind == crate::format::record::KIND_RANGE_DELETE).then(|| r.value.to_vec()),
+            // A mark (a split's LSN) is an empty range delete: it deletes nothing.
+            range_end: matches!(r.kind, crate::format::record::KIND_RANGE_DELETE | crate::format::record::KIND_MARK)
+                .then(|| r.value.to_vec()),
             expire_at: r.expire_at,
             batch_remaining: r.batch_remaining,
         });

@@ -59,10 +59,18 @@ pub(super) fn build_index(db: &Db, r: &ReplicaRegion, log: u8, upto: u64) -> Res
     let mut failed = None;
     *next = replay_batches(pending, *next, upto, |x| {
         match (x.value, x.range_end) {
-            (_, Some(end)) => batch.delete_range(x.key, end),
-            (Some(v), None) => batch.put_expiring(x.key, v, x.expire_at),
-            (None, None) => batch.delete(x.key),
-        };
+            // A split's mark (an empty range) changes nothing.
+            (_, Some(end)) if end <= x.key => {}
+            (_, Some(end)) => {
+                batch.delete_range(x.key, end);
+            }
+            (Some(v), None) => {
+                batch.put_expiring(x.key, v, x.expire_at);
+            }
+            (None, None) => {
+                batch.delete(x.key);
+            }
+        }
         if x.batch_remaining == 0 && failed.is_none() {
             if let Err(e) = handle.write(&batch) {
                 failed = Some(e);
