@@ -181,11 +181,10 @@ fn ycsb_cxx_run_reopens_between_phases_and_verifies_every_key() {
             // 2000 and run-e's inserts (5% of 2000 operations).
             // Halyard loses none; a baseline's misses are reported, not asserted (a CI run once
             // saw RocksDB's BlobDB miss one key after a reopen, not explained yet).
-            "verify" if r["engine"] != "halyard" => {
-                if num(r, "misses") != 0.0 {
-                    eprintln!("baseline {} missed keys after its reopen: {r}", r["engine"]);
-                }
+            "verify" if r["engine"] != "halyard" && num(r, "misses") != 0.0 => {
+                eprintln!("baseline {} missed keys after its reopen: {r}", r["engine"]);
             }
+            "verify" if r["engine"] != "halyard" => {}
             "verify" => {
                 assert_eq!(num(r, "misses"), 0.0, "{r}");
                 assert!((2050.0..2150.0).contains(&num(r, "ops")), "{r}");
