@@ -729,12 +729,12 @@ fn compact_l0(r: &Region) -> Result<()> {
     let mut out = new_output(r, &view.version, Level::L1, true);
     // A split's half shares its parent's table: the parts of its range deletes beyond the
     // half's range are the other half's.
-    let table_dels = clip_dels(r, imm.range_dels().map(|d| d.to_vec()).unwrap_or_default());
+    let table_dels: Vec<RangeDel> =
+        imm.range_dels().map(|d| d.iter().filter_map(|d| r.clip(d.clone())).collect()).unwrap_or_default();
     out.dels.extend(table_dels.iter().cloned());
     // A split's half merges only its part of the table it shares: L1 is rewritten once over
     // the two halves, not twice.
     let (start, end) = (r.start(), r.end());
-    let outside = |k: &[u8]| k < start.as_slice() || end.as_ref().is_some_and(|e| k >= e.as_slice());
     let inputs = imm.key_range().map_or_else(Vec::new, |(f, l)| {
         let f = f.max(start.clone());
         let l = end.as_ref().map_or(l.clone(), |e| l.min(e.clone()));
@@ -756,7 +756,7 @@ fn compact_l0(r: &Region) -> Result<()> {
                         table_dead.push((ptr, salt, len));
                     }
                 }
-                if !outside(&e.key) {
+                if r.contains(&e.key) {
                     return Ok(Some(e));
                 }
                 if let Value::Large { ptr, len, salt } = *e.value.base() {
@@ -813,22 +813,6 @@ fn compact_l0(r: &Region) -> Result<()> {
 fn droppable(view: &View, lsn: u64) -> bool {
     let oldest = [Some(&view.mem), view.imm.as_ref()].into_iter().flatten().filter_map(|m| m.min_lsn()).min();
     oldest.is_none_or(|o| o >= lsn)
-}
-
-/// Range deletes cut to `r`'s range (those left empty go).
-fn clip_dels(r: &Region, dels: Vec<RangeDel>) -> Vec<RangeDel> {
-    let (start, end) = (r.start(), r.end());
-    dels.into_iter()
-        .filter_map(|mut d| {
-            if d.start < *start {
-                d.start.clone_from(start);
-            }
-            if let Some(e) = end.as_ref().filter(|e| d.end > **e) {
-                d.end.clone_from(e);
-            }
-            (d.end > d.start).then_some(d)
-        })
-        .collect()
 }
 
 fn compact_level(r: &Region, i: usize) -> Result<()> {

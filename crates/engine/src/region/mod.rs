@@ -17,6 +17,7 @@ pub(crate) mod write;
 
 use crate::catalog::LogKind;
 use crate::catalog::RegionMeta;
+use crate::format::rangedel::RangeDel;
 use crate::log::tail::LogTail;
 use crate::log::writer::LogWriter;
 use crate::region::dead::DeadRecords;
@@ -139,6 +140,18 @@ impl Region {
     /// Whether the range `[start, end)` (`end` None: unbounded) shares no key with this region's.
     pub(crate) fn disjoint(&self, start: &[u8], end: Option<&[u8]>) -> bool {
         end.is_some_and(|e| e <= self.start().as_slice()) || self.end().as_deref().is_some_and(|re| re <= start)
+    }
+
+    /// `d` cut to the region's range; None when nothing of it is left (a split's half shares
+    /// its parent's L0 tables, whose range deletes may reach into the other half).
+    pub(crate) fn clip(&self, mut d: RangeDel) -> Option<RangeDel> {
+        if d.start < self.start {
+            d.start.clone_from(&self.start);
+        }
+        if let Some(e) = self.end.as_ref().filter(|e| d.end > **e) {
+            d.end.clone_from(e);
+        }
+        (d.end > d.start).then_some(d)
     }
 
     /// The key after the region's last (`None`: the end of the key space).

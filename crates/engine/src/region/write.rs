@@ -424,12 +424,8 @@ impl Region {
                 for e in m.iter_all().filter(|e| self.contains(&e.key)) {
                     fresh.insert(&e.key, e.lsn, e.value);
                 }
-                for mut d in m.range_dels().map(|d| d.to_vec()).unwrap_or_default() {
-                    d.start = d.start.max(self.start().clone());
-                    if let Some(e) = self.end().as_ref().filter(|e| d.end > **e) {
-                        d.end.clone_from(e);
-                    }
-                    if d.end > d.start {
+                for d in m.range_dels().iter().flat_map(|d| d.iter()) {
+                    if let Some(d) = self.clip(d.clone()) {
                         fresh.insert_range_del(d);
                     }
                 }

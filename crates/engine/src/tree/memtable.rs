@@ -112,8 +112,6 @@ pub(crate) struct Memtable {
     range_dels: parking_lot::RwLock<Arc<Vec<RangeDel>>>,
     /// Whether `range_dels` holds any: most tables hold none, and every read asks.
     has_range_dels: AtomicBool,
-    /// It holds a mark's LSN ([`Memtable::insert_mark`]): not empty, though it has no entry.
-    has_mark: AtomicBool,
 }
 
 fn shard_of(key: &[u8]) -> usize {
@@ -148,7 +146,6 @@ impl Memtable {
             writers: AtomicUsize::new(0),
             range_dels: Default::default(),
             has_range_dels: AtomicBool::new(false),
-            has_mark: AtomicBool::new(false),
         }
     }
 
@@ -176,7 +173,6 @@ impl Memtable {
     /// then covers the LSN. No entry: readers see nothing of it.
     pub(crate) fn insert_mark(&self, lsn: u64) {
         self.max_lsn.fetch_max(lsn, Relaxed);
-        self.has_mark.store(true, Relaxed);
     }
 
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Value) {
@@ -316,11 +312,10 @@ impl Memtable {
         Some(self.min_lsn.load(Relaxed)).filter(|&l| l != u64::MAX)
     }
 
-    /// Whether the table holds no write: no version and no range delete.
+    /// Whether the table holds no write: no version, no range delete, no mark (each takes an
+    /// LSN, and LSNs start at 1).
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.read().is_empty()
-            && !self.has_range_dels.load(std::sync::atomic::Ordering::Acquire)
-            && !self.has_mark.load(Relaxed)
+        self.max_lsn.load(Relaxed) == 0
     }
 
     /// The newest version of `key` with LSN <= `snap`.
