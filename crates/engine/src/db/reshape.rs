@@ -73,8 +73,10 @@ impl DbInner {
         // Running GC passes and compactions end before the writers wait, not while they do.
         let _gc = gc::keep_out(&r);
         compaction::claim_all_levels(&r)?;
-        let (t0, written) = (std::time::Instant::now(), self.sh.dev.counters().total_written());
+        // The writers are held from the moment the region retires (under its write lock, which
+        // the split may first wait for behind a writer of its own) until the halves take over.
         r.set_retired(true);
+        let (t0, written) = (std::time::Instant::now(), self.sh.dev.counters().total_written());
         let split = self.split_retired(&r, at, new_id, backup_lsn);
         if split.is_err() {
             compaction::release_all_levels(&r);
