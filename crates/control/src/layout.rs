@@ -242,6 +242,11 @@ pub struct Progress {
     /// two adjacent ones.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub cold: std::collections::BTreeSet<u32>,
+    /// Backup copies here that a merge joined before the map did, by the right region's id:
+    /// the left region whose copy now spans both (the master finishes a merge whose primary
+    /// was lost by them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub absorbed: BTreeMap<u32, u32>,
 }
 
 /// `log/<seq>`: a change the master started and has not finished. A new master finishes

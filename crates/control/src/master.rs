@@ -52,10 +52,9 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, tally: &mut Tally) -
         return None;
     }
     let primary_holds = view.holds(r, &spec.primary);
-    // The right side of a merge under way waits for it (the merge's own step rolls it back if
-    // its primary is lost).
-    if primary_holds && view.intents.iter().any(|(_, i)| matches!(i, Intent::Merge { right, .. } if *right == spec.id))
-    {
+    // The right side of a merge under way waits for it, also when its primary is lost: the
+    // merge's own step then finishes it (its backups merged) or rolls it back.
+    if view.intents.iter().any(|(_, i)| matches!(i, Intent::Merge { right, .. } if *right == spec.id)) {
         return None;
     }
     if let Some((key, i)) = view.intents.iter().find(|(_, i)| i.region() == spec.id) {
@@ -715,8 +714,51 @@ impl Master {
             Some((x, xrev)) if same(x) && merge_applies(view, r, x) => {
                 self.merge(term, view, (r, rev), (x, *xrev), key).await
             }
+            Some((x, xrev)) if same(x) && !view.holds(r, &r.spec.primary) => {
+                let merged = crate::schedule::merged_backups(view, r, x);
+                if merged.is_empty() {
+                    self.unfence(term, (r, rev), Some(&(x.clone(), *xrev)), key).await
+                } else {
+                    self.adopt_merge(term, (r, rev), (x, *xrev), key, merged).await
+                }
+            }
             found => self.unfence(term, (r, rev), found, key).await,
         }
+    }
+
+    /// Ends a merge whose primary was lost after it merged its store and shipped the merge to
+    /// `merged` (backups that hold `r` and no longer `x`): the map follows them, `r` widened
+    /// over `x` with only them as its backups (a backup that still holds the two apart takes a
+    /// fresh copy later), and the failover promotes one of them. Rolling back instead would
+    /// ask them to lead a region they no longer hold apart, and narrowing their copies to the
+    /// map would drop `x`'s keys.
+    async fn adopt_merge(
+        &self,
+        term: &Term,
+        (r, rev): (&RegionRecord, i64),
+        (x, xrev): (&RegionRecord, i64),
+        key: &str,
+        merged: Vec<String>,
+    ) -> Result<()> {
+        let mut s = r.spec.clone();
+        s.end = x.spec.end.clone();
+        s.epoch = r.spec.epoch.max(x.spec.epoch) + 1;
+        s.backups = merged;
+        let version = r.version.max(x.version) + 1;
+        let ops = vec![
+            self.put_region(&RegionRecord { spec: s, version }),
+            TxnOp::delete(self.session.layout().region(x.spec.id), None),
+            TxnOp::delete(key, None),
+        ];
+        if self.commit_if(term, Some((r.spec.id, rev)), vec![self.at_rev(x.spec.id, xrev)], ops).await? {
+            self.stats.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                region = r.spec.id,
+                right = x.spec.id,
+                "merge finished without its lost primary: its backups had merged"
+            );
+        }
+        Ok(())
     }
 
     /// A merge of `x` into `r` (see [`Intent::Merge`]): the primary fences both and merges its

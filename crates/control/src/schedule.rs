@@ -228,6 +228,16 @@ pub fn merge_blocker(view: &View, r: &RegionRecord, right: &RegionRecord) -> Opt
     None
 }
 
+/// The backups of a merge of `x` into `r` that applied it: alive, their copy of `r` spanning
+/// `x` by their progress record ([`crate::layout::Progress::absorbed`]). Read after the
+/// primary's lease ran out, so these records (published every second) are newer than the merge.
+pub fn merged_backups(view: &View, r: &RegionRecord, x: &RegionRecord) -> Vec<String> {
+    let merged = |b: &&String| {
+        view.holds(r, b) && view.progress.get(*b).is_some_and(|p| p.absorbed.get(&x.spec.id) == Some(&r.spec.id))
+    };
+    r.spec.backups.iter().filter(merged).cloned().collect()
+}
+
 /// Whether `r`'s primary finds it small and idle enough to merge (its `progress/` record).
 fn cold(view: &View, r: &RegionRecord) -> bool {
     view.progress.get(&r.spec.primary).is_some_and(|p| p.cold.contains(&r.spec.id))
@@ -655,6 +665,29 @@ mod merge_tests {
         }
         let want = Request::Move { region: 2, from: "n3".into(), to: "n2".into() };
         assert_eq!(step(&v, 1, &[]), Some(Step::Schedule(want)));
+    }
+
+    #[test]
+    fn a_merge_whose_primary_was_lost_finishes_by_the_backups_that_joined_their_copies() {
+        let mut v = cluster(&["n1", "n1"], &[1, 2]);
+        let merge = Intent::Merge { region: 1, epoch: 3, right: 2, right_epoch: 3 };
+        v.intents.push(("log/1".into(), merge.clone()));
+        v.live.remove("n1");
+        let (r, x) = (v.regions[&1].0.clone(), v.regions[&2].0.clone());
+        assert!(merged_backups(&v, &r, &x).is_empty(), "n2 holds the two apart: the merge rolls back");
+        if let Some(p) = v.progress.get_mut("n2") {
+            p.absorbed.insert(2, 1);
+        }
+        assert_eq!(merged_backups(&v, &r, &x), vec!["n2".to_string()]);
+        // The right region waits for the merge's own step rather than failing over alone.
+        let mut t = Tally::new(&v);
+        assert_eq!(crate::master::plan(&v, &x, 2, &mut t), None);
+        assert_eq!(crate::master::plan(&v, &r, 2, &mut t), Some(Step::Finish("log/1".into(), merge)));
+        // A copy joined into another region than the merge's left one does not count.
+        if let Some(p) = v.progress.get_mut("n2") {
+            p.absorbed.insert(2, 7);
+        }
+        assert!(merged_backups(&v, &r, &x).is_empty());
     }
 
     #[test]

@@ -757,11 +757,12 @@ fn the_console_shows_the_cluster_while_a_region_moves() {
     let s = wait_settled(&url, 2, Duration::from_secs(60));
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let c = cluster_client(&addrs, Duration::from_secs(5));
-    let big = vec![b'v'; 1000];
+    let big = vec![b'v'; 3000];
     for i in 0..4000u64 {
         c.put(key(i * 10), big.clone()).unwrap(); // region 1: keys "key0".."key4"
     }
-    // A move that takes a few seconds at 1 MiB/s.
+    // A move that takes about 12 s at 1 MiB/s: the console is rendered while it runs, also on
+    // a loaded machine.
     let r1 = region(&s, 1);
     let from = r1["primary"].as_str().unwrap().to_string();
     let in_group: Vec<String> = std::iter::once(r1["primary"].clone())

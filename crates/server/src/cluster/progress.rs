@@ -85,6 +85,20 @@ impl ClusterNode {
         }
     }
 
+    /// Backup copies here that span the map's region and the one after it (a merge this node
+    /// joined its copies for before the map changed).
+    fn add_absorbed(&self, p: &mut Progress) {
+        let f = self.file.read();
+        for info in self.db.regions().into_iter().filter(|i| i.backup) {
+            let Some(mine) = f.region(info.id).filter(|m| m.end_bytes() != info.end) else { continue };
+            let Some(end) = mine.end_bytes() else { continue };
+            let right = f.regions.iter().find(|x| x.start_bytes() == end && x.end_bytes() == info.end);
+            if let Some(x) = right {
+                p.absorbed.insert(x.id, info.id);
+            }
+        }
+    }
+
     /// How far each region held here has come: a primary's LSN and its backups'
     /// acknowledgements, a backup's last received LSN.
     fn progress(&self) -> Progress {
@@ -106,6 +120,7 @@ impl ClusterNode {
                 p.lsn.insert(id, rr.received.load(std::sync::atomic::Ordering::Relaxed));
             }
         }
+        self.add_absorbed(&mut p);
         let led: Vec<u32> = p.acked.keys().copied().collect();
         for (id, size, at) in self.db.split_points(&led, self.region_max_bytes).unwrap_or_default() {
             p.sizes.insert(id, size);
