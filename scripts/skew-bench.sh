@@ -8,7 +8,9 @@
 # region and its master moves the halves' primaries while it runs), then the measured Run A;
 # with splitting on, a uniform Run A after. Prints the measured throughputs, on / off and skewed /
 # uniform, and the time the cluster took to adapt (from the adapting run's start to the last
-# change of its shape: regions, and which node leads each).
+# change of its shape: regions, and which node leads each). The adapting runs repeat (up to
+# ADAPT_RUNS, default 4, of ADAPT_OPS operations) until the shape held still for STILL_SECS
+# (default 20); a failed adapting run (a client that met a closed connection) only ends early.
 #   cargo build --release -p halyard          # or HALYARD_BIN=path/to/halyard
 #   sudo bash scripts/skew-bench.sh [NODES] [RATE] [RECORDS] [SPLIT_OPS]   # defaults 3, 16, 20000, 300
 set -euo pipefail
@@ -16,7 +18,7 @@ nodes=${1:-3}; rate=${2:-16}; records=${3:-20000}; split_ops=${4:-300}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
 . "$here/scripts/netns-cluster.sh"
-adapt_ops=${ADAPT_OPS:-60000}; measure_ops=${MEASURE_OPS:-40000}
+adapt_ops=${ADAPT_OPS:-40000}; measure_ops=${MEASURE_OPS:-40000}
 bench() { # bench NAME WORKLOAD DIST OPS: its ops/s ("failed", with the bench's last lines on stderr)
   if ! $B bench --target halyard://10.77.1.2:7400 --password scaleout --records "$records" --ops "$4" \
     --threads 32 --workloads "$2" --mix L --dist "$3" --quiet --json "run-$1.json" > "run-$1.txt" 2>&1; then
@@ -45,7 +47,16 @@ cluster() {
   t0=$(date +%s.%N); last=$t0; prev=$(shape)
   ( while sleep 1; do echo "$(date +%s.%N) $(shape)"; done ) > "shape-$2.txt" &
   local poll=$!
-  bench "adapt-$2" run-a zipfian-ordered "$adapt_ops" >/dev/null
+  # Adapting runs until the shape held for STILL_SECS (at least one, at most ADAPT_RUNS): the
+  # measured run starts on a cluster that adapted, not on one still moving copies.
+  local n=0
+  while :; do
+    n=$((n + 1))
+    bench "adapt-$2-$n" run-a zipfian-ordered "$adapt_ops" >/dev/null
+    last_change=$(tail -n +1 "shape-$2.txt" | awk -v p="$prev" 'BEGIN{l=0} {t=$1; $1=""; sub(/^ /,""); if ($0 != "" && $0 != p) {l=t; p=$0}} END{print l}')
+    still=$(python3 -c "import time; print(int(time.time() - max($last_change, $t0)))")
+    [ "$still" -ge "${STILL_SECS:-20}" ] || [ "$n" -ge "${ADAPT_RUNS:-4}" ] && break
+  done
   skewed=$(bench "skewed-$2" run-a zipfian-ordered "$measure_ops")
   kill $poll
   $B cluster status --etcd $E > "run-status-$2.txt" 2>&1 || true

@@ -741,17 +741,9 @@ impl Master {
         merged: Vec<String>,
     ) -> Result<()> {
         let mut s = r.spec.clone();
-        s.end = x.spec.end.clone();
         s.epoch = r.spec.epoch.max(x.spec.epoch) + 1;
         s.backups = merged;
-        let version = r.version.max(x.version) + 1;
-        let ops = vec![
-            self.put_region(&RegionRecord { spec: s, version }),
-            TxnOp::delete(self.session.layout().region(x.spec.id), None),
-            TxnOp::delete(key, None),
-        ];
-        if self.commit_if(term, Some((r.spec.id, rev)), vec![self.at_rev(x.spec.id, xrev)], ops).await? {
-            self.stats.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.commit_merge(term, (r, rev), (x, xrev), key, s).await? {
             tracing::warn!(
                 region = r.spec.id,
                 right = x.spec.id,
@@ -796,19 +788,36 @@ impl Master {
             Err(_) => return Err(Error::Invalid(format!("{} did not merge in time", spec.primary))),
         };
         let mut s = spec.clone();
-        s.end = x.spec.end.clone();
         s.epoch = merged_epoch;
-        let version = r.version.max(x.version) + 1;
-        let ops = vec![
-            self.put_region(&RegionRecord { spec: s, version }),
-            TxnOp::delete(self.session.layout().region(x.spec.id), None),
-            TxnOp::delete(key, None),
-        ];
-        if self.commit_if(term, Some((spec.id, rev)), vec![self.at_rev(x.spec.id, xrev)], ops).await? {
-            self.stats.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.commit_merge(term, (r, rev), (x, xrev), key, s).await? {
             tracing::info!(region = spec.id, right = x.spec.id, last_lsn = lsn, took = ?t0.elapsed(), "merged");
         }
         Ok(())
+    }
+
+    /// The merge's transaction: `merged` (the left region's spec at its new epoch) widened
+    /// over `x` at the next `version`, `x`'s record and the log entry `key` deleted, while both
+    /// records are as read. Whether it committed.
+    async fn commit_merge(
+        &self,
+        term: &Term,
+        (r, rev): (&RegionRecord, i64),
+        (x, xrev): (&RegionRecord, i64),
+        key: &str,
+        mut merged: halyard_cluster::RegionSpec,
+    ) -> Result<bool> {
+        merged.end = x.spec.end.clone();
+        let version = r.version.max(x.version) + 1;
+        let ops = vec![
+            self.put_region(&RegionRecord { spec: merged, version }),
+            TxnOp::delete(self.session.layout().region(x.spec.id), None),
+            TxnOp::delete(key, None),
+        ];
+        let done = self.commit_if(term, Some((r.spec.id, rev)), vec![self.at_rev(x.spec.id, xrev)], ops).await?;
+        if done {
+            self.stats.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(done)
     }
 
     /// Ends a merge that will not happen: each of the two regions still at its record's
