@@ -127,6 +127,20 @@ impl Region {
                 return Ok(r.value.to_vec());
             }
         }
+        // What lies there instead says which kind of fault this is (a reused segment, another
+        // key's record, a torn or foreign block): logged for the operator and the bug report.
+        let found = match record::decode(&bytes, None) {
+            Ok(r) => format!("a record of lsn {} for another key or salt (key {:?})", r.lsn, String::from_utf8_lossy(r.key)),
+            Err(e) => format!("no record ({e:?})"),
+        };
+        tracing::error!(
+            region = self.id,
+            backup = self.backup,
+            ptr,
+            salt,
+            key = %String::from_utf8_lossy(key),
+            "a value pointer fails its checks: {found}; run `halyard admin verify` on the region"
+        );
         Err(self.bad_ptr(ptr, "log record at pointer fails its checks"))
     }
 }
