@@ -130,7 +130,9 @@ impl Region {
         // What lies there instead says which kind of fault this is (a reused segment, another
         // key's record, a torn or foreign block): logged for the operator and the bug report.
         let found = match record::decode(&bytes, None) {
-            Ok(r) => format!("a record of lsn {} for another key or salt (key {:?})", r.lsn, String::from_utf8_lossy(r.key)),
+            Ok(r) => {
+                format!("a record of lsn {} for another key or salt (key {:?})", r.lsn, String::from_utf8_lossy(r.key))
+            }
             Err(e) => format!("no record ({e:?})"),
         };
         tracing::error!(
