@@ -727,7 +727,7 @@ impl Master {
     }
 
     /// Ends a merge whose primary was lost after it merged its store and shipped the merge to
-    /// `merged` (backups that hold `r` and no longer `x`): the map follows them, `r` widened
+    /// `merged` (backups whose copy of `r` spans `x`): the map follows them, `r` widened
     /// over `x` with only them as its backups (a backup that still holds the two apart takes a
     /// fresh copy later), and the failover promotes one of them. Rolling back instead would
     /// ask them to lead a region they no longer hold apart, and narrowing their copies to the
