@@ -392,45 +392,26 @@ fn heat(view: &View, node: &str) -> u64 {
 /// backup node, and `r` is the hottest region it leads whose move lowers the hotter of the two
 /// nodes (the backup, once leading `r`, stays cooler than the primary was), `r`'s primary role
 /// goes to that backup. A region hotter than the gap stays: moving it only moves the heat.
-/// When no backup is cool enough (two hot nodes backing each other up), the copy on the hottest
-/// backup moves to the coolest node outside the group that passes the same test, and a later
-/// tick hands the primary role there (PD's hot-region scheduler moves peers as well as leaders).
 fn hot_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
     let spec = &r.spec;
     let (hot, w) = (heat(view, &spec.primary), served(view, r));
-    if w == 0 || hot < HOT_MIN_OPS {
+    let to = spec
+        .backups
+        .iter()
+        .filter(|b| transfer_applies(view, r, b) && eligible(view, b))
+        .min_by_key(|b| heat(view, b))?;
+    let cool = heat(view, to);
+    if w == 0 || hot < HOT_MIN_OPS || hot.saturating_mul(2) < cool.saturating_mul(3) || cool + w >= hot {
         return None;
     }
-    // Whether leading `r` on a node serving `cool` lowers the hotter of the two nodes, and `r`
-    // is the hottest region its primary leads that would.
-    let relieves = |cool: u64| {
-        let fits = |x: &RegionRecord| served(view, x) + cool < hot;
-        let hotter =
-            view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && served(view, x) > w && fits(x));
-        hot.saturating_mul(2) >= cool.saturating_mul(3) && cool + w < hot && !hotter
-    };
-    let backups = spec.backups.iter().filter(|b| eligible(view, b));
-    let coolest = backups.clone().filter(|b| transfer_applies(view, r, b)).min_by_key(|b| heat(view, b));
-    if let Some(to) = coolest.filter(|b| relieves(heat(view, b))) {
-        tally.busy += 1;
-        tracing::info!(region = spec.id, from = %spec.primary, to = %to, ops_per_sec = w, "balancing hot primaries: {hot} requests/s against {}", heat(view, to));
-        return Some(Step::Transfer(to.clone()));
-    }
-    // Only a group at rest whose every backup could take the role but is too hot: a backup
-    // catching up (back from a restart, say) takes it once it has.
-    let ready = backups.clone().all(|b| transfer_applies(view, r, b)) && backups.clone().count() == spec.backups.len();
-    if !spec.learners.is_empty() || !spec.away.is_empty() || coolest.is_none() || !ready {
+    let fits = |x: &RegionRecord| served(view, x) + cool < hot;
+    let hotter = view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && served(view, x) > w && fits(x));
+    if hotter {
         return None;
     }
-    let from = backups.max_by_key(|b| heat(view, b))?;
-    let outside = view.live.keys().filter(|n| eligible(view, n) && !spec.has_member(n) && !spec.away.contains_key(*n));
-    let to = outside.filter(|n| tally.may_copy(&spec.primary, n)).min_by_key(|n| heat(view, n))?;
-    if !relieves(heat(view, to)) {
-        return None;
-    }
-    tally.copy(&spec.primary, to);
-    tracing::info!(region = spec.id, from = %from, to = %to, ops_per_sec = w, "moving a hot region's backup onto a cooler node: {hot} requests/s against {}", heat(view, to));
-    Some(Step::Schedule(Request::Move { region: spec.id, from: from.clone(), to: to.clone() }))
+    tally.busy += 1;
+    tracing::info!(region = spec.id, from = %spec.primary, to = %to, ops_per_sec = w, "balancing hot primaries: {hot} requests/s against {cool}");
+    Some(Step::Transfer(to.clone()))
 }
 
 /// Requests that cannot be carried out or are done: dropped by the master (a transfer to a
@@ -707,34 +688,6 @@ mod merge_tests {
             p.absorbed.insert(2, 7);
         }
         assert!(merged_backups(&v, &r, &x).is_empty());
-    }
-
-    #[test]
-    fn a_hot_region_whose_backup_is_hot_too_moves_that_copy_onto_a_cool_node() {
-        // n1 leads regions 1 and 3, n2 region 2, each backing the other up; n3 holds nothing.
-        let mut v = cluster(&["n1", "n2", "n1"], &[]);
-        v.live.insert("n3".into(), NodeRecord { name: "n3".into(), lease: 3, ..Default::default() });
-        let ops = |p: &[(u32, u64)]| Progress { ops: p.iter().copied().collect(), ..Progress::default() };
-        v.progress.insert("n1".into(), ops(&[(1, 300), (3, 200)]));
-        v.progress.insert("n2".into(), ops(&[(2, 400)]));
-        let (r1, r3) = (v.regions[&1].0.clone(), v.regions[&3].0.clone());
-        // n2 (400) is too hot to take region 1's primary role from n1 (500): its copy moves to n3.
-        let want = Request::Move { region: 1, from: "n2".into(), to: "n3".into() };
-        assert_eq!(hot_step(&v, &r1, &mut Tally::new(&v)), Some(Step::Schedule(want)));
-        assert_eq!(hot_step(&v, &r3, &mut Tally::new(&v)), None, "the hottest region that helps goes first");
-        // Once n3 backs region 1 up, the primary role goes there.
-        if let Some((r, _)) = v.regions.get_mut(&1) {
-            r.spec.backups = vec!["n3".into()];
-            r.spec.leases.insert("n3".into(), 3);
-        }
-        let r1 = v.regions[&1].0.clone();
-        assert_eq!(hot_step(&v, &r1, &mut Tally::new(&v)), Some(Step::Transfer("n3".into())));
-        // A cool backup takes the role at once; no copy moves.
-        let mut v = cluster(&["n1", "n2", "n1"], &[]);
-        v.progress.insert("n1".into(), ops(&[(1, 300), (3, 200)]));
-        v.progress.insert("n2".into(), ops(&[(2, 100)]));
-        let r1 = v.regions[&1].0.clone();
-        assert_eq!(hot_step(&v, &r1, &mut Tally::new(&v)), Some(Step::Transfer("n2".into())));
     }
 
     #[test]
