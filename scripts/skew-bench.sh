@@ -34,6 +34,14 @@ settled() { for _ in $(seq 1 600); do
 import json,sys; s=json.load(sys.stdin)
 ok = all(r['primary_alive'] and len(r['backups']) == 1 and not r['copying'] for r in s['regions']) and not s['log']
 sys.exit(0 if ok else 1)" && return; sleep 0.5; done; echo "the cluster did not settle" >&2; exit 1; }
+# last_change NAME SINCE SHAPE: "TIME SHAPE" of the last change in shape-NAME.txt away from
+# SHAPE (SINCE and SHAPE when none).
+last_change() {
+  local last=$2 prev=$3 now rest
+  while read -r now rest; do
+    [ -n "$rest" ] && [ "$rest" != "$prev" ] && { last=$now; prev=$rest; }
+  done < "shape-$1.txt"
+  echo "$last $prev"; }
 # cluster LOAD_OPS NAME: a fresh cluster, loaded, adapting and measured; sets skewed, uniform, took.
 cluster() {
   netns_down; netns_up
@@ -43,7 +51,7 @@ cluster() {
   settled
   $B bench --target halyard://10.77.1.2:7400 --password scaleout --records "$records" --ops 1 --threads 32 \
     --workloads load-a --mix L --quiet > "load-$2.txt" 2>&1 || { tail -5 "load-$2.txt"; exit 1; }
-  local t0 last prev now
+  local t0 last prev
   t0=$(date +%s.%N); last=$t0; prev=$(shape)
   ( while sleep 1; do echo "$(date +%s.%N) $(shape)"; done ) > "shape-$2.txt" &
   local poll=$!
@@ -53,16 +61,14 @@ cluster() {
   while :; do
     n=$((n + 1))
     bench "adapt-$2-$n" run-a zipfian-ordered "$adapt_ops" >/dev/null
-    last_change=$(tail -n +1 "shape-$2.txt" | awk -v p="$prev" 'BEGIN{l=0} {t=$1; $1=""; sub(/^ /,""); if ($0 != "" && $0 != p) {l=t; p=$0}} END{print l}')
-    still=$(python3 -c "import time; print(int(time.time() - max($last_change, $t0)))")
+    read -r last _ < <(last_change "$2" "$t0" "$prev")
+    still=$(python3 -c "import time; print(int(time.time() - $last))")
     [ "$still" -ge "${STILL_SECS:-20}" ] || [ "$n" -ge "${ADAPT_RUNS:-4}" ] && break
   done
   skewed=$(bench "skewed-$2" run-a zipfian-ordered "$measure_ops")
   kill $poll
   $B cluster status --etcd $E > "run-status-$2.txt" 2>&1 || true
-  while read -r now rest; do
-    [ -n "$rest" ] && [ "$rest" != "$prev" ] && { last=$now; prev=$rest; }
-  done < "shape-$2.txt"
+  read -r last prev < <(last_change "$2" "$t0" "$prev")
   took=$(python3 -c "print(f'{$last - $t0:.1f}')")
   regions=$(echo "$prev" | wc -w)
   uniform=-

@@ -714,43 +714,30 @@ impl Master {
             Some((x, xrev)) if same(x) && merge_applies(view, r, x) => {
                 self.merge(term, view, (r, rev), (x, *xrev), key).await
             }
+            // The primary was lost after it merged its store and shipped the merge to these
+            // backups (their copy of `r` spans `x`): the map follows them, with only them as
+            // `r`'s backups (one still holding the two apart takes a fresh copy later), and the
+            // failover promotes one. Rolling back would ask them to lead a region they no
+            // longer hold apart, and narrowing their copies to the map would drop `x`'s keys.
             Some((x, xrev)) if same(x) && !view.holds(r, &r.spec.primary) => {
                 let merged = crate::schedule::merged_backups(view, r, x);
                 if merged.is_empty() {
-                    self.unfence(term, (r, rev), Some(&(x.clone(), *xrev)), key).await
-                } else {
-                    self.adopt_merge(term, (r, rev), (x, *xrev), key, merged).await
+                    return self.unfence(term, (r, rev), Some(&(x.clone(), *xrev)), key).await;
                 }
+                let mut s = r.spec.clone();
+                s.epoch = r.spec.epoch.max(x.spec.epoch) + 1;
+                s.backups = merged;
+                if self.commit_merge(term, (r, rev), (x, *xrev), key, s).await? {
+                    tracing::warn!(
+                        region = r.spec.id,
+                        right = x.spec.id,
+                        "merge finished without its lost primary: its backups had merged"
+                    );
+                }
+                Ok(())
             }
             found => self.unfence(term, (r, rev), found, key).await,
         }
-    }
-
-    /// Ends a merge whose primary was lost after it merged its store and shipped the merge to
-    /// `merged` (backups whose copy of `r` spans `x`): the map follows them, `r` widened
-    /// over `x` with only them as its backups (a backup that still holds the two apart takes a
-    /// fresh copy later), and the failover promotes one of them. Rolling back instead would
-    /// ask them to lead a region they no longer hold apart, and narrowing their copies to the
-    /// map would drop `x`'s keys.
-    async fn adopt_merge(
-        &self,
-        term: &Term,
-        (r, rev): (&RegionRecord, i64),
-        (x, xrev): (&RegionRecord, i64),
-        key: &str,
-        merged: Vec<String>,
-    ) -> Result<()> {
-        let mut s = r.spec.clone();
-        s.epoch = r.spec.epoch.max(x.spec.epoch) + 1;
-        s.backups = merged;
-        if self.commit_merge(term, (r, rev), (x, xrev), key, s).await? {
-            tracing::warn!(
-                region = r.spec.id,
-                right = x.spec.id,
-                "merge finished without its lost primary: its backups had merged"
-            );
-        }
-        Ok(())
     }
 
     /// A merge of `x` into `r` (see [`Intent::Merge`]): the primary fences both and merges its
