@@ -886,3 +886,62 @@ fn hot_primaries_move_to_the_cooler_node() {
     // it back (seen once in CI); the rate should be carried over the handoff first.
     eprintln!("primaries even by count: {s}");
 }
+
+/// A node leaves on SIGTERM and comes back; its copies move off it as soon as the map allows,
+/// under writes: every copy that became a backup holds what its primary holds.
+#[test]
+fn copies_move_off_a_node_just_back_from_a_leave() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(3, 2, &["--numeric-keys", "--replace-after-secs", "60"]);
+    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    preload(&addrs, 8 << 20);
+    let writers = Writers::start(&addrs, 3, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let v = 0;
+    let victim = nodes[v].name.clone();
+    let pid = nodes[v].proc.0.as_ref().unwrap().id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    while nodes[v].proc.0.as_mut().unwrap().try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    nodes[v].restart();
+    // As soon as the map lets it, each copy the returning node holds moves to the node outside
+    // the region's group (a copy move right after a return once made an empty copy a backup).
+    let t0 = Instant::now();
+    let mut moved = Vec::new();
+    loop {
+        let s = status(&url);
+        let mut left = 0;
+        for r in s["regions"].as_array().unwrap() {
+            let id = r["id"].as_u64().unwrap();
+            let p = r["primary"].as_str().unwrap();
+            let backups: Vec<&str> = r["backups"].as_array().unwrap().iter().map(|b| b.as_str().unwrap()).collect();
+            if moved.contains(&id) || (p != victim && !backups.contains(&victim.as_str())) {
+                continue;
+            }
+            left += 1;
+            let Some(to) = nodes.iter().map(|n| n.name.as_str()).find(|n| *n != p && !backups.contains(n)) else {
+                continue;
+            };
+            let id_s = id.to_string();
+            let (ok, out) =
+                halyard(&["admin", "move", "--region", &id_s, "--from", &victim, "--to", to, "--etcd", &url]);
+            eprintln!("move of region {id} from {victim} to {to} at {:?}: {out}", t0.elapsed());
+            if ok {
+                moved.push(id);
+                left -= 1;
+            }
+        }
+        if left == 0 && !moved.is_empty() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "copies still on {victim} after 60 s (moved {moved:?}): {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!moved.is_empty(), "no copy moved");
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let acked = writers.stop();
+    check_everything(&url, &addrs, &acked);
+}
