@@ -7,7 +7,8 @@
 //! Reads are retried after any failure. A write is retried only when it certainly did not run
 //! (`NotLeader`, no connection could be opened): a write whose connection failed after it was
 //! sent may have taken effect, and sending it again later could undo a newer write of another
-//! client. It fails with `Closed`, `Io` or `Timeout`: its outcome is unknown.
+//! client. It fails with `OutcomeUnknown` (the node ran it but its backups did not confirm
+//! they hold it), `Closed`, `Io` or `Timeout`: its outcome is unknown.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -49,7 +50,7 @@ fn retryable(e: &Error, read: bool) -> bool {
                     | ErrorCode::NoRegion
                     | ErrorCode::ShuttingDown
                     | ErrorCode::NotEnoughReplicas
-            )
+            ) || (read && *code == ErrorCode::OutcomeUnknown)
         }
         Error::Io(_) | Error::Closed | Error::Timeout => read,
         _ => false,

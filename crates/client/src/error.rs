@@ -49,6 +49,17 @@ impl Error {
         }
     }
 
+    /// Whether the request may have taken effect although it failed: no reply came (`Closed`,
+    /// `Timeout`, `Io`), or the node ran it without its backups confirming (`OutcomeUnknown`).
+    /// Read a write back before resending it, unless it is safe to run twice.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            Error::Server { code, .. } => *code == ErrorCode::OutcomeUnknown,
+            Error::Io(_) | Error::Timeout | Error::Closed => true,
+            _ => false,
+        }
+    }
+
     /// A copy for each request a connection failure fails. I/O errors are not `Clone`, so they
     /// become `Closed`, which is what callers act on anyway.
     pub(crate) fn replicate(&self) -> Error {

@@ -334,6 +334,55 @@ fn min_replicas_refuses_writes_while_the_group_is_short() {
     assert!(ok, "{out}");
 }
 
+/// A backup that stops answering (SIGSTOP): the write that waited for it is answered
+/// `OutcomeUnknown` on a connection that stays open (the node ran it; the client must not be
+/// told it holds). Once the master has dropped the silent backup, the same connection writes
+/// again, and the write of unknown outcome is simply there or not.
+#[test]
+fn a_write_its_backup_never_confirmed_is_answered_outcome_unknown() {
+    let (dir, _etcd, url) = new_cluster(1, 2, false);
+    let extra = ["--ack-timeout-ms", "1000"];
+    let nodes: Vec<Node> =
+        (1..=2).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, &extra)).collect();
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
+    let at = |name: &str| nodes.iter().find(|n| n.name == name).unwrap();
+    let (primary, backup) =
+        (at(s["regions"][0]["primary"].as_str().unwrap()), at(s["regions"][0]["backups"][0].as_str().unwrap()));
+    let opts = halyard_client::ClientOptions { timeout: Duration::from_secs(20), ..Default::default() };
+    let c = halyard_client::blocking::Client::connect(primary.native.as_str(), opts).unwrap();
+    // The node follows the map a moment after etcd holds it.
+    let t = Instant::now();
+    while let Err(e) = c.put(key(1), value(1)) {
+        assert!(t.elapsed() < Duration::from_secs(30), "{e}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = backup.proc.0.as_ref().unwrap().id().to_string();
+    let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    signal("-STOP");
+    let unknown = c.put(key(2), value(2)).expect_err("a write its only backup never acknowledged");
+    signal("-CONT");
+    assert_eq!(unknown.code(), Some(halyard_client::ErrorCode::OutcomeUnknown), "{unknown}");
+    assert!(unknown.outcome_unknown() && unknown.to_string().contains("may or may not be kept"), "{unknown}");
+    // The same connection goes on: the primary writes alone once the master dropped the backup,
+    // or with it again once it caught up.
+    let t = Instant::now();
+    loop {
+        match c.put(key(3), value(3)) {
+            Ok(()) => break,
+            Err(e) => assert!(
+                e.code() == Some(halyard_client::ErrorCode::OutcomeUnknown) && t.elapsed() < Duration::from_secs(30),
+                "the connection did not serve writes again: {e}"
+            ),
+        }
+    }
+    assert_eq!(c.get(key(3)).unwrap(), Some(value(3)));
+    let b = c.get(key(2)).unwrap();
+    assert!(b.is_none() || b == Some(value(2)), "{b:?}");
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let (ok, out) = halyard(&["admin", "verify", "--region", "1", "--etcd", &url]);
+    assert!(ok, "{out}");
+}
+
 /// Every node's Redis port serves every key of the cluster: a command for a region another
 /// node leads is forwarded there (a write answered once that region's backups hold it), a hash
 /// lies whole in its key's region, multi-key reads fan out, a multi-key write across regions

@@ -247,7 +247,7 @@ fn client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<Atomi
             match c.put(&k, &v) {
                 Ok(()) => Some(op.answered(Vec::new(), t0.elapsed().as_nanos())),
                 // Refused before it ran: not part of the history.
-                Err(e) if e.code().is_some() => None,
+                Err(e) if e.code().is_some() && !e.outcome_unknown() => None,
                 Err(_) => Some(op),
             }
         } else {

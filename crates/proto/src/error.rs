@@ -138,6 +138,11 @@ error_codes! {
     /// The request named a region epoch other than the receiver's; the message gives the
     /// receiver's (`region R is at epoch E, led by NODE`): refresh the region map and retry.
     StaleEpoch = 26,
+    /// Cluster mode: the request ran here, but this node could not confirm that the region's
+    /// backups hold what it wrote or read (a backup stayed silent past the ack timeout, or this
+    /// node's role in the region ended meanwhile). A write may or may not be kept: read it
+    /// back, and send again only a write that is safe to run twice. The connection stays open.
+    OutcomeUnknown = 27,
     /// Anything else.
     Internal = 99,
 }

@@ -137,6 +137,7 @@ pub async fn serve_connection(
         password,
         router,
         writes: Vec::new(),
+        routed: Vec::new(),
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::new();
@@ -252,19 +253,19 @@ impl Offload {
 
 /// Writes a batch's replies (within the idle timeout), once the backups hold its writes
 /// (last-write) in cluster mode. When a backup of the group does not acknowledge in time, the
-/// replies are not sent and the connection is closed: the client cannot know whether those
-/// writes took effect, and must not be told they did.
+/// client cannot know whether those writes took effect and must not be told they did: every
+/// routed request of the batch is answered `OutcomeUnknown` instead, the others as they ran.
 async fn send_replies(session: &mut Session, stream: &mut TcpStream, out: &mut Vec<u8>) -> io::Result<()> {
     if !session.writes.is_empty() {
         if let Some(r) = &session.router {
             if !r.wait_acked(&session.writes).await {
                 session.counters.errors.fetch_add(1, Relaxed);
-                let _ = stream.shutdown().await;
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "a backup did not acknowledge the batch's writes"));
+                *out = unknown_outcomes(out, &session.routed, session.reply_limit);
             }
         }
         session.writes.clear();
     }
+    session.routed.clear();
     if !out.is_empty() {
         let written = tokio::time::timeout(session.limits.idle_timeout, stream.write_all(out)).await;
         match written {
@@ -275,6 +276,22 @@ async fn send_replies(session: &mut Session, stream: &mut TcpStream, out: &mut V
         out.clear();
     }
     Ok(())
+}
+
+/// `out` with the replies at `routed` (request id, reply bytes) replaced by `OutcomeUnknown`.
+fn unknown_outcomes(out: &[u8], routed: &[(u64, std::ops::Range<usize>)], limit: usize) -> Vec<u8> {
+    const WHY: &str = "the region's backups did not confirm they hold this request's writes or the writes it read \
+                       (a backup was silent past the ack timeout, or this node's role in the region ended): a write \
+                       may or may not be kept; read it back, and resend only what is safe to run twice";
+    let mut fixed = Vec::with_capacity(out.len());
+    let mut at = 0;
+    for (id, r) in routed {
+        fixed.extend_from_slice(out.get(at..r.start).unwrap_or_default());
+        error_reply(&mut fixed, *id, ErrorCode::OutcomeUnknown, WHY, limit);
+        at = r.end;
+    }
+    fixed.extend_from_slice(out.get(at..).unwrap_or_default());
+    fixed
 }
 
 /// What the connection loop does after executing the buffered frames.
@@ -314,6 +331,9 @@ struct Session {
     router: Option<Arc<dyn Router>>,
     /// Cluster mode: (region, LSN) of the writes executed since the last reply write.
     writes: Vec<(u32, u64)>,
+    /// Cluster mode: the requests since the last reply write that waited on `writes`, with
+    /// where their replies lie in the reply buffer.
+    routed: Vec<(u64, std::ops::Range<usize>)>,
 }
 
 impl Session {
@@ -357,7 +377,12 @@ impl Session {
                 return Executed::Next;
             }
         };
-        if self.execute_request(id, req, out) {
+        let (start, waits) = (out.len(), self.writes.len());
+        let open = self.execute_request(id, req, out);
+        if self.writes.len() > waits {
+            self.routed.push((id, start..out.len()));
+        }
+        if open {
             Executed::Next
         } else {
             Executed::Close

@@ -7,6 +7,7 @@ use super::server::{remote_probe, Probe};
 use crate::args::Target;
 use halyard_client::{blocking::ClusterClient as Client, ClientOptions};
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// One region-aware client per bench thread (against a single node it sends everything there;
@@ -18,6 +19,10 @@ pub(super) struct Native {
     clients: Vec<Client>,
     url: String,
     probe: Probe,
+    /// Writes the cluster ran without its backups confirming them (`OutcomeUnknown`): counted
+    /// (`outcome_unknown_writes` in the phase's engine counters) and not retried, so that a
+    /// moment of a region changing hands does not end the run.
+    unknown: AtomicU64,
 }
 
 impl Native {
@@ -27,7 +32,8 @@ impl Native {
         let clients = (0..cfg.threads.max(1))
             .map(|_| Client::connect(&[t.addr.as_str()], opts.clone()).map_err(|e| format!("connect {}: {e}", t.url)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Native { clients, url: t.url.clone(), probe: remote_probe(true, cfg.metrics.as_deref()) })
+        let probe = remote_probe(true, cfg.metrics.as_deref());
+        Ok(Native { clients, url: t.url.clone(), probe, unknown: AtomicU64::new(0) })
     }
 
     fn client(&self) -> &Client {
@@ -37,7 +43,13 @@ impl Native {
 
 impl Engine for Native {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        self.client().put(key, value).map_err(|e| e.to_string())
+        match self.client().put(key, value) {
+            Err(e) if e.code() == Some(halyard_client::ErrorCode::OutcomeUnknown) => {
+                self.unknown.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            r => r.map_err(|e| e.to_string()),
+        }
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<usize>, String> {
@@ -52,7 +64,9 @@ impl Engine for Native {
     }
 
     fn stats(&self) -> EngineStats {
-        self.probe.stats()
+        let mut s = self.probe.stats();
+        s.counters.insert("outcome_unknown_writes".into(), self.unknown.load(Relaxed));
+        s
     }
 
     fn settings(&self) -> Vec<(String, String)> {
