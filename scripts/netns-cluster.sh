@@ -52,6 +52,16 @@ start() {
     --requirepass scaleout --cluster-secret scaleout-secret "$@" > s$i.log 2>&1 & )
 }
 # ops_of FILE WORKLOAD: the ops/s `halyard bench --json` reported for WORKLOAD.
+# unknown_of JSON: writes of unknown outcome (OutcomeUnknown) the bench counted over its phases.
+unknown_of() { python3 -c "
+import json
+def walk(x):
+    if isinstance(x, dict):
+        return x.get('engine_counters', {}).get('outcome_unknown_writes', 0) + sum(walk(v) for k, v in x.items() if k != 'engine_counters')
+    if isinstance(x, list):
+        return sum(walk(v) for v in x)
+    return 0
+print(walk(json.load(open('$1'))))" 2>/dev/null || echo 0; }
 ops_of() { python3 -c "
 import json
 def walk(x):

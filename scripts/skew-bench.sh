@@ -10,11 +10,14 @@
 # uniform, and the time the cluster took to adapt (from the adapting run's start to the last
 # change of its shape: regions, and which node leads each). The adapting runs repeat (up to
 # ADAPT_RUNS, default 4, of ADAPT_OPS operations) until the shape held still for STILL_SECS
-# (default 20); a failed adapting run (a client that met a closed connection) only ends early.
+# (default 20). Writes answered OutcomeUnknown (their backups did not confirm them in time) are
+# counted and reported, not retried.
 #   cargo build --release -p halyard          # or HALYARD_BIN=path/to/halyard
 #   sudo bash scripts/skew-bench.sh [NODES] [RATE] [RECORDS] [SPLIT_OPS]   # defaults 3, 16, 20000, 300
+#   SKEW_WORKLOAD=run-w sudo bash scripts/skew-bench.sh ...   # the write-only mix instead of Run A
 set -euo pipefail
 nodes=${1:-3}; rate=${2:-16}; records=${3:-20000}; split_ops=${4:-300}
+workload=${SKEW_WORKLOAD:-run-a}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
 . "$here/scripts/netns-cluster.sh"
@@ -60,20 +63,22 @@ cluster() {
   local n=0
   while :; do
     n=$((n + 1))
-    bench "adapt-$2-$n" run-a zipfian-ordered "$adapt_ops" >/dev/null
+    bench "adapt-$2-$n" "$workload" zipfian-ordered "$adapt_ops" >/dev/null
     read -r last _ < <(last_change "$2" "$t0" "$prev")
     still=$(python3 -c "import time; print(int(time.time() - $last))")
     [ "$still" -ge "${STILL_SECS:-20}" ] || [ "$n" -ge "${ADAPT_RUNS:-4}" ] && break
   done
-  skewed=$(bench "skewed-$2" run-a zipfian-ordered "$measure_ops")
+  skewed=$(bench "skewed-$2" "$workload" zipfian-ordered "$measure_ops")
   kill $poll
   $B cluster status --etcd $E > "run-status-$2.txt" 2>&1 || true
   read -r last prev < <(last_change "$2" "$t0" "$prev")
   took=$(python3 -c "print(f'{$last - $t0:.1f}')")
   regions=$(echo "$prev" | wc -w)
   uniform=-
-  [ "$1" != 0 ] && uniform=$(bench "uniform-$2" run-a uniform "$measure_ops")
-  echo "skew ($nodes nodes, $rate Mbit/s links, $records records, split by load ${1/#0/off}): Run A ordered Zipfian $skewed ops/s, uniform $uniform ops/s; $regions regions at the end, last change $took s after the adapting run began; shape: $prev"
+  [ "$1" != 0 ] && uniform=$(bench "uniform-$2" "$workload" uniform "$measure_ops")
+  local unknown=0 f
+  for f in run-adapt-"$2"-*.json run-skewed-"$2".json; do [ -f "$f" ] && unknown=$((unknown + $(unknown_of "$f"))); done
+  echo "skew ($nodes nodes, $rate Mbit/s links, $records records, split by load ${1/#0/off}): $workload ordered Zipfian $skewed ops/s, uniform $uniform ops/s; $regions regions at the end, last change $took s after the adapting run began; $unknown writes of unknown outcome; shape: $prev"
 }
 off=failed; on=failed
 case "${SKEW_MODES:-off on}" in *off*) cluster 0 off; off=$skewed;; esac

@@ -57,8 +57,9 @@ pub struct BenchArgs {
     /// core; the processes then share the cores).
     #[arg(long, default_value_t = 0)]
     pub node_workers: usize,
-    /// YCSB workloads in order, comma-separated: load-a, run-a .. run-f. Run workloads need a
-    /// loaded store: load-a is put first when missing.
+    /// YCSB workloads in order, comma-separated: load-a, run-a .. run-f, and run-w (updates
+    /// only, Nova-LSM's write-only mix; not in the default list). Run workloads need a loaded
+    /// store: load-a is put first when missing.
     #[arg(long, default_value = "load-a,run-a,run-b,run-c,run-d,run-e,run-f")]
     pub workloads: String,
     /// KV size mixes, comma-separated: S, M, L, SD, MD, LD or custom:S%,M%,L% (33 / 148 /

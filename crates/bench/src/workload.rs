@@ -50,6 +50,9 @@ pub enum Workload {
     /// 50% reads, 50% read-modify-writes.
     #[serde(rename = "run-f")]
     RunF,
+    /// Updates only: Nova-LSM's write-only mix (W100), its skew experiment's other half.
+    #[serde(rename = "run-w")]
+    RunW,
     /// Reads every record written so far once and checks its value's size: the misses
     /// are lost keys (after `--reopen-between-phases`, the store as reopened).
     #[serde(rename = "verify")]
@@ -58,7 +61,7 @@ pub enum Workload {
 
 impl Workload {
     /// All workloads.
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Workload::LoadA,
         Workload::RunA,
         Workload::RunB,
@@ -66,6 +69,7 @@ impl Workload {
         Workload::RunD,
         Workload::RunE,
         Workload::RunF,
+        Workload::RunW,
         Workload::Verify,
     ];
 
@@ -79,6 +83,7 @@ impl Workload {
             Workload::RunD => "run-d",
             Workload::RunE => "run-e",
             Workload::RunF => "run-f",
+            Workload::RunW => "run-w",
             Workload::Verify => "verify",
         }
     }
@@ -87,7 +92,9 @@ impl Workload {
     pub fn parse(s: &str) -> Result<Workload, String> {
         let l = s.to_ascii_lowercase();
         Workload::ALL.into_iter().find(|w| w.name() == l).ok_or_else(|| {
-            format!("unknown workload `{s}` (expected load-a, run-a, run-b, run-c, run-d, run-e, run-f or verify)")
+            format!(
+                "unknown workload `{s}` (expected load-a, run-a, run-b, run-c, run-d, run-e, run-f, run-w or verify)"
+            )
         })
     }
 
@@ -570,8 +577,9 @@ impl Iterator for OpGen {
         let op = match self.workload {
             Workload::LoadA => self.insert(),
             Workload::Verify => Op::Check(self.done * self.threads + self.thread),
-            Workload::RunA | Workload::RunB | Workload::RunC | Workload::RunF => {
+            Workload::RunA | Workload::RunB | Workload::RunC | Workload::RunF | Workload::RunW => {
                 let write_pct = match self.workload {
+                    Workload::RunW => 100,
                     Workload::RunA | Workload::RunF => 50,
                     Workload::RunB => 5,
                     _ => 0,
@@ -687,6 +695,16 @@ mod tests {
             .collect();
         all.sort_unstable();
         assert_eq!(all, (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_write_only_mix_updates_existing_keys_only() {
+        let m = Mix::parse("L").unwrap();
+        let ops: Vec<Op> = OpGen::new(3, 1, Workload::RunW, &m, Chooser::Uniform, 0, 1, 100, 1000).collect();
+        assert_eq!(ops.len(), 1000);
+        assert!(ops.iter().all(|o| matches!(o, Op::Update(k, _) if *k < 100)), "{:?}", ops.first());
+        assert_eq!(Workload::parse("RUN-W"), Ok(Workload::RunW));
+        assert!(!Workload::RunW.inserts());
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! its middle key while writer threads go on, and prints how long the split took, the longest
 //! write before it and during it (the first second of the halves included), the bytes the
 //! device wrote during it, how long the split held the writers and what the device wrote
-//! meanwhile, and the store's space before the split and after its halves' clean-up.
+//! meanwhile, and the store's space before the split and after its halves' clean-up. With
+//! `--no-split` it runs the same writes and clean-up without the split: the control whose space
+//! tells the split's own share from the overwrites' dead values.
 //!
-//!   cargo run --release -p halyard-engine --example split_pause -- DIR [MIB] [WRITERS]
+//!   cargo run --release -p halyard-engine --example split_pause -- DIR [MIB] [WRITERS] [--no-split]
 
 #![allow(
     clippy::unwrap_used,
@@ -34,6 +36,7 @@ fn main() {
     };
     let mib: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1024);
     let writers: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(4);
+    let split = !args.iter().any(|a| a == "--no-split");
     let db = Arc::new(Db::open(dir, Options::default()).expect("open"));
     let n = (mib << 20) / VALUE as u64;
     for i in 0..n {
@@ -64,7 +67,9 @@ fn main() {
     let written_before = db.stats().device_write_bytes;
     phase.store(1, Ordering::Relaxed);
     let t0 = Instant::now();
-    db.split_region(0, &key(n / 2), 1).expect("split");
+    if split {
+        db.split_region(0, &key(n / 2), 1).expect("split");
+    }
     let took = t0.elapsed();
     let s = db.stats();
     let written = s.device_write_bytes - written_before;
@@ -83,7 +88,7 @@ fn main() {
     }
     let space_after = db.stats().space_allocated_bytes;
     println!(
-        "{{\"mib\": {mib}, \"writers\": {writers}, \"split_ms\": {:.1}, \"longest_write_before_ms\": {:.1}, \
+        "{{\"mib\": {mib}, \"writers\": {writers}, \"split\": {split}, \"split_ms\": {:.1}, \"longest_write_before_ms\": {:.1}, \
          \"longest_write_during_ms\": {:.1}, \"device_bytes_during_split\": {written}, \
          \"writers_held_ms\": {:.1}, \"written_while_held\": {}, \
          \"space_before\": {space_before}, \"space_after_cleanup\": {space_after}}}",
