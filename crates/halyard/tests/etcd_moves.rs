@@ -758,11 +758,15 @@ fn the_console_shows_the_cluster_while_a_region_moves() {
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     let c = cluster_client(&addrs, Duration::from_secs(5));
     let big = vec![b'v'; 3000];
-    for i in 0..4000u64 {
-        c.put(key(i * 10), big.clone()).unwrap(); // region 1: keys "key0".."key4"
+    for b in 0..80u64 {
+        let mut batch = halyard_client::Batch::new();
+        for i in b * 100..(b + 1) * 100 {
+            batch.put(key(i * 10), big.clone()); // region 1: keys "key0".."key4"
+        }
+        c.write_batch(&batch).unwrap();
     }
-    // A move that takes about 12 s at 1 MiB/s: the console is rendered while it runs, also on
-    // a loaded machine.
+    // A move that takes about 24 s at 1 MiB/s: the console is rendered while it runs, also on
+    // a loaded machine where Chromium takes seconds to start.
     let r1 = region(&s, 1);
     let from = r1["primary"].as_str().unwrap().to_string();
     let in_group: Vec<String> = std::iter::once(r1["primary"].clone())
