@@ -356,11 +356,9 @@ fn a_write_its_backup_never_confirmed_is_answered_outcome_unknown() {
         assert!(t.elapsed() < Duration::from_secs(30), "{e}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let pid = backup.proc.0.as_ref().unwrap().id().to_string();
-    let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success());
-    signal("-STOP");
+    backup.signal("STOP");
     let unknown = c.put(key(2), value(2)).expect_err("a write its only backup never acknowledged");
-    signal("-CONT");
+    backup.signal("CONT");
     assert_eq!(unknown.code(), Some(halyard_client::ErrorCode::OutcomeUnknown), "{unknown}");
     assert!(unknown.outcome_unknown() && unknown.to_string().contains("may or may not be kept"), "{unknown}");
     // The same connection goes on: the primary writes alone once the master dropped the backup,

@@ -425,15 +425,6 @@ fn resp_client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<
     }
 }
 
-fn signal(n: &Node, sig: i32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    let pid = n.proc.0.as_ref().expect("running").id() as i32;
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { kill(pid, sig) };
-}
-
 /// Injects `fault` (on node `v` where it has one victim) while the clients run.
 fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
     let transfer = |to: &str| etcd_common::halyard(&["admin", "transfer", "--region", "1", "--to", to, "--etcd", url]);
@@ -443,9 +434,9 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             std::thread::sleep(Duration::from_millis(5000));
         }
         Fault::PausePrimary => {
-            signal(&nodes[v], 19); // SIGSTOP: longer than the 2 s lease
+            nodes[v].signal("STOP"); // longer than the 2 s lease
             std::thread::sleep(Duration::from_millis(4000));
-            signal(&nodes[v], 18); // SIGCONT: it must find its lease gone and serve nothing
+            nodes[v].signal("CONT"); // it must find its lease gone and serve nothing
             std::thread::sleep(Duration::from_millis(2000));
         }
         Fault::PartitionPrimary => {
@@ -487,12 +478,7 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             }
         }
         Fault::TermPrimary => {
-            signal(&nodes[v], 15);
-            let t = Instant::now();
-            while nodes[v].proc.0.as_mut().unwrap().try_wait().unwrap().is_none() {
-                assert!(t.elapsed() < Duration::from_secs(40), "no exit within 40 s of SIGTERM");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            nodes[v].leave(Duration::from_secs(40));
             std::thread::sleep(Duration::from_millis(1000));
             nodes[v].restart();
             std::thread::sleep(Duration::from_millis(3000));
@@ -552,9 +538,9 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
                 etcd_common::halyard(&["admin", "transfer", "--region", "1", "--to", &b, "--etcd", &url2])
             });
             std::thread::sleep(Duration::from_millis(30));
-            signal(&nodes[v], 19);
+            nodes[v].signal("STOP");
             std::thread::sleep(Duration::from_millis(4000));
-            signal(&nodes[v], 18);
+            nodes[v].signal("CONT");
             // Handed off, rolled back or failed over: any is fine, as long as the history is.
             let _ = t.join();
             std::thread::sleep(Duration::from_millis(2000));

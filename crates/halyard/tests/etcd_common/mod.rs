@@ -214,6 +214,26 @@ impl Node {
         self.proc = Proc(Some(child));
         wait_port(self.native.rsplit_once(':').unwrap().1.parse().unwrap());
     }
+
+    /// Sends `sig` ("STOP", "CONT", "TERM", ...) to the running node.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.proc.0.as_ref().expect("running").id().to_string();
+        let sent = Command::new("kill").args([&format!("-{sig}"), &pid]).status().expect("kill");
+        assert!(sent.success(), "kill -{sig} {pid}");
+    }
+
+    /// A graceful leave: SIGTERM, then the exit (within `within`), whose status it returns.
+    pub fn leave(&mut self, within: Duration) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.proc.0.as_mut().expect("running").try_wait().expect("wait") {
+                return st;
+            }
+            assert!(t0.elapsed() < within, "{} did not exit within {within:?} of SIGTERM", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 pub fn halyard(args: &[&str]) -> (bool, String) {
