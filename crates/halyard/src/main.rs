@@ -238,7 +238,7 @@ enum AdminCmd {
         etcd: cluster_cmd::EtcdArgs,
     },
     /// Compare a region's contents (keys, versions and values) on its primary and every backup;
-    /// exits non-zero on any difference.
+    /// exits non-zero on any difference. Reads again when the group changed while it read.
     Verify {
         /// Region id.
         #[arg(long)]
@@ -301,39 +301,79 @@ fn admin(cmd: &AdminCmd) -> Result<(), String> {
             AdminCmd::Split { region, at, etcd } => cluster_cmd::split(etcd, *region, at).await,
             AdminCmd::Merge { region, etcd } => cluster_cmd::merge(etcd, *region).await,
             AdminCmd::Verify { region, cluster_file, etcd, cluster_name } => {
-                let file = match cluster_file {
-                    Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,
-                    None => {
-                        let a = cluster_cmd::EtcdArgs { etcd: etcd.clone(), cluster_name: cluster_name.clone() };
-                        cluster_cmd::map(&a).await?
-                    }
-                };
-                let r = file.region(*region).ok_or_else(|| format!("no region {region} in the cluster file"))?;
-                let addr = |n: &str| file.node(n).map(|n| n.replication.clone()).unwrap_or_default();
-                let want = halyard_replication::admin::dump(&addr(&r.primary), *region)
-                    .await
-                    .map_err(|e| format!("reading region {region} on {}: {e}", r.primary))?;
-                let mut bad = 0;
-                for b in &r.backups {
-                    let got = halyard_replication::admin::dump(&addr(b), *region)
-                        .await
-                        .map_err(|e| format!("reading region {region} on {b}: {e}"))?;
-                    let diff = diff_pairs(&want, &got);
-                    match diff {
-                        None => println!("region {region}: {b} matches {} ({} pairs, keys, versions and values)", r.primary, want.len()),
-                        Some(d) => {
-                            bad += 1;
-                            println!("region {region}: {b} differs from {}: {d}", r.primary);
-                        }
-                    }
-                }
-                if bad > 0 {
-                    return Err(format!("{bad} backup(s) of region {region} differ from the primary"));
-                }
-                Ok(())
+                let a = cluster_cmd::EtcdArgs { etcd: etcd.clone(), cluster_name: cluster_name.clone() };
+                verify(*region, cluster_file.as_deref(), &a).await
             }
         }
     })
+}
+
+/// The region as the map names it now, with the replication addresses of its primary and
+/// backups (in that order).
+async fn group(
+    region: u32,
+    cluster_file: Option<&std::path::Path>,
+    etcd: &cluster_cmd::EtcdArgs,
+) -> Result<(halyard_cluster::RegionSpec, Vec<String>), String> {
+    let file = match cluster_file {
+        Some(f) => halyard_cluster::ClusterFile::load(f).map_err(|e| e.to_string())?,
+        None => cluster_cmd::map(etcd).await?,
+    };
+    let r = file.region(region).cloned().ok_or_else(|| format!("no region {region} in the cluster file"))?;
+    let addrs = std::iter::once(&r.primary)
+        .chain(&r.backups)
+        .map(|n| file.node(n).map(|n| n.replication.clone()).unwrap_or_default())
+        .collect();
+    Ok((r, addrs))
+}
+
+/// `admin verify`: dumps the region on its primary and each backup and compares them. A group
+/// that changed while the copies were read (a move or handoff under way) is read again, up to
+/// five times, so that a copy dropped by a finished move is not taken for a lost one.
+async fn verify(
+    region: u32,
+    cluster_file: Option<&std::path::Path>,
+    etcd: &cluster_cmd::EtcdArgs,
+) -> Result<(), String> {
+    let mut tries = 0;
+    let (r, want, copies) = loop {
+        tries += 1;
+        let (r, addrs) = group(region, cluster_file, etcd).await?;
+        let mut dumps = Vec::new();
+        for (n, addr) in std::iter::once(&r.primary).chain(&r.backups).zip(&addrs) {
+            let d = halyard_replication::admin::dump(addr, region)
+                .await
+                .map_err(|e| format!("reading region {region} on {n}: {e}"));
+            dumps.push(d);
+        }
+        let (now, _) = group(region, cluster_file, etcd).await?;
+        if now.epoch == r.epoch || tries == 5 {
+            let mut dumps = dumps.into_iter();
+            let want = dumps.next().unwrap_or_else(|| Err("no primary".into()))?;
+            break (r, want, dumps.collect::<Vec<_>>());
+        }
+        println!(
+            "region {region}: its group changed while it was read (epoch {} -> {}); reading it again",
+            r.epoch, now.epoch
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let mut bad = 0;
+    for (b, got) in r.backups.iter().zip(copies) {
+        match diff_pairs(&want, &got?) {
+            None => {
+                println!("region {region}: {b} matches {} ({} pairs, keys, versions and values)", r.primary, want.len())
+            }
+            Some(d) => {
+                bad += 1;
+                println!("region {region}: {b} differs from {}: {d}", r.primary);
+            }
+        }
+    }
+    if bad > 0 {
+        return Err(format!("{bad} backup(s) of region {region} differ from the primary"));
+    }
+    Ok(())
 }
 
 type Versioned = (Vec<u8>, u64, Vec<u8>);

@@ -31,7 +31,8 @@ pub trait NodeHooks: Send + Sync {
         Err(crate::Error::Rejected(format!("this node does not merge region {region}")))
     }
     /// The region's last LSN if this node already leads it at `epoch` or later: a promotion
-    /// asked again (its answer was lost) is answered with that instead of refused.
+    /// asked again (its answer was lost) is answered with that instead of refused. Called on a
+    /// blocking thread: it may wait for a promotion still under way.
     fn leads(&self, _region: u32, _epoch: u64) -> Option<u64> {
         None
     }

@@ -86,12 +86,20 @@ impl Replica {
 
     /// A Promote: fences the old primary off, then has the node take the region over. A node
     /// that is not a backup of the region answers with what it leads, if it already does
-    /// (the request asked again, its answer lost).
+    /// (the request asked again, its answer lost, or by a new master while the old one's is
+    /// still under way: `leads` waits for that one to end).
     async fn promote(&self, region: u32, epoch: u64, hook: &Hooks) -> Result<(u64, u64)> {
-        if !self.fence_for_promotion(region, epoch).await? {
-            return match hook.leads(region, epoch) {
-                Some(lsn) => Ok((lsn, 0)),
-                None => Err(Error::Rejected(format!("not a backup of region {region}"))),
+        let fenced = self.fence_for_promotion(region, epoch).await;
+        if !matches!(fenced, Ok(true)) {
+            // No backup copy here, or one fenced at this epoch already.
+            let h = hook.clone();
+            let led = tokio::task::spawn_blocking(move || h.leads(region, epoch))
+                .await
+                .map_err(|e| Error::Protocol(e.to_string()))?;
+            return match (led, fenced) {
+                (Some(lsn), _) => Ok((lsn, 0)),
+                (None, Err(e)) => Err(e),
+                (None, Ok(_)) => Err(Error::Rejected(format!("not a backup of region {region}"))),
             };
         }
         let hook = hook.clone();

@@ -191,9 +191,12 @@ impl halyard_replication::NodeHooks for ClusterNode {
     }
 
     fn leads(&self, region: u32, epoch: u64) -> Option<u64> {
-        let f = self.file.read();
-        let r = f.region(region)?;
-        if r.primary != self.name || r.epoch < epoch || !self.shipper.leads(region) {
+        // After any promotion under way (it holds the roles lock throughout): a new master
+        // retrying the handoff of a master whose term ended must find this node leading, not
+        // roll the handoff back over the writes it acknowledges meanwhile. And what this node
+        // ships at, not its map: the old master may never have committed the map naming it.
+        let _roles = self.roles.lock();
+        if self.shipper.epoch(region)? < epoch {
             return None;
         }
         self.db.region(region).ok().map(|h| h.lsn())
