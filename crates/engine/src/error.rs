@@ -84,6 +84,10 @@ pub enum Error {
     /// looks the key's region up again (`Db::regions`).
     #[error("region {0} was split or merged: route the write again")]
     RegionChanged(u32),
+    /// The region's primary is handing it off (`RegionHandle::fence`): the write did not
+    /// happen; it goes to the region's next primary once the region map names it.
+    #[error("region {0} is changing primaries: the write was not applied; route it again once the region map changes")]
+    RegionFenced(u32),
     /// Client writes went to a region that is a replication backup.
     #[error("region {0} is a backup: it takes replicated data only")]
     BackupRegion(u32),

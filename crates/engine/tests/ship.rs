@@ -1068,3 +1068,111 @@ fn a_dropped_backup_region_is_gone_after_a_reopen_and_its_range_free() {
     backup.replication().create_backup_region(1, b"a", None).expect("the range is free");
     assert_eq!(backup.regions().len(), 1);
 }
+
+/// A handoff's fence: once `fence` returns, writers racing it fail with `RegionFenced` and no
+/// LSN past the one it returned is taken (nor shipped), GC included; `unfence` resumes writes.
+#[test]
+fn a_fenced_region_takes_no_write_past_the_lsn_its_fence_returned() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(root.path().join("x"), opts()).expect("open"));
+    let rec = Arc::new(Recorder::default());
+    db.replication().set_ship_listener(Some(rec.clone()));
+    let h = db.region(0).expect("region 0");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..4u32)
+        .map(|t| {
+            let (h, stop) = (db.region(0).expect("region 0"), stop.clone());
+            std::thread::spawn(move || {
+                let (mut last, mut refused, mut after_stop) = (0u64, 0u32, 0u32);
+                for i in 0.. {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        after_stop += 1;
+                        if refused > 0 || after_stop > 1000 {
+                            break;
+                        }
+                    }
+                    match h.put(format!("t{t}-{i}").as_bytes(), &[7u8; 100]) {
+                        Ok(lsn) => last = last.max(lsn),
+                        Err(Error::RegionFenced(0)) => refused += 1,
+                        Err(e) => panic!("writer {t}: {e}"),
+                    }
+                }
+                last
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let fenced = h.fence();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writers.into_iter().map(|w| w.join().expect("writer")).max().unwrap_or(0);
+    assert!(fenced > 0, "writers wrote before the fence");
+    assert_eq!(acked, fenced, "the last LSN a writer got is the fence's");
+    db.gc().expect("gc of a fenced region");
+    let shipped = rec.0.lock().unwrap().len();
+    assert!(matches!(h.put(b"late", b"1"), Err(Error::RegionFenced(0))));
+    assert_eq!(h.lsn(), fenced, "nothing became visible past the fence");
+    assert_eq!(rec.0.lock().unwrap().len(), shipped, "nothing shipped while fenced");
+    h.unfence();
+    assert_eq!(h.put(b"late", b"1").expect("a write once the fence is lifted"), fenced + 1);
+}
+
+/// The old primary dies after sealing an L0 segment that reached one backup only: the other
+/// backup is promoted, and the first, once it took the new primary's Remap (its tails stored
+/// whole, its maps re-keyed), must hold what the new primary holds, not the records only it
+/// received.
+#[test]
+fn a_backup_ahead_of_the_promoted_one_by_a_sealed_segment_holds_the_new_primary_s_history() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let (b1, b2) = (open_backup(&root.path().join("b1"), true), open_backup(&root.path().join("b2"), true));
+    let (mut buf1, mut buf2) = (Buffers::default(), Buffers::default());
+    let mut model = BTreeMap::new();
+    for round in 0..2 {
+        write_round(&primary, round, &mut model);
+    }
+    settle(&primary);
+    for ev in rec.take() {
+        buf1.apply(&b1, &ev);
+        buf2.apply(&b2, &ev);
+    }
+    // Writes until the L0 log seals a segment, and a few more into the next one.
+    let mut events = Vec::new();
+    let mut sealed_at = None;
+    for i in 0..200_000u32 {
+        primary.put(format!("stray{i:06}").as_bytes(), &[b's'; 100]).expect("put");
+        events.extend(rec.take());
+        if sealed_at.is_none() {
+            sealed_at = events.iter().position(|e| matches!(e, Event::Sealed { log: LogKind::L0, .. }));
+        } else if events.len() > sealed_at.unwrap_or(0) + 20 {
+            break;
+        }
+    }
+    let sealed_at = sealed_at.expect("the L0 log sealed a segment");
+    let last_append = events[..sealed_at].iter().rposition(|e| matches!(e, Event::Append { log: LogKind::L0, .. }));
+    let cut = last_append.expect("an append before the seal");
+    for ev in &events[..cut] {
+        buf1.apply(&b1, ev);
+    }
+    for ev in &events {
+        buf2.apply(&b2, ev);
+    }
+    drop(primary);
+    let tails: Vec<(LogKind, u32, u32, Vec<u8>)> =
+        buf1.0.iter().map(|(log, (s, t, b))| (*log, *s, *t, b.clone())).collect();
+    b1.replication().promote(0, &buf1.tails()).expect("promote");
+    // Backup 2 takes the Remap as the replica applies it (`apply_remap`): its own buffers go,
+    // the new primary's tails are stored as whole segments, the maps are re-keyed.
+    let seg_bytes = b2.options().segment_bytes as usize;
+    for (log, seg, salt, mut img) in tails {
+        img.resize(seg_bytes.max(img.len()), 0);
+        b2.replication().backup_log_segment(0, log, seg, salt, &img).expect("tail");
+    }
+    b2.replication().remap(0, &b1.replication().replica_maps(0).expect("maps")).expect("remap");
+    b2.replication().promote(0, &[]).expect("promote backup 2");
+    let (want, got) = (contents(&b1), contents(&b2));
+    let extra: Vec<_> = got.iter().filter(|kv| !want.contains(kv)).map(|(k, _)| String::from_utf8_lossy(k)).collect();
+    assert!(extra.is_empty(), "backup 2 holds {} pairs the new primary lacks, first {:?}", extra.len(), extra.first());
+    assert_eq!(got.len(), want.len(), "backup 2 holds what the new primary holds");
+}

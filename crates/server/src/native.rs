@@ -671,6 +671,7 @@ fn engine_code(e: &halyard_engine::Error) -> ErrorCode {
         E::Closed => ErrorCode::ShuttingDown,
         E::Io { .. } => ErrorCode::Io,
         E::NoRegionForKey | E::NoSuchRegion(_) | E::KeyOutOfRegion(_) => ErrorCode::NoRegion,
+        E::RegionFenced(_) => ErrorCode::NotLeader,
         E::BatchSpansRegions(..) => ErrorCode::BatchSpansRegions,
         E::InvalidOptions(_) | E::EmptyRange => ErrorCode::InvalidArgument,
         _ => ErrorCode::Internal,

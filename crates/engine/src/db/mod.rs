@@ -693,7 +693,12 @@ impl Db {
     pub fn gc(&self) -> Result<usize> {
         let mut n = 0;
         for r in self.regions_list() {
-            n += gc::run(&r)?;
+            match gc::run(&r) {
+                Ok(k) => n += k,
+                // Handed off during the pass: its next primary collects.
+                Err(Error::RegionFenced(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(n)
     }
@@ -849,6 +854,16 @@ impl RegionHandle {
     pub fn lsn(&self) -> u64 {
         self.region.lsn()
     }
+    /// Stops the region's writes for a handoff: once this returns, writes fail with
+    /// [`Error::RegionFenced`] and no LSN past the returned one (the last assigned; it may
+    /// still be becoming visible) is taken, until [`RegionHandle::unfence`].
+    pub fn fence(&self) -> u64 {
+        self.region.set_fenced(true)
+    }
+    /// Lifts [`RegionHandle::fence`] (the handoff was rolled back or failed).
+    pub fn unfence(&self) {
+        self.region.set_fenced(false);
+    }
     /// Makes the region's acknowledged writes durable and writes its L0 into L1, waiting for
     /// it (a primary about to hand the region off: the new primary then rebuilds a small L0).
     pub fn flush(&self) -> Result<()> {
@@ -950,7 +965,8 @@ fn gc_worker(inner: &DbInner) {
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
         for r in regions {
             match guarded(inner, "garbage collection", || gc::run(&r).map(|_| ())) {
-                Ok(()) | Err(Error::NoSpace { .. } | Error::Closed | Error::RegionChanged(_)) => {}
+                Ok(())
+                | Err(Error::NoSpace { .. } | Error::Closed | Error::RegionChanged(_) | Error::RegionFenced(_)) => {}
                 Err(e) => inner.sh.poison(format!("garbage collection failed: {e}")),
             }
         }

@@ -30,7 +30,8 @@ pub(crate) fn run(r: &Region) -> Result<usize> {
     let _g = keep_out(r);
     // A region object a split, a merge or a change of role replaced: a pass that listed it
     // before must not move records into it or drop segments its successor's catalog names.
-    if r.is_retired() {
+    // A fenced one takes no LSN until its handoff ends.
+    if r.is_retired() || r.is_fenced() {
         return Ok(0);
     }
     let Some(meta) = r.sh().manifest.region(r.id()) else {
@@ -164,6 +165,10 @@ fn move_batch(r: &Region, seg: u32, salt: u32, batch: &mut Vec<Candidate<'_>>) -
     // Split or merged meanwhile: the pass ends, its segment untouched.
     if r.is_retired() {
         return Err(crate::error::Error::RegionChanged(r.id()));
+    }
+    // Handed off meanwhile: a relocation would take an LSN past the one the handoff reported.
+    if r.is_fenced() {
+        return Err(crate::error::Error::RegionFenced(r.id()));
     }
     // Writers append under the lock but insert into L0 after it: let the ones already
     // appended finish, so that L0 shows every write that could be newer than ours.

@@ -116,6 +116,9 @@ pub(crate) struct Region {
     /// Set when a successor took this object's place in the store (a split's halves share its
     /// L0 table, which they write out): it has nothing of its own to flush any more.
     replaced: AtomicBool,
+    /// Set (under the write lock) while a primary hands the region off: client writes and GC
+    /// passes fail with `RegionFenced`, so the LSN the fence returned is the region's last.
+    fenced: AtomicBool,
 }
 
 static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
@@ -186,6 +189,20 @@ impl Region {
     pub(crate) fn set_retired(&self, retired: bool) {
         let _w = self.w.lock();
         self.retired.store(retired, Relaxed);
+    }
+
+    /// Stops (true) or resumes (false) the region's client writes and GC passes. Both check
+    /// it under the write lock, so once this returns no LSN past the returned one (the last
+    /// assigned) is taken until the fence is lifted; a split's Mark still is.
+    pub(crate) fn set_fenced(&self, fenced: bool) -> u64 {
+        let w = self.w.lock();
+        self.fenced.store(fenced, Relaxed);
+        w.next_lsn.saturating_sub(1)
+    }
+
+    /// Whether a handoff fenced the region ([`Region::set_fenced`]).
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced.load(Relaxed)
     }
 
     /// Marks a region object its successor replaces (see [`Region::set_retired`]); its
@@ -281,6 +298,7 @@ impl Region {
             bypass: (sh.opts.lsm_bypass_bytes > 0 && !meta.backup).then(|| Bypass::new(sh.opts.lsm_bypass_bytes)),
             retired: AtomicBool::new(false),
             replaced: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
             sh,
         }
     }

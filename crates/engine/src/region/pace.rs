@@ -59,7 +59,8 @@ impl Region {
             }
             // A split or merge took the region out of service: its tables merge in its
             // successors, and the writer goes there (`Region::write` answers `RegionChanged`).
-            if self.is_retired() {
+            // A fenced one takes no write at all (`RegionFenced`).
+            if self.is_retired() || self.is_fenced() {
                 break Ok(());
             }
             let view = self.view.load();

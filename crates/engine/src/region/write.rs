@@ -122,6 +122,9 @@ impl Region {
             if self.is_retired() {
                 return Err(Error::RegionChanged(self.id));
             }
+            if self.is_fenced() {
+                return Err(Error::RegionFenced(self.id));
+            }
             self.append_locked(&mut w, ops, true)?
         };
         // L0 insertion runs outside the write lock, concurrently with other writers; the

@@ -65,9 +65,9 @@ impl ClusterNode {
     }
 
     /// Called (on a blocking thread) when the master hands `region` off: fences it (this node
-    /// serves it no more until a map with a higher epoch names it again), waits until writes
-    /// already past routing have landed and every backup acknowledged the last LSN, and
-    /// returns that LSN.
+    /// serves it no more until a map with a higher epoch names it again) and its store's
+    /// region (no write appends past the LSN taken then), waits until every backup
+    /// acknowledged that LSN, and returns it.
     pub fn handoff(&self, region: u32, epoch: u64) -> halyard_replication::Result<u64> {
         let rejected = |m: String| halyard_replication::Error::Rejected(m);
         // (A region missing from this node's map is one a split just added.)
@@ -95,20 +95,22 @@ impl ClusterNode {
         }
         self.fences.lock().insert(region, epoch);
         self.edit_file(|_| ());
-        let rt = tokio::runtime::Handle::current();
-        loop {
-            let lsn = h.lsn();
-            if let Err(silent) = rt.block_on(self.shipper.wait_all_acked(region, lsn)) {
-                return Err(rejected(format!("backups {silent:?} did not acknowledge LSN {lsn} of region {region}")));
-            }
-            // A write that passed routing just before the fence lands within moments; one that
-            // lands later is never acknowledged (its backups refuse the old epoch).
-            std::thread::sleep(Duration::from_millis(2));
-            if h.lsn() == lsn {
-                tracing::info!(region, epoch, last_lsn = lsn, "fenced for a handoff");
-                return Ok(lsn);
-            }
+        // Routing refuses the region from here on, but a write that passed routing before may
+        // reach the store at any time (it may wait for L0 room): the store's own fence makes
+        // the LSN final. (A write appended after the LSN was reported reached backups the new
+        // primary's Remap does not reach, and they parted from it.)
+        let lsn = h.fence();
+        if self.fences.lock().get(&region) != Some(&epoch) {
+            // A map past this epoch came meanwhile (`edit_file` lifts fences it ends).
+            h.unfence();
+            return Err(rejected(format!("region {region}'s map moved past epoch {epoch} during the handoff")));
         }
+        let rt = tokio::runtime::Handle::current();
+        if let Err(silent) = rt.block_on(self.shipper.wait_all_acked(region, lsn)) {
+            return Err(rejected(format!("backups {silent:?} did not acknowledge LSN {lsn} of region {region}")));
+        }
+        tracing::info!(region, epoch, last_lsn = lsn, "fenced for a handoff");
+        Ok(lsn)
     }
 }
 

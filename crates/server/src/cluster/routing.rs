@@ -14,14 +14,31 @@ use halyard_proto::ErrorCode;
 impl ClusterNode {
     /// Changes the map (`file`) and the lookups requests make in it, together.
     pub(crate) fn edit_file<T>(&self, edit: impl FnOnce(&mut ClusterFile) -> T) -> T {
-        let mut f = self.file.write();
-        let out = edit(&mut f);
-        let mut fences = self.fences.lock();
-        // A fence ends with a map at a higher epoch (the handoff happened, or was rolled back).
-        fences.retain(|id, at| f.region(*id).is_some_and(|r| r.epoch <= *at));
-        let map = RegionMap::new(&f, &self.name, &fences, &self.loads);
-        self.loads.retain(|id| map.by_id(id).is_some_and(|e| e.load.is_some()));
-        self.map.store(std::sync::Arc::new(map));
+        let mut lifted = Vec::new();
+        let out = {
+            let mut f = self.file.write();
+            let out = edit(&mut f);
+            let mut fences = self.fences.lock();
+            // A fence ends with a map at a higher epoch (the handoff happened, or was rolled back).
+            fences.retain(|id, at| {
+                let keep = f.region(*id).is_some_and(|r| r.epoch <= *at);
+                if !keep {
+                    lifted.push(*id);
+                }
+                keep
+            });
+            let map = RegionMap::new(&f, &self.name, &fences, &self.loads);
+            self.loads.retain(|id| map.by_id(id).is_some_and(|e| e.load.is_some()));
+            self.map.store(std::sync::Arc::new(map));
+            out
+        };
+        // The store's fence too (`handoff`), outside the map's locks: it waits for the
+        // region's write lock. (A region handed off is a backup or gone here by now.)
+        for id in lifted {
+            if let Ok(h) = self.db.region(id) {
+                h.unfence();
+            }
+        }
         out
     }
 

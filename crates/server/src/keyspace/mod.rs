@@ -107,12 +107,21 @@ pub enum KsError {
     /// The key holds another type.
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
-    /// The engine failed.
-    #[error("ERR {0}")]
+    /// The engine failed (a write to a region changing primaries: retry, as for a refusal).
+    #[error("{} {}", engine_code(.0), .0)]
     Engine(#[from] Error),
     /// A command refused its input part-way (the text starts with the error code).
     #[error("{0}")]
     Refused(String),
+}
+
+/// The Redis error code for an engine error: TRYAGAIN for a write to a region whose primary
+/// is changing (the client retries, as for a routing refusal), ERR for the rest.
+fn engine_code(e: &Error) -> &'static str {
+    match e {
+        Error::RegionFenced(_) => "TRYAGAIN",
+        _ => "ERR",
+    }
 }
 
 /// The key space of one database of a server.
