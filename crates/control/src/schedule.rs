@@ -370,7 +370,54 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
             return Some(Step::Transfer(to.clone()));
         }
     }
-    None
+    bytes_step(view, r, tally, &nodes)
+}
+
+/// Nodes whose copies' bytes differ by less than this are even by bytes.
+const BYTES_MIN_GAP: u64 = 64 << 20;
+
+/// The bytes of `r` as its primary last published them (0: not known yet).
+fn size(view: &View, r: &RegionRecord) -> u64 {
+    view.progress.get(&r.spec.primary).and_then(|p| p.sizes.get(&r.spec.id)).copied().unwrap_or(0)
+}
+
+/// The bytes of the copies `node` holds (primary or backup).
+fn node_bytes(view: &View, node: &str) -> u64 {
+    view.regions
+        .values()
+        .filter(|(x, _)| x.spec.primary == node || x.spec.backups.iter().any(|b| b == node))
+        .map(|(x, _)| size(view, x))
+        .sum()
+}
+
+/// Bytes, once copies are even by count: a copy of `r` moves from the node holding the most
+/// bytes to one holding the fewest when they differ by at least `BYTES_MIN_GAP` and a fifth of
+/// the larger, and `r` is the largest region there that fits in half the gap (so the two never
+/// trade places: no oscillation) and is at least an eighth of it (a few moves close it). The
+/// target holds fewer copies than the source, so the counts stay as even as they were (with
+/// every node at the same count, nothing moves by bytes).
+fn bytes_step(view: &View, r: &RegionRecord, tally: &mut Tally, nodes: &[&String]) -> Option<Step> {
+    let spec = &r.spec;
+    let from = nodes.iter().copied().max_by_key(|n| (node_bytes(view, n), std::cmp::Reverse(n.as_str())))?;
+    if !(spec.primary == *from || spec.backups.contains(from)) {
+        return None;
+    }
+    let (big, s) = (node_bytes(view, from), size(view, r));
+    let fits = |n: &str| !spec.has_member(n) && tally.load(n) < tally.load(from);
+    let to = nodes.iter().copied().filter(|n| fits(n)).min_by_key(|n| (node_bytes(view, n), n.as_str()))?;
+    let gap = big - node_bytes(view, to).min(big);
+    if gap < BYTES_MIN_GAP || gap < big / 5 || s == 0 || s > gap / 2 || s < gap / 8 {
+        return None;
+    }
+    let on_from = |x: &RegionRecord| x.spec.primary == *from || x.spec.backups.contains(from);
+    let fits_gap = |x: &RegionRecord| size(view, x) > s && size(view, x) <= gap / 2;
+    let larger = view.regions.values().any(|(x, _)| on_from(x) && !x.spec.has_member(to) && fits_gap(x));
+    if larger {
+        return None;
+    }
+    tally.busy += 1;
+    tracing::info!(region = spec.id, from = %from, to = %to, bytes = s, "balancing bytes: {big} on the fullest node, {gap} more than on the emptiest");
+    Some(Step::Schedule(Request::Move { region: spec.id, from: from.to_string(), to: to.to_string() }))
 }
 
 /// A node must serve at least this many requests a second before its primaries move for heat.
@@ -585,6 +632,39 @@ mod tests {
         let mut v = v;
         v.intents.push(("x".into(), Intent::Promote { region: 9, node: "n2".into(), epoch: 1 }));
         assert_eq!(step(&v, 1), None);
+    }
+
+    #[test]
+    fn copies_even_by_count_are_evened_by_bytes_without_trading_places() {
+        const MB: u64 = 1 << 20;
+        let sized = |regions: &[(&str, u64)]| {
+            let groups: Vec<(&str, &[&str], &[&str])> = regions.iter().map(|(p, _)| (*p, &[][..], &[][..])).collect();
+            let mut v = cluster(3, 1, &groups);
+            for (i, (p, bytes)) in regions.iter().enumerate() {
+                v.progress.entry(p.to_string()).or_default().sizes.insert(i as u32 + 1, *bytes);
+            }
+            v
+        };
+        // n1 holds 700 MB in two copies, n2 and n3 100 MB in one: the 100 MB region moves to
+        // the emptiest node (the 600 MB one would only carry the gap over).
+        let v = sized(&[("n1", 600 * MB), ("n1", 100 * MB), ("n2", 100 * MB), ("n3", 100 * MB)]);
+        assert_eq!(step(&v, 2), Some(Step::Schedule(Request::Move { region: 2, from: "n1".into(), to: "n2".into() })));
+        assert_eq!(step(&v, 1), None, "a region over half the gap stays");
+        assert_eq!(step(&v, 3), None, "only copies on the fullest node move");
+        // Once moved: n1 600 MB in one copy, n2 200 MB in two; n1 holds fewer copies than n2,
+        // so nothing moves back.
+        let v = sized(&[("n1", 600 * MB), ("n2", 100 * MB), ("n2", 100 * MB), ("n3", 100 * MB)]);
+        for id in 1..=4 {
+            assert_eq!(step(&v, id), None, "region {id} moved after the bytes were as even as counts allow");
+        }
+        // Every node at the same count: moving by bytes would unbalance the counts.
+        let v = sized(&[("n1", 600 * MB), ("n2", 100 * MB), ("n3", 100 * MB)]);
+        assert!((1..=3).all(|id| step(&v, id).is_none()));
+        // Small gaps are even enough; unknown sizes move nothing.
+        let v = sized(&[("n1", 40 * MB), ("n1", 20 * MB), ("n2", 10 * MB), ("n3", 10 * MB)]);
+        assert!((1..=4).all(|id| step(&v, id).is_none()), "a gap under 64 MiB");
+        let v = sized(&[("n1", 0), ("n1", 0), ("n2", 0), ("n3", 0)]);
+        assert!((1..=4).all(|id| step(&v, id).is_none()));
     }
 }
 
