@@ -393,21 +393,38 @@ fn backups_follow_restart_promote_and_remap() {
     assert!(b2.replication().log_segments(0, LogKind::L0).expect("l0 log").len() < 20);
 }
 
+/// A primary shipping to a recorder, two empty backups with their receive buffers, and the
+/// model of what the primary holds.
+struct Trio {
+    primary: Db,
+    rec: Arc<Recorder>,
+    b1: Db,
+    b2: Db,
+    buf1: Buffers,
+    buf2: Buffers,
+    model: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// A [`Trio`] under `root` whose primary wrote `rounds` rounds (not yet applied to the backups).
+fn trio(root: &Path, rounds: u32) -> Trio {
+    let primary = Db::open(root.join("p"), opts()).expect("primary");
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let (b1, b2) = (open_backup(&root.join("b1"), true), open_backup(&root.join("b2"), true));
+    let mut model = BTreeMap::new();
+    for round in 0..rounds {
+        write_round(&primary, round, &mut model);
+    }
+    Trio { primary, rec, b1, b2, buf1: Buffers::default(), buf2: Buffers::default(), model }
+}
+
 /// The old primary ships a compaction to one backup only before it dies: once the other backup
 /// remaps to the promoted one, its levels digest differs (the replica then asks for an
 /// incremental copy, which aligns it).
 #[test]
 fn a_backup_that_missed_an_edit_differs_from_the_new_primary_after_remap() {
     let root = tempfile::tempdir().expect("tempdir");
-    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
-    let rec = Arc::new(Recorder::default());
-    primary.replication().set_ship_listener(Some(rec.clone()));
-    let (b1, b2) = (open_backup(&root.path().join("b1"), true), open_backup(&root.path().join("b2"), true));
-    let (mut buf1, mut buf2) = (Buffers::default(), Buffers::default());
-    let mut model = BTreeMap::new();
-    for round in 0..3 {
-        write_round(&primary, round, &mut model);
-    }
+    let Trio { primary, rec, b1, b2, mut buf1, mut buf2, mut model } = trio(root.path(), 3);
     primary.compact().expect("compact");
     settle(&primary);
     for ev in rec.take() {
@@ -1123,15 +1140,7 @@ fn a_fenced_region_takes_no_write_past_the_lsn_its_fence_returned() {
 #[test]
 fn a_backup_ahead_of_the_promoted_one_by_a_sealed_segment_holds_the_new_primary_s_history() {
     let root = tempfile::tempdir().expect("tempdir");
-    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
-    let rec = Arc::new(Recorder::default());
-    primary.replication().set_ship_listener(Some(rec.clone()));
-    let (b1, b2) = (open_backup(&root.path().join("b1"), true), open_backup(&root.path().join("b2"), true));
-    let (mut buf1, mut buf2) = (Buffers::default(), Buffers::default());
-    let mut model = BTreeMap::new();
-    for round in 0..2 {
-        write_round(&primary, round, &mut model);
-    }
+    let Trio { primary, rec, b1, b2, mut buf1, mut buf2, model: _ } = trio(root.path(), 2);
     settle(&primary);
     for ev in rec.take() {
         buf1.apply(&b1, &ev);
