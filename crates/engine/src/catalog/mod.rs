@@ -531,6 +531,10 @@ impl Edit {
             tag::ADD_SST_RANGED => {
                 let (level, mut sst) = (level(d.u8()?)?, SstInfo::decode(d)?);
                 sst.range_lsn = d.u64()?;
+                // An SST with no range LSN is written as `ADD_SST`: one meaning, one encoding.
+                if sst.range_lsn == 0 {
+                    return Err(Short);
+                }
                 Edit::AddSst { level, sst }
             }
             tag::REMOVE_SST => Edit::RemoveSst { level: level(d.u8()?)?, seg: d.u32()? },
@@ -979,6 +983,16 @@ pub(crate) fn decode_edits(buf: &[u8]) -> Result<(u32, Vec<Edit>), Short> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ranged_sst_without_its_range_lsn_is_refused() {
+        let add = Edit::AddSst { level: Level::L1, sst: SstInfo { range_lsn: 7, ..sample_sst() } };
+        let mut b = encode_edits(3, &[add]);
+        // The range LSN is the list's last 8 bytes.
+        let n = b.len();
+        b[n - 8..].fill(0);
+        assert!(decode_edits(&b).is_err(), "ADD_SST_RANGED with range LSN 0 has another encoding");
+    }
 
     #[test]
     fn edits_roundtrip() {
