@@ -795,6 +795,22 @@ fn apply_copy_pieces(db: &Db, copy: &halyard_engine::RegionCopy, bufs: &mut Buff
     (sent, kept)
 }
 
+/// Tracks the range deletes a backup's catalog holds, by LSN, from the edits it was sent.
+fn note_range_dels(kept: &mut HashMap<u64, Vec<u8>>, ev: &Event) {
+    let Event::Edits(edits) = ev else { return };
+    for e in edits {
+        match e {
+            Edit::AddRangeDel { start, lsn, .. } => {
+                kept.insert(*lsn, start.clone());
+            }
+            Edit::DropRangeDel { lsn } => {
+                kept.remove(lsn);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A backup reads what its levels hold as its primary does: a range delete that the catalog
 /// keeps (its keys are in deeper levels than the merge that took it in) hides them on the
 /// backup too, although the backup itself never wrote anything (its LSN stays where it was).
@@ -812,7 +828,10 @@ fn a_backup_reads_its_levels_through_their_range_deletes() {
     }
     primary.compact().expect("compact");
     // The primary's background compactions may apply a range delete all the way down before
-    // the backup sees it kept: a few tries, each on keys of its own.
+    // the backup sees it kept: a few tries, each on keys of its own. `flush` returns once the
+    // merge that took the delete in is visible on the primary, which ships its edits just
+    // after: the backup has it when an `AddRangeDel` of this range arrived and no drop since.
+    let mut kept: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut checked = None;
     for attempt in 0..10u32 {
         let (lo, hi) = (format!("user{:06}", 1000 + attempt * 150), format!("user{:06}", 1100 + attempt * 150));
@@ -820,10 +839,16 @@ fn a_backup_reads_its_levels_through_their_range_deletes() {
         primary.delete_range(&lo, &hi).expect("delete range");
         model.retain(|k, _| !(*k >= lo && *k < hi));
         primary.flush().expect("flush");
-        for ev in rec.take() {
-            bufs.apply(&b, &ev);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !kept.values().any(|s| *s == lo) && std::time::Instant::now() < deadline {
+            for ev in rec.take() {
+                note_range_dels(&mut kept, &ev);
+                bufs.apply(&b, &ev);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        if b.stats().range_dels >= 1 {
+        if kept.values().any(|s| *s == lo) {
+            assert!(b.stats().range_dels >= 1, "the backup's catalog lacks a range delete it was sent");
             checked = Some((lo, hi, 1000 + attempt * 150));
             break;
         }
