@@ -20,6 +20,7 @@
 use crate::layout::{Intent, RegionRecord, Request};
 use crate::view::View;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One step for one region.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +65,51 @@ pub struct Tally {
     pub cooling: std::collections::HashSet<u32>,
     /// Regions a split made a moment ago: they do not merge (no split/merge flapping).
     pub fresh: std::collections::HashSet<u32>,
+    /// The balancer's per-node sums, taken once per tick (the view does not change within it).
+    sums: std::cell::OnceCell<Arc<Sums>>,
+}
+
+/// Per-node sums over every region of a view, for the balancer.
+#[derive(Debug, Default)]
+struct Sums {
+    /// Bytes of the copies each node holds (primary or backup).
+    bytes: BTreeMap<String, u64>,
+    /// Regions each node leads.
+    leads: BTreeMap<String, usize>,
+    /// Requests a second the regions each node leads serve.
+    heat: BTreeMap<String, u64>,
+    /// The fewest requests a second of a region each node leads.
+    coolest: BTreeMap<String, u64>,
+}
+
+impl Sums {
+    fn of(view: &View) -> Sums {
+        let mut s = Sums::default();
+        for (x, _) in view.regions.values() {
+            let (size, w) = (size(view, x), served(view, x));
+            for n in std::iter::once(&x.spec.primary).chain(&x.spec.backups) {
+                *s.bytes.entry(n.clone()).or_default() += size;
+            }
+            let p = &x.spec.primary;
+            *s.leads.entry(p.clone()).or_default() += 1;
+            *s.heat.entry(p.clone()).or_default() += w;
+            let c = s.coolest.entry(p.clone()).or_insert(w);
+            *c = (*c).min(w);
+        }
+        s
+    }
+
+    fn bytes(&self, n: &str) -> u64 {
+        self.bytes.get(n).copied().unwrap_or(0)
+    }
+
+    fn leads(&self, n: &str) -> usize {
+        self.leads.get(n).copied().unwrap_or(0)
+    }
+
+    fn heat(&self, n: &str) -> u64 {
+        self.heat.get(n).copied().unwrap_or(0)
+    }
 }
 
 impl Tally {
@@ -86,6 +132,10 @@ impl Tally {
 
     fn load(&self, n: &str) -> usize {
         self.loads.get(n).copied().unwrap_or(0)
+    }
+
+    fn sums(&self, view: &View) -> Arc<Sums> {
+        self.sums.get_or_init(|| Arc::new(Sums::of(view))).clone()
     }
 
     /// Records a new copy of a region led by `primary` on `node`.
@@ -353,11 +403,11 @@ fn balance(view: &View, r: &RegionRecord, tally: &mut Tally, seed: u64) -> Optio
     if let Some(step) = hot_step(view, r, tally) {
         return Some(step);
     }
-    let leads = |n: &str| view.regions.values().filter(|(x, _)| x.spec.primary == n).count();
+    let sums = tally.sums(view);
+    let leads = |n: &str| sums.leads(n);
     let (mine, fewest) = (leads(&spec.primary), nodes.iter().map(|n| leads(n)).min()?);
     // By count, the coolest regions move (the hot ones are `hot_step`'s).
-    let cooler =
-        view.regions.values().any(|(x, _)| x.spec.primary == spec.primary && served(view, x) < served(view, r));
+    let cooler = sums.coolest.get(&spec.primary).is_some_and(|c| *c < served(view, r));
     if mine >= fewest + 2 && !cooler {
         let to = spec
             .backups
@@ -381,15 +431,6 @@ fn size(view: &View, r: &RegionRecord) -> u64 {
     view.progress.get(&r.spec.primary).and_then(|p| p.sizes.get(&r.spec.id)).copied().unwrap_or(0)
 }
 
-/// The bytes of the copies `node` holds (primary or backup).
-fn node_bytes(view: &View, node: &str) -> u64 {
-    view.regions
-        .values()
-        .filter(|(x, _)| x.spec.primary == node || x.spec.backups.iter().any(|b| b == node))
-        .map(|(x, _)| size(view, x))
-        .sum()
-}
-
 /// Bytes, once copies are even by count: a copy of `r` moves from the node holding the most
 /// bytes to one holding the fewest when they differ by at least `BYTES_MIN_GAP` and a fifth of
 /// the larger, and `r` is the largest region there that fits in half the gap (so the two never
@@ -397,19 +438,19 @@ fn node_bytes(view: &View, node: &str) -> u64 {
 /// target holds fewer copies than the source, so the counts stay as even as they were (with
 /// every node at the same count, nothing moves by bytes).
 fn bytes_step(view: &View, r: &RegionRecord, tally: &mut Tally, nodes: &[&String]) -> Option<Step> {
-    let spec = &r.spec;
-    let from = nodes.iter().copied().max_by_key(|n| (node_bytes(view, n), std::cmp::Reverse(n.as_str())))?;
-    if !(spec.primary == *from || spec.backups.contains(from)) {
+    let (spec, sums) = (&r.spec, tally.sums(view));
+    let from = nodes.iter().copied().max_by_key(|n| (sums.bytes(n), std::cmp::Reverse(n.as_str())))?;
+    let on_from = |x: &RegionRecord| x.spec.primary == *from || x.spec.backups.contains(from);
+    if !on_from(r) {
         return None;
     }
-    let (big, s) = (node_bytes(view, from), size(view, r));
+    let (big, s) = (sums.bytes(from), size(view, r));
     let fits = |n: &str| !spec.has_member(n) && tally.load(n) < tally.load(from);
-    let to = nodes.iter().copied().filter(|n| fits(n)).min_by_key(|n| (node_bytes(view, n), n.as_str()))?;
-    let gap = big - node_bytes(view, to).min(big);
+    let to = nodes.iter().copied().filter(|n| fits(n)).min_by_key(|n| (sums.bytes(n), n.as_str()))?;
+    let gap = big - sums.bytes(to).min(big);
     if gap < BYTES_MIN_GAP || gap < big / 5 || s == 0 || s > gap / 2 || s < gap / 8 {
         return None;
     }
-    let on_from = |x: &RegionRecord| x.spec.primary == *from || x.spec.backups.contains(from);
     let fits_gap = |x: &RegionRecord| size(view, x) > s && size(view, x) <= gap / 2;
     let larger = view.regions.values().any(|(x, _)| on_from(x) && !x.spec.has_member(to) && fits_gap(x));
     if larger {
@@ -430,24 +471,19 @@ fn served(view: &View, r: &RegionRecord) -> u64 {
     p.ops.get(&r.spec.id).or_else(|| p.writes.get(&r.spec.id)).copied().unwrap_or(0)
 }
 
-/// The requests a second the regions `node` leads serve.
-fn heat(view: &View, node: &str) -> u64 {
-    view.regions.values().filter(|(x, _)| x.spec.primary == node).map(|(x, _)| served(view, x)).sum()
-}
-
 /// Hot regions first: when `r`'s primary serves at least 1.5 times the requests of `r`'s coolest
 /// backup node, and `r` is the hottest region it leads whose move lowers the hotter of the two
 /// nodes (the backup, once leading `r`, stays cooler than the primary was), `r`'s primary role
 /// goes to that backup. A region hotter than the gap stays: moving it only moves the heat.
 fn hot_step(view: &View, r: &RegionRecord, tally: &mut Tally) -> Option<Step> {
-    let spec = &r.spec;
-    let (hot, w) = (heat(view, &spec.primary), served(view, r));
+    let (spec, sums) = (&r.spec, tally.sums(view));
+    let (hot, w) = (sums.heat(&spec.primary), served(view, r));
     let to = spec
         .backups
         .iter()
         .filter(|b| transfer_applies(view, r, b) && eligible(view, b))
-        .min_by_key(|b| heat(view, b))?;
-    let cool = heat(view, to);
+        .min_by_key(|b| sums.heat(b))?;
+    let cool = sums.heat(to);
     if w == 0 || hot < HOT_MIN_OPS || hot.saturating_mul(2) < cool.saturating_mul(3) || cool + w >= hot {
         return None;
     }
