@@ -2,8 +2,9 @@
 # A planned restart of one node of a loaded 3-node cluster on etcd, on this machine's loopback:
 # 8 regions, 2 copies, about GIB GiB of YCSB Load A (1228 B pairs). While YCSB Run A goes on
 # (8 threads), n3 gets SIGTERM (it hands its primaries off and leaves), stays away AWAY seconds
-# and starts again. Prints how long it took to leave, the run's longest request (what a client
-# saw of the restart), the cost of the return (full and incremental copies, bytes sent and
+# and starts again. Prints how long it took to leave, the run's longest request, and apart the
+# longest from SIGTERM until every group is whole (what a client saw of the restart) with the
+# seconds that held a request of 100 ms or more, the cost of the return (full and incremental copies, bytes sent and
 # bytes kept, against the bytes written to n3's regions while it was away), the primaries'
 # largest RSS growth meanwhile, and the time until every group was whole again.
 #   cargo build --release -p halyard          # or HALYARD_BIN=path/to/halyard
@@ -106,14 +107,28 @@ if other:
           f"(the {other} other regions' stream, {(sh1 - sh0) / 2**20:.1f} MiB, per region, times {len(held)})")
 print(f"restart: the primaries' RSS {rss0 / 1024:.0f} MiB before, {rssmax / 1024:.0f} MiB at most during the return (+{(rssmax - rss0) / 1024:.0f} MiB)")
 EOF
-python3 - <<'EOF'
-import json
+python3 - "$t0" "$t3" <<'EOF'
+import json, sys
+t0, t3 = map(float, sys.argv[1:3])
 def walk(x):
     if isinstance(x, dict):
         if x.get('workload') == 'run-a' and 'latency_us' in x:
             l = x['latency_us']
             print(f"restart: Run A over the whole run, the restart included: {x.get('ops_per_sec', 0):.0f} ops/s, "
                   f"latency p50 {l['p50']} us, p99 {l['p99']} us, max {l['max'] / 1000:.0f} ms (the longest a request waited)")
+            # Second i of the series holds requests that ended i..i+1 s after the phase began;
+            # one ending from a second before SIGTERM to a second after whole is the restart's.
+            start = x['started_unix_ms'] / 1000
+            inside, outside, slow = 0.0, 0.0, []
+            for i, ms in enumerate(x['max_latency_ms_series']):
+                if t0 - 1 <= start + i <= t3 + 1:
+                    inside = max(inside, ms)
+                else:
+                    outside = max(outside, ms)
+                if ms >= 100:
+                    slow.append(f"{start + i - t0:+.0f}s:{ms:.0f}")
+            print(f"restart: longest request from SIGTERM to whole {inside:.0f} ms; over the rest of Run A {outside:.0f} ms")
+            print(f"restart: seconds holding a request of 100 ms or more (seconds from SIGTERM:ms): {' '.join(slow) or 'none'}")
             raise SystemExit
         for v in x.values(): walk(v)
     elif isinstance(x, list):

@@ -92,6 +92,11 @@ pub struct PhaseResult {
     pub series_interval_s: f64,
     /// Throughput per interval, ops/s.
     pub throughput_series: Vec<f64>,
+    /// The longest request that ended in each second of the phase, milliseconds (second i
+    /// holds those ended i to i+1 s after `started_unix_ms`): when the slow ones happened.
+    pub max_latency_ms_series: Vec<f64>,
+    /// When the phase's first request was issued, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
     /// Whose CPU `cpu_us_per_op` is: "process" (in-process engine), "server" or "client"
     /// (a server that cannot be measured).
     pub cpu_source: String,
@@ -186,6 +191,8 @@ struct Padded(AtomicU64);
 /// Per-thread outcome of a phase.
 struct Worker {
     hist: Histogram<u64>,
+    /// The longest request, ns, that ended in each second since the phase started.
+    slowest: Vec<u64>,
     user_bytes: u64,
     misses: u64,
     inserts: u64,
@@ -430,7 +437,7 @@ fn run_phase(
     let (est0, io0, cpu0) = (engine.stats(), ProcIo::now(), measure::cpu_time());
     measure::reset_peak_rss();
     engine.begin_phase();
-    let Ran { workers, samples, seconds, error } = run_workers(cfg.threads, engine, shape, sizes, &pb, gen);
+    let Ran { workers, samples, seconds, started, error } = run_workers(cfg.threads, engine, shape, sizes, &pb, gen);
     pb.finish_and_clear();
     let (cpu, io, est) = (measure::cpu_time() - cpu0, ProcIo::now().since(&io0), engine.stats());
     let peak_rss_bytes = measure::peak_rss();
@@ -445,7 +452,7 @@ fn run_phase(
         Workload::RunD | Workload::RunE => base + totals.max_inserts * cfg.threads as u64,
         _ => base,
     };
-    let raw = Raw { seconds, samples, cpu, est0, est, totals, live_bytes };
+    let raw = Raw { seconds, started, samples, cpu, est0, est, totals, live_bytes };
     Ok((phase_result(kind, mix, w, raw, m), new_base))
 }
 
@@ -455,6 +462,8 @@ struct Ran {
     /// Ops done so far, once per TICK; the last, partial tick is left out.
     samples: Vec<u64>,
     seconds: f64,
+    /// When the workers started, milliseconds since the Unix epoch.
+    started: u64,
     /// The first error a worker hit.
     error: Option<String>,
 }
@@ -476,6 +485,8 @@ fn run_workers(
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let error: Mutex<Option<String>> = Mutex::new(None);
     let t0 = Instant::now();
+    let started =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let mut samples = Vec::new();
     let mut end = t0;
     let workers: Vec<Result<Worker, String>> = std::thread::scope(|s| {
@@ -485,7 +496,7 @@ fn run_workers(
                 let (counter, stop, error, done) = (&counters[t].0, &stop, &error, done_tx.clone());
                 s.spawn(move || {
                     engines::set_bench_thread(t);
-                    let r = worker(engine, gen, shape, sizes, counter, stop);
+                    let r = worker(engine, gen, shape, sizes, counter, stop, t0);
                     if let Err(e) = &r {
                         stop.store(true, Relaxed);
                         error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.clone());
@@ -516,12 +527,14 @@ fn run_workers(
             .collect()
     });
     let error = error.into_inner().unwrap_or_else(|p| p.into_inner());
-    Ran { workers, samples, seconds: (end - t0).as_secs_f64(), error }
+    Ran { workers, samples, seconds: (end - t0).as_secs_f64(), started, error }
 }
 
 /// The workers of a phase, merged.
 struct Totals {
     hist: Histogram<u64>,
+    /// The longest request, ns, that ended in each second of the phase (all workers).
+    slowest: Vec<u64>,
     user_bytes: u64,
     misses: u64,
     max_inserts: u64,
@@ -530,10 +543,16 @@ struct Totals {
 impl Totals {
     fn merge(workers: Vec<Result<Worker, String>>) -> Result<Totals, String> {
         let hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-        let mut t = Totals { hist, user_bytes: 0, misses: 0, max_inserts: 0 };
+        let mut t = Totals { hist, slowest: Vec::new(), user_bytes: 0, misses: 0, max_inserts: 0 };
         for wk in workers {
             let wk = wk?;
             t.hist.add(&wk.hist).map_err(|e| e.to_string())?;
+            if t.slowest.len() < wk.slowest.len() {
+                t.slowest.resize(wk.slowest.len(), 0);
+            }
+            for (a, b) in t.slowest.iter_mut().zip(&wk.slowest) {
+                *a = (*a).max(*b);
+            }
             t.user_bytes += wk.user_bytes;
             t.misses += wk.misses;
             t.max_inserts = t.max_inserts.max(wk.inserts);
@@ -545,6 +564,7 @@ impl Totals {
 /// What a phase measured as its workers finished, before it becomes a [`PhaseResult`].
 struct Raw {
     seconds: f64,
+    started: u64,
     samples: Vec<u64>,
     /// This process's CPU time over the phase.
     cpu: Duration,
@@ -555,8 +575,8 @@ struct Raw {
 }
 
 fn phase_result(kind: &EngineKind, mix: &Mix, w: Workload, raw: Raw, m: Measured) -> PhaseResult {
-    let Raw { seconds, samples, cpu, est0, est, totals, live_bytes } = raw;
-    let Totals { hist, user_bytes, misses, .. } = totals;
+    let Raw { seconds, started, samples, cpu, est0, est, totals, live_bytes } = raw;
+    let Totals { hist, slowest, user_bytes, misses, .. } = totals;
     let ops = hist.len();
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     let device = match (m.read, m.write) {
@@ -599,6 +619,8 @@ fn phase_result(kind: &EngineKind, mix: &Mix, w: Workload, raw: Raw, m: Measured
         engine_gauges: est.gauges.clone(),
         series_interval_s: interval,
         throughput_series: series,
+        max_latency_ms_series: slowest.iter().map(|ns| *ns as f64 / 1e6).collect(),
+        started_unix_ms: started,
         cpu_source: m.cpu_source.into(),
         client_cpu_us_per_op: client_cpu,
         server_measures: m.server,
@@ -685,11 +707,12 @@ fn worker(
     sizes: &[AtomicU8],
     counter: &AtomicU64,
     stop: &AtomicBool,
+    t0: Instant,
 ) -> Result<Worker, String> {
     // 1 ns .. 1 hour at 3 significant digits.
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
     let pool = gen.value_pool();
-    let (mut user_bytes, mut misses) = (0u64, 0u64);
+    let (mut user_bytes, mut misses, mut slowest) = (0u64, 0u64, Vec::new());
     let mut kb = [0u8; KEY_BYTES];
     let put = |gen: &mut OpGen, n: u64, cat: u8, k: &[u8]| -> Result<u64, String> {
         let len = shape.mix.value_bytes(cat);
@@ -738,8 +761,16 @@ fn worker(
                 user_bytes += (klen + len.unwrap_or(0)) as u64;
             }
         }
-        hist.saturating_record(t.elapsed().as_nanos() as u64);
+        let took = t.elapsed().as_nanos() as u64;
+        hist.saturating_record(took);
+        let second = t0.elapsed().as_secs() as usize;
+        if slowest.len() <= second {
+            slowest.resize(second + 1, 0);
+        }
+        if let Some(m) = slowest.get_mut(second) {
+            *m = (*m).max(took);
+        }
         counter.fetch_add(1, Relaxed);
     }
-    Ok(Worker { hist, user_bytes, misses, inserts: gen.inserts })
+    Ok(Worker { hist, slowest, user_bytes, misses, inserts: gen.inserts })
 }
