@@ -64,19 +64,25 @@ impl ClusterNode {
         Ok((last, dropped))
     }
 
+    /// Under etcd, when the master asks for a step at an epoch of `region` this node's map has
+    /// not reached (the master committed the map a moment ago and this node polls it later, or
+    /// a split just added the region), takes the current map now rather than refusing the
+    /// step and making the master retry on a later tick. On a blocking thread.
+    fn take_map_at(&self, region: u32, epoch: u64) -> Result<(), String> {
+        let behind = self.file.read().region(region).is_none_or(|r| r.epoch < epoch);
+        if behind && self.control.is_some() {
+            self.apply(self.fetch_map()?)?;
+        }
+        Ok(())
+    }
+
     /// Called (on a blocking thread) when the master hands `region` off: fences it (this node
     /// serves it no more until a map with a higher epoch names it again) and its store's
     /// region (no write appends past the LSN taken then), waits until every backup
     /// acknowledged that LSN, and returns it.
     pub fn handoff(&self, region: u32, epoch: u64) -> halyard_replication::Result<u64> {
         let rejected = |m: String| halyard_replication::Error::Rejected(m);
-        // (A region missing from this node's map is one a split just added.)
-        let behind = self.file.read().region(region).is_none_or(|r| r.epoch < epoch);
-        if behind && self.control.is_some() {
-            // The master decided on a map this node has not polled yet: take it now.
-            let map = self.fetch_map().map_err(rejected)?;
-            self.apply(map).map_err(rejected)?;
-        }
+        self.take_map_at(region, epoch).map_err(rejected)?;
         {
             let f = self.file.read();
             match f.region(region) {
@@ -252,6 +258,7 @@ impl halyard_replication::NodeHooks for ClusterNode {
         replication: &str,
     ) -> halyard_replication::Result<()> {
         let rejected = |m: String| halyard_replication::Error::Rejected(m);
+        self.take_map_at(region, epoch).map_err(rejected)?;
         {
             let f = self.file.read();
             match f.region(region) {
