@@ -13,13 +13,16 @@ impl ClusterNode {
     /// the region as a primary, lead it in this node's view of the file, and start shipping
     /// to the remaining backups, which first remap to this node's segments.
     pub fn promote(&self, region: u32, epoch: u64) -> halyard_replication::Result<(u64, u64)> {
+        let t0 = std::time::Instant::now();
         let _roles = self.roles.lock();
+        let locked_ms = ms(t0.elapsed());
         if self.control.is_some() {
             // The master decided on a map at least as new as this; the remaining backups are
             // the ones in it.
             let map = self.fetch_map().map_err(halyard_replication::Error::Rejected)?;
             self.edit_file(|f| *f = map);
         }
+        let mapped_ms = ms(t0.elapsed());
         // The node serves the region only once it is rebuilt: until then its map (what routing
         // reads) still names the old primary, and requests get NotLeader.
         let mut promoted = self.file.read().clone();
@@ -41,7 +44,7 @@ impl ClusterNode {
                 return Err(e);
             }
         };
-        let (last, dropped) = (p.last_lsn, p.dropped);
+        let (last, dropped, rebuilt_ms) = (p.last_lsn, p.dropped, ms(t0.elapsed()));
         let (maps, levels) = match self.mode {
             Mode::SendIndex => {
                 let r = self.db.replication();
@@ -60,7 +63,18 @@ impl ClusterNode {
         });
         self.edit_file(|f| *f = promoted);
         self.shipper.start(&stream, first);
-        tracing::info!(region, epoch, last_lsn = last, dropped, "promoted to primary");
+        let took_ms = ms(t0.elapsed());
+        tracing::info!(
+            region,
+            epoch,
+            last_lsn = last,
+            dropped,
+            locked_ms,
+            mapped_ms,
+            rebuilt_ms,
+            took_ms,
+            "promoted to primary"
+        );
         Ok((last, dropped))
     }
 
@@ -94,11 +108,13 @@ impl ClusterNode {
             }
         }
         let h = self.db.region(region)?;
+        let t0 = std::time::Instant::now();
         // L0 into L1 first, while the region still serves: the new primary rebuilds only the
         // L0 written since, which is most of the time the handoff keeps the region unavailable.
         if !self.fences.lock().contains_key(&region) {
             h.flush()?;
         }
+        let t1 = std::time::Instant::now();
         self.fences.lock().insert(region, epoch);
         self.edit_file(|_| ());
         // Routing refuses the region from here on, but a write that passed routing before may
@@ -115,7 +131,8 @@ impl ClusterNode {
         if let Err(silent) = rt.block_on(self.shipper.wait_all_acked(region, lsn)) {
             return Err(rejected(format!("backups {silent:?} did not acknowledge LSN {lsn} of region {region}")));
         }
-        tracing::info!(region, epoch, last_lsn = lsn, "fenced for a handoff");
+        let (flush_ms, fenced_ms) = (ms(t1 - t0), ms(t1.elapsed()));
+        tracing::info!(region, epoch, last_lsn = lsn, flush_ms, fenced_ms, "fenced for a handoff");
         Ok(lsn)
     }
 }
@@ -322,4 +339,9 @@ impl halyard_replication::NodeHooks for ClusterNode {
         }
         Ok(())
     }
+}
+
+/// A duration in milliseconds with a tenth's precision, for logs.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
