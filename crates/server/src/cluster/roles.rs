@@ -78,10 +78,9 @@ impl ClusterNode {
         Ok((last, dropped))
     }
 
-    /// Under etcd, when the master asks for a step at an epoch of `region` this node's map has
-    /// not reached (the master committed the map a moment ago and this node polls it later, or
-    /// a split just added the region), takes the current map now rather than refusing the
-    /// step and making the master retry on a later tick. On a blocking thread.
+    /// Under etcd, when the master asks for a handoff at an epoch of `region` this node's map
+    /// has not reached (the master committed the map a moment ago and this node polls it later,
+    /// or a split just added the region), takes the current map now. On a blocking thread.
     fn take_map_at(&self, region: u32, epoch: u64) -> Result<(), String> {
         let behind = self.file.read().region(region).is_none_or(|r| r.epoch < epoch);
         if behind && self.control.is_some() {
@@ -275,7 +274,6 @@ impl halyard_replication::NodeHooks for ClusterNode {
         replication: &str,
     ) -> halyard_replication::Result<()> {
         let rejected = |m: String| halyard_replication::Error::Rejected(m);
-        self.take_map_at(region, epoch).map_err(rejected)?;
         {
             let f = self.file.read();
             match f.region(region) {
