@@ -937,3 +937,40 @@ fn copies_move_off_a_node_just_back_from_a_leave() {
     let acked = writers.stop();
     check_everything(&url, &addrs, &acked);
 }
+
+/// A primary copy moved away before anything was written to it leaves an empty region in its
+/// old node's store; after a split, a copy of one half moved back onto that node must take
+/// that range (the empty copy's space goes back, as a written one's does), not wedge the
+/// node's map on "region 2 overlaps region 1" so that the move never ends.
+#[test]
+fn an_empty_copy_moved_away_is_not_in_the_way_of_a_half_moved_back() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 2, &["--no-balance"]);
+    let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let r1 = region(&status(&url), 1);
+    let old = r1["primary"].as_str().unwrap().to_string();
+    let outside = nodes.iter().map(|n| n.name.clone()).find(|n| *n != old && r1["backups"][0] != n.as_str()).unwrap();
+    let (ok, out) = halyard(&["admin", "move", "--region", "1", "--from", &old, "--to", &outside, "--etcd", &url]);
+    assert!(ok, "move of the unwritten primary copy: {out}");
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    let writers = Writers::start(&addrs, 2, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out) = halyard(&["admin", "split", "--region", "1", "--at", "key5", "--etcd", &url]);
+    assert!(ok, "split: {out}");
+    let right = region(&status(&url), 2);
+    let from = right["backups"][0].as_str().unwrap().to_string();
+    // The move waits until it is done: bounded here, so that a wedged node fails the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let args = ["admin", "move", "--region", "2", "--from", &from, "--to", &old, "--etcd", &url].map(String::from);
+    std::thread::spawn(move || tx.send(halyard(&args.each_ref().map(String::as_str))));
+    let (ok, out) = rx.recv_timeout(Duration::from_secs(90)).expect("the move of the right half did not end in 90 s");
+    assert!(ok, "move of the right half onto {old}: {out}");
+    wait_settled(&url, 2, Duration::from_secs(60));
+    let right = region(&status(&url), 2);
+    let holds =
+        std::iter::once(&right["primary"]).chain(right["backups"].as_array().unwrap()).any(|n| *n == old.as_str());
+    assert!(holds, "{old} does not hold the right half: {right}");
+    let acked = writers.stop();
+    check_everything(&url, &addrs, &acked);
+}

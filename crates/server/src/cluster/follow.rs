@@ -220,8 +220,14 @@ impl ClusterNode {
             return Ok(());
         }
         let rep = self.db.replication();
-        // A region this node never held has nothing to drop.
-        if rep.region_bytes(id).is_ok_and(|b| b > 0) {
+        // A region this node never held has nothing to drop; one it led, even empty, goes
+        // (left as a primary region, it would stay in the way of any region later placed over
+        // its range: `clear_way` clears backup copies only).
+        let held = match rep.region_bytes(id) {
+            Ok(b) => b > 0 || self.db.regions().iter().any(|i| i.id == id && !i.backup),
+            Err(_) => false,
+        };
+        if held {
             rep.demote_to_backup(id).map_err(|e| e.to_string())?;
             tracing::info!(region = id, "no longer in the region's group: dropped this node's copy");
         }
