@@ -455,6 +455,43 @@ fn a_backup_that_missed_an_edit_differs_from_the_new_primary_after_remap() {
     assert_ne!(ours, theirs, "a backup that missed an edit must not pass for aligned");
 }
 
+/// A backup that took a compaction the promoted one missed is emptied for a full copy from the
+/// new primary: the copy's L1 LSN (lower than the compaction's) must be the backup's, or its
+/// promotion replays the log only past the compaction it no longer holds and loses what that
+/// compaction wrote out (found by etcd_moves: a moved-away primary's handoff flush reached the
+/// other backup but not the new primary).
+#[test]
+fn a_full_copy_replaces_the_l1_lsn_of_a_compaction_the_new_primary_never_had() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let Trio { primary, rec, b1, b2, mut buf1, mut buf2, mut model } = trio(root.path(), 3);
+    primary.compact().expect("compact");
+    settle(&primary);
+    for ev in rec.take() {
+        buf1.apply(&b1, &ev);
+        buf2.apply(&b2, &ev);
+    }
+    write_round(&primary, 3, &mut model);
+    primary.flush().expect("flush");
+    settle(&primary);
+    // Backup 2 gets the writes and the flush's L0->L1 merge; backup 1 only the writes.
+    for ev in rec.take() {
+        buf2.apply(&b2, &ev);
+        if matches!(ev, Event::Append { .. } | Event::Sealed { .. }) {
+            buf1.apply(&b1, &ev);
+        }
+    }
+    drop(primary);
+    b1.replication().promote(0, &buf1.tails()).expect("promote");
+    assert_same(&b1, &model, "promoted backup");
+    b2.replication().reset_backup(0).expect("reset");
+    for ev in &b1.replication().with_copy(0, |c| c).map(copy_events).expect("copy") {
+        buf2.apply(&b2, ev);
+    }
+    buf2.flush_all(&b2);
+    b2.replication().promote(0, &buf2.tails()).expect("promote backup 2");
+    assert_same(&b2, &model, "backup 2 after a full copy from the new primary");
+}
+
 #[test]
 fn torn_buffer_at_every_offset_of_a_record() {
     let root = tempfile::tempdir().expect("tempdir");

@@ -282,7 +282,6 @@ impl Replication<'_> {
         r.write_out(&mut w)?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mut edits = removal_edits(&meta);
-        edits.push(Edit::ClearL1Lsn);
         edits.push(Edit::CreateRegion { start: meta.start.clone(), end: meta.end.clone(), backup: true });
         let freed = match sh.manifest.commit(region, &edits) {
             Ok(f) => f,
@@ -565,7 +564,7 @@ fn missing(what: &str, seg: u32) -> Error {
 }
 
 /// Edits that remove every SST, every log segment (freeing them) and every range delete of a
-/// region.
+/// region, and reset its L1 LSN.
 pub(super) fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
     let mut edits = Vec::new();
     for (i, ssts) in meta.levels.iter().enumerate() {
@@ -581,6 +580,9 @@ pub(super) fn removal_edits(meta: &RegionMeta) -> Vec<Edit> {
         }
     }
     edits.extend(meta.range_dels.iter().map(|d| Edit::DropRangeDel { lsn: d.lsn }));
+    // Its levels now cover nothing: a copy's L1 LSN may be below the one it had (`L1Lsn` only
+    // raises it), and promotion replays the log only past it.
+    edits.push(Edit::ClearL1Lsn);
     edits
 }
 

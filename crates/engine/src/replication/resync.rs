@@ -127,7 +127,6 @@ impl Replication<'_> {
         let sh = &r.sh();
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let mut edits = super::backup::removal_edits(&meta);
-        edits.push(Edit::ClearL1Lsn);
         for &(primary, salt) in meta.log_map.keys() {
             edits.push(Edit::Unmap { kind: MapKind::Log, primary, salt });
         }
