@@ -492,6 +492,33 @@ fn a_full_copy_replaces_the_l1_lsn_of_a_compaction_the_new_primary_never_had() {
     assert_same(&b2, &model, "backup 2 after a full copy from the new primary");
 }
 
+/// A handoff's flush returns the LSN of a mark the log ships after the merge's edits: a backup
+/// that acknowledged that LSN holds the merge, so the new primary starts from its L1 and the
+/// other backups' levels match its own.
+#[test]
+fn a_handoff_flush_ships_its_merge_before_the_mark_it_returns() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let Trio { primary, rec, .. } = trio(root.path(), 2);
+    settle(&primary);
+    rec.take();
+    for i in 0..500u32 {
+        primary.put(format!("late{i:05}").as_bytes(), b"v").expect("put");
+    }
+    let mark = primary.region(0).expect("region").flush().expect("flush");
+    let events = rec.take();
+    let merged =
+        events.iter().rposition(|e| matches!(e, Event::Edits(ed) if ed.iter().any(|x| matches!(x, Edit::L1Lsn(_)))));
+    let merged = merged.expect("the flush shipped its merge's edits");
+    let l1 = events[merged].clone();
+    let Event::Edits(ed) = l1 else { unreachable!() };
+    let l1_lsn = ed.iter().find_map(|x| if let Edit::L1Lsn(l) = x { Some(*l) } else { None }).expect("L1Lsn");
+    assert!(mark > l1_lsn, "the mark ({mark}) comes after what the merge covers ({l1_lsn})");
+    assert!(
+        events[merged..].iter().any(|e| matches!(e, Event::Append { log: LogKind::L0, .. })),
+        "the mark's record is shipped after the merge's edits"
+    );
+}
+
 #[test]
 fn torn_buffer_at_every_offset_of_a_record() {
     let root = tempfile::tempdir().expect("tempdir");

@@ -866,14 +866,25 @@ impl RegionHandle {
     }
     /// Makes the region's acknowledged writes durable and writes its L0 into L1, waiting for
     /// it (a primary about to hand the region off: the new primary then rebuilds a small L0).
-    pub fn flush(&self) -> Result<()> {
+    /// Returns the LSN of a mark written after the merge's edits left for the backups: a
+    /// backup that acknowledged it holds them too.
+    pub fn flush(&self) -> Result<u64> {
         if self.region.is_backup() {
             return Err(Error::BackupRegion(self.region.id()));
         }
         if self.region.is_replaced() {
             return Err(Error::RegionChanged(self.region.id()));
         }
-        self.region.flush()
+        self.region.flush()?;
+        // The merge ships its edits just after its output is visible (`publish`), and
+        // backups acknowledge LSNs of log records only. Without the mark, a new primary
+        // promoted before the edits arrived rebuilt all of L0 from the log, and the backups
+        // that took them then differed from it and took a full copy.
+        let t0 = std::time::Instant::now();
+        while compaction::l0_running(&self.region) && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.region.write(&[Op::Mark])
     }
 }
 

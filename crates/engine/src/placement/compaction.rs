@@ -158,6 +158,11 @@ pub(crate) fn release_all_levels(r: &Region) {
     r.sh().wake();
 }
 
+/// Whether a job that may be publishing an L0 merge of `r` runs (L0 is busy).
+pub(crate) fn l0_running(r: &Region) -> bool {
+    r.compaction_state().busy.lock().first().copied().unwrap_or(false)
+}
+
 /// Whether a compaction of `r` runs (some level is busy).
 pub(crate) fn running(r: &Region) -> bool {
     r.compaction_state().busy.lock().iter().any(|b| *b)

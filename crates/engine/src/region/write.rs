@@ -86,7 +86,8 @@ impl Region {
                 return Err(Error::ValueTooLarge { len: v.len(), limit });
             }
         }
-        if !self.contains(key) {
+        // A mark has no key: it holds an LSN only.
+        if !matches!(op, Op::Mark) && !self.contains(key) {
             return Err(Error::KeyOutOfRegion(self.id));
         }
         if let Op::DeleteRange(start, end) = op {
