@@ -112,6 +112,10 @@ pub struct BenchArgs {
     /// L0 / memtable budget of every engine (MiB; in --cluster runs, of each region).
     #[arg(long, default_value_t = 64)]
     pub l0_mb: u64,
+    /// Halyard's Dranges per L0 table (Nova-LSM's θ, 1..=64): key ranges of about equal
+    /// write load, each with its own tree and lock [default: the engine's].
+    #[arg(long)]
+    pub dranges: Option<usize>,
     /// Size ratio between consecutive levels.
     #[arg(long, default_value_t = 8)]
     pub growth_factor: u32,
@@ -314,6 +318,8 @@ pub struct Config {
     pub gc_threshold: Option<f64>,
     /// L0 / memtable budget in bytes.
     pub l0_bytes: u64,
+    /// Halyard's Dranges per L0 table (`None`: the engine's default).
+    pub dranges: Option<usize>,
     /// Level size ratio.
     pub growth_factor: u32,
     /// Durability.
@@ -514,6 +520,7 @@ impl Config {
             lsm_bypass_bytes: a.lsm_bypass_mb << 20,
             gc_threshold: a.gc_threshold,
             l0_bytes: a.l0_mb << 20,
+            dranges: a.dranges,
             growth_factor: a.growth_factor,
             sync,
             seed: a.seed,

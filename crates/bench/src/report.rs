@@ -214,6 +214,16 @@ fn result_row(s: &mut String, r: &PhaseResult, ew: usize) {
     if !stalls.is_empty() {
         let _ = writeln!(s, "  {} writes stalled for L0 room, by wait: {}", r.workload, stalls.join(", "));
     }
+    if let Some(n) = r.engine_counters.get("drange_reorganisations").filter(|n| **n > 0) {
+        let ppm = r.engine_gauges.get("drange_load_imbalance_ppm").copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "  {} Dranges: {} per L0 table, cut anew {n} times; load imbalance of the last table {:.2e}",
+            r.workload,
+            r.engine_gauges.get("dranges").copied().unwrap_or(0),
+            ppm as f64 / 1e6
+        );
+    }
     if let Some(x) = &r.reopen {
         let _ = writeln!(
             s,

@@ -105,6 +105,11 @@ pub struct Options {
     pub max_value_bytes: Option<usize>,
     /// Background compaction threads.
     pub compaction_threads: usize,
+    /// Dranges per L0 table (Nova-LSM's θ, 1..=64): each table's key space is cut into this
+    /// many ranges of about equal write load, drawn from the keys the table before it sampled,
+    /// each with its own tree and lock, so that writers to different ranges do not wait for
+    /// each other's inserts; a key taking over 1.5 fair shares gets a range of its own.
+    pub dranges: usize,
     /// Bloom filter bits per key.
     pub bloom_bits_per_key: usize,
     /// Create the default region covering all keys when a new store is made.
@@ -196,6 +201,7 @@ impl Default for Options {
             max_key_bytes: 1024,
             max_value_bytes: None,
             compaction_threads: 1,
+            dranges: 8,
             bloom_bits_per_key: 10,
             default_region: true,
             tolerate_log_damage: false,
@@ -306,6 +312,9 @@ impl Options {
         }
         if self.compaction_threads == 0 {
             return bad("compaction_threads must be at least 1".into());
+        }
+        if !(1..=64).contains(&self.dranges) {
+            return bad("dranges must be in 1..=64".into());
         }
         if let Some(max) = self.max_device_bytes {
             if max < 8 * self.segment_bytes {

@@ -58,7 +58,7 @@ fn apply(m: &mut Model, i: u64) {
 }
 
 fn options(sync: SyncMode) -> Options {
-    Options { sync, ..Options::tiny() }
+    Options { sync, dranges: 4, ..Options::tiny() }
 }
 
 fn sync_mode(name: &str) -> SyncMode {

@@ -104,12 +104,15 @@ fn options(variant: usize) -> Options {
         1 => Options { medium_placement: MediumPlacement::LastMinus1, ..base },
         // The data spread over one file (the layout before `data_files`), over 3 and (the
         // default) over 8.
-        2 => Options { growth_factor: 2, l0_bytes: 16 << 10, data_files: 1, ..base },
-        3 => Options { small_threshold: 12, large_threshold: 100, l0_bytes: 16 << 10, data_files: 3, ..base },
+        // Small tables, so that Dranges are cut anew often.
+        2 => Options { growth_factor: 2, l0_bytes: 16 << 10, data_files: 1, dranges: 4, ..base },
+        3 => {
+            Options { small_threshold: 12, large_threshold: 100, l0_bytes: 16 << 10, data_files: 3, dranges: 8, ..base }
+        }
         4 => Options { sync: SyncMode::Always, gc_threshold: 0.01, ..base },
         // Logs start new segments after a reopen (as a replicated node runs): GC takes the
         // partly filled ones.
-        _ => Options { compaction_threads: 2, sync: SyncMode::None, resume_logs: false, ..base },
+        _ => Options { compaction_threads: 2, sync: SyncMode::None, resume_logs: false, dranges: 3, ..base },
     }
 }
 
@@ -375,6 +378,9 @@ fn long_sequence_every_variant() {
         assert!(s.gc_segments > 0, "variant {variant}: GC reclaimed nothing");
         assert!(s.range_covered_dropped > 0, "variant {variant}: no compaction dropped a version a range delete hides");
         assert!(s.bypass_hits > 0, "variant {variant}: no read went through the bypass");
+        if options(variant).dranges > 1 {
+            assert!(s.drange_reorganisations > 1, "variant {variant}: L0's Dranges were never cut anew");
+        }
     }
     // Whether a wide range delete here frees a whole SST depends on when the background
     // compactions run (it failed 3 runs in 4 on a loaded machine): `range_delete.rs` checks

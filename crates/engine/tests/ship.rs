@@ -167,8 +167,9 @@ fn apply_pieces(
     (sent, kept)
 }
 
+/// The primary's L0 tables cut into Dranges: backups keep no L0, so they see only the merges.
 fn opts() -> Options {
-    Options { gc_threshold: 0.2, ..Options::tiny() }
+    Options { gc_threshold: 0.2, dranges: 4, ..Options::tiny() }
 }
 
 fn backup_opts() -> Options {

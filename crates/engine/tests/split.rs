@@ -47,7 +47,7 @@ fn value(i: u64, round: u64) -> Vec<u8> {
 }
 
 fn opts() -> Options {
-    Options { gc_threshold: 0.2, ..Options::tiny() }
+    Options { gc_threshold: 0.2, dranges: 3, ..Options::tiny() }
 }
 
 /// Every acknowledged write durable (the kill test's).

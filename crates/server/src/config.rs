@@ -215,6 +215,9 @@ pub struct EngineConfig {
     /// Compaction threads.
     #[arg(skip)]
     pub compaction_threads: usize,
+    /// Dranges per L0 table (`Options::dranges`, 1..=64).
+    #[arg(skip)]
+    pub dranges: usize,
 }
 
 impl Default for ServerConfig {
@@ -267,6 +270,7 @@ impl Default for EngineConfig {
             direct_io: o.direct_io,
             max_device_mb: 0,
             compaction_threads: o.compaction_threads,
+            dranges: o.dranges,
         }
     }
 }
@@ -301,6 +305,7 @@ impl ServerConfig {
             direct_io: e.direct_io,
             max_device_bytes: (e.max_device_mb > 0).then_some(e.max_device_mb << 20),
             compaction_threads: e.compaction_threads,
+            dranges: e.dranges,
             region_max_bytes: if self.is_cluster() { 0 } else { self.region_max_mb.unwrap_or(0) << 20 },
             split_key: Some(crate::keyspace::split_key()),
             ..Options::default()

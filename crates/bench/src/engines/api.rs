@@ -61,6 +61,8 @@ pub struct EngineConfig {
     pub gc_threshold: Option<f64>,
     /// L0 / memtable bytes.
     pub l0_bytes: u64,
+    /// Halyard's Dranges per L0 table (`None`: the engine's default).
+    pub dranges: Option<usize>,
     /// Level size ratio.
     pub growth_factor: u32,
     /// Durability.
@@ -83,6 +85,7 @@ impl EngineConfig {
             lsm_bypass_bytes: c.lsm_bypass_bytes,
             gc_threshold: c.gc_threshold,
             l0_bytes: c.l0_bytes,
+            dranges: c.dranges,
             growth_factor: c.growth_factor,
             sync: c.sync,
             threads: c.threads,

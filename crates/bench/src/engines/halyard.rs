@@ -26,6 +26,7 @@ impl Halyard {
             cache_bytes: (cfg.cache_bytes - cfg.lsm_bypass_bytes) as usize,
             lsm_bypass_bytes: cfg.lsm_bypass_bytes as usize,
             l0_bytes: cfg.l0_bytes as usize,
+            dranges: cfg.dranges.unwrap_or(defaults.dranges),
             growth_factor: cfg.growth_factor,
             sync: match cfg.sync {
                 Sync::None => SyncMode::None,
@@ -93,6 +94,7 @@ impl Engine for Halyard {
                     ("syncs".to_string(), s.syncs),
                     ("bypass_hits".to_string(), s.bypass_hits),
                     ("bypass_fallbacks".to_string(), s.bypass_fallbacks),
+                    ("drange_reorganisations".to_string(), s.drange_reorganisations),
                 ])
                 .chain(STALL_BUCKETS.iter().zip(s.stalls).map(|(name, n)| (name.to_string(), n)))
                 .collect(),
@@ -107,6 +109,9 @@ impl Engine for Halyard {
                 ("cache_bytes", s.cache_bytes),
                 ("bypass_slots", s.bypass_slots),
                 ("bypass_bytes", s.bypass_bytes),
+                ("dranges", s.dranges),
+                // Nova-LSM's load imbalance of the last L0 table, in millionths.
+                ("drange_load_imbalance_ppm", (s.drange_load_imbalance * 1e6).round() as u64),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -149,6 +154,7 @@ impl Engine for Halyard {
             ("gc_interval_ms", o.gc_interval_ms.to_string()),
             ("log_chunk_bytes", o.log_chunk_bytes.to_string()),
             ("compaction_threads", o.compaction_threads.to_string()),
+            ("dranges", o.dranges.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

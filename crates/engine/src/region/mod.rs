@@ -259,6 +259,9 @@ impl Region {
     }
 
     pub(crate) fn new(id: u32, meta: &RegionMeta, sh: Arc<Shared>, mem: Memtable, next_lsn: u64) -> Region {
+        // Its first table (a new region's, or L0 rebuilt by recovery) has one Drange: it asks
+        // to be cut once it has sampled enough writes (`Memtable::wants_switch`).
+        let mem = if meta.backup { mem } else { mem.with_theta(sh.opts.dranges) };
         let version = Arc::new(Version::default().rebuilt(meta));
         let view = View::new(Arc::new(mem), None, version, sh.alloc.clone());
         let seg = sh.dev.seg_bytes() as usize;

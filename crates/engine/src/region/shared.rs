@@ -44,6 +44,10 @@ pub(crate) struct Counters {
     /// Bytes the warm-up after open put in the cache.
     pub warm_bytes: AtomicU64,
     pub l0_versions_dropped: AtomicU64,
+    /// L0 tables whose Dranges were cut anew from the table before them.
+    pub drange_reorganisations: AtomicU64,
+    /// The load imbalance of the last table switched with more than one Drange (`f64` bits).
+    pub drange_imbalance: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_segments: AtomicU64,
     pub gc_known_segments: AtomicU64,

@@ -12,7 +12,7 @@ use crate::format::rangedel::RangeDel;
 use crate::format::record::{self, KIND_DELETE, KIND_PUT, KIND_RANGE_DELETE};
 use crate::log::listener::ShipListener;
 use crate::region::{category, Category, Region, WriteState, LONG_WAIT};
-use crate::tree::memtable::{Memtable, Value};
+use crate::tree::memtable::{load_imbalance, Memtable, Value};
 use crate::tree::view::View;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
@@ -400,12 +400,29 @@ impl Region {
         w.imm_l0_segs = std::mem::take(&mut w.mem_l0_segs);
         w.mem_large_bytes = 0;
         self.l0_merge_progress.store(0, Relaxed);
-        self.install(
-            |v| View::new(Arc::new(Memtable::new()), Some(v.mem.clone()), v.version.clone(), self.sh.alloc.clone()),
-            vec![],
-        );
+        let next = self.next_table();
+        self.install(|v| View::new(next, Some(v.mem.clone()), v.version.clone(), self.sh.alloc.clone()), vec![]);
         self.sh.wake();
         Ok(())
+    }
+
+    /// The table that follows the mutable one, its Dranges cut from the writes that one sampled
+    /// (Nova-LSM's major reorganisation).
+    fn next_table(&self) -> Arc<Memtable> {
+        let theta = self.sh.opts.dranges;
+        if theta < 2 {
+            return Arc::new(Memtable::new());
+        }
+        let old = self.view().mem.clone();
+        let bounds = old.next_bounds(theta);
+        let c = &self.sh.counters;
+        if old.dranges() > 1 {
+            c.drange_imbalance.store(load_imbalance(&old.drange_writes()).to_bits(), Relaxed);
+        }
+        if old.bounds() != bounds.as_slice() {
+            c.drange_reorganisations.fetch_add(1, Relaxed);
+        }
+        Arc::new(Memtable::with_bounds(bounds, theta))
     }
 
     /// Takes a split parent's L0 as this new half's: `imm` (the parent's immutable table, or

@@ -82,12 +82,51 @@ struct Removal {
     dead_large: Vec<(u64, u32, u32)>,
 }
 
-pub(crate) struct Memtable {
-    /// Every version, ordered. A B-tree behind a lock rather than a lock-free skiplist: a
-    /// skiplist search takes a cache miss per level (about twenty at 600k entries), and under
-    /// Run A's updates and GC's moves that search was a fifth of the engine's CPU; the tree
-    /// takes a handful of node visits, and writers hold the lock for one insert each.
+/// One Drange of a table (Nova-LSM §4.1): the versions of the keys in its key range, in a tree
+/// of their own behind a lock of their own, so that writers to different Dranges never wait for
+/// each other's inserts.
+#[derive(Default)]
+struct Drange {
+    /// Every version of the Drange's keys, ordered. A B-tree behind a lock rather than a
+    /// lock-free skiplist: a skiplist search takes a cache miss per level (about twenty at 600k
+    /// entries), and under Run A's updates and GC's moves that search was a fifth of the
+    /// engine's CPU; the tree takes a handful of node visits, and writers hold the lock for one
+    /// insert each.
     map: parking_lot::RwLock<BTreeMap<MemKey, Value>>,
+    /// Versions inserted (the Drange's write load).
+    writes: AtomicU64,
+}
+
+/// The first inserts of a table all add their keys to its sample.
+const SAMPLE_ALL: u64 = 1024;
+
+/// After the first [`SAMPLE_ALL`], one in this many inserts adds its key to the table's sample of written keys, from which the
+/// next table's Drange bounds are drawn.
+const SAMPLE_EVERY: u64 = 16;
+
+/// The most keys a table samples (about 330 KiB): 128 for each of 64 Dranges.
+const SAMPLE_MAX: usize = 8_192;
+
+/// Inserts between two looks of a table at its Dranges' load (see [`Memtable::wants_switch`]).
+const CHECK_EVERY: u64 = 32_768;
+
+/// A key taking more than this many fair shares of the writes gets a Drange of its own (a
+/// point Drange, `[k, k\0)`).
+const POINT_SHARE: f64 = 1.5;
+
+pub(crate) struct Memtable {
+    /// The table's key space cut into key ranges: Drange `i` holds the keys `k` with
+    /// `bounds[i-1] <= k < bounds[i]` (the first and the last are open-ended).
+    dranges: Box<[Drange]>,
+    bounds: Box<[KeyBytes]>,
+    /// The Dranges a table cut from this one's sample would have (Nova-LSM's θ).
+    theta: usize,
+    /// The writes moved away from where the Dranges were cut: a table cut anew from this one's
+    /// sample would spread them much more evenly (see [`Memtable::wants_switch`]).
+    lopsided: AtomicBool,
+    /// Every `SAMPLE_EVERY`th key inserted (at most `SAMPLE_MAX`).
+    sample: parking_lot::Mutex<Vec<KeyBytes>>,
+    inserts: AtomicU64,
     /// The newest version of every key, for point reads in one hash probe instead of a walk
     /// down the tree: reads of keys the table does not hold, and reads at the current
     /// snapshot, never touch the tree or its lock. (KV-Tandem's LSM bypass.)
@@ -132,9 +171,22 @@ impl Superseded {
 }
 
 impl Memtable {
+    /// A table of one Drange.
     pub(crate) fn new() -> Memtable {
+        Memtable::with_bounds(Vec::new(), 1)
+    }
+
+    /// A table whose Dranges are cut at `bounds` (sorted, distinct): `bounds.len() + 1` of them;
+    /// its successor will have up to `theta`.
+    pub(crate) fn with_bounds(bounds: Vec<KeyBytes>, theta: usize) -> Memtable {
+        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "Drange bounds out of order");
         Memtable {
-            map: parking_lot::RwLock::new(BTreeMap::new()),
+            dranges: (0..=bounds.len()).map(|_| Drange::default()).collect(),
+            bounds: bounds.into_boxed_slice(),
+            theta,
+            lopsided: AtomicBool::new(false),
+            sample: Default::default(),
+            inserts: AtomicU64::new(0),
             index: (0..INDEX_SHARDS).map(|_| Default::default()).collect(),
             bytes: AtomicUsize::new(0),
             superseded_bytes: AtomicUsize::new(0),
@@ -181,7 +233,20 @@ impl Memtable {
         self.min_lsn.fetch_min(lsn, Relaxed);
         // The tree first: a reader that finds the index entry can always fall back to it.
         let mk = MemKey::new(key, lsn);
-        self.map.write().insert(mk, value.clone());
+        let d = &self.dranges[self.drange_of(key)];
+        d.map.write().insert(mk, value.clone());
+        d.writes.fetch_add(1, Relaxed);
+        let n = self.inserts.fetch_add(1, Relaxed);
+        // Every key of a small table: its successor's bounds then come from all it saw.
+        if self.theta > 1 && (n < SAMPLE_ALL || n.is_multiple_of(SAMPLE_EVERY)) {
+            let mut sample = self.sample.lock();
+            if sample.len() < SAMPLE_MAX {
+                sample.push(KeyBytes::from_slice(key));
+            }
+        }
+        if self.theta > 1 && n > 0 && n.is_multiple_of(CHECK_EVERY) {
+            self.check_balance();
+        }
         let mut shard = self.index[shard_of(key)].write();
         let shard = &mut *shard;
         let old = match shard.newest.get_mut(key) {
@@ -263,9 +328,12 @@ impl Memtable {
         let n = batch.len();
         // A few removals per hold of the lock, so that writers never wait long behind a batch.
         let mut batch = batch.into_iter().peekable();
-        while batch.peek().is_some() {
-            let mut map = self.map.write();
-            for o in batch.by_ref().take(REMOVALS_PER_LOCK) {
+        while let Some(first) = batch.peek() {
+            // Runs of one Drange's versions under one hold of its lock.
+            let d = self.drange_of(&first.key);
+            let mut map = self.dranges[d].map.write();
+            for _ in 0..REMOVALS_PER_LOCK {
+                let Some(o) = batch.next_if(|o| self.drange_of(&o.key) == d) else { break };
                 map.remove(&MemKey { key: o.key, rev: u64::MAX - o.lsn });
                 self.bytes.fetch_sub(o.bytes, Relaxed);
                 r.dead_large.extend(o.large);
@@ -327,7 +395,7 @@ impl Memtable {
             Some(_) => {}
         }
         let from = MemKey { key: KeyBytes::from_slice(key), rev: u64::MAX - snap };
-        let map = self.map.read();
+        let map = self.dranges[self.drange_of(key)].map.read();
         let (k, v) = map.range(from..).next()?;
         (k.key[..] == *key).then(|| Entry { key: key.to_vec(), lsn: k.lsn(), value: v.clone() })
     }
@@ -368,37 +436,24 @@ impl Memtable {
         if !valid_range(&range) {
             return out;
         }
-        let map = self.map.read();
-        if !reverse {
-            for (k, v) in map.range(range) {
-                let lsn = k.lsn();
-                if lsn > snap || out.last().is_some_and(|l| l.key[..] == k.key[..]) {
-                    continue;
-                }
-                if out.len() == max {
-                    break;
-                }
-                out.push(Entry { key: k.key.to_vec(), lsn, value: v.clone() });
+        // The Dranges the range reaches, in the order they are read: a key lives in one Drange,
+        // so the batch is theirs one after the other.
+        let (low, high) = if reverse { (end, from) } else { (from, end) };
+        let first = match low {
+            Bound::Included(k) | Bound::Excluded(k) => self.drange_of(k),
+            Bound::Unbounded => 0,
+        };
+        let last = match high {
+            Bound::Included(k) | Bound::Excluded(k) => self.drange_of(k),
+            Bound::Unbounded => self.dranges.len() - 1,
+        };
+        let order: Box<dyn Iterator<Item = usize>> =
+            if reverse { Box::new((first..=last).rev()) } else { Box::new(first..=last) };
+        for d in order {
+            if out.len() >= max {
+                break;
             }
-        } else {
-            // Versions of a key arrive oldest first; the last visible one wins.
-            let mut cur: Option<Entry> = None;
-            for (k, v) in map.range(range).rev() {
-                let lsn = k.lsn();
-                if cur.as_ref().is_some_and(|c| c.key[..] != k.key[..]) {
-                    if out.len() + 1 == max {
-                        out.extend(cur.take());
-                        break;
-                    }
-                    out.extend(cur.take());
-                }
-                if lsn <= snap {
-                    cur = Some(Entry { key: k.key.to_vec(), lsn, value: v.clone() });
-                }
-            }
-            if out.len() < max {
-                out.extend(cur);
-            }
+            batch_in(&self.dranges[d].map.read(), &range, snap, reverse, max, &mut out);
         }
         out
     }
@@ -412,14 +467,19 @@ impl Memtable {
         }
     }
 
-    /// Every version in (key asc, LSN desc) order, read a chunk at a time: the lock is not
-    /// held while the caller (a compaction writing segments) works.
+    /// Every version in (key asc, LSN desc) order, read a chunk at a time: no lock is held
+    /// while the caller (a compaction writing segments) works.
     pub(crate) fn iter_all(&self) -> impl Iterator<Item = Entry> + '_ {
+        (0..self.dranges.len()).flat_map(move |d| self.iter_drange(d))
+    }
+
+    /// [`Memtable::iter_all`] over Drange `d` only.
+    pub(crate) fn iter_drange(&self, d: usize) -> impl Iterator<Item = Entry> + '_ {
         let mut after: Option<MemKey> = None;
         let mut chunk = std::collections::VecDeque::new();
         std::iter::from_fn(move || {
             if chunk.is_empty() {
-                let map = self.map.read();
+                let map = self.dranges.get(d)?.map.read();
                 let from = after.take().map_or(Bound::Unbounded, Bound::Excluded);
                 chunk.extend(map.range((from, Bound::Unbounded)).take(ITER_CHUNK).map(|(k, v)| Entry {
                     key: k.key.to_vec(),
@@ -437,8 +497,169 @@ impl Memtable {
 
     /// The first and the last key the table holds.
     pub(crate) fn key_range(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        let map = self.map.read();
-        Some((map.first_key_value()?.0.key.to_vec(), map.last_key_value()?.0.key.to_vec()))
+        let first = self.dranges.iter().find_map(|d| d.map.read().first_key_value().map(|(k, _)| k.key.to_vec()))?;
+        let last =
+            self.dranges.iter().rev().find_map(|d| d.map.read().last_key_value().map(|(k, _)| k.key.to_vec()))?;
+        Some((first, last))
+    }
+
+    /// The Drange that holds `key`.
+    fn drange_of(&self, key: &[u8]) -> usize {
+        self.bounds.partition_point(|b| b[..] <= *key)
+    }
+
+    /// How many Dranges the table has.
+    pub(crate) fn dranges(&self) -> usize {
+        self.dranges.len()
+    }
+
+    /// The table, its successor to have up to `theta` Dranges.
+    pub(crate) fn with_theta(mut self, theta: usize) -> Memtable {
+        self.theta = theta;
+        self
+    }
+
+    /// Whether the table should give way to one cut anew from its sample before it fills:
+    /// its writes went elsewhere than where its Dranges were cut (Nova-LSM reorganises when a
+    /// Drange takes much more than its share; here the whole table is cut anew, as its
+    /// major reorganisation does).
+    pub(crate) fn wants_switch(&self) -> bool {
+        self.lopsided.load(Relaxed)
+    }
+
+    /// Sets [`Memtable::wants_switch`] when the busiest Drange took over 1.5 fair shares of the
+    /// sampled writes and over 1.5 times what the busiest would take if cut anew.
+    fn check_balance(&self) {
+        let mut sample = self.sample.lock().clone();
+        sample.sort_unstable();
+        let next = drange_bounds(&sample, self.theta);
+        let busiest = |bounds: &[KeyBytes]| {
+            let mut counts = vec![0usize; bounds.len() + 1];
+            for k in &sample {
+                counts[bounds.partition_point(|b| b <= k)] += 1;
+            }
+            counts.into_iter().max().unwrap_or(0) as f64 / sample.len().max(1) as f64
+        };
+        let (now, cut) = (busiest(&self.bounds), busiest(&next));
+        if now > 1.5 / self.theta as f64 && now > 1.5 * cut {
+            self.lopsided.store(true, Relaxed);
+        }
+    }
+
+    /// Where the Dranges are cut.
+    pub(crate) fn bounds(&self) -> &[KeyBytes] {
+        &self.bounds
+    }
+
+    /// The versions inserted into each Drange.
+    pub(crate) fn drange_writes(&self) -> Vec<u64> {
+        self.dranges.iter().map(|d| d.writes.load(Relaxed)).collect()
+    }
+
+    /// Where the next table's `theta` Dranges should be cut so that each takes about as many
+    /// of the writes this table sampled (Nova-LSM's major reorganisation, done at each switch
+    /// of tables); see [`drange_bounds`].
+    pub(crate) fn next_bounds(&self, theta: usize) -> Vec<KeyBytes> {
+        // Taken: the table is switched out, and its sample served its purpose.
+        let mut sample = std::mem::take(&mut *self.sample.lock());
+        sample.sort_unstable();
+        drange_bounds(&sample, theta)
+    }
+}
+
+/// Nova-LSM's load imbalance: the standard deviation of the Dranges' shares of the writes
+/// (0 when they took equal shares; 0 for no writes).
+pub(crate) fn load_imbalance(writes: &[u64]) -> f64 {
+    let total: u64 = writes.iter().sum();
+    if total == 0 || writes.is_empty() {
+        return 0.0;
+    }
+    let n = writes.len() as f64;
+    let shares = writes.iter().map(|&w| w as f64 / total as f64);
+    let mean = 1.0 / n;
+    (shares.map(|s| (s - mean) * (s - mean)).sum::<f64>() / n).sqrt()
+}
+
+/// Bounds that cut the sorted keys `sample` (a sample of the writes, a key once per write) into
+/// at most `theta` ranges of about equal count. A key whose writes exceed `POINT_SHARE` times a
+/// fair share gets a range of its own, `[k, k\0)`, so that its versions never share a tree
+/// (and later a merge) with its neighbours'. Empty when there is too little to go by.
+fn drange_bounds(sample: &[KeyBytes], theta: usize) -> Vec<KeyBytes> {
+    let mut bounds: Vec<KeyBytes> = Vec::new();
+    if theta < 2 || sample.len() < theta * 4 {
+        return bounds;
+    }
+    let fair = sample.len() as f64 / theta as f64;
+    let push = |bounds: &mut Vec<KeyBytes>, k: KeyBytes| {
+        if bounds.len() + 1 < theta && bounds.last().is_none_or(|l| *l < k) {
+            bounds.push(k);
+        }
+    };
+    // Writes counted into the range being filled.
+    let mut filled = 0usize;
+    let mut i = 0;
+    while i < sample.len() {
+        let key = &sample[i];
+        let n = sample[i..].iter().take_while(|k| *k == key).count();
+        if n as f64 > POINT_SHARE * fair {
+            if filled > 0 {
+                push(&mut bounds, key.clone());
+            }
+            let mut after = key.clone();
+            after.push(0);
+            push(&mut bounds, after);
+            filled = 0;
+        } else {
+            if filled > 0 && (filled + n) as f64 > fair {
+                push(&mut bounds, key.clone());
+                filled = 0;
+            }
+            filled += n;
+        }
+        i += n;
+    }
+    bounds
+}
+
+/// [`Memtable::batch`] within one Drange's tree: appends to `out` until it holds `max`.
+fn batch_in(
+    map: &BTreeMap<MemKey, Value>,
+    range: &(Bound<MemKey>, Bound<MemKey>),
+    snap: u64,
+    reverse: bool,
+    max: usize,
+    out: &mut Vec<Entry>,
+) {
+    let range = (range.0.as_ref(), range.1.as_ref());
+    if !reverse {
+        for (k, v) in map.range::<MemKey, _>(range) {
+            let lsn = k.lsn();
+            if lsn > snap || out.last().is_some_and(|l| l.key[..] == k.key[..]) {
+                continue;
+            }
+            if out.len() >= max {
+                break;
+            }
+            out.push(Entry { key: k.key.to_vec(), lsn, value: v.clone() });
+        }
+        return;
+    }
+    // Versions of a key arrive oldest first; the last visible one wins.
+    let mut cur: Option<Entry> = None;
+    for (k, v) in map.range::<MemKey, _>(range).rev() {
+        if cur.as_ref().is_some_and(|c| c.key[..] != k.key[..]) {
+            out.extend(cur.take());
+            if out.len() >= max {
+                return;
+            }
+        }
+        let lsn = k.lsn();
+        if lsn <= snap {
+            cur = Some(Entry { key: k.key.to_vec(), lsn, value: v.clone() });
+        }
+    }
+    if out.len() < max {
+        out.extend(cur);
     }
 }
 
@@ -563,5 +784,139 @@ mod tests {
         assert_eq!(m.superseded_bytes(), 0);
         assert_eq!(m.remove_all_superseded(), 0);
         assert_eq!(versions(&m, b"k"), vec![2, 1]);
+    }
+
+    fn kb(s: &str) -> KeyBytes {
+        KeyBytes::from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn drange_bounds_cut_equal_shares_and_give_a_hot_key_its_own() {
+        // Uniform: 800 distinct keys in 4 ranges of 200.
+        let uniform: Vec<KeyBytes> = (0..800).map(|i| kb(&format!("k{i:04}"))).collect();
+        let b = drange_bounds(&uniform, 4);
+        assert_eq!(b, vec![kb("k0200"), kb("k0400"), kb("k0600")]);
+        // One key takes half the writes: it gets [k, k\0) to itself.
+        let mut skew: Vec<KeyBytes> = (0..400).map(|i| kb(&format!("k{i:04}"))).collect();
+        skew.extend(std::iter::repeat_n(kb("k0100"), 400));
+        skew.sort();
+        let b = drange_bounds(&skew, 4);
+        let mut after = kb("k0100");
+        after.push(0);
+        assert!(b.contains(&kb("k0100")) && b.contains(&after), "{b:?}");
+        assert!(b.len() <= 3 && b.windows(2).all(|w| w[0] < w[1]), "{b:?}");
+        // Too few samples, or one Drange: no cut.
+        assert!(drange_bounds(&uniform[..10], 4).is_empty());
+        assert!(drange_bounds(&uniform, 1).is_empty());
+    }
+
+    #[test]
+    fn load_imbalance_is_the_spread_of_the_shares() {
+        assert_eq!(load_imbalance(&[5, 5, 5, 5]), 0.0);
+        assert_eq!(load_imbalance(&[]), 0.0);
+        assert_eq!(load_imbalance(&[0, 0]), 0.0);
+        // Shares 1 and 0 around a mean of 1/2.
+        assert!((load_imbalance(&[7, 0]) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_table_samples_its_writes_for_the_next() {
+        assert!(Memtable::new().next_bounds(4).is_empty(), "a table of one Drange samples nothing");
+        let m = Memtable::new().with_theta(4);
+        for i in 0..4000u64 {
+            // Keys 0..99 take three quarters of the writes.
+            let k = if i % 4 == 0 { format!("k{:04}", 100 + i % 900) } else { format!("k{:04}", i % 100) };
+            m.insert(k.as_bytes(), i + 1, Value::Tombstone);
+        }
+        let b = m.next_bounds(4);
+        assert_eq!(b.len(), 3, "{b:?}");
+        // The hot hundred keys are cut into about three ranges of their own.
+        assert!(b[1] < kb("k0100"), "{b:?}");
+        let next = Memtable::with_bounds(b, 4);
+        assert_eq!(next.dranges(), 4);
+        next.insert(b"k0000", 1, Value::Tombstone);
+        next.insert(b"k0999", 2, Value::Tombstone);
+        assert_eq!(next.drange_writes().iter().sum::<u64>(), 2);
+        assert_eq!(next.drange_writes()[0], 1);
+        assert_eq!(next.drange_writes()[3], 1);
+    }
+
+    #[test]
+    fn a_table_whose_writes_moved_asks_to_be_cut_anew() {
+        // Cut for keys spread over k0000..k0999; then every write goes to the first tenth.
+        let bounds = ["k0250", "k0500", "k0750"].map(kb).to_vec();
+        let m = Memtable::with_bounds(bounds.clone(), 4);
+        for i in 0..CHECK_EVERY + 1 {
+            m.insert(format!("k{:04}", i % 100).as_bytes(), i + 1, Value::Tombstone);
+        }
+        assert!(m.wants_switch(), "all writes in one of four Dranges");
+        // Spread as cut: no switch.
+        let even = Memtable::with_bounds(bounds, 4);
+        for i in 0..CHECK_EVERY + 1 {
+            even.insert(format!("k{:04}", (i * 7) % 1000).as_bytes(), i + 1, Value::Tombstone);
+        }
+        assert!(!even.wants_switch());
+        // One key takes most writes, and has a Drange of its own already: cutting anew
+        // would not do better, so no switch either.
+        let hot = ["k0100", "k0100\0", "k0500"].map(kb).to_vec();
+        let fitted = Memtable::with_bounds(hot, 4);
+        for i in 0..CHECK_EVERY + 1 {
+            let k = if i % 4 == 0 { format!("k{:04}", (i * 7) % 1000) } else { "k0100".to_string() };
+            fitted.insert(k.as_bytes(), i + 1, Value::Tombstone);
+        }
+        assert!(!fitted.wants_switch());
+    }
+
+    mod dranges_model {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn key(i: u8) -> Vec<u8> {
+            format!("k{:02}", i % 40).into_bytes()
+        }
+
+        proptest! {
+            /// A table cut into Dranges reads exactly as a table of one: every key lands in
+            /// the one Drange whose bounds hold it, and reads and scans that cross bounds
+            /// (forward, backward, at snapshots, with limits) see the same versions.
+            #[test]
+            fn dranges_read_as_one_table(
+                cuts in proptest::collection::btree_set(0u8..40, 0..6),
+                writes in proptest::collection::vec((any::<u8>(), any::<bool>()), 1..120),
+                scans in proptest::collection::vec((any::<u8>(), any::<u8>(), any::<bool>(), 0usize..12, 0u64..130), 1..20),
+            ) {
+                let bounds: Vec<KeyBytes> = cuts.iter().map(|&c| KeyBytes::from_slice(&key(c))).collect();
+                let one = Memtable::new();
+                let cut = Memtable::with_bounds(bounds.clone(), 1);
+                for (lsn, (k, tomb)) in writes.iter().enumerate() {
+                    let v = if *tomb { Value::Tombstone } else { Value::Inline(vec![*k]) };
+                    one.insert(&key(*k), lsn as u64 + 1, v.clone());
+                    cut.insert(&key(*k), lsn as u64 + 1, v);
+                }
+                // The bounds partition the key space.
+                for i in 0..40u8 {
+                    let k = key(i);
+                    let d = cut.drange_of(&k);
+                    prop_assert!(d == 0 || bounds[d - 1][..] <= k[..]);
+                    prop_assert!(d == bounds.len() || k[..] < bounds[d][..]);
+                }
+                let all = |m: &Memtable| m.iter_all().map(|e| (e.key, e.lsn, e.value)).collect::<Vec<_>>();
+                prop_assert_eq!(all(&one), all(&cut));
+                prop_assert_eq!(one.key_range(), cut.key_range());
+                for (a, b, reverse, max, snap) in scans {
+                    let (a, b) = (key(a), key(b));
+                    for (from, end) in [
+                        (Bound::Included(&a[..]), Bound::Excluded(&b[..])),
+                        (Bound::Excluded(&a[..]), Bound::Unbounded),
+                        (Bound::Unbounded, Bound::Included(&b[..])),
+                    ] {
+                        let x = one.batch(from, end, snap, reverse, max);
+                        let y = cut.batch(from, end, snap, reverse, max);
+                        prop_assert_eq!(x, y);
+                    }
+                    prop_assert_eq!(one.get(&a, snap), cut.get(&a, snap));
+                }
+            }
+        }
     }
 }
