@@ -83,11 +83,9 @@ impl Region {
                 || garbage.0 >= garbage.1
                 || large.0 >= large.1;
             if !full {
-                // Writes moved away from where the table's Dranges were cut: a table cut anew
-                // takes over, if no merge runs (writers never wait for this) and the table is a
-                // quarter full (the merge of its table rewrites the L1 it overlaps: switching
-                // a table that updates keep small would add merges, measured at 2.8x the bytes
-                // written in an ordered Zipfian Run A).
+                // A table of one Drange where several would share its writes: a table cut from
+                // its sample takes over, if no merge runs (writers never wait for this) and the
+                // table is a quarter full (its merge rewrites the L1 it overlaps).
                 if view.imm.is_none()
                     && view.mem.wants_switch()
                     && table.0 >= table.1 / 4
