@@ -419,23 +419,31 @@ fn trio(root: &Path, rounds: u32) -> Trio {
     Trio { primary, rec, b1, b2, buf1: Buffers::default(), buf2: Buffers::default(), model }
 }
 
+/// A [`Trio`] whose primary compacted with both backups following, then wrote a round and
+/// merged again by `merge`; the events of that round and merge are returned, not yet applied.
+fn trio_before_a_last_merge(root: &Path, merge: impl Fn(&Db)) -> (Trio, Vec<Event>) {
+    let mut t = trio(root, 3);
+    t.primary.compact().expect("compact");
+    settle(&t.primary);
+    for ev in t.rec.take() {
+        t.buf1.apply(&t.b1, &ev);
+        t.buf2.apply(&t.b2, &ev);
+    }
+    write_round(&t.primary, 3, &mut t.model);
+    merge(&t.primary);
+    settle(&t.primary);
+    let last = t.rec.take();
+    (t, last)
+}
+
 /// The old primary ships a compaction to one backup only before it dies: once the other backup
 /// remaps to the promoted one, its levels digest differs (the replica then asks for an
 /// incremental copy, which aligns it).
 #[test]
 fn a_backup_that_missed_an_edit_differs_from_the_new_primary_after_remap() {
     let root = tempfile::tempdir().expect("tempdir");
-    let Trio { primary, rec, b1, b2, mut buf1, mut buf2, mut model } = trio(root.path(), 3);
-    primary.compact().expect("compact");
-    settle(&primary);
-    for ev in rec.take() {
-        buf1.apply(&b1, &ev);
-        buf2.apply(&b2, &ev);
-    }
-    write_round(&primary, 3, &mut model);
-    primary.compact().expect("compact");
-    settle(&primary);
-    let last = rec.take();
+    let (Trio { primary, b1, b2, mut buf1, mut buf2, model, .. }, last) =
+        trio_before_a_last_merge(root.path(), |p| p.compact().expect("compact"));
     let edits = last.iter().filter(|e| matches!(e, Event::Edits(_))).count();
     assert!(edits > 0, "the last compaction shipped edits");
     // Backup 2 gets the writes but none of the last compaction's output or edits.
@@ -464,18 +472,10 @@ fn a_backup_that_missed_an_edit_differs_from_the_new_primary_after_remap() {
 #[test]
 fn a_full_copy_replaces_the_l1_lsn_of_a_compaction_the_new_primary_never_had() {
     let root = tempfile::tempdir().expect("tempdir");
-    let Trio { primary, rec, b1, b2, mut buf1, mut buf2, mut model } = trio(root.path(), 3);
-    primary.compact().expect("compact");
-    settle(&primary);
-    for ev in rec.take() {
-        buf1.apply(&b1, &ev);
-        buf2.apply(&b2, &ev);
-    }
-    write_round(&primary, 3, &mut model);
-    primary.flush().expect("flush");
-    settle(&primary);
+    let (Trio { primary, b1, b2, mut buf1, mut buf2, model, .. }, last) =
+        trio_before_a_last_merge(root.path(), |p| p.flush().expect("flush"));
     // Backup 2 gets the writes and the flush's L0->L1 merge; backup 1 only the writes.
-    for ev in rec.take() {
+    for ev in last {
         buf2.apply(&b2, &ev);
         if matches!(ev, Event::Append { .. } | Event::Sealed { .. }) {
             buf1.apply(&b1, &ev);
