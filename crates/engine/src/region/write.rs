@@ -547,6 +547,9 @@ impl Region {
                 if self.no_space.load(Relaxed) {
                     return Err(Error::NoSpace { what: "flush: compaction found no free segment" });
                 }
+                if self.sh.shutdown.load(Relaxed) {
+                    return Err(Error::Closed);
+                }
                 self.sh.wake();
                 self.w_cv.wait_for(&mut w, Duration::from_millis(20));
                 continue;
@@ -558,6 +561,10 @@ impl Region {
         }
         loop {
             self.sh.check()?;
+            // The compaction workers stop at close: a flush then would wait for them forever.
+            if self.sh.shutdown.load(Relaxed) {
+                return Err(Error::Closed);
+            }
             if self.view().imm.is_none() || self.is_replaced() {
                 break;
             }
