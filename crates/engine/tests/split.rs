@@ -47,8 +47,6 @@ fn value(i: u64, round: u64) -> Vec<u8> {
 }
 
 fn opts() -> Options {
-    // θ = 1: with Dranges a read here met a log pointer failing its checks in 4 of about 40
-    // runs (docs/performance.md, Dranges), not yet explained.
     Options { gc_threshold: 0.2, ..Options::tiny() }
 }
 
