@@ -425,13 +425,19 @@ impl Manifest {
         Ok(())
     }
 
-    /// Makes `edits` durable, applies them, and returns the segments they freed
-    /// (the caller releases them when no reader can still use them).
+    /// Makes `edits` durable, applies them, and returns the segments they freed, and those
+    /// they dropped that another region still names (held for this one: see
+    /// [`Allocator::hold`]); the caller releases them when no reader of its views remains.
     pub(crate) fn commit(&self, region: u32, edits: &[Edit]) -> Result<Vec<u32>> {
         let freed = {
             let mut g = self.inner.lock();
             g.redo.write(&self.dev, &self.alloc, &encode_edits(region, edits))?;
-            let freed = g.catalog.apply(region, edits);
+            let mut kept = Vec::new();
+            let mut freed = g.catalog.apply_sharing(region, edits, &mut kept);
+            for &s in &kept {
+                self.alloc.hold(s);
+            }
+            freed.extend(kept);
             self.maybe_checkpoint(&mut g);
             freed
         };

@@ -826,6 +826,12 @@ impl Catalog {
     }
 
     pub(crate) fn apply(&mut self, region: u32, edits: &[Edit]) -> Vec<u32> {
+        self.apply_sharing(region, edits, &mut Vec::new())
+    }
+
+    /// [`Catalog::apply`], adding to `kept` the segments `region` dropped that another region
+    /// still names (not freed: see [`crate::device::alloc::Allocator::hold`]).
+    pub(crate) fn apply_sharing(&mut self, region: u32, edits: &[Edit], kept: &mut Vec<u32>) -> Vec<u32> {
         let mut freed = Vec::new();
         for e in edits {
             match e {
@@ -838,13 +844,13 @@ impl Catalog {
                         gone.segments(&mut segs);
                         freed.extend(segs);
                     }
-                    self.keep_shared(region, &mut freed);
+                    self.keep_shared(region, &mut freed, kept);
                     return freed;
                 }
                 _ => self.regions.entry(region).or_default().apply(e, &mut freed),
             }
         }
-        self.keep_shared(region, &mut freed);
+        self.keep_shared(region, &mut freed, kept);
         let meta = self.regions.entry(region).or_default();
         // An SST moved to another level keeps its segment, and so does a segment the same
         // commit maps again (a backup's incremental catch-up empties its levels and logs but
@@ -922,8 +928,9 @@ impl Catalog {
         l.index_map.extend(r.index_map);
     }
 
-    /// Keeps out of `freed` (dropped by `region`) the shared segments another region names.
-    fn keep_shared(&mut self, region: u32, freed: &mut Vec<u32>) {
+    /// Moves from `freed` (dropped by `region`) to `kept` the shared segments another region
+    /// names.
+    fn keep_shared(&mut self, region: u32, freed: &mut Vec<u32>, kept: &mut Vec<u32>) {
         if freed.is_empty() || self.shared.is_empty() {
             return;
         }
@@ -933,7 +940,9 @@ impl Catalog {
                 return true;
             }
             let named = regions.iter().any(|(id, m)| *id != region && m.names(s));
-            if !named {
+            if named {
+                kept.push(s);
+            } else {
                 shared.remove(&s);
             }
             !named

@@ -4,7 +4,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Who asks for a segment. Client writes may not dip into the reserve that keeps
@@ -38,6 +38,9 @@ struct Inner {
     /// `deferred` instead of being reused or given back, so that a copy reads what it captured.
     pins: usize,
     deferred: Vec<u32>,
+    /// Releases a segment still waits for before it is free, beyond the one of the region
+    /// that drops it last (see [`Allocator::hold`]).
+    holds: HashMap<u32, u32>,
 }
 
 pub(crate) struct Allocator {
@@ -83,6 +86,7 @@ impl Allocator {
                 used: used + 1,
                 pins: 0,
                 deferred: Vec::new(),
+                holds: HashMap::new(),
             }),
             max_segments,
             reserve,
@@ -149,6 +153,13 @@ impl Allocator {
         if seg == 0 || g.free.contains(&seg) || g.holes.contains(&seg) {
             return;
         }
+        if let Some(n) = g.holds.get_mut(&seg) {
+            *n -= 1;
+            if *n == 0 {
+                g.holds.remove(&seg);
+            }
+            return;
+        }
         if g.pins > 0 {
             g.deferred.push(seg);
             return;
@@ -156,6 +167,14 @@ impl Allocator {
         g.used -= 1;
         g.free.insert(seg);
         self.shrink_pool(&mut g);
+    }
+
+    /// One more release of `seg` must come before it is free: a region dropped a segment that
+    /// another still names (the halves of a split share their parent's), and the readers of
+    /// the dropping region's views may still read it while the other region's views come and
+    /// go. Each region releases it once its own readers are done; the last release frees it.
+    pub(crate) fn hold(&self, seg: u32) {
+        *self.inner.lock().holds.entry(seg).or_insert(0) += 1;
     }
 
     /// Keeps every segment released from now on until the returned pin is dropped.
