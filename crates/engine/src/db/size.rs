@@ -110,16 +110,22 @@ impl DbInner {
     }
 }
 
+/// An SST as the size estimate sees it: first key, last key, bytes counted in the region's
+/// size, bytes weighed for its middle.
+type Weighed<'a> = (&'a [u8], &'a [u8], u64, u64);
+
 /// A region's estimated logical size in bytes and the key that halves it, if the estimate
 /// can name one inside the region (a key past its first); `per_ptr` is what a pointer to a
 /// large value stands for ([`large_per_ptr`]). The size counts every level (but SSTs a range
-/// delete hides whole); the key comes from
-/// the level holding the most bytes (its SSTs do not overlap, so the bytes before an SST's
-/// first key are those of the SSTs before it), at the SST start that best balances the two
-/// sides, and none if even that leaves less than an eighth on one side (a level of few SSTs:
-/// see `root_middle`).
+/// delete hides whole). The key is the start of an SST of the level holding the most bytes
+/// that best balances the bytes of every level wholly on its two sides (how an SST it cuts
+/// divides is not known: it counts on neither), and none if even that leaves less than a
+/// quarter wholly on one side (a level of few SSTs, or of uneven ones: see `root_middle`; an
+/// eighth let slivers through, which then shrank by their compactions). The balance weighs only the SSTs wholly inside the region: how
+/// much of one reaching beyond it (a split's halves share them until cleaned up) lies inside
+/// is not known, and counting it half cut slivers off the ends of such halves.
 pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<Vec<u8>>) {
-    let levels: Vec<Vec<(&[u8], u64)>> = meta
+    let levels: Vec<Vec<Weighed<'_>>> = meta
         .levels
         .iter()
         .map(|ssts| {
@@ -130,27 +136,36 @@ pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<V
                     let hidden =
                         meta.range_dels.iter().any(|d| d.lsn > s.max_lsn && d.holds(&s.first_key, &s.last_key));
                     let bytes = if hidden { 0 } else { s.full_bytes + u64::from(s.large_ptrs) * per_ptr };
-                    (s.first_key.as_slice(), share(meta, s, bytes))
+                    let weighed = if s.beyond(&meta.start, meta.end.as_deref()) { 0 } else { bytes };
+                    (s.first_key.as_slice(), s.last_key.as_slice(), share(meta, s, bytes), weighed)
                 })
-                .filter(|w| w.1 > 0)
+                .filter(|w| w.2 > 0)
                 .collect()
         })
         .collect();
-    let sum = |l: &Vec<(&[u8], u64)>| l.iter().map(|w| w.1).sum::<u64>();
-    let total: u64 = levels.iter().map(sum).sum();
-    let Some(biggest) = levels.iter().max_by_key(|l| sum(l)) else { return (total, None) };
-    let level_total = sum(biggest);
-    let mut before = 0u64;
+    let all = || levels.iter().flatten();
+    let total: u64 = all().map(|w| w.2).sum();
+    let weighed: u64 = all().map(|w| w.3).sum();
+    let Some(biggest) = levels.iter().max_by_key(|l| l.iter().map(|w| w.2).sum::<u64>()) else {
+        return (total, None);
+    };
+    // The bytes wholly below a cut at `k` and wholly above it.
+    let sides = |k: &[u8]| -> (u64, u64) {
+        all().fold((0, 0), |(below, above), &(first, last, _, w)| match () {
+            _ if last < k => (below + w, above),
+            _ if first >= k => (below, above + w),
+            _ => (below, above),
+        })
+    };
     let mut best: Option<(u64, &[u8])> = None;
-    for &(first, w) in biggest {
-        let off = (2 * before).abs_diff(level_total);
-        if inside(meta, first) && best.is_none_or(|b| off < b.0) {
+    for &(first, ..) in biggest.iter().filter(|w| inside(meta, w.0)) {
+        let (below, above) = sides(first);
+        let off = below.abs_diff(above);
+        if below.min(above) >= weighed / 4 && best.is_none_or(|b| off < b.0) {
             best = Some((off, first));
         }
-        before += w;
     }
-    let middle = best.filter(|b| b.0 <= level_total / 4 * 3).map(|b| b.1.to_vec());
-    (total, middle)
+    (total, best.map(|b| b.1.to_vec()))
 }
 
 /// Where a region too few SSTs begin in (a split's halves, whose SSTs still span both)
@@ -237,7 +252,7 @@ mod tests {
     fn the_middle_halves_the_bytes_and_lies_inside() {
         let m = meta("", None, vec![sst("a", "c", 100), sst("d", "f", 100), sst("g", "i", 100), sst("j", "l", 100)]);
         assert_eq!(size_and_middle(&m, 0), (400, Some(b"g".to_vec())));
-        // Weighted by bytes: the best cut leaves a side below an eighth, so none is named.
+        // Weighted by bytes: the best cut leaves a side below a quarter, so none is named.
         let m = meta("", None, vec![sst("a", "c", 900), sst("d", "f", 50), sst("g", "i", 50)]);
         assert_eq!(size_and_middle(&m, 0).1, None);
         let m = meta("", None, vec![sst("a", "c", 300), sst("d", "f", 500), sst("g", "i", 200)]);
@@ -245,6 +260,17 @@ mod tests {
         // One SST: no key inside to cut at.
         let m = meta("a", None, vec![sst("a", "z", 900)]);
         assert_eq!(size_and_middle(&m, 0), (900, None));
+    }
+
+    #[test]
+    fn the_middle_balances_every_level_and_weighs_only_what_lies_inside() {
+        // The biggest level alone would cut at d; the level above holds its bytes on the right.
+        let mut m = meta("", None, vec![sst("a", "c", 400), sst("d", "f", 100), sst("g", "i", 100)]);
+        m.levels.insert(0, vec![sst("x", "z", 500)]);
+        assert_eq!(size_and_middle(&m, 0), (1100, Some(b"g".to_vec())));
+        // An SST reaching below the region's start counts half in its size but is not weighed.
+        let ssts = vec![sst("a", "e", 1000), sst("f", "h", 100), sst("i", "k", 100), sst("l", "n", 100)];
+        assert_eq!(size_and_middle(&meta("d", None, ssts), 0), (800, Some(b"i".to_vec())));
     }
 
     #[test]
