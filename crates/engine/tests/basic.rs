@@ -237,3 +237,16 @@ fn a_versioned_scan_leaves_out_the_keys_it_skips() {
         assert_eq!(Some(v), db.get(&k).unwrap());
     }
 }
+
+/// One store per directory: a second open answers Locked while the first holds it (after
+/// waiting out the moment a child process may share the lock), and opens once it is closed.
+#[test]
+fn a_second_open_of_a_directory_is_locked_out_until_the_first_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::tiny()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    assert!(matches!(Db::open(dir.path(), Options::tiny()), Err(Error::Locked(_))));
+    drop(db);
+    let db = Db::open(dir.path(), Options::tiny()).unwrap();
+    assert_eq!(db.get(b"k").unwrap(), Some(b"v".to_vec()));
+}

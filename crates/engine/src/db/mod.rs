@@ -313,12 +313,21 @@ impl Snapshot {
     }
 }
 
+/// How long an open waits for the directory's lock before answering [`Error::Locked`]. A
+/// child process this process starts shares the lock file's descriptor between its fork and
+/// its exec: a store closed and reopened meanwhile finds the lock still held for that while
+/// (milliseconds on a loaded machine), which is no other owner.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn lock_dir(path: &Path) -> Result<File> {
     let f = File::create(path.join("LOCK")).map_err(Error::io("creating the lock file"))?;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
     // SAFETY: flock on a valid descriptor has no memory effects.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(Error::Locked(path.display().to_string()));
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::Locked(path.display().to_string()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     Ok(f)
 }
