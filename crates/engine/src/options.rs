@@ -108,8 +108,8 @@ pub struct Options {
     /// Dranges per L0 table (Nova-LSM's θ, 1..=64): each table's key space is cut into this
     /// many ranges of about equal write load, drawn from the keys the table before it sampled,
     /// each with its own tree and lock, so that writers to different ranges do not wait for
-    /// each other's inserts; a key taking over 1.5 fair shares gets a range of its own. 8
-    /// measured best; 1 by default until the whole test suite has run with 8.
+    /// each other's inserts; a key taking over 1.5 fair shares gets a range of its own. 8 by
+    /// default (measured best: `docs/performance.md`); 1 keeps one tree per table.
     pub dranges: usize,
     /// Bloom filter bits per key.
     pub bloom_bits_per_key: usize,
@@ -202,7 +202,7 @@ impl Default for Options {
             max_key_bytes: 1024,
             max_value_bytes: None,
             compaction_threads: 1,
-            dranges: 1,
+            dranges: 8,
             bloom_bits_per_key: 10,
             default_region: true,
             tolerate_log_damage: false,
