@@ -118,12 +118,10 @@ type Weighed<'a> = (&'a [u8], &'a [u8], u64, u64);
 /// can name one inside the region (a key past its first); `per_ptr` is what a pointer to a
 /// large value stands for ([`large_per_ptr`]). The size counts every level (but SSTs a range
 /// delete hides whole). The key is the start of an SST of the level holding the most bytes
-/// that best balances the bytes of every level wholly on its two sides (how an SST it cuts
-/// divides is not known: it counts on neither), and none if even that leaves less than a
-/// quarter wholly on one side (a level of few SSTs, or of uneven ones: see `root_middle`; an
-/// eighth let slivers through, which then shrank by their compactions). The balance weighs only the SSTs wholly inside the region: how
-/// much of one reaching beyond it (a split's halves share them until cleaned up) lies inside
-/// is not known, and counting it half cut slivers off the ends of such halves.
+/// that best balances the bytes of every level lying wholly on each side of it, counting only
+/// SSTs wholly inside the region (how one the cut crosses, or one a split's sibling still
+/// shares, divides is not known); none if even that leaves less than a quarter on one side (an
+/// eighth let slivers through, which their compactions then shrank): see `root_middle`.
 pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<Vec<u8>>) {
     let levels: Vec<Vec<Weighed<'_>>> = meta
         .levels
@@ -151,11 +149,9 @@ pub(crate) fn size_and_middle(meta: &RegionMeta, per_ptr: u64) -> (u64, Option<V
     };
     // The bytes wholly below a cut at `k` and wholly above it.
     let sides = |k: &[u8]| -> (u64, u64) {
-        all().fold((0, 0), |(below, above), &(first, last, _, w)| match () {
-            _ if last < k => (below + w, above),
-            _ if first >= k => (below, above + w),
-            _ => (below, above),
-        })
+        let below = all().filter(|w| w.1 < k).map(|w| w.3).sum();
+        let above = all().filter(|w| w.0 >= k).map(|w| w.3).sum();
+        (below, above)
     };
     let mut best: Option<(u64, &[u8])> = None;
     for &(first, ..) in biggest.iter().filter(|w| inside(meta, w.0)) {
