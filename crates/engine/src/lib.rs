@@ -61,6 +61,7 @@ pub use db::{
     data_files, Db, KeyRange, RegionHandle, RegionInfo, Scan, ScanOptions, SizeEstimate, Snapshot, WriteBatch,
     DATA_FILE,
 };
+pub use device::aligned::AlignedBuf;
 pub use device::fault::{FaultPlan, FaultStorage};
 pub use device::mem::MemStorage;
 pub use device::{IoKind, Storage};

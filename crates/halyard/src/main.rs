@@ -3,7 +3,7 @@
 mod cluster_cmd;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use halyard_server::config::ServerConfig;
+use halyard_server::config::{Role, ServerConfig, StorageMode};
 use std::path::PathBuf;
 
 // glibc malloc spent a tenth of a loaded server's CPU consolidating chunks when a flushed L0
@@ -607,6 +607,9 @@ fn init_logs(format: LogFormat) {
 
 fn serve(a: &ServeArgs) -> Result<(), String> {
     let cfg = a.cfg.clone();
+    if cfg.role == Role::Storage {
+        return serve_storage(&cfg);
+    }
     let workers =
         if cfg.workers == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { cfg.workers };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -615,10 +618,43 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let out = rt.block_on(halyard_server::run(cfg, shutdown_signal())).map_err(|e| e.to_string());
+    let out = match cfg.storage {
+        StorageMode::Local => rt.block_on(halyard_server::run(cfg, shutdown_signal())),
+        StorageMode::Remote => {
+            let remote = remote_storage(&cfg)?;
+            let open = move |opts| halyard_engine::Db::open_on(remote, opts);
+            rt.block_on(halyard_server::run_with(cfg, open, shutdown_signal()))
+        }
+    }
+    .map_err(|e| e.to_string());
     // A blocking task still running (a flush past its minute) does not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     out
+}
+
+/// `halyard serve --role storage`: keeps fragments under --dir, serves them on --listen.
+fn serve_storage(cfg: &ServerConfig) -> Result<(), String> {
+    halyard_admin::set_cluster_secret(cfg.cluster_secret.as_deref());
+    let node = halyard_segstore::node::StorageNode::open(&cfg.dir)
+        .map_err(|e| format!("cannot open the fragment directory {}: {e}", cfg.dir.display()))?;
+    let l = std::net::TcpListener::bind(&cfg.listen)
+        .map_err(|e| format!("cannot listen on --listen {}: {e}", cfg.listen))?;
+    tracing::info!(listen = %cfg.listen, dir = %cfg.dir.display(), "halyard storage node serving");
+    node.serve(l);
+    Ok(())
+}
+
+/// The remote storage `--storage remote` runs the store on.
+fn remote_storage(cfg: &ServerConfig) -> Result<std::sync::Arc<halyard_segstore::RemoteStorage>, String> {
+    let opts = halyard_segstore::RemoteOptions {
+        secret: cfg.cluster_secret.clone(),
+        nodes: cfg.storage_nodes.clone(),
+        store: cfg.node.clone().unwrap_or_else(|| "halyard".into()),
+        rho: cfg.stripe_width,
+        seg_bits: cfg.engine_options().segment_bytes.trailing_zeros(),
+        ..Default::default()
+    };
+    halyard_segstore::RemoteStorage::open(opts).map_err(|e| format!("--storage remote: {e}"))
 }
 
 async fn shutdown_signal() {

@@ -40,6 +40,28 @@ pub enum Ack {
     LastFlush,
 }
 
+/// What a `halyard serve` process is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Serves clients from a store of its own (on its device, or on storage nodes).
+    #[default]
+    Processing,
+    /// Keeps processing nodes' segment fragments on its device and serves them (`--listen`).
+    Storage,
+}
+
+/// Where a processing node keeps its store's segments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageMode {
+    /// In data files under --dir.
+    #[default]
+    Local,
+    /// On the storage nodes of --storage-nodes, striped with parity.
+    Remote,
+}
+
 /// Durability of writes (`Options::sync`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -171,6 +193,22 @@ pub struct ServerConfig {
     /// [default: 10].
     #[arg(skip)]
     pub split_load_secs: u64,
+    /// processing: serve clients; storage: keep other nodes' segments (as fragments with
+    /// parity) under --dir and serve them on --listen, behind --cluster-secret
+    /// [default: processing].
+    #[arg(long, value_enum, required = false)]
+    pub role: Role,
+    /// local: the store's segments in --dir; remote: on the storage nodes of --storage-nodes,
+    /// each segment cut into --stripe-width fragments plus parity [default: local].
+    #[arg(long, value_enum, required = false)]
+    pub storage: StorageMode,
+    /// Storage nodes' addresses (comma-separated host:port) for --storage remote.
+    #[arg(long, value_delimiter = ',', required = false)]
+    pub storage_nodes: Vec<String>,
+    /// Data fragments per segment under --storage remote (1..=8): a segment takes this many
+    /// storage nodes plus one for parity [default: 2].
+    #[arg(long, required = false)]
+    pub stripe_width: usize,
     /// Engine settings (`[engine]` in the file).
     #[command(flatten)]
     pub engine: EngineConfig,
@@ -250,6 +288,10 @@ impl Default for ServerConfig {
             region_max_mb: None,
             split_load_ops: 2500,
             split_load_secs: 10,
+            role: Role::Processing,
+            storage: StorageMode::Local,
+            storage_nodes: Vec::new(),
+            stripe_width: 2,
             engine: EngineConfig::default(),
         }
     }

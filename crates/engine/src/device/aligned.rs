@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 pub(crate) const ALIGN: usize = 4096;
 
 /// A zero-initialised heap buffer aligned to [`ALIGN`].
-pub(crate) struct AlignedBuf {
+pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -20,7 +20,7 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes rounded up to [`ALIGN`].
-    pub(crate) fn new(len: usize) -> AlignedBuf {
+    pub fn new(len: usize) -> AlignedBuf {
         let len = align_up(len.max(1), ALIGN);
         let layout = Self::layout(len);
         // SAFETY: layout has non-zero size.

@@ -1,0 +1,267 @@
+//! Stores on storage nodes (`halyard serve --role storage`), each node a real process on a
+//! real port with real files: a model test of a whole store over remote storage while a node
+//! is SIGKILLed, paused, or has bits of its fragments flipped, then reopened from the
+//! placements the nodes hold.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failure stops where it happened"
+)]
+
+mod common;
+
+use halyard_engine::{Db, Options};
+use halyard_segstore::{RemoteOptions, RemoteStorage};
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECRET: &str = "segstore-test-secret";
+
+struct StorageNode {
+    child: Option<Child>,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl StorageNode {
+    fn start(dir: &Path) -> StorageNode {
+        let port = common::free_port();
+        let mut n = StorageNode { child: None, addr: format!("127.0.0.1:{port}"), dir: dir.to_path_buf() };
+        n.restart();
+        n
+    }
+
+    fn restart(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_halyard"))
+            .args(["serve", "--role", "storage", "--cluster-secret", SECRET, "--listen", &self.addr, "--dir"])
+            .arg(&self.dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start a storage node");
+        let t0 = std::time::Instant::now();
+        while std::net::TcpStream::connect(&self.addr).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "storage node {} did not come up", self.addr);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    }
+}
+
+impl Drop for StorageNode {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+        }
+        self.kill();
+    }
+}
+
+fn nodes(n: usize, root: &Path) -> Vec<StorageNode> {
+    (0..n).map(|i| StorageNode::start(&root.join(format!("stoc{i}")))).collect()
+}
+
+fn remote(nodes: &[StorageNode], timeout: Duration) -> Arc<RemoteStorage> {
+    RemoteStorage::open(RemoteOptions {
+        secret: Some(SECRET.into()),
+        nodes: nodes.iter().map(|n| n.addr.clone()).collect(),
+        store: "p1".into(),
+        rho: 2,
+        seg_bits: 16,
+        timeout,
+        repair_after: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .expect("open remote storage")
+}
+
+fn options() -> Options {
+    Options { direct_io: false, l0_bytes: 256 << 10, ..Options::tiny() }
+}
+
+/// Random puts and deletes, values small to a few KiB (some in the large log), checked
+/// against a model as they go; `during` runs once, half-way.
+fn churn(db: &Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, seed: u64, ops: usize, mut during: impl FnMut()) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for i in 0..ops {
+        if i == ops / 2 {
+            during();
+        }
+        let k = format!("key{:05}", rng.gen_range(0..2_000)).into_bytes();
+        if rng.gen_bool(0.1) {
+            db.delete(&k).unwrap();
+            model.remove(&k);
+        } else {
+            let len = if rng.gen_bool(0.05) { rng.gen_range(2_000..9_000) } else { rng.gen_range(1..200) };
+            let v: Vec<u8> = (0..len).map(|j| (j as u8) ^ (i as u8)).collect();
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+    }
+}
+
+fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for (k, v) in model {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()), "key {}", String::from_utf8_lossy(k));
+    }
+    let all: Vec<(Vec<u8>, Vec<u8>)> = db.scan(..).map(|r| r.expect("scan")).collect();
+    assert_eq!(all.len(), model.len(), "a full scan's length");
+    for ((k, v), (mk, mv)) in all.iter().zip(model) {
+        assert_eq!((k, v), (mk, mv));
+    }
+}
+
+#[test]
+fn a_store_over_storage_nodes_survives_a_killed_node_and_reopens_from_their_placements() {
+    let root = tempfile::tempdir().unwrap();
+    let mut stocs = nodes(5, root.path());
+    let mut model = BTreeMap::new();
+    let rs = remote(&stocs, Duration::from_secs(2));
+    let db = Db::open_on(rs.clone(), options()).unwrap();
+    churn(&db, &mut model, 1, 6_000, || stocs[0].kill());
+    db.flush().unwrap();
+    check(&db, &model);
+    let moved = rs.stats().fragments_moved;
+    assert!(moved > 0, "the killed node's fragments moved: {:?}", rs.stats());
+    assert!(rs.placements().iter().all(|(_, n)| !n.contains(&stocs[0].addr)), "no placement names the dead node");
+    drop((db, rs));
+    // The killed node comes back holding stale fragments: the newer placements win.
+    stocs[0].restart();
+    let rs = remote(&stocs, Duration::from_secs(2));
+    let db = Db::open_on(rs.clone(), options()).unwrap();
+    check(&db, &model);
+    churn(&db, &mut model, 2, 2_000, || {});
+    check(&db, &model);
+}
+
+#[test]
+fn a_paused_node_is_worked_around_and_reads_rebuild_from_parity() {
+    let root = tempfile::tempdir().unwrap();
+    let stocs = nodes(4, root.path());
+    let mut model = BTreeMap::new();
+    let rs = remote(&stocs, Duration::from_millis(500));
+    let db = Db::open_on(rs.clone(), options()).unwrap();
+    churn(&db, &mut model, 3, 3_000, || {});
+    db.flush().unwrap();
+    stocs[1].signal("-STOP");
+    check(&db, &model);
+    churn(&db, &mut model, 4, 1_500, || {});
+    check(&db, &model);
+    stocs[1].signal("-CONT");
+    assert!(rs.stats().degraded_reads + rs.stats().fragments_moved > 0, "{:?}", rs.stats());
+    check(&db, &model);
+}
+
+#[test]
+fn flipped_bits_in_fragments_are_detected_and_rebuilt() {
+    let root = tempfile::tempdir().unwrap();
+    let stocs = nodes(3, root.path());
+    let mut model = BTreeMap::new();
+    {
+        let rs = remote(&stocs, Duration::from_secs(2));
+        let db = Db::open_on(rs.clone(), options()).unwrap();
+        churn(&db, &mut model, 5, 3_000, || {});
+        drop(db);
+    }
+    // Flip a bit in every 4 KiB block of every data file of one node.
+    let mut flipped = 0;
+    for e in std::fs::read_dir(stocs[2].dir.join("p1")).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "meta") {
+            continue;
+        }
+        let mut b = std::fs::read(e.path()).unwrap();
+        for at in (100..b.len()).step_by(4096) {
+            b[at] ^= 0x10;
+            flipped += 1;
+        }
+        std::fs::write(e.path(), b).unwrap();
+    }
+    assert!(flipped > 0);
+    let rs = remote(&stocs, Duration::from_secs(2));
+    let db = Db::open_on(rs.clone(), options()).unwrap();
+    check(&db, &model);
+    let s = rs.stats();
+    assert!(s.degraded_reads > 0 && s.blocks_repaired > 0, "{s:?}");
+}
+
+#[test]
+fn a_wrong_cluster_secret_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let stocs = nodes(3, root.path());
+    let r = RemoteStorage::open(RemoteOptions {
+        secret: Some("not the secret".into()),
+        nodes: stocs.iter().map(|n| n.addr.clone()).collect(),
+        store: "p1".into(),
+        rho: 2,
+        seg_bits: 16,
+        ..Default::default()
+    });
+    assert!(r.is_err(), "a store opened with the wrong secret");
+}
+
+#[test]
+fn a_processing_node_killed_mid_writes_keeps_every_acknowledged_write_on_its_storage_nodes() {
+    let root = tempfile::tempdir().unwrap();
+    let stocs = nodes(3, root.path());
+    let list = stocs.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let args = [
+        "--storage",
+        "remote",
+        "--storage-nodes",
+        &list,
+        "--cluster-secret",
+        SECRET,
+        "--node",
+        "p1",
+        "--sync",
+        "always",
+    ];
+    let mut server = common::Server::start(&root.path().join("p1"), &args);
+    let mut c = server.conn();
+    let mut acked = Vec::new();
+    let t0 = std::time::Instant::now();
+    let killer = {
+        let pid = server.child.as_ref().unwrap().id().to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            Command::new("kill").args(["-9", &pid]).status().unwrap();
+        })
+    };
+    for i in 0.. {
+        let (k, v) = (format!("k{i}"), format!("value {i} {}", "x".repeat(i % 300)));
+        c.send(&[b"SET", k.as_bytes(), v.as_bytes()]);
+        match c.read() {
+            Some(r) if r == common::ok() => acked.push((k, v)),
+            _ => break,
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the kill never landed");
+    }
+    killer.join().unwrap();
+    let _ = server.child.take().unwrap().wait();
+    assert!(acked.len() > 100, "only {} writes before the kill", acked.len());
+    let server = common::Server::start(&root.path().join("p1"), &args);
+    let mut c = server.conn();
+    for (k, v) in &acked {
+        assert_eq!(c.cmd(&["GET", k]), common::bulk(v), "acknowledged {k} lost");
+    }
+}

@@ -1,0 +1,124 @@
+//! One storage node as a client sees it: a pool of authenticated connections, the requests in
+//! flight to it, the queue it last reported, and whether it answered lately.
+
+use crate::wire::{read_frame, write_frame, Code, Reply, Request};
+use parking_lot::Mutex;
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Why a call failed.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    /// The node did not answer (refused, reset, timed out, or sent nonsense).
+    Unreachable(io::Error),
+    /// The node answered with an error.
+    Refused(Code, String),
+}
+
+impl Fail {
+    pub(crate) fn into_io(self, addr: &str) -> io::Error {
+        match self {
+            Fail::Unreachable(e) => io::Error::new(e.kind(), format!("storage node {addr}: {e}")),
+            Fail::Refused(c, m) => io::Error::other(format!("storage node {addr} refused ({c:?}): {m}")),
+        }
+    }
+}
+
+pub(crate) struct Node {
+    pub(crate) addr: String,
+    pool: Mutex<Vec<TcpStream>>,
+    inflight: AtomicU32,
+    queue: AtomicU32,
+    down_since: Mutex<Option<Instant>>,
+    timeout: Duration,
+    secret: Vec<u8>,
+}
+
+impl Node {
+    pub(crate) fn new(addr: &str, timeout: Duration, secret: &[u8]) -> Node {
+        Node {
+            addr: addr.to_string(),
+            pool: Mutex::new(Vec::new()),
+            inflight: AtomicU32::new(0),
+            queue: AtomicU32::new(0),
+            down_since: Mutex::new(None),
+            timeout,
+            secret: secret.to_vec(),
+        }
+    }
+
+    /// How busy the node looks: requests this client has in flight to it plus the queue it
+    /// reported last (power-of-d keeps the least busy).
+    pub(crate) fn load(&self) -> u32 {
+        self.inflight.load(Relaxed) + self.queue.load(Relaxed)
+    }
+
+    /// Since when calls to it fail, if they do.
+    pub(crate) fn down_since(&self) -> Option<Instant> {
+        *self.down_since.lock()
+    }
+
+    fn connect(&self) -> io::Result<TcpStream> {
+        let addr = self
+            .addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing"))?;
+        let mut s = TcpStream::connect_timeout(&addr, self.timeout)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(self.timeout))?;
+        s.set_write_timeout(Some(self.timeout))?;
+        let hello = Request::Hello { secret: self.secret.clone() };
+        match exchange(&mut s, &hello)? {
+            (Reply::Ok, _) => Ok(s),
+            (r, _) => Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("refused the connection: {r:?}"))),
+        }
+    }
+
+    /// Sends `req` and waits for the reply; a node that fails to answer is marked down.
+    pub(crate) fn call(&self, req: &Request) -> Result<Reply, Fail> {
+        self.inflight.fetch_add(1, Relaxed);
+        let r = self.call_once(req);
+        self.inflight.fetch_sub(1, Relaxed);
+        match r {
+            Ok(Reply::Error { code, message }) => Err(Fail::Refused(code, message)),
+            Ok(reply) => {
+                *self.down_since.lock() = None;
+                Ok(reply)
+            }
+            Err(e) => {
+                self.forget_connections();
+                self.down_since.lock().get_or_insert_with(Instant::now);
+                Err(Fail::Unreachable(e))
+            }
+        }
+    }
+
+    fn call_once(&self, req: &Request) -> io::Result<Reply> {
+        let pooled = self.pool.lock().pop();
+        let mut s = match pooled {
+            Some(s) => s,
+            None => self.connect()?,
+        };
+        let (reply, queue) = exchange(&mut s, req)?;
+        self.queue.store(queue, Relaxed);
+        let mut pool = self.pool.lock();
+        if pool.len() < 16 {
+            pool.push(s);
+        }
+        Ok(reply)
+    }
+
+    /// Drops every pooled connection (after the node was seen to fail).
+    pub(crate) fn forget_connections(&self) {
+        self.pool.lock().clear();
+    }
+}
+
+fn exchange(s: &mut TcpStream, req: &Request) -> io::Result<(Reply, u32)> {
+    write_frame(s, &req.encode())?;
+    let body = read_frame(s)?;
+    Reply::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}

@@ -1,0 +1,203 @@
+//! The remote storage's state: options, placements, shards, counters, and fanning requests
+//! out to nodes. Its reads and writes are `io_path`'s, moving fragments `rebuild`'s.
+
+#![expect(clippy::indexing_slicing, reason = "buffers are sized here to whole blocks of the ranges they hold")]
+
+use super::conn::{Fail, Node};
+use super::placement::Choice;
+use crate::stripe::BLOCK;
+use crate::wire::{Placement, Reply, Request, MAX_IO};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a processing node reaches its storage nodes.
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// Storage nodes' addresses (`host:port`); more are learnt from the placements found.
+    pub nodes: Vec<String>,
+    /// The store's name on the storage nodes (the processing node's name).
+    pub store: String,
+    /// Data fragments per segment (1..=8); each segment takes ρ + 1 nodes.
+    pub rho: usize,
+    /// log2 of the segment size (as `Options::segment_bytes`).
+    pub seg_bits: u32,
+    /// Power-of-d or random placement.
+    pub choice: Choice,
+    /// How long a node may take to answer before it counts as failed.
+    pub timeout: Duration,
+    /// How long a node stays unreachable before its fragments are rebuilt elsewhere.
+    pub repair_after: Duration,
+    /// Bytes per second rebuilding a lost node's fragments may write.
+    pub repair_rate: u64,
+    /// The cluster secret the storage nodes require (`--cluster-secret`).
+    pub secret: Option<String>,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            nodes: Vec::new(),
+            store: String::new(),
+            rho: 2,
+            seg_bits: 21,
+            choice: Choice::PowerOfD,
+            timeout: Duration::from_secs(2),
+            repair_after: Duration::from_secs(5),
+            repair_rate: 64 << 20,
+            secret: None,
+        }
+    }
+}
+
+/// Counters of a [`RemoteStorage`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Bytes sent in Write requests (data and parity).
+    pub bytes_sent: u64,
+    /// Bytes received in Read replies.
+    pub bytes_received: u64,
+    /// Reads answered by rebuilding a fragment from parity.
+    pub degraded_reads: u64,
+    /// Fragments moved to another node (rebuilt there).
+    pub fragments_moved: u64,
+    /// Corrupt blocks rewritten in place.
+    pub blocks_repaired: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) sent: AtomicU64,
+    pub(super) received: AtomicU64,
+    pub(super) degraded: AtomicU64,
+    pub(super) moved: AtomicU64,
+    pub(super) repaired: AtomicU64,
+}
+
+/// A segment's placement: node indexes, fragment i on `nodes[i]`, parity last.
+#[derive(Clone, Debug)]
+pub(super) struct Seg {
+    pub(super) gen: u64,
+    pub(super) rho: usize,
+    pub(super) nodes: Vec<usize>,
+}
+
+/// Writes to one segment, and rebuilding reads of it, go one at a time (a parity update reads
+/// the stripe's other blocks); the last partial stripe written is kept to save reading it.
+#[derive(Default)]
+pub(super) struct Shard {
+    pub(super) tails: HashMap<u32, (u64, Vec<u8>)>,
+}
+
+pub(super) const SHARDS: usize = 64;
+
+/// A [`Storage`] over storage nodes (see the module documentation).
+pub struct RemoteStorage {
+    pub(super) o: RemoteOptions,
+    pub(super) nodes: RwLock<Vec<Arc<Node>>>,
+    pub(super) segs: RwLock<HashMap<u32, Seg>>,
+    pub(super) shards: Vec<Mutex<Shard>>,
+    pub(super) len: AtomicU64,
+    pub(super) dirty: Mutex<HashSet<usize>>,
+    pub(super) last_gen: AtomicU64,
+    pub(super) counters: Counters,
+}
+
+pub(super) fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl RemoteStorage {
+    pub(super) fn node_index(&self, addr: &str) -> usize {
+        if let Some(i) = self.nodes.read().iter().position(|n| n.addr == addr) {
+            return i;
+        }
+        let mut nodes = self.nodes.write();
+        nodes.push(Arc::new(Node::new(addr, self.o.timeout, self.o.secret.as_deref().unwrap_or_default().as_bytes())));
+        nodes.len() - 1
+    }
+
+    pub(super) fn addr(&self, i: usize) -> String {
+        self.nodes.read().get(i).map_or_else(|| format!("node #{i}"), |n| n.addr.clone())
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RemoteStats {
+        let c = &self.counters;
+        RemoteStats {
+            bytes_sent: c.sent.load(Relaxed),
+            bytes_received: c.received.load(Relaxed),
+            degraded_reads: c.degraded.load(Relaxed),
+            fragments_moved: c.moved.load(Relaxed),
+            blocks_repaired: c.repaired.load(Relaxed),
+        }
+    }
+
+    /// The storage nodes each segment's fragments are on (data fragments first, parity last).
+    pub fn placements(&self) -> Vec<(u32, Vec<String>)> {
+        let nodes = self.nodes.read();
+        let mut v: Vec<(u32, Vec<String>)> = self
+            .segs
+            .read()
+            .iter()
+            .map(|(&s, p)| (s, p.nodes.iter().filter_map(|&i| nodes.get(i).map(|n| n.addr.clone())).collect()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Sends each request to its node, all at once; the replies in order.
+    pub(super) fn fan_out(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Reply, Fail>> {
+        let nodes = self.nodes.read().clone();
+        let one = |(i, r): &(usize, Request)| match nodes.get(*i) {
+            Some(n) => n.call(r),
+            None => Err(Fail::Unreachable(io::Error::other("unknown storage node"))),
+        };
+        if calls.len() <= 1 {
+            return calls.iter().map(one).collect();
+        }
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = calls.iter().map(|c| sc.spawn(move || one(c))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(Fail::Unreachable(io::Error::other("request thread panicked"))))
+                })
+                .collect()
+        })
+    }
+
+    pub(super) fn shard(&self, seg: u32) -> &Mutex<Shard> {
+        &self.shards[seg as usize % SHARDS]
+    }
+
+    pub(super) fn seg(&self, seg: u32) -> Option<Seg> {
+        self.segs.read().get(&seg).cloned()
+    }
+
+    pub(super) fn seg_blocks(&self) -> u64 {
+        (1u64 << self.o.seg_bits) / BLOCK as u64
+    }
+
+    pub(super) fn next_gen(&self) -> u64 {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let prev = self.last_gen.fetch_update(Relaxed, Relaxed, |g| Some(g.max(now) + 1)).unwrap_or(now);
+        prev.max(now) + 1
+    }
+
+    pub(super) fn placement_of(&self, s: &Seg) -> Placement {
+        let nodes = s.nodes.iter().map(|&i| self.addr(i)).collect();
+        Placement { gen: s.gen, rho: s.rho as u8, nodes }
+    }
+}
+
+/// Fragment block ranges cut to what one request carries.
+pub(super) fn chunks(r: Range<u64>) -> impl Iterator<Item = (u64, u32)> {
+    let most = (MAX_IO / BLOCK) as u64;
+    r.clone().step_by(most as usize).map(move |b| (b, (r.end - b).min(most) as u32))
+}
