@@ -3,7 +3,7 @@
 mod cluster_cmd;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use halyard_server::config::{Role, ServerConfig, StorageMode};
+use halyard_server::config::{Role, ServerConfig, StorageMode, StripePlacement};
 use std::path::PathBuf;
 
 // glibc malloc spent a tenth of a loaded server's CPU consolidating chunks when a flushed L0
@@ -622,8 +622,19 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
         StorageMode::Local => rt.block_on(halyard_server::run(cfg, shutdown_signal())),
         StorageMode::Remote => {
             let remote = remote_storage(&cfg)?;
-            let open = move |opts| halyard_engine::Db::open_on(remote, opts);
-            rt.block_on(halyard_server::run_with(cfg, open, shutdown_signal()))
+            let store = remote.clone();
+            let open = move |opts| halyard_engine::Db::open_on(store, opts);
+            let out = rt.block_on(halyard_server::run_with(cfg, open, shutdown_signal()));
+            let s = remote.stats();
+            tracing::info!(
+                bytes_sent = s.bytes_sent,
+                bytes_received = s.bytes_received,
+                degraded_reads = s.degraded_reads,
+                fragments_moved = s.fragments_moved,
+                blocks_repaired = s.blocks_repaired,
+                "remote storage at exit"
+            );
+            out
         }
     }
     .map_err(|e| e.to_string());
@@ -639,6 +650,12 @@ fn serve_storage(cfg: &ServerConfig) -> Result<(), String> {
         .map_err(|e| format!("cannot open the fragment directory {}: {e}", cfg.dir.display()))?;
     let l = std::net::TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on --listen {}: {e}", cfg.listen))?;
+    let local = l.local_addr().map_err(|e| e.to_string())?;
+    if cfg.cluster_secret.is_none() && !local.ip().is_loopback() {
+        return Err(format!(
+            "a storage node listening on {local} (beyond loopback) needs --cluster-secret: its port changes data"
+        ));
+    }
     tracing::info!(listen = %cfg.listen, dir = %cfg.dir.display(), "halyard storage node serving");
     node.serve(l);
     Ok(())
@@ -651,6 +668,10 @@ fn remote_storage(cfg: &ServerConfig) -> Result<std::sync::Arc<halyard_segstore:
         nodes: cfg.storage_nodes.clone(),
         store: cfg.node.clone().unwrap_or_else(|| "halyard".into()),
         rho: cfg.stripe_width,
+        choice: match cfg.stripe_placement {
+            StripePlacement::PowerOfD => halyard_segstore::remote::Choice::PowerOfD,
+            StripePlacement::Random => halyard_segstore::remote::Choice::Random,
+        },
         seg_bits: cfg.engine_options().segment_bytes.trailing_zeros(),
         ..Default::default()
     };

@@ -77,6 +77,12 @@ impl Drop for StorageNode {
     }
 }
 
+/// The node holding the most fragments.
+fn busiest(rs: &RemoteStorage, nodes: &[StorageNode]) -> usize {
+    let p = rs.placements();
+    (0..nodes.len()).max_by_key(|&i| p.iter().filter(|(_, n)| n.contains(&nodes[i].addr)).count()).unwrap()
+}
+
 fn nodes(n: usize, root: &Path) -> Vec<StorageNode> {
     (0..n).map(|i| StorageNode::start(&root.join(format!("stoc{i}")))).collect()
 }
@@ -138,19 +144,36 @@ fn a_store_over_storage_nodes_survives_a_killed_node_and_reopens_from_their_plac
     let mut model = BTreeMap::new();
     let rs = remote(&stocs, Duration::from_secs(2));
     let db = Db::open_on(rs.clone(), options()).unwrap();
-    churn(&db, &mut model, 1, 6_000, || stocs[0].kill());
+    churn(&db, &mut model, 1, 4_000, || {});
+    db.flush().unwrap();
+    let named =
+        |rs: &RemoteStorage, addr: &str| rs.placements().iter().filter(|(_, n)| n.iter().any(|a| a == addr)).count();
+    let v = busiest(&rs, &stocs);
+    assert!(named(&rs, &stocs[v].addr) > 0, "the victim holds fragments before it dies");
+    // Killed at rest: reads rebuild its fragments from parity until the repair thread has
+    // moved them (after `repair_after`, 1 s here).
+    stocs[v].kill();
+    check(&db, &model);
+    let t0 = std::time::Instant::now();
+    while named(&rs, &stocs[v].addr) > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "placements still name the dead node: {:?}", rs.placements());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(rs.stats().fragments_moved > 0, "the killed node's fragments moved: {:?}", rs.stats());
+    check(&db, &model);
+    // Killed mid-writes: the writes that reach it move its fragments at once.
+    let w = (0..stocs.len()).find(|&i| i != v).unwrap();
+    churn(&db, &mut model, 2, 4_000, || stocs[w].kill());
     db.flush().unwrap();
     check(&db, &model);
-    let moved = rs.stats().fragments_moved;
-    assert!(moved > 0, "the killed node's fragments moved: {:?}", rs.stats());
-    assert!(rs.placements().iter().all(|(_, n)| !n.contains(&stocs[0].addr)), "no placement names the dead node");
     drop((db, rs));
-    // The killed node comes back holding stale fragments: the newer placements win.
-    stocs[0].restart();
+    // The killed nodes come back holding stale fragments: the newer placements win.
+    stocs[v].restart();
+    stocs[w].restart();
     let rs = remote(&stocs, Duration::from_secs(2));
     let db = Db::open_on(rs.clone(), options()).unwrap();
     check(&db, &model);
-    churn(&db, &mut model, 2, 2_000, || {});
+    churn(&db, &mut model, 3, 2_000, || {});
     check(&db, &model);
 }
 
@@ -163,11 +186,12 @@ fn a_paused_node_is_worked_around_and_reads_rebuild_from_parity() {
     let db = Db::open_on(rs.clone(), options()).unwrap();
     churn(&db, &mut model, 3, 3_000, || {});
     db.flush().unwrap();
-    stocs[1].signal("-STOP");
+    let v = busiest(&rs, &stocs);
+    stocs[v].signal("-STOP");
     check(&db, &model);
     churn(&db, &mut model, 4, 1_500, || {});
     check(&db, &model);
-    stocs[1].signal("-CONT");
+    stocs[v].signal("-CONT");
     assert!(rs.stats().degraded_reads + rs.stats().fragments_moved > 0, "{:?}", rs.stats());
     check(&db, &model);
 }

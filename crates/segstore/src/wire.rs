@@ -280,7 +280,15 @@ impl Reply {
                 }
                 Reply::Listed(l)
             }
-            STATS_REPLY => Reply::Stats { fragments: r.u64()?, bytes: r.u64()?, direct: r.u8()? != 0 },
+            STATS_REPLY => Reply::Stats {
+                fragments: r.u64()?,
+                bytes: r.u64()?,
+                direct: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(Malformed("direct is 0 or 1")),
+                },
+            },
             ERROR => {
                 Reply::Error { code: Code::from_u8(r.u8()?), message: String::from_utf8_lossy(r.bytes()?).into_owned() }
             }

@@ -62,6 +62,17 @@ pub enum StorageMode {
     Remote,
 }
 
+/// How --storage remote picks the storage nodes of a new segment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StripePlacement {
+    /// Sample twice the nodes needed, keep the least busy (Nova-LSM's power-of-d).
+    #[default]
+    PowerOfD,
+    /// Any nodes, at random (the baseline power-of-d is measured against).
+    Random,
+}
+
 /// Durability of writes (`Options::sync`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -209,6 +220,10 @@ pub struct ServerConfig {
     /// storage nodes plus one for parity [default: 2].
     #[arg(long, required = false)]
     pub stripe_width: usize,
+    /// How --storage remote picks a new segment's storage nodes: power-of-d or random
+    /// [default: power-of-d].
+    #[arg(long, value_enum, required = false)]
+    pub stripe_placement: StripePlacement,
     /// Engine settings (`[engine]` in the file).
     #[command(flatten)]
     pub engine: EngineConfig,
@@ -292,6 +307,7 @@ impl Default for ServerConfig {
             storage: StorageMode::Local,
             storage_nodes: Vec::new(),
             stripe_width: 2,
+            stripe_placement: StripePlacement::PowerOfD,
             engine: EngineConfig::default(),
         }
     }

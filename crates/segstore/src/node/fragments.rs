@@ -262,7 +262,8 @@ impl Fragments {
     }
 }
 
-fn header(seg: u32, frag: u8, p: &Placement) -> Vec<u8> {
+/// A meta file's header (see the module documentation).
+pub fn header(seg: u32, frag: u8, p: &Placement) -> Vec<u8> {
     let mut w = Writer::with_capacity(HEADER as usize);
     let enc = p.encode();
     w.u32(MAGIC).u16(VERSION).u8(frag).u8(0).u32(seg).u32(enc.len() as u32).raw(&enc);
@@ -271,7 +272,8 @@ fn header(seg: u32, frag: u8, p: &Placement) -> Vec<u8> {
     w.into_inner()
 }
 
-fn parse_header(h: &[u8]) -> Option<(u32, u8, Placement)> {
+/// Parses a meta file's header: (segment, fragment, placement); None when it fails its checks.
+pub fn parse_header(h: &[u8]) -> Option<(u32, u8, Placement)> {
     let mut r = Reader::new(h);
     let (magic, version, frag, _, seg, n) =
         (r.u32().ok()?, r.u16().ok()?, r.u8().ok()?, r.u8().ok()?, r.u32().ok()?, r.u32().ok()?);

@@ -31,6 +31,8 @@ pub(crate) struct Node {
     pool: Mutex<Vec<TcpStream>>,
     inflight: AtomicU32,
     queue: AtomicU32,
+    /// Recent microseconds per 4 KiB block a call took (an exponential moving average).
+    block_us: AtomicU32,
     down_since: Mutex<Option<Instant>>,
     timeout: Duration,
     secret: Vec<u8>,
@@ -43,16 +45,27 @@ impl Node {
             pool: Mutex::new(Vec::new()),
             inflight: AtomicU32::new(0),
             queue: AtomicU32::new(0),
+            block_us: AtomicU32::new(0),
             down_since: Mutex::new(None),
             timeout,
             secret: secret.to_vec(),
         }
     }
 
-    /// How busy the node looks: requests this client has in flight to it plus the queue it
-    /// reported last (power-of-d keeps the least busy).
+    /// How busy the node looks (power-of-d keeps the least busy): the time it took lately per
+    /// block, times the requests waiting on it (this client's in flight and the queue it
+    /// reported last). A node behind a slow link or disk shows in the first factor even while
+    /// nothing waits on it, which is when a new segment is usually placed.
     pub(crate) fn load(&self) -> u32 {
-        self.inflight.load(Relaxed) + self.queue.load(Relaxed)
+        let waiting = 1 + self.inflight.load(Relaxed) + self.queue.load(Relaxed);
+        self.block_us.load(Relaxed).max(1).saturating_mul(waiting)
+    }
+
+    fn observe(&self, took: Duration, bytes: usize) {
+        let per_block = (took.as_micros() as u64 / (1 + bytes as u64 / 4096)).min(u32::MAX as u64) as u32;
+        let old = self.block_us.load(Relaxed);
+        let new = if old == 0 { per_block } else { old - old / 8 + per_block / 8 };
+        self.block_us.store(new, Relaxed);
     }
 
     /// Since when calls to it fail, if they do.
@@ -80,8 +93,14 @@ impl Node {
     /// Sends `req` and waits for the reply; a node that fails to answer is marked down.
     pub(crate) fn call(&self, req: &Request) -> Result<Reply, Fail> {
         self.inflight.fetch_add(1, Relaxed);
+        let started = Instant::now();
         let r = self.call_once(req);
         self.inflight.fetch_sub(1, Relaxed);
+        let bytes = match (req, &r) {
+            (Request::Write { data, .. }, _) | (_, Ok(Reply::Data(data))) => data.len(),
+            _ => 0,
+        };
+        self.observe(started.elapsed(), bytes);
         match r {
             Ok(Reply::Error { code, message }) => Err(Fail::Refused(code, message)),
             Ok(reply) => {
