@@ -170,6 +170,8 @@ pub struct Status {
     pub master: Option<String>,
     /// Nodes.
     pub nodes: Vec<NodeStatus>,
+    /// Storage nodes up now (`--role storage`): name and address.
+    pub storage_nodes: Vec<(String, String)>,
     /// Regions.
     pub regions: Vec<RegionStatus>,
     /// Unfinished changes in the region log.
@@ -259,6 +261,7 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
         replace_after_secs: config.replace_after_secs,
         master: v.master().map(str::to_string),
         nodes,
+        storage_nodes: v.storage.values().map(|n| (n.name.clone(), n.native.clone())).collect(),
         regions,
         log: v.intents.iter().map(|(_, i)| i.clone()).collect(),
         requests: v.requests.iter().map(|(_, q)| q.clone()).collect(),
@@ -280,6 +283,12 @@ impl Status {
                 "{:<9} {:<9} {:<17x} {:<10} {:<8} {:<22} {:<22} {}\n",
                 n.name, n.state, n.lease, n.primaries, n.backups, n.native, n.resp, n.replication
             ));
+        }
+        if !self.storage_nodes.is_empty() {
+            out.push_str("\nSTORAGE NODE  ADDRESS\n");
+            for (name, addr) in &self.storage_nodes {
+                out.push_str(&format!("{name:<13} {addr}\n"));
+            }
         }
         out.push_str(
             "\nREGION  START         END           EPOCH  VER  PRIMARY   UP   LSN         LAG     OPS/S   BACKUPS\n",

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `config` | [`ClusterConfig`] | written once by `halyard cluster init` |
 //! | `members/<node>` | [`NodeRecord`] (addresses; `lease` 0) | persistent: the addresses of every node that ever joined |
+//! | `storage/<node>` | [`NodeRecord`] of a storage node (`native`: its address; live `lease`) | bound to that lease; read by processing nodes under `--storage remote` |
 //! | `nodes/<node>` | [`NodeRecord`] with the node's live `lease` | bound to that lease: deleted by etcd when the node stops renewing it |
 //! | `regions/<id, 10 digits>` | [`RegionRecord`] | written by `init`, then only by the master, by compare-and-swap |
 //! | `log/<revision, 20 digits>-<region, 10 digits>` | [`Intent`] | the master's region log: put before a multi-step change, deleted after |
@@ -47,6 +48,12 @@ impl Layout {
     /// A live node's key (bound to its lease).
     pub fn node(&self, name: &str) -> String {
         format!("{}nodes/{name}", self.prefix)
+    }
+
+    /// A live storage node's key (bound to its lease): `halyard serve --role storage`, which
+    /// holds segment fragments and never regions.
+    pub fn storage_node(&self, name: &str) -> String {
+        format!("{}storage/{name}", self.prefix)
     }
 
     /// A node's persistent address record.
@@ -105,6 +112,7 @@ impl Layout {
         let rest = key.strip_prefix(self.prefix.as_str())?;
         for kind in [
             "nodes/",
+            "storage/",
             "members/",
             "regions/",
             "log/",

@@ -32,6 +32,8 @@ pub struct Session {
     changed: watch::Sender<i64>,
     /// The node gave its lease back: it does not register again.
     ended: std::sync::atomic::AtomicBool,
+    /// A storage node: registered under `storage/`, with no member record.
+    storage: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -54,6 +56,27 @@ impl Session {
     /// Registers the node (`record`, its `lease` ignored) under a new lease of `ttl` (whole
     /// seconds, at least one) and keeps the lease alive from a background task.
     pub async fn start(client: Client, layout: Layout, record: NodeRecord, ttl: Duration) -> Result<Arc<Session>> {
+        Session::start_as(client, layout, record, ttl, false).await
+    }
+
+    /// [`Session::start`] for a storage node: its key is `storage/<name>`, where processing
+    /// nodes under `--storage remote` find it, and the master never gives it a region.
+    pub async fn start_storage(
+        client: Client,
+        layout: Layout,
+        record: NodeRecord,
+        ttl: Duration,
+    ) -> Result<Arc<Session>> {
+        Session::start_as(client, layout, record, ttl, true).await
+    }
+
+    async fn start_as(
+        client: Client,
+        layout: Layout,
+        record: NodeRecord,
+        ttl: Duration,
+        storage: bool,
+    ) -> Result<Arc<Session>> {
         let ttl = Duration::from_secs(ttl.as_secs().max(1));
         let (changed, _) = watch::channel(0);
         if crate::operate::is_removed(&mut client.clone(), &layout, &record.name).await? {
@@ -70,6 +93,7 @@ impl Session {
             state: Mutex::new((0, Instant::now())),
             changed,
             ended: Default::default(),
+            storage,
         });
         s.register().await?;
         tokio::spawn(s.clone().keep());
@@ -180,10 +204,14 @@ impl Session {
         let rec = NodeRecord { lease, ..self.record.clone() };
         let member = NodeRecord { lease: 0, ..self.record.clone() };
         let enc = |r: &NodeRecord| serde_json::to_vec(r).unwrap_or_default();
-        let txn = Txn::new().and_then([
-            TxnOp::put(self.layout.member(&rec.name), enc(&member), None),
-            TxnOp::put(self.layout.node(&rec.name), enc(&rec), Some(PutOptions::new().with_lease(lease))),
-        ]);
+        let bound = Some(PutOptions::new().with_lease(lease));
+        let txn = match self.storage {
+            true => Txn::new().and_then([TxnOp::put(self.layout.storage_node(&rec.name), enc(&rec), bound)]),
+            false => Txn::new().and_then([
+                TxnOp::put(self.layout.member(&rec.name), enc(&member), None),
+                TxnOp::put(self.layout.node(&rec.name), enc(&rec), bound),
+            ]),
+        };
         tokio::time::timeout(self.ttl, c.txn(txn))
             .await
             .map_err(|_| crate::Error::Invalid("etcd did not take the node key in time".into()))??;
@@ -256,4 +284,11 @@ impl Session {
             tokio::time::sleep(every.saturating_sub(sent.elapsed())).await;
         }
     }
+}
+
+/// The storage nodes registered now (`halyard serve --role storage --etcd ...`).
+pub async fn storage_nodes(client: &mut Client, layout: &Layout) -> Result<Vec<NodeRecord>> {
+    let prefix = layout.storage_node("");
+    let resp = client.get(prefix.as_str(), Some(crate::etcd::GetOptions::new().with_prefix())).await?;
+    Ok(resp.kvs().iter().filter_map(|kv| serde_json::from_slice(kv.value()).ok()).collect())
 }

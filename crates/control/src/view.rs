@@ -17,6 +17,8 @@ pub struct View {
     pub live: BTreeMap<String, NodeRecord>,
     /// Every node that ever joined, by name.
     pub members: BTreeMap<String, NodeRecord>,
+    /// Live storage nodes (`--role storage`), by name: they hold fragments, never regions.
+    pub storage: BTreeMap<String, NodeRecord>,
     /// Regions by id, with the mod revision of each record (for compare-and-swap).
     pub regions: BTreeMap<u32, (RegionRecord, i64)>,
     /// The region log: (key, intent), oldest first.
@@ -56,6 +58,9 @@ impl View {
                 }
                 "members/" => {
                     v.members.insert(name.to_string(), parse(&key, kv.value())?);
+                }
+                "storage/" => {
+                    v.storage.insert(name.to_string(), parse(&key, kv.value())?);
                 }
                 "regions/" => {
                     let r: RegionRecord = parse(&key, kv.value())?;

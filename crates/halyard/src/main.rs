@@ -621,7 +621,8 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
     let out = match cfg.storage {
         StorageMode::Local => rt.block_on(halyard_server::run(cfg, shutdown_signal())),
         StorageMode::Remote => {
-            let remote = remote_storage(&cfg)?;
+            let nodes = storage_nodes(&cfg, &rt)?;
+            let remote = remote_storage(&cfg, nodes)?;
             let store = remote.clone();
             let open = move |opts| halyard_engine::Db::open_on(store, opts);
             let out = rt.block_on(halyard_server::run_with(cfg, open, shutdown_signal()));
@@ -656,16 +657,65 @@ fn serve_storage(cfg: &ServerConfig) -> Result<(), String> {
             "a storage node listening on {local} (beyond loopback) needs --cluster-secret: its port changes data"
         ));
     }
+    // Kept alive while the node serves: it renews the node's etcd lease.
+    let _etcd = match cfg.etcd.is_empty() {
+        true => None,
+        false => Some(register_storage(cfg)?),
+    };
     tracing::info!(listen = %cfg.listen, dir = %cfg.dir.display(), "halyard storage node serving");
     node.serve(l);
     Ok(())
 }
 
+/// Registers a storage node under `storage/<name>` in etcd and keeps its lease alive, on a
+/// runtime of its own (the node's connections are threads).
+fn register_storage(cfg: &ServerConfig) -> Result<tokio::runtime::Runtime, String> {
+    let name = cfg.node.clone().ok_or("--etcd needs --node: the storage node's name")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let record = halyard_control::NodeRecord {
+        name,
+        native: cfg.advertised(&cfg.listen),
+        version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
+    };
+    let layout = halyard_control::Layout::new(&cfg.cluster_name);
+    let ttl = std::time::Duration::from_secs(cfg.lease_ttl_secs);
+    rt.block_on(async {
+        let client = halyard_control::session::connect(&cfg.etcd).await?;
+        halyard_control::Session::start_storage(client, layout, record, ttl).await
+    })
+    .map_err(|e| format!("cannot register in etcd at {}: {e}", cfg.etcd.join(",")))?;
+    Ok(rt)
+}
+
+/// The storage nodes `--storage remote` uses: --storage-nodes, or else those registered in
+/// etcd.
+fn storage_nodes(cfg: &ServerConfig, rt: &tokio::runtime::Runtime) -> Result<Vec<String>, String> {
+    if !cfg.storage_nodes.is_empty() || cfg.etcd.is_empty() {
+        return Ok(cfg.storage_nodes.clone());
+    }
+    let layout = halyard_control::Layout::new(&cfg.cluster_name);
+    let found = rt
+        .block_on(async {
+            let mut client = halyard_control::session::connect(&cfg.etcd).await?;
+            halyard_control::session::storage_nodes(&mut client, &layout).await
+        })
+        .map_err(|e| format!("--storage remote: cannot read the storage nodes from etcd: {e}"))?;
+    Ok(found.into_iter().map(|n| n.native).collect())
+}
+
 /// The remote storage `--storage remote` runs the store on.
-fn remote_storage(cfg: &ServerConfig) -> Result<std::sync::Arc<halyard_segstore::RemoteStorage>, String> {
+fn remote_storage(
+    cfg: &ServerConfig,
+    nodes: Vec<String>,
+) -> Result<std::sync::Arc<halyard_segstore::RemoteStorage>, String> {
     let opts = halyard_segstore::RemoteOptions {
         secret: cfg.cluster_secret.clone(),
-        nodes: cfg.storage_nodes.clone(),
+        nodes,
         store: cfg.node.clone().unwrap_or_else(|| "halyard".into()),
         rho: cfg.stripe_width,
         choice: match cfg.stripe_placement {

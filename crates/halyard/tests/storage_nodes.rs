@@ -13,6 +13,7 @@
 )]
 
 mod common;
+mod etcd_common;
 
 use halyard_engine::{Db, Options};
 use halyard_segstore::{RemoteOptions, RemoteStorage};
@@ -29,20 +30,31 @@ struct StorageNode {
     child: Option<Child>,
     addr: String,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl StorageNode {
     fn start(dir: &Path) -> StorageNode {
+        StorageNode::start_with(dir, SECRET, &[])
+    }
+
+    fn start_with(dir: &Path, secret: &str, extra: &[&str]) -> StorageNode {
         let port = common::free_port();
-        let mut n = StorageNode { child: None, addr: format!("127.0.0.1:{port}"), dir: dir.to_path_buf() };
+        let addr = format!("127.0.0.1:{port}");
+        let mut args: Vec<String> = ["serve", "--role", "storage", "--cluster-secret", secret, "--listen", &addr]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--dir".to_string(), dir.to_str().unwrap().to_string()]);
+        let mut n = StorageNode { child: None, addr, dir: dir.to_path_buf(), args };
         n.restart();
         n
     }
 
     fn restart(&mut self) {
         let child = Command::new(env!("CARGO_BIN_EXE_halyard"))
-            .args(["serve", "--role", "storage", "--cluster-secret", SECRET, "--listen", &self.addr, "--dir"])
-            .arg(&self.dir)
+            .args(&self.args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
@@ -287,5 +299,34 @@ fn a_processing_node_killed_mid_writes_keeps_every_acknowledged_write_on_its_sto
     let mut c = server.conn();
     for (k, v) in &acked {
         assert_eq!(c.cmd(&["GET", k]), common::bulk(v), "acknowledged {k} lost");
+    }
+}
+
+#[test]
+fn storage_nodes_registered_in_etcd_serve_a_cluster_node_started_without_their_addresses() {
+    let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
+    let stocs: Vec<StorageNode> = (0..3)
+        .map(|i| {
+            let name = format!("stoc{i}");
+            let extra = ["--etcd", url.as_str(), "--node", name.as_str()];
+            StorageNode::start_with(&root.path().join(&name), etcd_common::SECRET, &extra)
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    while etcd_common::status(&url)["storage_nodes"].as_array().map_or(0, Vec::len) < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", etcd_common::status(&url));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &["--storage", "remote"]);
+    etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
+    let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
+    for i in 0..300 {
+        c.put(etcd_common::key(i), etcd_common::value(i)).unwrap();
+    }
+    for i in 0..300 {
+        assert_eq!(c.get(etcd_common::key(i)).unwrap(), Some(etcd_common::value(i)));
+    }
+    for s in &stocs {
+        assert!(s.dir.join("n1").is_dir(), "{} holds none of n1's fragments", s.addr);
     }
 }

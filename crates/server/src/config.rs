@@ -213,7 +213,8 @@ pub struct ServerConfig {
     /// each segment cut into --stripe-width fragments plus parity [default: local].
     #[arg(long, value_enum, required = false)]
     pub storage: StorageMode,
-    /// Storage nodes' addresses (comma-separated host:port) for --storage remote.
+    /// Storage nodes' addresses (comma-separated host:port) for --storage remote; with --etcd
+    /// and none given, the storage nodes registered there (started with --etcd and --node).
     #[arg(long, value_delimiter = ',', required = false)]
     pub storage_nodes: Vec<String>,
     /// Data fragments per segment under --storage remote (1..=8): a segment takes this many

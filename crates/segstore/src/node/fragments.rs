@@ -32,6 +32,8 @@ const MAGIC: u32 = 0x4d46_5348;
 const VERSION: u16 = 1;
 const HEADER: u64 = 4096;
 const WRITTEN: u64 = 1 << 63;
+/// Fragments kept open at once (two descriptors each).
+const MAX_OPEN: usize = 256;
 
 /// A request the fragments refuse: a wire error code and what to say.
 pub type Refusal = (Code, String);
@@ -119,7 +121,12 @@ impl Fragments {
             data: self.open_data(&data, true).map_err(io("opening a fragment"))?,
             meta: OpenOptions::new().read(true).write(true).open(&meta).map_err(io("opening a fragment's meta"))?,
         });
-        self.open.lock().insert(key, f.clone());
+        let mut open = self.open.lock();
+        if open.len() >= MAX_OPEN {
+            // Bounded file descriptors: the least of evils is to start over.
+            open.clear();
+        }
+        open.insert(key, f.clone());
         Ok(f)
     }
 

@@ -133,6 +133,10 @@ impl RemoteStorage {
             let nodes = self.choose(self.o.rho + 1, &exclude)?;
             let s = Seg { gen: self.next_gen(), rho: self.o.rho, nodes };
             let p = self.placement_of(&s);
+            // A node may keep files of the segment's earlier life (it was down when the
+            // segment was deleted): they go first, so that unwritten blocks read as zeros.
+            let deletes = s.nodes.iter().map(|&n| (n, Request::Delete { store: self.o.store.clone(), seg })).collect();
+            drop(self.fan_out(deletes));
             let calls = (0..=s.rho)
                 .map(|i| {
                     let req = Request::Place { store: self.o.store.clone(), seg, frag: i as u8, placement: p.clone() };

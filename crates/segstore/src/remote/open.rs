@@ -51,14 +51,14 @@ impl RemoteStorage {
         let n = self.nodes.read().len();
         let calls = (0..n).map(|i| (i, Request::List { store: self.o.store.clone() })).collect();
         let mut best: HashMap<u32, Placement> = HashMap::new();
-        let mut held: HashMap<u32, Vec<(u8, String)>> = HashMap::new();
+        let mut held: HashMap<u32, Vec<(u8, String, u64)>> = HashMap::new();
         let mut answered = 0;
         for (i, r) in self.fan_out(calls).into_iter().enumerate() {
             match r {
                 Ok(Reply::Listed(l)) => {
                     answered += 1;
                     for f in l {
-                        held.entry(f.seg).or_default().push((f.frag, self.addr(i)));
+                        held.entry(f.seg).or_default().push((f.frag, self.addr(i), f.placement.gen));
                         if best.get(&f.seg).is_none_or(|p| p.gen < f.placement.gen) {
                             best.insert(f.seg, f.placement);
                         }
@@ -75,12 +75,20 @@ impl RemoteStorage {
         let mut segs = HashMap::new();
         for (seg, p) in best {
             let listed = held.remove(&seg).unwrap_or_default();
-            let present =
-                p.nodes.iter().enumerate().filter(|(i, a)| listed.contains(&(*i as u8, (*a).clone()))).count();
-            if present < p.rho as usize {
+            // A fragment counts when it records this placement, or sits where it names (a
+            // fragment that missed a later Place still holds the older generation).
+            let mut present: Vec<u8> = listed
+                .iter()
+                .filter(|(f, a, g)| *g == p.gen || p.nodes.get(*f as usize) == Some(a))
+                .map(|(f, _, _)| *f)
+                .collect();
+            present.sort_unstable();
+            present.dedup();
+            if present.len() < p.rho as usize {
                 // Fewer fragments than rebuild needs: what a node that missed the segment's
-                // deletion kept (or a creation that never finished). Not a segment.
-                self.drop_leftovers(seg, &listed);
+                // deletion kept, or a creation that never finished. Not a segment; its files
+                // stay (a storage node named under another address would look the same).
+                tracing::warn!("segment {seg}: {} fragments listed, {} needed; left out", present.len(), p.rho);
                 continue;
             }
             let nodes = p.nodes.iter().map(|a| self.node_index(a)).collect();
@@ -90,14 +98,5 @@ impl RemoteStorage {
         *self.segs.write() = segs;
         self.len.store(max_seg.map_or(0, |s| (u64::from(s) + 1) << self.o.seg_bits), Relaxed);
         Ok(())
-    }
-
-    fn drop_leftovers(&self, seg: u32, listed: &[(u8, String)]) {
-        tracing::info!("segment {seg}: {} leftover fragments of a deleted segment dropped", listed.len());
-        let calls = listed
-            .iter()
-            .map(|(_, a)| (self.node_index(a), Request::Delete { store: self.o.store.clone(), seg }))
-            .collect();
-        drop(self.fan_out(calls));
     }
 }
