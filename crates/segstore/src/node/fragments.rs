@@ -18,7 +18,7 @@
 
 use crate::stripe::BLOCK;
 use crate::wire::{Code, Listed, Placement};
-use halyard_codec::{get_u32, get_u64, put_u64, Reader, Writer};
+use halyard_codec::{get_u64, put_u64, Reader, Writer};
 use halyard_engine::AlignedBuf;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -289,7 +289,7 @@ pub fn parse_header(h: &[u8]) -> Option<(u32, u8, Placement)> {
     }
     let p = r.take(n as usize).ok()?;
     let crc = r.u32().ok()?;
-    if crc32c::crc32c(h.get(..16 + n as usize)?) != crc || get_u32(h, 0)? != MAGIC {
+    if crc32c::crc32c(h.get(..16 + n as usize)?) != crc {
         return None;
     }
     Some((seg, frag, Placement::decode(p).ok()?))

@@ -77,29 +77,28 @@ impl RemoteStorage {
         Ok(out)
     }
 
-    /// Blocks `r` of fragment `i`, read as they are.
-    pub(super) fn fragment_blocks(&self, seg: u32, s: &Seg, i: usize, r: std::ops::Range<u64>) -> io::Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(((r.end - r.start) as usize) * BLOCK);
-        for (block, blocks) in chunks(r) {
-            let node = s.nodes[i];
-            match self.fan_out(vec![(node, self.read_req(seg, i, block, blocks))]).pop() {
-                Some(Ok(Reply::Data(d))) if d.len() == blocks as usize * BLOCK => {
-                    self.counters.received.fetch_add(d.len() as u64, Relaxed);
-                    out.extend_from_slice(&d);
-                }
-                Some(Err(f)) => return Err(f.into_io(&self.addr(node))),
-                other => return Err(io::Error::other(format!("storage node {}: {other:?}", self.addr(node)))),
-            }
-        }
-        Ok(out)
-    }
-
     /// Blocks `r` of fragment `x` (data or parity), rebuilt as the XOR of the same blocks of
     /// every other fragment of the segment.
     pub(super) fn rebuild_blocks(&self, seg: u32, s: &Seg, x: usize, r: std::ops::Range<u64>) -> io::Result<Vec<u8>> {
         let mut acc = vec![0u8; ((r.end - r.start) as usize) * BLOCK];
-        for i in (0..=s.rho).filter(|&i| i != x) {
-            xor_into(&mut acc, &self.fragment_blocks(seg, s, i, r.clone())?);
+        for (block, blocks) in chunks(r.clone()) {
+            // Every other fragment's blocks at once: a rebuild waits for the slowest, not the sum.
+            let others: Vec<usize> = (0..=s.rho).filter(|&i| i != x).collect();
+            let calls = others.iter().map(|&i| (s.nodes[i], self.read_req(seg, i, block, blocks))).collect();
+            let at = ((block - r.start) as usize) * BLOCK;
+            let dst = &mut acc[at..at + blocks as usize * BLOCK];
+            for (&i, reply) in others.iter().zip(self.fan_out(calls)) {
+                match reply {
+                    Ok(Reply::Data(d)) if d.len() == dst.len() => {
+                        self.counters.received.fetch_add(d.len() as u64, Relaxed);
+                        xor_into(dst, &d);
+                    }
+                    Err(f) => return Err(f.into_io(&self.addr(s.nodes[i]))),
+                    other => {
+                        return Err(io::Error::other(format!("storage node {}: {other:?}", self.addr(s.nodes[i]))))
+                    }
+                }
+            }
         }
         Ok(acc)
     }
@@ -233,10 +232,18 @@ impl RemoteStorage {
         let rho = s.rho as u64;
         let lo = b0 / rho * rho;
         let calls = self.write_calls(seg, &s, &st, lo, b0, b1);
-        let sent: u64 =
-            calls.iter().map(|(_, r)| if let Request::Write { data, .. } = r { data.len() as u64 } else { 0 }).sum();
+        let mut sent = 0;
+        let frags: Vec<usize> = calls
+            .iter()
+            .map(|(_, r)| match r {
+                Request::Write { frag, data, .. } => {
+                    sent += data.len() as u64;
+                    usize::from(*frag)
+                }
+                _ => 0,
+            })
+            .collect();
         self.counters.sent.fetch_add(sent, Relaxed);
-        let frags: Vec<usize> = calls.iter().map(|(n, _)| s.nodes.iter().position(|m| m == n).unwrap_or(0)).collect();
         let results = self.fan_out(calls);
         let mut failed: Vec<usize> = results.iter().zip(&frags).filter(|(r, _)| r.is_err()).map(|(_, &f)| f).collect();
         failed.sort_unstable();
