@@ -11,7 +11,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -695,7 +698,21 @@ impl Shape<'_> {
     fn live_bytes(&self, sizes: &[AtomicU8]) -> u64 {
         let mut k = [0u8; KEY_BYTES];
         let pair = |(n, c): (usize, u8)| (self.keys.write(n as u64, &mut k) + self.mix.value_bytes(c - 1)) as u64;
-        sizes.iter().map(|c| c.load(Relaxed)).enumerate().filter(|&(_, c)| c > 0).map(pair).sum()
+        sizes.iter().map(|c| c.load(Relaxed) & !BUSY).enumerate().filter(|&(_, c)| c > 0).map(pair).sum()
+    }
+}
+
+/// Set in a record's size while a thread writes it.
+const BUSY: u8 = 0x80;
+
+/// Marks a record busy, waiting while another thread writes it; returns its size before.
+fn hold(s: &AtomicU8) -> u8 {
+    loop {
+        let cur = s.load(Acquire);
+        if cur & BUSY == 0 && s.compare_exchange_weak(cur, cur | BUSY, Acquire, Relaxed).is_ok() {
+            return cur;
+        }
+        std::thread::yield_now();
     }
 }
 
@@ -717,13 +734,18 @@ fn worker(
     let put = |gen: &mut OpGen, n: u64, cat: u8, k: &[u8]| -> Result<u64, String> {
         let len = shape.mix.value_bytes(cat);
         let off = gen.value_offset(len);
-        engine.put(k, &pool[off..off + len])?;
-        if let Some(s) = sizes.get(n as usize) {
-            s.store(cat + 1, Relaxed);
+        // Two threads writing one key must record its size in the order the engine applied
+        // them, or Verify reports a loss that never happened: the key is held from the put
+        // until its size is recorded.
+        let held = sizes.get(n as usize).map(|s| (s, hold(s)));
+        let r = engine.put(k, &pool[off..off + len]);
+        if let Some((s, before)) = held {
+            s.store(if r.is_ok() { cat + 1 } else { before }, Release);
         }
+        r?;
         Ok((k.len() + len) as u64)
     };
-    let written = |n: u64| sizes.get(n as usize).map_or(0, |s| s.load(Relaxed));
+    let written = |n: u64| sizes.get(n as usize).map_or(0, |s| s.load(Acquire) & !BUSY);
     while let Some(op) = gen.next() {
         if stop.load(Relaxed) {
             break;

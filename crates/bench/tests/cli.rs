@@ -180,7 +180,8 @@ fn ycsb_cxx_run_reopens_between_phases_and_verifies_every_key() {
             // Every key is read back after the last reopen, at its last written size: load-a's
             // 2000 and run-e's inserts (5% of 2000 operations).
             // Halyard loses none; a baseline's misses are reported, not asserted (a CI run once
-            // saw RocksDB's BlobDB miss one key after a reopen, not explained yet).
+            // saw RocksDB's BlobDB miss one key after a reopen, before the bench recorded a key's
+            // size in the order its writers' puts were applied).
             "verify" if r["engine"] != "halyard" && num(r, "misses") != 0.0 => {
                 eprintln!("baseline {} missed keys after its reopen: {r}", r["engine"]);
             }
