@@ -621,9 +621,15 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
     let out = match cfg.storage {
         StorageMode::Local => rt.block_on(halyard_server::run(cfg, shutdown_signal())),
         StorageMode::Remote => {
+            // The segments live on the storage nodes; --dir still keeps this node's own small
+            // files (the epochs its backup copies accepted).
+            std::fs::create_dir_all(&cfg.dir).map_err(|e| format!("cannot create --dir {}: {e}", cfg.dir.display()))?;
             let nodes = storage_nodes(&cfg, &rt)?;
             let remote = remote_storage(&cfg, nodes)?;
             let store = remote.clone();
+            if !cfg.etcd.is_empty() {
+                rt.spawn(follow_storage_nodes(cfg.clone(), std::sync::Arc::downgrade(&remote)));
+            }
             let open = move |opts| halyard_engine::Db::open_on(store, opts);
             let out = rt.block_on(halyard_server::run_with(cfg, open, shutdown_signal()));
             let s = remote.stats();
@@ -706,6 +712,35 @@ fn storage_nodes(cfg: &ServerConfig, rt: &tokio::runtime::Runtime) -> Result<Vec
         })
         .map_err(|e| format!("--storage remote: cannot read the storage nodes from etcd: {e}"))?;
     Ok(found.into_iter().map(|n| n.native).collect())
+}
+
+/// Keeps a remote store's storage nodes in step with etcd, once a second: storage nodes that
+/// register join those new segments may use; those marked drained or removed (`halyard
+/// cluster drain`) take no new fragments and have theirs moved off.
+async fn follow_storage_nodes(cfg: ServerConfig, remote: std::sync::Weak<halyard_segstore::RemoteStorage>) {
+    let layout = halyard_control::Layout::new(&cfg.cluster_name);
+    let mut client = None;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let Some(rs) = remote.upgrade() else { return };
+        if client.is_none() {
+            client = halyard_control::session::connect(&cfg.etcd).await.ok();
+        }
+        let Some(c) = client.as_mut() else { continue };
+        match halyard_control::View::load(c, &layout).await {
+            Ok(v) => {
+                let gone = |name: &String| v.draining.contains(name) || v.removed.contains(name);
+                let live: Vec<String> = v.storage.values().map(|r| r.native.clone()).collect();
+                let draining: Vec<String> =
+                    v.storage.iter().filter(|(name, _)| gone(name)).map(|(_, r)| r.native.clone()).collect();
+                rs.set_nodes(&live, &draining);
+            }
+            Err(e) => {
+                tracing::debug!("cannot read the storage nodes from etcd: {e}");
+                client = None;
+            }
+        }
+    }
 }
 
 /// The remote storage `--storage remote` runs the store on.
