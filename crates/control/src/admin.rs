@@ -170,8 +170,9 @@ pub struct Status {
     pub master: Option<String>,
     /// Nodes.
     pub nodes: Vec<NodeStatus>,
-    /// Storage nodes up now (`--role storage`): name and address.
-    pub storage_nodes: Vec<(String, String)>,
+    /// Storage nodes up now (`--role storage`): name, address, and state (up, or draining
+    /// once `cluster drain` or `remove` marked it).
+    pub storage_nodes: Vec<(String, String, String)>,
     /// Regions.
     pub regions: Vec<RegionStatus>,
     /// Unfinished changes in the region log.
@@ -261,11 +262,20 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
         replace_after_secs: config.replace_after_secs,
         master: v.master().map(str::to_string),
         nodes,
-        storage_nodes: v.storage.values().map(|n| (n.name.clone(), n.native.clone())).collect(),
+        storage_nodes: storage_rows(&v),
         regions,
         log: v.intents.iter().map(|(_, i)| i.clone()).collect(),
         requests: v.requests.iter().map(|(_, q)| q.clone()).collect(),
     })
+}
+
+/// Storage nodes' rows: name, address, state.
+fn storage_rows(v: &View) -> Vec<(String, String, String)> {
+    let row = |n: &crate::NodeRecord| {
+        let draining = v.draining.contains(&n.name) || v.removed.contains(&n.name);
+        (n.name.clone(), n.native.clone(), if draining { "draining" } else { "up" }.to_string())
+    };
+    v.storage.values().map(row).collect()
 }
 
 impl Status {
@@ -285,9 +295,9 @@ impl Status {
             ));
         }
         if !self.storage_nodes.is_empty() {
-            out.push_str("\nSTORAGE NODE  ADDRESS\n");
-            for (name, addr) in &self.storage_nodes {
-                out.push_str(&format!("{name:<13} {addr}\n"));
+            out.push_str("\nSTORAGE NODE  STATE     ADDRESS\n");
+            for (name, addr, state) in &self.storage_nodes {
+                out.push_str(&format!("{name:<13} {state:<9} {addr}\n"));
             }
         }
         out.push_str(

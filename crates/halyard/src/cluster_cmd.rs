@@ -236,6 +236,9 @@ async fn drain(etcd: &EtcdArgs, node: &str, remove: bool) -> Result<(), String> 
     let layout = Layout::new(&etcd.cluster_name);
     let t0 = std::time::Instant::now();
     let v = halyard_control::View::load(&mut c, &layout).await.map_err(|e| e.to_string())?;
+    if let Some(r) = v.storage.get(node) {
+        return drain_storage(&mut c, &layout, node, &r.native, remove).await;
+    }
     let start = halyard_control::operate::copies_on(&v, node) as u64;
     let b = bar(start, "{spinner} {msg} [{bar:30}] {pos}/{len} copies moved off ({elapsed})");
     b.set_message(format!("draining {node}"));
@@ -251,6 +254,44 @@ async fn drain(etcd: &EtcdArgs, node: &str, remove: bool) -> Result<(), String> 
         "drained (`halyard cluster undrain` lets it take copies again)"
     };
     println!("{node}: {start} copies moved off in {:.1} s; {what}", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `halyard cluster drain` and `remove` of a storage node: the mark (processing nodes then
+/// move their fragments off it), then a bar of its fragments until it holds none. It is asked
+/// directly, with HALYARD_CLUSTER_SECRET.
+async fn drain_storage(
+    c: &mut halyard_control::Client,
+    layout: &Layout,
+    node: &str,
+    addr: &str,
+    remove: bool,
+) -> Result<(), String> {
+    let secret = std::env::var("HALYARD_CLUSTER_SECRET").ok();
+    let timeout = std::time::Duration::from_secs(5);
+    let usage = |addr: String, secret: Option<String>| async move {
+        tokio::task::spawn_blocking(move || halyard_segstore::remote::node_usage(&addr, secret.as_deref(), timeout))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot ask storage node {node} what it holds: {e} (set HALYARD_CLUSTER_SECRET to the cluster's secret)"))
+    };
+    let t0 = std::time::Instant::now();
+    let (start, _) = usage(addr.to_string(), secret.clone()).await?;
+    let key = if remove { layout.removed(node) } else { layout.drain(node) };
+    c.put(key, Vec::new(), None).await.map_err(|e| e.to_string())?;
+    let b = bar(start, "{spinner} {msg} [{bar:30}] {pos}/{len} fragments moved off ({elapsed})");
+    b.set_message(format!("draining storage node {node}"));
+    loop {
+        let (left, _) = usage(addr.to_string(), secret.clone()).await?;
+        b.set_position(start.saturating_sub(left));
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    b.finish_and_clear();
+    let what = if remove { "removed" } else { "drained (`halyard cluster undrain` lets it take fragments again)" };
+    println!("storage node {node}: {start} fragments moved off in {:.1} s; {what}", t0.elapsed().as_secs_f64());
     Ok(())
 }
 

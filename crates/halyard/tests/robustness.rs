@@ -20,7 +20,11 @@
 //! asked while the primary is paused past its lease, and a split of the region between the
 //! keys followed at once by a handoff of the new region.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 13: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! Three runs keep the nodes' stores on four storage nodes (`--storage remote`): a storage node
+//! SIGKILLed, one paused past the time a node has to answer, one SIGKILLed while the primary's
+//! copy moves.
+//!
+//! `HALYARD_ROBUSTNESS_RUNS` (default 17: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
 //! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
@@ -80,9 +84,18 @@ enum Fault {
     /// primary compacts them clean first, the backups join their copies and catch up), then a
     /// SIGKILL of the primary 300–800 ms later (the seed picks).
     SplitMergeThenKill,
+    /// The nodes keep their stores on four storage nodes (`--storage remote`, two data
+    /// fragments and parity a segment); one storage node is SIGKILLed.
+    KillStorageNode,
+    /// Likewise, one storage node SIGSTOPped for 4 s (past the 2 s a node has to answer), then
+    /// let go.
+    PauseStorageNode,
+    /// Likewise, the primary's copy moves onto a fourth node, and a storage node is SIGKILLed
+    /// during its copy (0–600 ms after the request, the seed picks).
+    KillStorageDuringMove,
 }
 
-const FAULTS: [Fault; 14] = [
+const FAULTS: [Fault; 17] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -97,6 +110,9 @@ const FAULTS: [Fault; 14] = [
     Fault::PartitionMoveTarget,
     Fault::SplitThenHandoff,
     Fault::SplitMergeThenKill,
+    Fault::KillStorageNode,
+    Fault::PauseStorageNode,
+    Fault::KillStorageDuringMove,
 ];
 
 /// What an operation did, as the checker names it.
@@ -425,8 +441,29 @@ fn resp_client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<
     }
 }
 
-/// Injects `fault` (on node `v` where it has one victim) while the clients run.
-fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
+impl Fault {
+    /// Faults whose processing nodes keep their stores on storage nodes.
+    fn remote(self) -> bool {
+        matches!(self, Fault::KillStorageNode | Fault::PauseStorageNode | Fault::KillStorageDuringMove)
+    }
+}
+
+/// Four storage nodes registered in etcd (`s1`..`s4`); a processing node under
+/// `--storage remote` finds them there.
+fn storage_nodes(root: &Path, url: &str) -> Vec<Node> {
+    let nodes: Vec<Node> =
+        (1..=4).map(|i| start_node_with(root, url, &format!("s{i}"), None, &["--role", "storage"])).collect();
+    let t0 = Instant::now();
+    while status(url)["storage_nodes"].as_array().map_or(0, Vec::len) < nodes.len() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", status(url));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nodes
+}
+
+/// Injects `fault` (on node `v` where it has one victim; on storage node `s1` for the storage
+/// faults) while the clients run.
+fn inject(fault: Fault, seed: u64, nodes: &mut [Node], stores: &mut [Node], v: usize, url: &str) {
     let transfer = |to: &str| etcd_common::halyard(&["admin", "transfer", "--region", "1", "--to", to, "--etcd", url]);
     match fault {
         Fault::KillPrimary | Fault::KillMaster => {
@@ -531,6 +568,30 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], v: usize, url: &str) {
             let _ = t.join();
             std::thread::sleep(Duration::from_millis(2000));
         }
+        Fault::KillStorageNode => {
+            stores[0].proc.kill9();
+            std::thread::sleep(Duration::from_millis(5000));
+        }
+        Fault::PauseStorageNode => {
+            stores[0].signal("STOP");
+            std::thread::sleep(Duration::from_millis(4000));
+            stores[0].signal("CONT");
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::KillStorageDuringMove => {
+            let from = nodes[v].name.clone();
+            let url2 = url.to_string();
+            let t = std::thread::spawn(move || {
+                etcd_common::halyard(&[
+                    "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
+                ])
+            });
+            std::thread::sleep(Duration::from_millis(seed.wrapping_mul(7919) % 600));
+            stores[0].proc.kill9();
+            let (ok, out) = t.join().unwrap();
+            assert!(ok, "move {} -> n4 with a storage node lost: {out}", nodes[v].name);
+            std::thread::sleep(Duration::from_millis(2000));
+        }
         Fault::PauseDuringHandoff => {
             let b = status(url)["regions"][0]["backups"][0].as_str().unwrap().to_string();
             let url2 = url.to_string();
@@ -608,7 +669,12 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     // target is cut off); with every node equally loaded the master gives the region to the
     // first node by name.
     let cut_target = matches!(fault, Fault::PartitionMoveTarget);
-    let slow: &[&str] = if cut_target { &["--move-rate-mb", "1"] } else { &[] };
+    let mut stores = if fault.remote() { storage_nodes(dir.path(), &url) } else { Vec::new() };
+    let slow: &[&str] = match (cut_target, fault.remote()) {
+        (true, _) => &["--move-rate-mb", "1"],
+        (_, true) => &["--storage", "remote"],
+        _ => &[],
+    };
     let n1_uid = if cut_target { None } else { Some(CUT_UID) };
     let mut nodes = vec![start_node_with(dir.path(), &url, "n1", n1_uid, slow)];
     nodes.extend((2..=3).map(|i| start_node_with(dir.path(), &url, &format!("n{i}"), None, slow)));
@@ -622,7 +688,13 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         Fault::KillMaster | Fault::KillMasterDuringMove => master,
         _ => primary,
     };
-    let moves = [Fault::MovePrimary, Fault::KillMoveTarget, Fault::KillMoveSource, Fault::KillMasterDuringMove];
+    let moves = [
+        Fault::MovePrimary,
+        Fault::KillMoveTarget,
+        Fault::KillMoveSource,
+        Fault::KillMasterDuringMove,
+        Fault::KillStorageDuringMove,
+    ];
     if moves.contains(&fault) || cut_target {
         nodes.push(start_node_with(dir.path(), &url, "n4", cut_target.then_some(CUT_UID), slow));
     }
@@ -644,7 +716,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1000));
-    inject(fault, seed, &mut nodes, v, &url);
+    inject(fault, seed, &mut nodes, &mut stores, v, &url);
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -708,6 +780,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
         );
     }
     drop(nodes);
+    drop(stores);
     Outcome {
         ops: ops.len() + finals.len(),
         acked_puts: ops.iter().filter(|o| o.kind.writes() && o.ret.is_some()).count(),
@@ -724,7 +797,7 @@ fn histories_under_faults_are_linearizable() {
     let seed0: u64 = std::env::var("HALYARD_ROBUSTNESS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let first: usize = std::env::var("HALYARD_ROBUSTNESS_FIRST").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let keep = std::env::temp_dir().join("halyard-robustness");
-    let mut table = String::from("run  fault            seed  ops    acked  unknown  lost  result\n");
+    let mut table = String::from("run  fault                  seed  ops    acked  unknown  lost  result\n");
     let mut bad = 0;
     for i in 0..runs {
         let (fault, seed) = (FAULTS[(first + i) % FAULTS.len()], seed0 + i as u64);
@@ -733,7 +806,7 @@ fn histories_under_faults_are_linearizable() {
             bad += 1;
         }
         let line = format!(
-            "{i:<4} {:<16} {seed:<5} {:<6} {:<6} {:<8} {:<5} {}\n",
+            "{i:<4} {:<22} {seed:<5} {:<6} {:<6} {:<8} {:<5} {}\n",
             format!("{fault:?}"),
             o.ops,
             o.acked_puts,

@@ -302,21 +302,27 @@ fn a_processing_node_killed_mid_writes_keeps_every_acknowledged_write_on_its_sto
     }
 }
 
+/// Storage node `stoc<i>`, registered in the etcd at `url`.
+fn registered(root: &Path, url: &str, i: usize) -> StorageNode {
+    let name = format!("stoc{i}");
+    let extra = ["--etcd", url, "--node", name.as_str()];
+    StorageNode::start_with(&root.join(&name), etcd_common::SECRET, &extra)
+}
+
+/// Waits until etcd lists `n` storage nodes.
+fn wait_registered(url: &str, n: usize) {
+    let t0 = std::time::Instant::now();
+    while etcd_common::status(url)["storage_nodes"].as_array().map_or(0, Vec::len) < n {
+        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", etcd_common::status(url));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn storage_nodes_registered_in_etcd_serve_a_cluster_node_started_without_their_addresses() {
     let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
-    let stocs: Vec<StorageNode> = (0..3)
-        .map(|i| {
-            let name = format!("stoc{i}");
-            let extra = ["--etcd", url.as_str(), "--node", name.as_str()];
-            StorageNode::start_with(&root.path().join(&name), etcd_common::SECRET, &extra)
-        })
-        .collect();
-    let t0 = std::time::Instant::now();
-    while etcd_common::status(&url)["storage_nodes"].as_array().map_or(0, Vec::len) < 3 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", etcd_common::status(&url));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let stocs: Vec<StorageNode> = (0..3).map(|i| registered(root.path(), &url, i)).collect();
+    wait_registered(&url, 3);
     let n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &["--storage", "remote"]);
     etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
     let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
@@ -329,4 +335,39 @@ fn storage_nodes_registered_in_etcd_serve_a_cluster_node_started_without_their_a
     for s in &stocs {
         assert!(s.dir.join("n1").is_dir(), "{} holds none of n1's fragments", s.addr);
     }
+}
+
+#[test]
+fn a_storage_node_that_joins_takes_fragments_and_a_drained_one_can_be_stopped() {
+    let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
+    let mut stocs: Vec<StorageNode> = (0..3).map(|i| registered(root.path(), &url, i)).collect();
+    wait_registered(&url, 3);
+    let n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &["--storage", "remote"]);
+    etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
+    let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
+    let big = |i: u64| etcd_common::value(i).repeat(200);
+    for i in 0..300 {
+        c.put(etcd_common::key(i), big(i)).unwrap();
+    }
+    // A fourth node joins while n1 runs; the drain of stoc0 needs it (a segment takes three).
+    stocs.push(registered(root.path(), &url, 3));
+    wait_registered(&url, 4);
+    let (ok, out) = etcd_common::halyard(&["cluster", "drain", "stoc0", "--etcd", &url]);
+    assert!(ok && out.contains("fragments moved off") && !out.contains(": 0 fragments"), "{out}");
+    let status = etcd_common::status(&url);
+    let row = status["storage_nodes"].as_array().unwrap().iter().find(|r| r[0] == "stoc0").unwrap().clone();
+    assert_eq!(row[2], "draining", "{status}");
+    let (left, _) =
+        halyard_segstore::remote::node_usage(&stocs[0].addr, Some(etcd_common::SECRET), Duration::from_secs(5))
+            .expect("ask stoc0");
+    assert_eq!(left, 0, "stoc0 still holds fragments after its drain");
+    // Nothing needs it now: stopped, every key still reads and writes go on.
+    stocs[0].kill();
+    for i in 300..400 {
+        c.put(etcd_common::key(i), big(i)).unwrap();
+    }
+    for i in 0..400 {
+        assert_eq!(c.get(etcd_common::key(i)).unwrap(), Some(big(i)), "key {i} after stoc0's drain");
+    }
+    assert!(stocs[3].dir.join("n1").is_dir(), "the node that joined holds none of n1's fragments");
 }

@@ -5,7 +5,7 @@ use crate::wire::{read_frame, write_frame, Code, Reply, Request};
 use parking_lot::Mutex;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Why a call failed.
@@ -34,6 +34,8 @@ pub(crate) struct Node {
     /// Recent microseconds per 4 KiB block a call took (an exponential moving average).
     block_us: AtomicU32,
     down_since: Mutex<Option<Instant>>,
+    /// Marked drained in etcd: it takes no new fragments and its fragments move off.
+    draining: AtomicBool,
     timeout: Duration,
     secret: Vec<u8>,
 }
@@ -47,6 +49,7 @@ impl Node {
             queue: AtomicU32::new(0),
             block_us: AtomicU32::new(0),
             down_since: Mutex::new(None),
+            draining: AtomicBool::new(false),
             timeout,
             secret: secret.to_vec(),
         }
@@ -66,6 +69,14 @@ impl Node {
         let old = self.block_us.load(Relaxed);
         let new = if old == 0 { per_block } else { old - old / 8 + per_block / 8 };
         self.block_us.store(new, Relaxed);
+    }
+
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.load(Relaxed)
+    }
+
+    pub(crate) fn set_draining(&self, on: bool) {
+        self.draining.store(on, Relaxed);
     }
 
     /// Since when calls to it fail, if they do.
@@ -133,6 +144,17 @@ impl Node {
     /// Drops every pooled connection (after the node was seen to fail).
     pub(crate) fn forget_connections(&self) {
         self.pool.lock().clear();
+    }
+}
+
+/// A storage node's fragments and their bytes, asked directly: `halyard cluster drain` of a
+/// storage node waits for its fragments to reach none.
+pub fn node_usage(addr: &str, secret: Option<&str>, timeout: Duration) -> io::Result<(u64, u64)> {
+    let n = Node::new(addr, timeout, secret.unwrap_or_default().as_bytes());
+    match n.call(&Request::Stats) {
+        Ok(Reply::Stats { fragments, bytes, .. }) => Ok((fragments, bytes)),
+        Ok(r) => Err(io::Error::new(io::ErrorKind::InvalidData, format!("{addr} answered Stats with {r:?}"))),
+        Err(f) => Err(f.into_io(addr)),
     }
 }
 

@@ -15,5 +15,6 @@ pub mod placement;
 mod rebuild;
 mod storage;
 
+pub use conn::node_usage;
 pub use placement::Choice;
 pub use storage::{RemoteOptions, RemoteStats, RemoteStorage};

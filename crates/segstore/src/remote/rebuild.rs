@@ -1,11 +1,12 @@
-//! Moving fragments between storage nodes: a fragment a node failed to write or sync, or
-//! every fragment of a node unreachable for [`super::RemoteOptions::repair_after`], is rebuilt
-//! from the segment's other fragments onto a node that holds none of that segment's.
+//! Moving fragments between storage nodes: a fragment a node failed to write or sync, every
+//! fragment of a node unreachable for [`super::RemoteOptions::repair_after`], or of a node
+//! being drained, is rebuilt from the segment's other fragments onto a node that holds none of
+//! that segment's.
 
 use super::placement::pick;
 use super::storage::{chunks, RemoteStorage, Seg};
 use crate::stripe::BLOCK;
-use crate::wire::Request;
+use crate::wire::{Reply, Request};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
@@ -18,7 +19,7 @@ impl RemoteStorage {
         let candidates: Vec<(usize, u32)> = nodes
             .iter()
             .enumerate()
-            .filter(|(i, n)| !exclude.contains(i) && n.down_since().is_none())
+            .filter(|(i, n)| !exclude.contains(i) && n.down_since().is_none() && !n.draining())
             .map(|(i, n)| (i, n.load()))
             .collect();
         pick(&candidates, want, self.o.choice).ok_or_else(|| {
@@ -138,6 +139,46 @@ impl RemoteStorage {
         }
     }
 
+    /// Moves the fragments of nodes being drained (that answer; those that do not are moved
+    /// as failed), at no more than `repair_rate`, then drops this store's leftovers there.
+    fn drain_round(&self) {
+        let draining: Vec<usize> = {
+            let nodes = self.nodes.read();
+            nodes.iter().enumerate().filter(|(_, n)| n.draining() && n.down_since().is_none()).map(|(i, _)| i).collect()
+        };
+        for n in draining {
+            let started = Instant::now();
+            match self.evacuate(n) {
+                Ok(bytes) => {
+                    let floor = Duration::from_secs_f64(bytes as f64 / self.o.repair_rate.max(1) as f64);
+                    std::thread::sleep(floor.saturating_sub(started.elapsed()));
+                    self.drop_leftovers(n);
+                }
+                Err(e) => tracing::warn!("moving the fragments of drained node {} failed: {e}", self.addr(n)),
+            }
+        }
+    }
+
+    /// Deletes the fragments of this store node `n` holds that no current placement names
+    /// (a segment deleted, or a fragment moved, while the node was away). Each is checked
+    /// under its segment's shard, so a segment being placed is never touched.
+    fn drop_leftovers(&self, n: usize) {
+        let listed = match self.fan_out(vec![(n, Request::List { store: self.o.store.clone() })]).pop() {
+            Some(Ok(Reply::Listed(l))) => l,
+            _ => return,
+        };
+        for f in listed {
+            let _shard = self.shard(f.seg).lock();
+            if self.seg(f.seg).is_some_and(|s| s.nodes.contains(&n)) {
+                continue;
+            }
+            let del = Request::Delete { store: self.o.store.clone(), seg: f.seg };
+            if self.fan_out(vec![(n, del)]).pop().is_some_and(|r| r.is_ok()) {
+                tracing::info!("dropped segment {}'s leftover fragment on drained node {}", f.seg, self.addr(n));
+            }
+        }
+    }
+
     fn holds_any(&self, n: usize) -> bool {
         self.segs.read().values().any(|s| s.nodes.contains(&n))
     }
@@ -149,7 +190,10 @@ pub(super) fn start_repairs(rs: &Arc<RemoteStorage>) {
     let spawned = std::thread::Builder::new().name("segstore-repair".into()).spawn(move || loop {
         std::thread::sleep(Duration::from_millis(500));
         match weak.upgrade() {
-            Some(rs) => rs.repair_round(),
+            Some(rs) => {
+                rs.repair_round();
+                rs.drain_round();
+            }
             None => return,
         }
     });

@@ -117,8 +117,28 @@ impl RemoteStorage {
             return i;
         }
         let mut nodes = self.nodes.write();
+        // Another thread may have added it between the two locks.
+        if let Some(i) = nodes.iter().position(|n| n.addr == addr) {
+            return i;
+        }
         nodes.push(Arc::new(Node::new(addr, self.o.timeout, self.o.secret.as_deref().unwrap_or_default().as_bytes())));
         nodes.len() - 1
+    }
+
+    /// The storage nodes the cluster lists now: new ones join the nodes new fragments may go
+    /// to; those of `draining` take none and the repair thread moves their fragments off (and
+    /// drops what they hold of this store that no placement names).
+    pub fn set_nodes(&self, live: &[String], draining: &[String]) {
+        for a in live.iter().chain(draining) {
+            self.node_index(a);
+        }
+        for n in self.nodes.read().iter() {
+            let on = draining.contains(&n.addr);
+            if on != n.draining() {
+                tracing::info!("storage node {}: {}", n.addr, if on { "draining" } else { "no longer draining" });
+            }
+            n.set_draining(on);
+        }
     }
 
     pub(super) fn addr(&self, i: usize) -> String {
