@@ -272,8 +272,7 @@ pub async fn status(client: &mut Client, layout: &Layout) -> Result<Status> {
 /// Storage nodes' rows: name, address, state.
 fn storage_rows(v: &View) -> Vec<(String, String, String)> {
     let row = |n: &crate::NodeRecord| {
-        let draining = v.draining.contains(&n.name) || v.removed.contains(&n.name);
-        (n.name.clone(), n.native.clone(), if draining { "draining" } else { "up" }.to_string())
+        (n.name.clone(), n.native.clone(), if v.emptying(&n.name) { "draining" } else { "up" }.to_string())
     };
     v.storage.values().map(row).collect()
 }

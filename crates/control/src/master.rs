@@ -92,8 +92,7 @@ pub fn plan(view: &View, r: &RegionRecord, replicas: usize, tally: &mut Tally) -
     if !silent.is_empty() {
         return Some(Step::Away(silent));
     }
-    let gone: Vec<String> =
-        spec.away.keys().filter(|n| view.removed.contains(*n) || view.draining.contains(*n)).cloned().collect();
+    let gone: Vec<String> = spec.away.keys().filter(|n| view.emptying(n)).cloned().collect();
     if !gone.is_empty() {
         return Some(Step::Drop(gone));
     }

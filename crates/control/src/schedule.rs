@@ -154,10 +154,7 @@ impl Tally {
 
 /// Whether `node` may take new copies: live, not leaving, not drained, not removed.
 pub fn eligible(view: &View, node: &str) -> bool {
-    view.live.contains_key(node)
-        && !view.leaving.contains(node)
-        && !view.draining.contains(node)
-        && !view.removed.contains(node)
+    view.live.contains_key(node) && !view.leaving.contains(node) && !view.emptying(node)
 }
 
 /// Whether region `r` can be handed to `to`: a backup of its group that holds it and stays.

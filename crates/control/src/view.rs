@@ -44,6 +44,11 @@ fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
 }
 
 impl View {
+    /// Whether `node` is marked to be emptied: drained (`drain/`) or removed (`removed/`).
+    pub fn emptying(&self, node: &str) -> bool {
+        self.draining.contains(node) || self.removed.contains(node)
+    }
+
     /// Reads every key of the cluster in one request.
     pub async fn load(client: &mut Client, layout: &Layout) -> Result<View> {
         let resp = client.get(layout.root(), Some(GetOptions::new().with_prefix())).await?;

@@ -729,10 +729,9 @@ async fn follow_storage_nodes(cfg: ServerConfig, remote: std::sync::Weak<halyard
         let Some(c) = client.as_mut() else { continue };
         match halyard_control::View::load(c, &layout).await {
             Ok(v) => {
-                let gone = |name: &String| v.draining.contains(name) || v.removed.contains(name);
                 let live: Vec<String> = v.storage.values().map(|r| r.native.clone()).collect();
                 let draining: Vec<String> =
-                    v.storage.iter().filter(|(name, _)| gone(name)).map(|(_, r)| r.native.clone()).collect();
+                    v.storage.iter().filter(|(name, _)| v.emptying(name)).map(|(_, r)| r.native.clone()).collect();
                 rs.set_nodes(&live, &draining);
             }
             Err(e) => {

@@ -453,12 +453,16 @@ impl Fault {
 fn storage_nodes(root: &Path, url: &str) -> Vec<Node> {
     let nodes: Vec<Node> =
         (1..=4).map(|i| start_node_with(root, url, &format!("s{i}"), None, &["--role", "storage"])).collect();
-    let t0 = Instant::now();
-    while status(url)["storage_nodes"].as_array().map_or(0, Vec::len) < nodes.len() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", status(url));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    etcd_common::wait_storage_nodes(url, nodes.len());
     nodes
+}
+
+/// `halyard admin move` of region 1's copy on `from` to n4, on a thread of its own.
+fn move_to_n4(from: &str, url: &str) -> std::thread::JoinHandle<(bool, String)> {
+    let (from, url) = (from.to_string(), url.to_string());
+    std::thread::spawn(move || {
+        etcd_common::halyard(&["admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url])
+    })
 }
 
 /// Injects `fault` (on node `v` where it has one victim; on storage node `s1` for the storage
@@ -529,12 +533,7 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], stores: &mut [Node], v: u
         }
         Fault::KillMoveTarget | Fault::KillMoveSource | Fault::KillMasterDuringMove => {
             let from = status(url)["regions"][0]["primary"].as_str().unwrap().to_string();
-            let url2 = url.to_string();
-            let t = std::thread::spawn(move || {
-                etcd_common::halyard(&[
-                    "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
-                ])
-            });
+            let t = move_to_n4(&from, url);
             // A step of the move chosen by the seed: before, during or after the copy.
             std::thread::sleep(Duration::from_millis(seed.wrapping_mul(7919) % 600));
             // The source is the victim `v` of KillMoveSource, the master that of KillMasterDuringMove.
@@ -549,12 +548,7 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], stores: &mut [Node], v: u
         }
         Fault::PartitionMoveTarget => {
             let from = nodes[v].name.clone();
-            let url2 = url.to_string();
-            let t = std::thread::spawn(move || {
-                etcd_common::halyard(&[
-                    "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
-                ])
-            });
+            let t = move_to_n4(&from, url);
             std::thread::sleep(Duration::from_millis(800 + seed.wrapping_mul(7919) % 800));
             let n4 = nodes.iter().find(|n| n.name == "n4").unwrap();
             let mut out = vec![port(url)];
@@ -580,12 +574,7 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], stores: &mut [Node], v: u
         }
         Fault::KillStorageDuringMove => {
             let from = nodes[v].name.clone();
-            let url2 = url.to_string();
-            let t = std::thread::spawn(move || {
-                etcd_common::halyard(&[
-                    "admin", "move", "--region", "1", "--from", &from, "--to", "n4", "--etcd", &url2,
-                ])
-            });
+            let t = move_to_n4(&from, url);
             std::thread::sleep(Duration::from_millis(seed.wrapping_mul(7919) % 600));
             stores[0].proc.kill9();
             let (ok, out) = t.join().unwrap();

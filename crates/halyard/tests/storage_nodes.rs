@@ -309,20 +309,11 @@ fn registered(root: &Path, url: &str, i: usize) -> StorageNode {
     StorageNode::start_with(&root.join(&name), etcd_common::SECRET, &extra)
 }
 
-/// Waits until etcd lists `n` storage nodes.
-fn wait_registered(url: &str, n: usize) {
-    let t0 = std::time::Instant::now();
-    while etcd_common::status(url)["storage_nodes"].as_array().map_or(0, Vec::len) < n {
-        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", etcd_common::status(url));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn storage_nodes_registered_in_etcd_serve_a_cluster_node_started_without_their_addresses() {
     let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
     let stocs: Vec<StorageNode> = (0..3).map(|i| registered(root.path(), &url, i)).collect();
-    wait_registered(&url, 3);
+    etcd_common::wait_storage_nodes(&url, 3);
     let n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &["--storage", "remote"]);
     etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
     let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
@@ -341,7 +332,7 @@ fn storage_nodes_registered_in_etcd_serve_a_cluster_node_started_without_their_a
 fn a_storage_node_that_joins_takes_fragments_and_a_drained_one_can_be_stopped() {
     let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
     let mut stocs: Vec<StorageNode> = (0..3).map(|i| registered(root.path(), &url, i)).collect();
-    wait_registered(&url, 3);
+    etcd_common::wait_storage_nodes(&url, 3);
     let n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &["--storage", "remote"]);
     etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
     let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
@@ -351,7 +342,7 @@ fn a_storage_node_that_joins_takes_fragments_and_a_drained_one_can_be_stopped() 
     }
     // A fourth node joins while n1 runs; the drain of stoc0 needs it (a segment takes three).
     stocs.push(registered(root.path(), &url, 3));
-    wait_registered(&url, 4);
+    etcd_common::wait_storage_nodes(&url, 4);
     let (ok, out) = etcd_common::halyard(&["cluster", "drain", "stoc0", "--etcd", &url]);
     assert!(ok && out.contains("fragments moved off") && !out.contains(": 0 fragments"), "{out}");
     let status = etcd_common::status(&url);

@@ -253,6 +253,15 @@ pub fn status(etcd: &str) -> serde_json::Value {
 }
 
 /// Waits until every region has a live primary, `copies` copies and no unfinished change.
+/// Waits until etcd lists `n` storage nodes (a storage node's port opens before it registers).
+pub fn wait_storage_nodes(etcd: &str, n: usize) {
+    let t0 = Instant::now();
+    while status(etcd)["storage_nodes"].as_array().map_or(0, Vec::len) < n {
+        assert!(t0.elapsed() < Duration::from_secs(20), "storage nodes not in etcd: {}", status(etcd));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub fn wait_settled(etcd: &str, copies: usize, within: Duration) -> serde_json::Value {
     let t0 = Instant::now();
     loop {

@@ -36,6 +36,8 @@ pub(crate) struct Node {
     down_since: Mutex<Option<Instant>>,
     /// Marked drained in etcd: it takes no new fragments and its fragments move off.
     draining: AtomicBool,
+    /// Drained, and this store's fragments there all moved off or dropped.
+    emptied: AtomicBool,
     timeout: Duration,
     secret: Vec<u8>,
 }
@@ -50,6 +52,7 @@ impl Node {
             block_us: AtomicU32::new(0),
             down_since: Mutex::new(None),
             draining: AtomicBool::new(false),
+            emptied: AtomicBool::new(false),
             timeout,
             secret: secret.to_vec(),
         }
@@ -75,8 +78,20 @@ impl Node {
         self.draining.load(Relaxed)
     }
 
+    /// Marks the node drained or not; a node drained again is emptied again.
     pub(crate) fn set_draining(&self, on: bool) {
-        self.draining.store(on, Relaxed);
+        if self.draining.swap(on, Relaxed) != on {
+            self.emptied.store(false, Relaxed);
+        }
+    }
+
+    /// Drained, answering, and still holding this store's fragments as far as it is known.
+    pub(crate) fn to_empty(&self) -> bool {
+        self.draining() && !self.emptied.load(Relaxed) && self.down_since().is_none()
+    }
+
+    pub(crate) fn set_emptied(&self) {
+        self.emptied.store(true, Relaxed);
     }
 
     /// Since when calls to it fail, if they do.

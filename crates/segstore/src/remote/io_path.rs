@@ -81,9 +81,9 @@ impl RemoteStorage {
     /// every other fragment of the segment.
     pub(super) fn rebuild_blocks(&self, seg: u32, s: &Seg, x: usize, r: std::ops::Range<u64>) -> io::Result<Vec<u8>> {
         let mut acc = vec![0u8; ((r.end - r.start) as usize) * BLOCK];
+        let others: Vec<usize> = (0..=s.rho).filter(|&i| i != x).collect();
         for (block, blocks) in chunks(r.clone()) {
             // Every other fragment's blocks at once: a rebuild waits for the slowest, not the sum.
-            let others: Vec<usize> = (0..=s.rho).filter(|&i| i != x).collect();
             let calls = others.iter().map(|&i| (s.nodes[i], self.read_req(seg, i, block, blocks))).collect();
             let at = ((block - r.start) as usize) * BLOCK;
             let dst = &mut acc[at..at + blocks as usize * BLOCK];
@@ -232,18 +232,12 @@ impl RemoteStorage {
         let rho = s.rho as u64;
         let lo = b0 / rho * rho;
         let calls = self.write_calls(seg, &s, &st, lo, b0, b1);
-        let mut sent = 0;
-        let frags: Vec<usize> = calls
-            .iter()
-            .map(|(_, r)| match r {
-                Request::Write { frag, data, .. } => {
-                    sent += data.len() as u64;
-                    usize::from(*frag)
-                }
-                _ => 0,
-            })
-            .collect();
-        self.counters.sent.fetch_add(sent, Relaxed);
+        let writes = calls.iter().filter_map(|(_, r)| match r {
+            Request::Write { frag, data, .. } => Some((usize::from(*frag), data.len() as u64)),
+            _ => None,
+        });
+        let (frags, sent): (Vec<usize>, Vec<u64>) = writes.unzip();
+        self.counters.sent.fetch_add(sent.iter().sum(), Relaxed);
         let results = self.fan_out(calls);
         let mut failed: Vec<usize> = results.iter().zip(&frags).filter(|(r, _)| r.is_err()).map(|(_, &f)| f).collect();
         failed.sort_unstable();

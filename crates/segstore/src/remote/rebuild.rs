@@ -3,6 +3,7 @@
 //! being drained, is rebuilt from the segment's other fragments onto a node that holds none of
 //! that segment's.
 
+use super::conn::Node;
 use super::placement::pick;
 use super::storage::{chunks, RemoteStorage, Seg};
 use crate::stripe::BLOCK;
@@ -128,33 +129,31 @@ impl RemoteStorage {
                 continue;
             }
             tracing::warn!("storage node {} unreachable for {:?}: moving its fragments", self.addr(n), since.elapsed());
-            let started = Instant::now();
-            match self.evacuate(n) {
-                Ok(bytes) => {
-                    let floor = Duration::from_secs_f64(bytes as f64 / self.o.repair_rate.max(1) as f64);
-                    std::thread::sleep(floor.saturating_sub(started.elapsed()));
-                }
-                Err(e) => tracing::warn!("moving the fragments of {} failed: {e}", self.addr(n)),
+            if let Err(e) = self.evacuate_paced(n) {
+                tracing::warn!("moving the fragments of {} failed: {e}", self.addr(n));
             }
         }
     }
 
-    /// Moves the fragments of nodes being drained (that answer; those that do not are moved
-    /// as failed), at no more than `repair_rate`, then drops this store's leftovers there.
+    /// [`Self::evacuate`] at no more than `repair_rate` bytes a second.
+    fn evacuate_paced(&self, n: usize) -> io::Result<()> {
+        let started = Instant::now();
+        let bytes = self.evacuate(n)?;
+        let floor = Duration::from_secs_f64(bytes as f64 / self.o.repair_rate.max(1) as f64);
+        std::thread::sleep(floor.saturating_sub(started.elapsed()));
+        Ok(())
+    }
+
+    /// Empties the nodes being drained that answer (those that do not are moved as failed)
+    /// and are not emptied yet: their fragments moved at no more than `repair_rate`, then this
+    /// store's leftovers there dropped.
     fn drain_round(&self) {
-        let draining: Vec<usize> = {
-            let nodes = self.nodes.read();
-            nodes.iter().enumerate().filter(|(_, n)| n.draining() && n.down_since().is_none()).map(|(i, _)| i).collect()
-        };
-        for n in draining {
-            let started = Instant::now();
-            match self.evacuate(n) {
-                Ok(bytes) => {
-                    let floor = Duration::from_secs_f64(bytes as f64 / self.o.repair_rate.max(1) as f64);
-                    std::thread::sleep(floor.saturating_sub(started.elapsed()));
-                    self.drop_leftovers(n);
-                }
-                Err(e) => tracing::warn!("moving the fragments of drained node {} failed: {e}", self.addr(n)),
+        let draining: Vec<Arc<Node>> = self.nodes.read().iter().filter(|n| n.to_empty()).cloned().collect();
+        for node in draining {
+            let n = self.node_index(&node.addr);
+            match self.evacuate_paced(n).and_then(|()| self.drop_leftovers(n)) {
+                Ok(()) => node.set_emptied(),
+                Err(e) => tracing::warn!("emptying drained node {} failed: {e}", node.addr),
             }
         }
     }
@@ -162,21 +161,24 @@ impl RemoteStorage {
     /// Deletes the fragments of this store node `n` holds that no current placement names
     /// (a segment deleted, or a fragment moved, while the node was away). Each is checked
     /// under its segment's shard, so a segment being placed is never touched.
-    fn drop_leftovers(&self, n: usize) {
-        let listed = match self.fan_out(vec![(n, Request::List { store: self.o.store.clone() })]).pop() {
-            Some(Ok(Reply::Listed(l))) => l,
-            _ => return,
+    fn drop_leftovers(&self, n: usize) -> io::Result<()> {
+        let call = |req: Request| match self.fan_out(vec![(n, req)]).pop() {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(f)) => Err(f.into_io(&self.addr(n))),
+            None => Err(io::Error::other("no reply")),
+        };
+        let Reply::Listed(listed) = call(Request::List { store: self.o.store.clone() })? else {
+            return Err(io::Error::other(format!("{} answered List with something else", self.addr(n))));
         };
         for f in listed {
             let _shard = self.shard(f.seg).lock();
             if self.seg(f.seg).is_some_and(|s| s.nodes.contains(&n)) {
                 continue;
             }
-            let del = Request::Delete { store: self.o.store.clone(), seg: f.seg };
-            if self.fan_out(vec![(n, del)]).pop().is_some_and(|r| r.is_ok()) {
-                tracing::info!("dropped segment {}'s leftover fragment on drained node {}", f.seg, self.addr(n));
-            }
+            call(Request::Delete { store: self.o.store.clone(), seg: f.seg })?;
+            tracing::info!("dropped segment {}'s leftover fragment on drained node {}", f.seg, self.addr(n));
         }
+        Ok(())
     }
 
     fn holds_any(&self, n: usize) -> bool {
