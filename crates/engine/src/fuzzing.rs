@@ -63,7 +63,7 @@ pub fn node(data: &[u8]) {
         _ => {}
     }
     let mut copy = data.to_vec();
-    let _ = Node::rewrite_pointers(&mut copy, 21, &|s, _| Some(s));
+    let _ = Node::rewrite_pointers(&mut copy, 21, &|_, s, _| Some(s));
 }
 
 /// Bloom filter checks on arbitrary bytes.
@@ -106,7 +106,7 @@ pub fn sst(data: &[u8]) {
         }
     }
     let _ = decode_all(&info, &buf, NODE);
-    let _ = rewrite_sst(&mut buf, &info, NODE, SEG_BITS, &|s, _| Some(s));
+    let _ = rewrite_sst(&mut buf, &info, NODE, SEG_BITS, &|_, s, _| Some(s));
     let _ = Sst::from_image(info, &buf, NODE);
 }
 

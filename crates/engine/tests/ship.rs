@@ -1275,3 +1275,47 @@ fn a_backup_ahead_of_the_promoted_one_by_a_sealed_segment_holds_the_new_primary_
     assert!(extra.is_empty(), "backup 2 holds {} pairs the new primary lacks, first {:?}", extra.len(), extra.first());
     assert_eq!(got.len(), want.len(), "backup 2 holds what the new primary holds");
 }
+
+/// Compactions carry shadowed versions whose values GC moved, pointing into large-log
+/// segments the primary dropped: the SSTs it ships void those pointers, so that a backup
+/// reserves no segment for them (one that would never arrive nor be freed, and that a promoted
+/// backup would copy on). After rounds of writes, compactions and GC, every log segment the
+/// backup maps is one its logs hold, and it holds as many as its primary.
+#[test]
+fn a_backup_keeps_no_segment_for_a_pointer_its_primary_dropped() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let primary = Db::open(root.path().join("p"), opts()).expect("primary");
+    let backup = open_backup(&root.path().join("b"), true);
+    let rec = Arc::new(Recorder::default());
+    primary.replication().set_ship_listener(Some(rec.clone()));
+    let (mut model, mut bufs) = (BTreeMap::new(), Buffers::default());
+    for round in 0..12 {
+        write_round(&primary, round, &mut model);
+        if round % 3 == 2 {
+            primary.compact().expect("compact");
+            primary.gc().expect("gc");
+        }
+        for ev in rec.take() {
+            bufs.apply(&backup, &ev);
+        }
+    }
+    settle(&primary);
+    for ev in rec.take() {
+        bufs.apply(&backup, &ev);
+    }
+    let logs = |db: &Db| {
+        let kinds = [LogKind::L0, LogKind::Large, LogKind::Medium];
+        kinds.iter().flat_map(|k| db.replication().log_segments(0, *k).expect("log")).collect::<Vec<_>>()
+    };
+    let held: std::collections::HashSet<u32> = logs(&backup).into_iter().map(|(s, _)| s).collect();
+    let maps = backup.replication().replica_maps(0).expect("maps");
+    // A tail still buffered may be mapped already (an SST points into it).
+    let buffered = |k: &(u32, u32)| bufs.0.values().any(|t| (t.0, t.1) == *k);
+    let stale: Vec<_> = maps.log.iter().filter(|(k, l)| !held.contains(l) && !buffered(k)).collect();
+    assert!(stale.is_empty(), "map entries of segments no log holds: {stale:?}");
+    let tails = bufs.0.len();
+    assert_eq!(held.len() + tails, logs(&primary).len(), "the backup's log segments and tails against its primary's");
+    primary.replication().set_ship_listener(None);
+    backup.replication().promote(0, &bufs.tails()).expect("promote");
+    assert_same(&backup, &model, "the backup, promoted");
+}

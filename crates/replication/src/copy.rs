@@ -74,6 +74,10 @@ impl Reader {
         tracing::info!(region, backup = %self.link.node, bytes = total, paused_us, kind, "copy started");
         self.link.stats.copy_pause_micros_max.fetch_max(paused_us, Relaxed);
         let (mut done, mut sent) = (0u64, 0u64);
+        // Bytes sent by kind (logs, SSTs, medium segments), to tell what an incremental copy
+        // could not leave out.
+        let mut by_kind = [0u64; 3];
+        let mut held_pieces = 0usize;
         let first = match self.resync.take() {
             Some(keep) => Msg::Resync { epoch, region, keep },
             None => Msg::Reset { epoch, region },
@@ -91,6 +95,12 @@ impl Reader {
             };
             let n = image_bytes(&img);
             let held = matches!(img, CopyImage::Held { .. });
+            match &img {
+                CopyImage::Log(LogKind::Medium, ..) => by_kind[2] += n,
+                CopyImage::Log(..) => by_kind[0] += n,
+                CopyImage::Sst(..) => by_kind[1] += n,
+                CopyImage::Held { .. } => held_pieces += 1,
+            }
             if !held && !matches!(img, CopyImage::Log(LogKind::L0 | LogKind::Large, ..)) {
                 self.link.stats.image_bytes.fetch_add(n, Relaxed);
             }
@@ -115,7 +125,8 @@ impl Reader {
         {
             let secs = t0.elapsed().as_secs_f64();
             let mib_s = sent as f64 / (1 << 20) as f64 / secs.max(1e-9);
-            tracing::info!(region, backup = %self.link.node, sent, kept = done - sent, secs, mib_s, kind, "copy sent");
+            let [logs, ssts, medium] = by_kind;
+            tracing::info!(region, backup = %self.link.node, sent, logs, ssts, medium, kept = done - sent, held_pieces, pieces = self.copy.pieces(), secs, mib_s, kind, "copy sent");
             let st = &self.link.stats;
             st.copies_sent.fetch_add(1, Relaxed);
             st.copy_micros.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);

@@ -411,8 +411,9 @@ impl Shipper {
             let copying = !copy.is_empty();
             if copying {
                 let resync = incremental.then(|| copy.resync(held));
-                if let Some(k) = &resync {
-                    tracing::info!(region, backup = %l.node, logs = k.logs.len(), ssts = k.ssts.len(), "incremental copy: what the backup keeps");
+                if resync.is_some() {
+                    let (logs, ssts) = copy.matched();
+                    tracing::info!(region, backup = %l.node, logs, ssts, of_logs = held.logs.len(), of_ssts = held.ssts.len(), "incremental copy: what the backup holds that this copy names");
                 }
                 let _ = l.tx.send(Item::Copy(crate::copy::start(copy, region, epoch, l, rate, resync)));
             }

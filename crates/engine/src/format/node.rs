@@ -225,12 +225,13 @@ impl<'a> Node<'a> {
         self.child(lo.saturating_sub(1))
     }
 
-    /// Rewrites the log pointers of a leaf through `map` ((primary segment, salt) -> local
-    /// segment). Returns false if a pointer's segment is missing from the map.
+    /// Rewrites the log pointers of a leaf through `map` ((large, primary segment, salt) ->
+    /// local segment; `large`: a pointer into the large log, else the medium log). Returns
+    /// false if a pointer's segment is missing from the map.
     pub(crate) fn rewrite_pointers(
         node: &mut [u8],
         seg_bits: u32,
-        map: &dyn Fn(u32, u32) -> Option<u32>,
+        map: &dyn Fn(bool, u32, u32) -> Option<u32>,
     ) -> Result<bool, BadNode> {
         if node[0] != LEAF {
             return Ok(true);
@@ -245,7 +246,7 @@ impl<'a> Node<'a> {
                 let ptr = get_u64(node, p).ok_or(BadNode)?;
                 let salt = get_u32(node, p + 12).ok_or(BadNode)?;
                 let seg = (ptr >> seg_bits) as u32;
-                let Some(local) = map(seg, salt) else {
+                let Some(local) = map(kind & !EXPIRES == 2, seg, salt) else {
                     return Ok(false);
                 };
                 let within = ptr & ((1u64 << seg_bits) - 1);

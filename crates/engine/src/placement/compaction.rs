@@ -20,6 +20,7 @@ use crate::log::listener::ShippedSegment;
 use crate::log::tail::LogTail;
 use crate::options::MediumPlacement;
 use crate::region::{category, Category, Region};
+use crate::replication::backup::void_dead_pointers;
 use crate::tree::bypass::{self, Change, Slot};
 use crate::tree::memtable::{Entry, Value};
 use crate::tree::sst::{decode_all, Sst, SstBuilder};
@@ -554,12 +555,26 @@ impl<'a> Output<'a> {
         let dev = &self.r.sh().dev;
         dev.write(dev.seg_base(seg), used, IoKind::Compaction)?;
         self.r.sh().alloc.trim(seg, info.used_bytes as u64);
-        self.r.sh().ship_segment(self.r.id(), ShippedSegment::Sst { info: &info, bytes: used });
+        if self.r.sh().listener().is_some() {
+            let shipped = self.shipped_image(&info, used)?;
+            self.r.sh().ship_segment(self.r.id(), ShippedSegment::Sst { info: &info, bytes: &shipped });
+        }
         let sst = Sst::from_image(info, used, self.r.sh().opts.node_bytes);
         self.keep_warm(&sst, used);
         self.fill_room(&sst, used);
         self.ssts.push(Arc::new(sst));
         Ok(())
+    }
+
+    /// The image of a new SST as backups get it: its pointers into large-log segments the
+    /// region no longer holds voided (see [`void_dead_pointers`]).
+    fn shipped_image(&self, info: &crate::catalog::SstInfo, used: &[u8]) -> Result<Vec<u8>> {
+        let sh = self.r.sh();
+        let live = sh.manifest.with(|c| {
+            let large = c.regions.get(&self.r.id()).map(|m| m.log(LogKind::Large).to_vec()).unwrap_or_default();
+            large.iter().map(|s| (s.seg, s.salt)).collect()
+        });
+        void_dead_pointers(used, info, sh.opts.node_bytes, sh.dev.seg_bits(), &live)
     }
 
     /// Copies the leaves of a new SST that cover warm input leaves, for the cache.

@@ -20,7 +20,7 @@ use crate::region::Region;
 use crate::replication::Replication;
 use crate::tree::view::View;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A backup's two segment maps (primary segment -> local segment).
@@ -169,11 +169,18 @@ impl Replication<'_> {
         check_shipped(info, bytes.len(), sh.dev.seg_bytes(), sh.opts.node_bytes)?;
         let mut img = bytes.to_vec();
         let failed = RefCell::new(None);
-        let map = |seg: u32, salt: u32| match self.log_local(r, &meta, seg, salt) {
-            Ok((l, _)) => Some(l),
-            Err(e) => {
-                failed.borrow_mut().get_or_insert(e);
-                None
+        let map = |_, seg: u32, salt: u32| {
+            // A pointer its primary voided (into a segment it had dropped) stays void: a local
+            // segment reserved for it would never be received nor freed.
+            if seg == VOID_SEG {
+                return Some(VOID_SEG);
+            }
+            match self.log_local(r, &meta, seg, salt) {
+                Ok((l, _)) => Some(l),
+                Err(e) => {
+                    failed.borrow_mut().get_or_insert(e);
+                    None
+                }
             }
         };
         rewrite_sst(&mut img, info, sh.opts.node_bytes, sh.dev.seg_bits(), &map)?;
@@ -597,6 +604,30 @@ fn check_shipped(info: &SstInfo, image_len: usize, seg_bytes: u64, node_bytes: u
     Ok(())
 }
 
+/// The segment a shipped SST's pointer names when the primary no longer holds the large-log
+/// segment it pointed into (a shadowed version whose value GC moved; never read). No device
+/// has this many segments, so a read through it fails rather than finding other data.
+pub(crate) const VOID_SEG: u32 = u32::MAX;
+
+/// An SST image to ship, its pointers into large-log segments that `live` does not hold
+/// (segment, salt) set to [`VOID_SEG`]: a backup would otherwise keep a segment for each that
+/// never arrives (and a promoted backup would copy them on). The SST on disk is unchanged.
+pub(crate) fn void_dead_pointers(
+    used: &[u8],
+    info: &SstInfo,
+    nb: usize,
+    seg_bits: u32,
+    live: &HashSet<(u32, u32)>,
+) -> Result<Vec<u8>> {
+    let mut img = used.to_vec();
+    let map = |large: bool, seg: u32, salt: u32| match large && !live.contains(&(seg, salt)) {
+        true => Some(VOID_SEG),
+        false => Some(seg),
+    };
+    rewrite_sst(&mut img, info, nb, seg_bits, &map)?;
+    Ok(img)
+}
+
 /// Rewrites the log pointers in an SST image's leaves through `map` (index nodes hold
 /// segment-relative offsets and need nothing).
 pub(crate) fn rewrite_sst(
@@ -604,7 +635,7 @@ pub(crate) fn rewrite_sst(
     info: &SstInfo,
     nb: usize,
     seg_bits: u32,
-    map: &dyn Fn(u32, u32) -> Option<u32>,
+    map: &dyn Fn(bool, u32, u32) -> Option<u32>,
 ) -> Result<()> {
     for l in 0..info.leaf_count as usize {
         let off = l * nb;

@@ -79,6 +79,7 @@ pub struct RegionCopy {
     /// The region's catalog entry at the capture.
     meta: crate::catalog::RegionMeta,
     dev: std::sync::Arc<crate::device::Device>,
+    node_bytes: usize,
     _pin: crate::device::alloc::Pin,
 }
 
@@ -156,7 +157,10 @@ impl RegionCopy {
             Piece::Sst(info) => {
                 let mut img = AlignedBuf::new(info.used_bytes as usize);
                 dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Replication)?;
-                Ok(CopyImage::Sst(info.clone(), img.to_vec()))
+                let live = self.meta.log(LogKind::Large).iter().map(|s| (s.seg, s.salt)).collect();
+                let nb = self.node_bytes;
+                let shipped = super::backup::void_dead_pointers(&img[..], info, nb, dev.seg_bits(), &live)?;
+                Ok(CopyImage::Sst(info.clone(), shipped))
             }
         }
     }
@@ -176,6 +180,12 @@ impl RegionCopy {
         let (held, keep) = super::resync::plan(&self.meta, &logs, inv);
         self.held = held;
         keep
+    }
+
+    /// How many of the backup's log segments and SSTs an incremental copy found among its
+    /// own (a log segment is then left out only if its records are the same).
+    pub fn matched(&self) -> (usize, usize) {
+        (self.held.logs.len(), self.held.ssts.len())
     }
 
     /// The edits that publish the levels, the medium log and GC accounting on the backup, once
@@ -261,6 +271,7 @@ impl Replication<'_> {
             held: Default::default(),
             meta,
             dev: sh.dev.clone(),
+            node_bytes: sh.opts.node_bytes,
             _pin: pin,
         };
         let out = f(copy);
