@@ -13,14 +13,14 @@ use crate::device::aligned::{align_up, AlignedBuf, ALIGN};
 use crate::device::alloc::Purpose;
 use crate::device::IoKind;
 use crate::error::{Error, Result};
-use crate::format::node::Node;
 use crate::placement::{compaction, gc};
 use crate::region::slots::Reserved;
 use crate::region::Region;
 use crate::replication::Replication;
+use crate::tree::pointers::{rewrite_sst, VOID_SEG};
 use crate::tree::view::View;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// A backup's two segment maps (primary segment -> local segment).
@@ -600,58 +600,6 @@ fn check_shipped(info: &SstInfo, image_len: usize, seg_bytes: u64, node_bytes: u
     info.check(seg_bytes, node_bytes).map_err(bad)?;
     if image_len != 0 && (image_len as u64) < u64::from(info.used_bytes) {
         return Err(bad("image shorter than its used bytes"));
-    }
-    Ok(())
-}
-
-/// The segment a shipped SST's pointer names when the primary no longer holds the large-log
-/// segment it pointed into (a shadowed version whose value GC moved; never read). No device
-/// has this many segments, so a read through it fails rather than finding other data.
-pub(crate) const VOID_SEG: u32 = u32::MAX;
-
-/// An SST image to ship, its pointers into large-log segments that `live` does not hold
-/// (segment, salt) set to [`VOID_SEG`]: a backup would otherwise keep a segment for each that
-/// never arrives (and a promoted backup would copy them on). The SST on disk is unchanged.
-pub(crate) fn void_dead_pointers(
-    used: &[u8],
-    info: &SstInfo,
-    nb: usize,
-    seg_bits: u32,
-    live: &HashSet<(u32, u32)>,
-) -> Result<Vec<u8>> {
-    let mut img = used.to_vec();
-    let map = |large: bool, seg: u32, salt: u32| match large && !live.contains(&(seg, salt)) {
-        true => Some(VOID_SEG),
-        false => Some(seg),
-    };
-    rewrite_sst(&mut img, info, nb, seg_bits, &map)?;
-    Ok(img)
-}
-
-/// Rewrites the log pointers in an SST image's leaves through `map` (index nodes hold
-/// segment-relative offsets and need nothing).
-pub(crate) fn rewrite_sst(
-    img: &mut [u8],
-    info: &SstInfo,
-    nb: usize,
-    seg_bits: u32,
-    map: &dyn Fn(bool, u32, u32) -> Option<u32>,
-) -> Result<()> {
-    for l in 0..info.leaf_count as usize {
-        let off = l * nb;
-        let node = img
-            .get_mut(off..off + nb)
-            .ok_or_else(|| Error::corrupt(info.seg as u64, off as u64, "leaf past the image"))?;
-        if !crate::format::node::verify(node) {
-            return Err(Error::corrupt(info.seg as u64, off as u64, "node checksum mismatch"));
-        }
-        match Node::rewrite_pointers(node, seg_bits, map) {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(Error::corrupt(info.seg as u64, off as u64, "pointer into an unmapped log segment"))
-            }
-            Err(_) => return Err(Error::corrupt(info.seg as u64, off as u64, "malformed node")),
-        }
     }
     Ok(())
 }

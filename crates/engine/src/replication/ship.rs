@@ -159,7 +159,7 @@ impl RegionCopy {
                 dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Replication)?;
                 let live = self.meta.log(LogKind::Large).iter().map(|s| (s.seg, s.salt)).collect();
                 let nb = self.node_bytes;
-                let shipped = super::backup::void_dead_pointers(&img[..], info, nb, dev.seg_bits(), &live)?;
+                let shipped = crate::tree::pointers::void_dead_pointers(&img[..], info, nb, dev.seg_bits(), &live)?;
                 Ok(CopyImage::Sst(info.clone(), shipped))
             }
         }

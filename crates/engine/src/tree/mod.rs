@@ -4,6 +4,7 @@
 pub(crate) mod bypass;
 pub(crate) mod cache;
 pub(crate) mod memtable;
+pub(crate) mod pointers;
 pub(crate) mod rowcache;
 pub(crate) mod sst;
 pub(crate) mod view;

@@ -40,6 +40,7 @@ impl ClusterNode {
     /// only copy of stays with it (nothing to hand it to).
     pub async fn leave(&self) {
         let Some(s) = self.control.clone() else { return };
+        self.leaving.store(true, std::sync::atomic::Ordering::Relaxed);
         let t0 = std::time::Instant::now();
         if let Err(e) = s.leave().await {
             tracing::warn!("cannot mark this node as leaving in etcd: {e}; its regions fail over");
@@ -141,6 +142,7 @@ impl ClusterNode {
                         "no longer in the region's group; stopped leading it"
                     );
                     self.shipper.remove_region(r.id);
+                    self.keep_handed_off(r)?;
                 }
                 if backs {
                     self.replica.remove_region(r.id);
@@ -154,6 +156,21 @@ impl ClusterNode {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A leaving node's region it handed off, whose place the map keeps while it is away:
+    /// made a backup copy keeping what it holds at once. Left a primary region, it would go on
+    /// compacting and collecting garbage (before the node exits, and again when it starts
+    /// before the map is applied), dropping segments the new primary never hears of, which
+    /// the incremental copy on return then sends again.
+    fn keep_handed_off(&self, r: &RegionSpec) -> Result<(), String> {
+        let leaving = self.leaving.load(std::sync::atomic::Ordering::Relaxed);
+        if !leaving || self.mode != Mode::SendIndex || !r.away.contains_key(&self.name) {
+            return Ok(());
+        }
+        self.db.replication().demote_keeping(r.id).map_err(|e| e.to_string())?;
+        tracing::info!(region = r.id, "handed off while leaving: kept as a backup copy");
         Ok(())
     }
 
