@@ -478,6 +478,8 @@ fn redis_port_on_any_node_serves_the_whole_cluster() {
     }
     // A forward that names another epoch, or goes to a node that does not lead the region,
     // is refused with what is current; a node beyond loopback would first need the secret.
+    // (The map read again: the balancer may have moved a primary since the start.)
+    let s = wait_settled(&url, 2, Duration::from_secs(60));
     let region1 = &s["regions"][0];
     let (id, epoch) = (region1["id"].as_u64().unwrap() as u32, region1["epoch"].as_u64().unwrap());
     let leader = region1["primary"].as_str().unwrap().to_string();

@@ -571,6 +571,45 @@ fn sigterm_hands_primaries_off_before_the_node_leaves() {
     check_everything(&url, &addrs, &acked);
 }
 
+/// A backup away (SIGTERM, its place kept) while its primary splits the region: back, it splits
+/// its copy where the primary did rather than narrowing it, so both halves return by
+/// incremental copies (the new half with the segments the two share), none by a full one.
+#[test]
+fn a_copy_whose_region_split_while_it_was_away_returns_by_incremental_copies() {
+    let (dir, _etcd, url) = etcd_common::new_cluster_with(1, 3, &["--no-balance", "--replace-after-secs", "60"]);
+    let mut nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    let s = wait_settled(&url, 3, Duration::from_secs(60));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
+    preload(&addrs, 8 << 20);
+    let writers = Writers::start(&addrs, 2, &[]);
+    let r1 = region(&s, 1);
+    let away = r1["backups"][0].as_str().unwrap().to_string();
+    let v = nodes.iter().position(|n| n.name == away).unwrap();
+    assert!(nodes[v].leave(Duration::from_secs(40)).success(), "{away} did not leave cleanly");
+    let at = "key5";
+    let (ok, out) = halyard(&["admin", "split", "--region", "1", "--at", at, "--etcd", &url]);
+    assert!(ok, "split: {out}");
+    std::thread::sleep(Duration::from_millis(500));
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.name != away).collect();
+    let before = copy_counters(&others);
+    nodes[v].restart();
+    let s = wait_settled(&url, 3, Duration::from_secs(90));
+    for id in [1, 2] {
+        let names = region(&s, id)["backups"].as_array().unwrap().clone();
+        assert!(names.iter().any(|b| b == away.as_str()), "{away} is not back in region {id}: {s}");
+    }
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.name != away).collect();
+    let d: Vec<f64> = copy_counters(&others).iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!(
+        "return after a split: {} full and {} incremental copies, {} bytes sent, {} kept",
+        d[0], d[1], d[2], d[3]
+    );
+    assert_eq!(d[0], 0.0, "a full copy was sent to {away} on its return: {d:?}");
+    assert!(d[1] >= 2.0 && d[3] > d[2], "incremental copies of both halves to {away}: {d:?}");
+    let acked = writers.stop();
+    check_everything(&url, &addrs, &acked);
+}
+
 /// Writes about `bytes` of 2 KB pairs spread over the regions (keys apart from the writers'),
 /// so that every region's logs hold sealed segments.
 fn preload(addrs: &[String], bytes: usize) {

@@ -90,6 +90,12 @@ impl ReplicaRegion {
         self.mode == Mode::SendIndex || self.copying.load(Relaxed)
     }
 
+    /// Whether a copy (full or incremental) has emptied the region and not ended: what it holds
+    /// is not the region yet.
+    pub fn is_copying(&self) -> bool {
+        self.incomplete.load(Relaxed) || self.copying.load(Relaxed)
+    }
+
     /// Waits until every job queued so far has run; returns the first failure, if any.
     async fn settle(&self) -> Result<()> {
         self.deferred.settle().await

@@ -260,7 +260,9 @@ impl ClusterNode {
         let overlaps = |o: &halyard_engine::RegionInfo| {
             end.as_ref().is_none_or(|e| o.start < *e) && o.end.as_ref().is_none_or(|oe| start < *oe)
         };
-        let mine = |id: u32| map.region(id).is_some_and(|x| x.has_member(&self.name));
+        // Its place kept while it was away counts: the copy catches up on its return.
+        let mine =
+            |id: u32| map.region(id).is_some_and(|x| x.has_member(&self.name) || x.away.contains_key(&self.name));
         for o in self.db.regions().into_iter().filter(|o| o.id != r.id && o.backup && overlaps(o)) {
             if mine(o.id) {
                 self.narrow_missed_split(map, &o, r)?;
@@ -303,6 +305,9 @@ impl ClusterNode {
         if since.elapsed() < MISSED_SPLIT_AFTER {
             return Ok(());
         }
+        if self.split_missed(o, (&start, end.as_deref()), r)? {
+            return Ok(());
+        }
         self.db.replication().set_backup_range(o.id, &start, end.as_deref()).map_err(|e| e.to_string())?;
         self.stale_ranges.lock().remove(&o.id);
         tracing::warn!(
@@ -310,6 +315,29 @@ impl ClusterNode {
             "narrowed this copy to its region's range: its primary split it while it was away"
         );
         Ok(())
+    }
+
+    /// When `r` is exactly the part its primary split off copy `o` (whose region the map now
+    /// gives `range`): splits the copy there as a backup splits with its primary, so that `r`
+    /// starts with the segments both halves share and its incremental copy sends only what
+    /// differs (narrowed instead, `r` would take a full copy). The split's LSN is this copy's
+    /// own: the incremental copies of both halves replace the range deletes it adds.
+    fn split_missed(
+        &self,
+        o: &halyard_engine::RegionInfo,
+        range: (&[u8], Option<&[u8]>),
+        r: &RegionSpec,
+    ) -> Result<bool, String> {
+        let at = r.start_bytes();
+        let rest = o.start.as_slice() == range.0 && range.1 == Some(at.as_slice()) && r.end_bytes() == o.end;
+        if !rest || self.mode != Mode::SendIndex || self.replica.region(o.id).is_some_and(|x| x.is_copying()) {
+            return Ok(false);
+        }
+        let lsn = self.db.region(o.id).map_err(|e| e.to_string())?.lsn();
+        self.db.replication().backup_split(o.id, &at, lsn, r.id).map_err(|e| e.to_string())?;
+        self.stale_ranges.lock().remove(&o.id);
+        tracing::warn!(region = o.id, child = r.id, "split this copy where its primary split it while it was away");
+        Ok(true)
     }
 
     /// Becomes a backup of the region: an empty, stale or earlier copy the primary's copy
