@@ -38,9 +38,8 @@ impl ClusterNode {
     /// primaries to backups and takes it out of every group, waits (up to [`LEAVE_TIMEOUT`])
     /// until no group counts on it, then gives its lease back. A region this node holds the
     /// only copy of stays with it (nothing to hand it to).
-    pub async fn leave(&self) {
+    pub async fn leave(self: &Arc<Self>) {
         let Some(s) = self.control.clone() else { return };
-        self.leaving.store(true, std::sync::atomic::Ordering::Relaxed);
         let t0 = std::time::Instant::now();
         if let Err(e) = s.leave().await {
             tracing::warn!("cannot mark this node as leaving in etcd: {e}; its regions fail over");
@@ -52,7 +51,11 @@ impl ClusterNode {
         };
         loop {
             match read_view(&s).await {
-                Ok(v) if !v.regions.values().any(|(r, _)| counted_on(r)) => break,
+                Ok(v) if !v.regions.values().any(|(r, _)| counted_on(r)) => {
+                    let (me, map) = (self.clone(), v.cluster_file());
+                    let _ = tokio::task::spawn_blocking(move || me.keep_handed_off(&map)).await;
+                    break;
+                }
                 Ok(_) => {}
                 Err(e) => tracing::warn!("leaving: reading the region map: {e}"),
             }
@@ -142,7 +145,6 @@ impl ClusterNode {
                         "no longer in the region's group; stopped leading it"
                     );
                     self.shipper.remove_region(r.id);
-                    self.keep_handed_off(r)?;
                 }
                 if backs {
                     self.replica.remove_region(r.id);
@@ -159,19 +161,26 @@ impl ClusterNode {
         Ok(())
     }
 
-    /// A leaving node's region it handed off, whose place the map keeps while it is away:
-    /// made a backup copy keeping what it holds at once. Left a primary region, it would go on
-    /// compacting and collecting garbage (before the node exits, and again when it starts
-    /// before the map is applied), dropping segments the new primary never hears of, which
-    /// the incremental copy on return then sends again.
-    fn keep_handed_off(&self, r: &RegionSpec) -> Result<(), String> {
-        let leaving = self.leaving.load(std::sync::atomic::Ordering::Relaxed);
-        if !leaving || self.mode != Mode::SendIndex || !r.away.contains_key(&self.name) {
-            return Ok(());
+    /// A leaving node's regions it handed off, whose places the map keeps while it is away:
+    /// made backup copies keeping what they hold once every handoff is done (not during them:
+    /// it waits for a running compaction, holding the roles a handoff takes). Left primary
+    /// regions, they would compact and collect garbage when the node starts again, before the
+    /// map is applied, dropping segments their new primaries never hear of, which the
+    /// incremental copies on return would send again.
+    fn keep_handed_off(&self, map: &ClusterFile) {
+        let _roles = self.roles.lock();
+        if self.mode != Mode::SendIndex {
+            return;
         }
-        self.db.replication().demote_keeping(r.id).map_err(|e| e.to_string())?;
-        tracing::info!(region = r.id, "handed off while leaving: kept as a backup copy");
-        Ok(())
+        for r in map.regions.iter().filter(|r| r.away.contains_key(&self.name) && !self.shipper.leads(r.id)) {
+            if !self.db.regions().iter().any(|i| i.id == r.id && !i.backup) {
+                continue;
+            }
+            match self.db.replication().demote_keeping(r.id) {
+                Ok(()) => tracing::info!(region = r.id, "handed off while leaving: kept as a backup copy"),
+                Err(e) => tracing::warn!(region = r.id, "keeping a handed-off region as a backup copy: {e}"),
+            }
+        }
     }
 
     /// Ships the region to exactly the backups and learners the map names, at the map's

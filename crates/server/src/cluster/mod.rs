@@ -123,7 +123,4 @@ pub struct ClusterNode {
     pub(crate) loads: load::LoadTable,
     /// When a region led here is reported for a split by load.
     pub(crate) load_split: load::LoadSplit,
-    /// Set once this node is leaving (SIGTERM): a region it hands off is made a backup copy
-    /// at once (see `follow.rs`).
-    pub(crate) leaving: std::sync::atomic::AtomicBool,
 }

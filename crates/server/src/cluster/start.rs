@@ -116,7 +116,6 @@ impl ClusterNode {
                 ops: cfg.split_load_ops,
                 window: Duration::from_secs(cfg.split_load_secs),
             },
-            leaving: Default::default(),
         }
     }
 
