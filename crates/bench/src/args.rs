@@ -116,6 +116,10 @@ pub struct BenchArgs {
     /// write load, each with its own tree and lock [default: the engine's].
     #[arg(long)]
     pub dranges: Option<usize>,
+    /// Halyard's parts per L0 -> L1 merge (1..=16): the merge cut by key range, its parts
+    /// run at once [default: the engine's].
+    #[arg(long)]
+    pub l0_merge_parts: Option<usize>,
     /// Size ratio between consecutive levels.
     #[arg(long, default_value_t = 8)]
     pub growth_factor: u32,
@@ -320,6 +324,8 @@ pub struct Config {
     pub l0_bytes: u64,
     /// Halyard's Dranges per L0 table (`None`: the engine's default).
     pub dranges: Option<usize>,
+    /// Halyard's parts per L0 merge (`None`: the engine's default).
+    pub l0_merge_parts: Option<usize>,
     /// Level size ratio.
     pub growth_factor: u32,
     /// Durability.
@@ -521,6 +527,7 @@ impl Config {
             gc_threshold: a.gc_threshold,
             l0_bytes: a.l0_mb << 20,
             dranges: a.dranges,
+            l0_merge_parts: a.l0_merge_parts,
             growth_factor: a.growth_factor,
             sync,
             seed: a.seed,

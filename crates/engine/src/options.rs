@@ -111,6 +111,12 @@ pub struct Options {
     /// each other's inserts; a key taking over 1.5 fair shares gets a range of its own. 8 by
     /// default (measured best: `docs/performance.md`); 1 keeps one tree per table.
     pub dranges: usize,
+    /// Parts the L0 -> L1 merge is cut into by key range (1..=16), each merging its share of
+    /// the table into the L1 SSTs it overlaps on a thread of its own: a merge that falls
+    /// behind the writers takes the cores they leave idle while they wait. The parts get about
+    /// equal work (L1 bytes, and the table's bytes spread over its Dranges by write count),
+    /// cut at Drange bounds or L1 SST starts, never inside an L1 SST. 1: one merge.
+    pub l0_merge_parts: usize,
     /// Bloom filter bits per key.
     pub bloom_bits_per_key: usize,
     /// Create the default region covering all keys when a new store is made.
@@ -203,6 +209,7 @@ impl Default for Options {
             max_value_bytes: None,
             compaction_threads: 1,
             dranges: 8,
+            l0_merge_parts: 4,
             bloom_bits_per_key: 10,
             default_region: true,
             tolerate_log_damage: false,
@@ -316,6 +323,9 @@ impl Options {
         }
         if !(1..=64).contains(&self.dranges) {
             return bad("dranges must be in 1..=64".into());
+        }
+        if !(1..=16).contains(&self.l0_merge_parts) {
+            return bad("l0_merge_parts must be in 1..=16".into());
         }
         if let Some(max) = self.max_device_bytes {
             if max < 8 * self.segment_bytes {

@@ -215,3 +215,44 @@ fn superseded_large_values_switch_the_table_before_their_garbage_piles_up() {
         assert_eq!(db.get(&key(i)).unwrap(), Some(vec![79u8; 400]), "key {i}");
     }
 }
+
+/// A merge cut by key range (`Options::l0_merge_parts`) writes what one merge would: every
+/// key's newest value, small, medium and large, after merges into a grown L1, and after a
+/// reopen.
+#[test]
+fn an_l0_merge_cut_into_parts_keeps_every_key() {
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options { dranges: 8, l0_merge_parts: 4, growth_factor: 16, ..Options::tiny() };
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for i in 0..30_000u32 {
+        let k = key(rng.gen_range(0..6_000));
+        if i % 17 == 0 {
+            db.delete(&k).unwrap();
+            model.remove(&k);
+            continue;
+        }
+        let len = [8, 8, 8, 200, 900][rng.gen_range(0..5)];
+        let v = format!("{i:>len$}").into_bytes();
+        db.put(&k, &v).unwrap();
+        model.insert(k, v);
+    }
+    db.compact().unwrap();
+    let check = |db: &Db| {
+        let got: Vec<_> = db.scan(..).map(|r| r.unwrap()).collect();
+        let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the scan differs from the model");
+        for (k, v) in model.iter().step_by(7) {
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
+        }
+    };
+    check(&db);
+    let parts = db.stats().l0_merge_parts;
+    assert!(parts >= 4, "no L0 merge was cut into parts: {:?}", db.stats());
+    drop(db);
+    let db = Db::open(dir.path(), o).unwrap();
+    check(&db);
+}

@@ -272,6 +272,9 @@ pub struct EngineConfig {
     /// Dranges per L0 table (`Options::dranges`, 1..=64).
     #[arg(skip)]
     pub dranges: usize,
+    /// Parts an L0 -> L1 merge is cut into, run at once (`Options::l0_merge_parts`, 1..=16).
+    #[arg(skip)]
+    pub l0_merge_parts: usize,
 }
 
 impl Default for ServerConfig {
@@ -330,6 +333,7 @@ impl Default for EngineConfig {
             max_device_mb: 0,
             compaction_threads: o.compaction_threads,
             dranges: o.dranges,
+            l0_merge_parts: o.l0_merge_parts,
         }
     }
 }
@@ -365,6 +369,7 @@ impl ServerConfig {
             max_device_bytes: (e.max_device_mb > 0).then_some(e.max_device_mb << 20),
             compaction_threads: e.compaction_threads,
             dranges: e.dranges,
+            l0_merge_parts: e.l0_merge_parts,
             region_max_bytes: if self.is_cluster() { 0 } else { self.region_max_mb.unwrap_or(0) << 20 },
             split_key: Some(crate::keyspace::split_key()),
             ..Options::default()

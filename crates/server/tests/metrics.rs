@@ -57,6 +57,7 @@ const NODE: &[(&str, &str, &[&str])] = &[
     ("halyard_engine_compactions_total", "counter", &[]),
     ("halyard_engine_warmed_leaves_total", "counter", &[]),
     ("halyard_engine_compaction_cached_bytes_total", "counter", &[]),
+    ("halyard_engine_l0_merge_parts_total", "counter", &[]),
     ("halyard_engine_l0_versions_dropped_total", "counter", &[]),
     ("halyard_engine_gc_segments_total", "counter", &[]),
     ("halyard_engine_gc_known_segments_total", "counter", &[]),

@@ -63,6 +63,8 @@ pub struct EngineConfig {
     pub l0_bytes: u64,
     /// Halyard's Dranges per L0 table (`None`: the engine's default).
     pub dranges: Option<usize>,
+    /// Halyard's parts per L0 merge (`None`: the engine's default).
+    pub l0_merge_parts: Option<usize>,
     /// Level size ratio.
     pub growth_factor: u32,
     /// Durability.
@@ -86,6 +88,7 @@ impl EngineConfig {
             gc_threshold: c.gc_threshold,
             l0_bytes: c.l0_bytes,
             dranges: c.dranges,
+            l0_merge_parts: c.l0_merge_parts,
             growth_factor: c.growth_factor,
             sync: c.sync,
             threads: c.threads,

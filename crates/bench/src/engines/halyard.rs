@@ -27,6 +27,7 @@ impl Halyard {
             lsm_bypass_bytes: cfg.lsm_bypass_bytes as usize,
             l0_bytes: cfg.l0_bytes as usize,
             dranges: cfg.dranges.unwrap_or(defaults.dranges),
+            l0_merge_parts: cfg.l0_merge_parts.unwrap_or(defaults.l0_merge_parts),
             growth_factor: cfg.growth_factor,
             sync: match cfg.sync {
                 Sync::None => SyncMode::None,
@@ -110,6 +111,7 @@ impl Engine for Halyard {
                 ("bypass_slots", s.bypass_slots),
                 ("bypass_bytes", s.bypass_bytes),
                 ("dranges", s.dranges),
+                ("l0_merge_parts", s.l0_merge_parts),
                 // Nova-LSM's load imbalance of the last L0 table, in millionths.
                 ("drange_load_imbalance_ppm", (s.drange_load_imbalance * 1e6).round() as u64),
             ]
@@ -155,6 +157,7 @@ impl Engine for Halyard {
             ("log_chunk_bytes", o.log_chunk_bytes.to_string()),
             ("compaction_threads", o.compaction_threads.to_string()),
             ("dranges", o.dranges.to_string()),
+            ("l0_merge_parts", o.l0_merge_parts.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

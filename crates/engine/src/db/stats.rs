@@ -105,6 +105,9 @@ pub struct Stats {
     pub warmed_leaves: u64,
     /// Bytes of input leaves compactions took from the cache instead of reading the device.
     pub compaction_cached_bytes: u64,
+    /// Parts of the L0 -> L1 merges cut by key range (`Options::l0_merge_parts`), summed over
+    /// those merges (a merge run whole counts none).
+    pub l0_merge_parts: u64,
     /// Bytes the warm-up after open put in the cache (`Options::warm_cache`).
     pub warm_bytes: u64,
     /// Versions L0 dropped before compaction because a newer write of the key superseded them
@@ -181,6 +184,23 @@ const KINDS: [(IoKind, &str); 10] = [
     (IoKind::Warm, "warm"),
 ];
 
+/// Adds a region's levels to the per-level sums.
+fn add_levels(levels: &mut Vec<LevelStats>, version: &crate::tree::view::Version) {
+    for (i, l) in version.levels.iter().enumerate() {
+        if levels.len() <= i {
+            levels.push(LevelStats::default());
+        }
+        let ls = &mut levels[i];
+        ls.ssts += l.len();
+        for t in l {
+            ls.entries += t.info.entries;
+            ls.stored_bytes += t.info.stored_bytes;
+            ls.full_bytes += t.info.full_bytes;
+            ls.pinned_bytes += t.pinned_bytes() as u64;
+        }
+    }
+}
+
 impl Db {
     /// Current counters and sizes.
     pub fn stats(&self) -> Stats {
@@ -214,6 +234,7 @@ impl Db {
             medium_merged: c.medium_merged.load(Relaxed),
             warmed_leaves: c.warmed_leaves.load(Relaxed),
             compaction_cached_bytes: c.compaction_cached_bytes.load(Relaxed),
+            l0_merge_parts: c.l0_merge_parts.load(Relaxed),
             warm_bytes: c.warm_bytes.load(Relaxed),
             l0_versions_dropped: c.l0_versions_dropped.load(Relaxed),
             drange_reorganisations: c.drange_reorganisations.load(Relaxed),
@@ -250,19 +271,7 @@ impl Db {
                 s.bypass_slots += n;
                 s.bypass_bytes += bytes;
             }
-            for (i, l) in v.version.levels.iter().enumerate() {
-                if s.levels.len() <= i {
-                    s.levels.push(LevelStats::default());
-                }
-                let ls = &mut s.levels[i];
-                ls.ssts += l.len();
-                for t in l {
-                    ls.entries += t.info.entries;
-                    ls.stored_bytes += t.info.stored_bytes;
-                    ls.full_bytes += t.info.full_bytes;
-                    ls.pinned_bytes += t.pinned_bytes() as u64;
-                }
-            }
+            add_levels(&mut s.levels, &v.version);
         }
         if let Some((_, w)) = busiest {
             s.drange_load_imbalance = load_imbalance(&w);

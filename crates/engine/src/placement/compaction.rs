@@ -21,14 +21,14 @@ use crate::log::tail::LogTail;
 use crate::options::MediumPlacement;
 use crate::region::{category, Category, Region};
 use crate::tree::bypass::{self, Change, Slot};
-use crate::tree::memtable::{Entry, Value};
+use crate::tree::memtable::{Entry, Memtable, Value};
 use crate::tree::pointers::void_dead_pointers;
 use crate::tree::sst::{decode_all, Sst, SstBuilder};
 use crate::tree::view::{Version, View};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// A unit of compaction work.
@@ -219,9 +219,10 @@ struct SstStream<'a> {
     buf: std::vec::IntoIter<Entry>,
     warm: Warm,
     min_heat: u16,
-    /// The number of inputs (not 0) when the stream reports the share of them read so far,
-    /// in thousandths, as the L0 merge's progress (writers are paced to it).
-    progress: Option<usize>,
+    /// When the stream reports the L0 merge's progress (writers are paced to it): the inputs
+    /// of every part of the merge read so far, and their number (not 0); the share is
+    /// reported in thousandths.
+    progress: Option<(&'a AtomicUsize, usize)>,
 }
 
 impl<'a> SstStream<'a> {
@@ -234,12 +235,15 @@ impl<'a> SstStream<'a> {
             if let Some(e) = self.buf.next() {
                 return Ok(Some(e));
             }
-            if let Some(total) = self.progress {
-                self.r.report_l0_merge(((total - self.ssts.len()) * 1000 / total) as u32);
+            if let Some((read, total)) = self.progress {
+                self.r.report_l0_merge((read.load(Relaxed) * 1000 / total) as u32);
             }
             let Some(sst) = self.ssts.pop_front() else {
                 return Ok(None);
             };
+            if let Some((read, _)) = self.progress {
+                read.fetch_add(1, Relaxed);
+            }
             let img = read_leaves(self.r, &sst)?;
             self.buf = decode_all(&sst.info, &img, self.r.sh().opts.node_bytes)?.into_iter();
             let (cache, nb) = (&self.r.sh().ctx.cache, self.r.sh().opts.node_bytes);
@@ -571,8 +575,9 @@ impl<'a> Output<'a> {
     fn shipped_image(&self, info: &crate::catalog::SstInfo, used: &[u8]) -> Result<Vec<u8>> {
         let sh = self.r.sh();
         let live = sh.manifest.with(|c| {
-            let large = c.regions.get(&self.r.id()).map(|m| m.log(LogKind::Large).to_vec()).unwrap_or_default();
-            large.iter().map(|s| (s.seg, s.salt)).collect()
+            c.regions
+                .get(&self.r.id())
+                .map_or_else(Default::default, |m| m.log(LogKind::Large).iter().map(|s| (s.seg, s.salt)).collect())
         });
         void_dead_pointers(used, info, sh.opts.node_bytes, sh.dev.seg_bits(), &live)
     }
@@ -638,6 +643,51 @@ impl<'a> Output<'a> {
     fn abort(&self) {
         for &s in &self.allocated {
             self.r.sh().alloc.release(s);
+        }
+    }
+}
+
+/// What one part of an L0 merge made, handed to the thread that publishes the merge.
+struct Part {
+    ssts: Vec<Arc<Sst>>,
+    warm: Vec<(u128, Arc<Vec<u8>>)>,
+    medium_segs: Vec<(u32, u32)>,
+    medium_delta: HashMap<(u32, u32), i64>,
+    large_dead: Vec<(u64, u32, u32)>,
+    allocated: Vec<u32>,
+    bypass: Option<Vec<Change>>,
+}
+
+impl Output<'_> {
+    /// Closes the output of one part of a merge and hands over what it made.
+    fn into_part(mut self) -> Result<Part> {
+        if let Err(e) = self.finish_sst().and_then(|()| self.finish_medium_seg()) {
+            self.abort();
+            return Err(e);
+        }
+        Ok(Part {
+            ssts: std::mem::take(&mut self.ssts),
+            warm: std::mem::take(&mut self.warm),
+            medium_segs: std::mem::take(&mut self.medium_segs),
+            medium_delta: std::mem::take(&mut self.medium_delta),
+            large_dead: std::mem::take(&mut self.large_dead),
+            allocated: std::mem::take(&mut self.allocated),
+            bypass: self.bypass.take(),
+        })
+    }
+
+    /// Takes in what a part made (parts are absorbed in key order).
+    fn absorb(&mut self, p: Part) {
+        self.ssts.extend(p.ssts);
+        self.warm.extend(p.warm);
+        self.medium_segs.extend(p.medium_segs);
+        for (k, d) in p.medium_delta {
+            *self.medium_delta.entry(k).or_default() += d;
+        }
+        self.large_dead.extend(p.large_dead);
+        self.allocated.extend(p.allocated);
+        if let (Some(mine), Some(theirs)) = (&mut self.bypass, p.bypass) {
+            mine.extend(theirs);
         }
     }
 }
@@ -743,15 +793,14 @@ fn compact_l0(r: &Region) -> Result<()> {
     };
     // Writers that appended for this table may still be inserting into it.
     imm.wait_for_writers();
-    // From here the table is fixed: versions it dropped early are garbage this merge reports.
-    let mut table_dead = imm.freeze();
     let l1: &[Arc<Sst>] = view.version.levels.first().map_or(&[], |v| v.as_slice());
     let mut out = new_output(r, &view.version, Level::L1, true);
+    // From here the table is fixed: versions it dropped early are garbage this merge reports.
+    out.large_dead = imm.freeze();
     // A split's half shares its parent's table: the parts of its range deletes beyond the
     // half's range are the other half's.
     let table_dels: Vec<RangeDel> =
         imm.range_dels().map(|d| d.iter().filter_map(|d| r.clip(d.clone())).collect()).unwrap_or_default();
-    out.dels.extend(table_dels.iter().cloned());
     // A split's half merges only its part of the table it shares: L1 is rewritten once over
     // the two halves, not twice.
     let (start, end) = (r.start(), r.end());
@@ -764,39 +813,36 @@ fn compact_l0(r: &Region) -> Result<()> {
             Vec::new()
         }
     });
-    let result = (|| {
-        let mut it = imm.iter_all().peekable();
-        // The newest version of each key wins; older ones in the table are dropped. The other
-        // half's entries leave this half (their large values are garbage here).
-        let mut newer = || -> Result<Option<Entry>> {
-            loop {
-                let Some(e) = it.next() else { return Ok(None) };
-                while it.peek().is_some_and(|n| n.key == e.key) {
-                    if let Some(Value::Large { ptr, len, salt }) = it.next().map(|x| x.value.base().clone()) {
-                        table_dead.push((ptr, salt, len));
-                    }
-                }
-                if r.contains(&e.key) {
-                    return Ok(Some(e));
-                }
-                if let Value::Large { ptr, len, salt } = *e.value.base() {
-                    table_dead.push((ptr, salt, len));
-                }
-            }
-        };
-        let min_heat = warm_threshold(r, &inputs.iter().collect::<Vec<_>>(), out.warm_budget);
-        let mut older = SstStream::new(r, inputs.iter().cloned().collect(), min_heat);
-        if inputs.is_empty() {
-            // The merge only writes the table out: nothing to pace writers to.
-            r.report_l0_merge(1000);
-        } else {
-            older.progress = Some(inputs.len());
+    let cuts = l0_cuts(&imm, &inputs, r.sh().opts.l0_merge_parts);
+    let parts = l0_parts(&cuts, &inputs);
+    let merge = L0Merge {
+        r,
+        imm: &imm,
+        version: &view.version,
+        dels: &table_dels,
+        min_heat: warm_threshold(r, &inputs.iter().collect::<Vec<_>>(), out.warm_budget),
+        warm_budget: out.warm_budget / parts.len(),
+        read: AtomicUsize::new(0),
+        total: inputs.len(),
+    };
+    if inputs.is_empty() {
+        // The merge only writes the table out: nothing to pace writers to.
+        r.report_l0_merge(1000);
+    }
+    if parts.len() > 1 {
+        r.sh().counters.l0_merge_parts.fetch_add(parts.len() as u64, Relaxed);
+    }
+    let mut failed = None;
+    for part in run_l0_parts(&merge, &parts) {
+        match part {
+            Ok(p) => out.absorb(p),
+            Err(e) => failed = failed.or(Some(e)),
         }
-        out.warm_in.push(older.warm.clone());
-        merge(&mut out, &mut newer, &mut older)?;
-        out.large_dead.append(&mut table_dead);
-        out.finish()
-    })();
+    }
+    let result = match failed {
+        Some(e) => Err(e),
+        None => out.finish(),
+    };
     let mut edits = match result {
         Ok(e) => e,
         Err(e) => {
@@ -825,6 +871,151 @@ fn compact_l0(r: &Region) -> Result<()> {
     let merged = inputs.iter().map(|s| (1, s.clone())).collect();
     r.refresh_rows(&imm);
     publish(r, edits, &mut out, merged, true)
+}
+
+/// What the parts of one L0 merge share.
+struct L0Merge<'a> {
+    r: &'a Region,
+    imm: &'a Memtable,
+    version: &'a Version,
+    /// The table's range deletes (within the region).
+    dels: &'a [RangeDel],
+    min_heat: u16,
+    warm_budget: usize,
+    /// L1 inputs read so far by all parts, of `total`: the merge's progress.
+    read: AtomicUsize,
+    total: usize,
+}
+
+/// One part of an L0 merge: the table's keys in `[from, to)` (`None`: open) and the L1 SSTs
+/// among them.
+struct L0Part<'a> {
+    from: Option<&'a [u8]>,
+    to: Option<&'a [u8]>,
+    l1: VecDeque<Arc<Sst>>,
+}
+
+/// Where an L0 merge is cut into (at most) `parts` parts of about equal work: the L1 bytes
+/// and the table's bytes (spread over its Dranges by their write counts) each part merges.
+/// A cut that falls inside an L1 SST moves to that SST's first key, so that each L1 SST
+/// belongs to one part; cuts are distinct and ascending.
+fn l0_cuts(imm: &Memtable, inputs: &[Arc<Sst>], parts: usize) -> Vec<Vec<u8>> {
+    if parts <= 1 {
+        return Vec::new();
+    }
+    // (key, bytes of work from that key on): L1 SSTs at their first key, Dranges at their
+    // lower bound.
+    let writes = imm.drange_writes();
+    let all_writes = writes.iter().sum::<u64>().max(1) as f64;
+    let table = imm.bytes() as f64;
+    let mut points: Vec<(&[u8], f64)> =
+        inputs.iter().map(|s| (s.info.first_key.as_slice(), s.info.used_bytes as f64)).collect();
+    let lower = std::iter::once(&[][..]).chain(imm.bounds().iter().map(|b| &b[..]));
+    points.extend(lower.zip(&writes).map(|(k, &w)| (k, table * w as f64 / all_writes)));
+    points.sort_by(|a, b| a.0.cmp(b.0));
+    let total: f64 = points.iter().map(|p| p.1).sum();
+    let mut cuts: Vec<Vec<u8>> = Vec::new();
+    let mut done = 0.0;
+    for &(key, work) in &points {
+        let next = cuts.len() + 1;
+        if next < parts && done >= total * next as f64 / parts as f64 && !key.is_empty() {
+            let within = inputs.iter().find(|s| s.info.first_key.as_slice() < key && key <= s.info.last_key.as_slice());
+            let cut = within.map_or(key, |s| s.info.first_key.as_slice());
+            if cuts.last().is_none_or(|c| c.as_slice() < cut) {
+                cuts.push(cut.to_vec());
+            }
+        }
+        done += work;
+    }
+    cuts
+}
+
+/// The parts an L0 merge cut at `cuts` makes, in key order.
+fn l0_parts<'a>(cuts: &'a [Vec<u8>], inputs: &[Arc<Sst>]) -> Vec<L0Part<'a>> {
+    (0..=cuts.len())
+        .map(|j| {
+            let from = j.checked_sub(1).and_then(|i| cuts.get(i)).map(Vec::as_slice);
+            let to = cuts.get(j).map(Vec::as_slice);
+            let l1 = inputs
+                .iter()
+                .filter(|s| {
+                    let first = s.info.first_key.as_slice();
+                    from.is_none_or(|f| first >= f) && to.is_none_or(|t| first < t)
+                })
+                .cloned()
+                .collect();
+            L0Part { from, to, l1 }
+        })
+        .collect()
+}
+
+/// Runs the parts of an L0 merge, each but the first on a thread of its own (on this one
+/// when the system refuses a thread); their results in key order.
+fn run_l0_parts(m: &L0Merge<'_>, parts: &[L0Part<'_>]) -> Vec<Result<Part>> {
+    let Some((first, rest)) = parts.split_first() else { return Vec::new() };
+    std::thread::scope(|s| {
+        let others: Vec<_> = rest
+            .iter()
+            .map(|p| {
+                std::thread::Builder::new()
+                    .name("l0-merge-part".into())
+                    .spawn_scoped(s, move || merge_l0_part(m, p))
+                    .map_err(|_| p)
+            })
+            .collect();
+        let mut all = vec![merge_l0_part(m, first)];
+        for h in others {
+            all.push(match h {
+                Ok(h) => h.join().unwrap_or_else(|_| Err(Error::Poisoned("a part of an L0 merge panicked".into()))),
+                Err(p) => merge_l0_part(m, p),
+            });
+        }
+        all
+    })
+}
+
+/// Merges one part of the table into the L1 SSTs it overlaps.
+fn merge_l0_part(m: &L0Merge<'_>, part: &L0Part<'_>) -> Result<Part> {
+    let r = m.r;
+    let mut out = new_output(r, m.version, Level::L1, true);
+    out.dels.extend(m.dels.iter().cloned());
+    out.warm_budget = m.warm_budget;
+    let mut table_dead = Vec::new();
+    let result = {
+        let mut it = m.imm.iter_range(part.from, part.to).peekable();
+        // The newest version of each key wins; older ones in the table are dropped. The other
+        // half's entries leave this half (their large values are garbage here).
+        let mut newer = || -> Result<Option<Entry>> {
+            loop {
+                let Some(e) = it.next() else { return Ok(None) };
+                while it.peek().is_some_and(|n| n.key == e.key) {
+                    if let Some(Value::Large { ptr, len, salt }) = it.next().map(|x| x.value.base().clone()) {
+                        table_dead.push((ptr, salt, len));
+                    }
+                }
+                if r.contains(&e.key) {
+                    return Ok(Some(e));
+                }
+                if let Value::Large { ptr, len, salt } = *e.value.base() {
+                    table_dead.push((ptr, salt, len));
+                }
+            }
+        };
+        let mut older = SstStream::new(r, part.l1.clone(), m.min_heat);
+        if m.total > 0 {
+            older.progress = Some((&m.read, m.total));
+        }
+        out.warm_in.push(older.warm.clone());
+        merge(&mut out, &mut newer, &mut older)
+    };
+    out.large_dead.append(&mut table_dead);
+    match result {
+        Ok(()) => out.into_part(),
+        Err(e) => {
+            out.abort();
+            Err(e)
+        }
+    }
 }
 
 /// Whether the range delete of `lsn` may leave the catalog as far as L0 goes: a split's also

@@ -41,6 +41,8 @@ pub(crate) struct Counters {
     pub medium_merged: AtomicU64,
     pub warmed_leaves: AtomicU64,
     pub compaction_cached_bytes: AtomicU64,
+    /// Parts of the L0 merges cut by key range (`Options::l0_merge_parts`).
+    pub l0_merge_parts: AtomicU64,
     /// Bytes the warm-up after open put in the cache.
     pub warm_bytes: AtomicU64,
     pub l0_versions_dropped: AtomicU64,

@@ -78,6 +78,8 @@ pub struct RegionCopy {
     held: super::resync::Held,
     /// The region's catalog entry at the capture.
     meta: crate::catalog::RegionMeta,
+    /// Its large-log segments (segment, salt): pointers elsewhere are voided in shipped SSTs.
+    large_live: std::collections::HashSet<(u32, u32)>,
     dev: std::sync::Arc<crate::device::Device>,
     node_bytes: usize,
     _pin: crate::device::alloc::Pin,
@@ -157,9 +159,8 @@ impl RegionCopy {
             Piece::Sst(info) => {
                 let mut img = AlignedBuf::new(info.used_bytes as usize);
                 dev.read_into(dev.seg_base(info.seg), &mut img, IoKind::Replication)?;
-                let live = self.meta.log(LogKind::Large).iter().map(|s| (s.seg, s.salt)).collect();
-                let nb = self.node_bytes;
-                let shipped = crate::tree::pointers::void_dead_pointers(&img[..], info, nb, dev.seg_bits(), &live)?;
+                let (nb, live) = (self.node_bytes, &self.large_live);
+                let shipped = crate::tree::pointers::void_dead_pointers(&img[..], info, nb, dev.seg_bits(), live)?;
                 Ok(CopyImage::Sst(info.clone(), shipped))
             }
         }
@@ -269,6 +270,7 @@ impl Replication<'_> {
             pieces,
             edits: copy_edits(&meta),
             held: Default::default(),
+            large_live: meta.log(LogKind::Large).iter().map(|s| (s.seg, s.salt)).collect(),
             meta,
             dev: sh.dev.clone(),
             node_bytes: sh.opts.node_bytes,

@@ -479,19 +479,42 @@ impl Memtable {
 
     /// [`Memtable::iter_all`] over Drange `d` only.
     pub(crate) fn iter_drange(&self, d: usize) -> impl Iterator<Item = Entry> + '_ {
-        let mut after: Option<MemKey> = None;
+        self.iter_drange_from(d, Bound::Unbounded)
+    }
+
+    /// [`Memtable::iter_all`] over the keys in `[from, to)` (`None`: open), reading only the
+    /// Dranges that range reaches: one part of a merge cut by key range.
+    pub(crate) fn iter_range<'a>(
+        &'a self,
+        from: Option<&[u8]>,
+        to: Option<&'a [u8]>,
+    ) -> impl Iterator<Item = Entry> + 'a {
+        let first = from.map_or(0, |k| self.drange_of(k));
+        let last = to.map_or(self.dranges.len() - 1, |k| self.drange_of(k));
+        // The newest version of `from` sorts first among its versions.
+        let start = from.map(|k| MemKey { key: KeyBytes::from_slice(k), rev: 0 });
+        (first..=last)
+            .flat_map(move |d| {
+                let start =
+                    if d == first { start.clone().map_or(Bound::Unbounded, Bound::Included) } else { Bound::Unbounded };
+                self.iter_drange_from(d, start)
+            })
+            .take_while(move |e| to.is_none_or(|t| e.key.as_slice() < t))
+    }
+
+    fn iter_drange_from(&self, d: usize, start: Bound<MemKey>) -> impl Iterator<Item = Entry> + '_ {
+        let mut from = Some(start);
         let mut chunk = std::collections::VecDeque::new();
         std::iter::from_fn(move || {
             if chunk.is_empty() {
                 let map = self.dranges.get(d)?.map.read();
-                let from = after.take().map_or(Bound::Unbounded, Bound::Excluded);
-                chunk.extend(map.range((from, Bound::Unbounded)).take(ITER_CHUNK).map(|(k, v)| Entry {
+                chunk.extend(map.range((from.take()?, Bound::Unbounded)).take(ITER_CHUNK).map(|(k, v)| Entry {
                     key: k.key.to_vec(),
                     lsn: k.lsn(),
                     value: v.clone(),
                 }));
                 let last = chunk.back()?;
-                after = Some(MemKey::new(&last.key, last.lsn));
+                from = Some(Bound::Excluded(MemKey::new(&last.key, last.lsn)));
             }
             chunk.pop_front()
         })

@@ -486,6 +486,12 @@ pub(crate) fn encode_engine_work(e: &mut DescriptorEncoder<'_>, s: &halyard_engi
     )?;
     counter(
         e,
+        "halyard_engine_l0_merge_parts_total",
+        "Parts of the L0 -> L1 merges cut by key range (their parts run at once).",
+        s.l0_merge_parts,
+    )?;
+    counter(
+        e,
         "halyard_engine_l0_versions_dropped_total",
         "Superseded versions L0 dropped before compaction (no reader could see them).",
         s.l0_versions_dropped,
