@@ -1,7 +1,9 @@
 #![no_main]
-//! The storage node protocol's decoders and a fragment meta file's header on arbitrary bytes:
+//! The storage node protocol's decoders, a fragment meta file's header and a store's claim
+//! file on arbitrary bytes:
 //! nothing panics, and whatever decodes re-encodes to exactly the same bytes (one meaning, one
 //! encoding), except an error reply's text, which is read leniently.
+use halyard_segstore::node::claims;
 use halyard_segstore::node::fragments::{header, parse_header};
 use halyard_segstore::wire::{Reply, Request};
 use libfuzzer_sys::fuzz_target;
@@ -20,5 +22,8 @@ fuzz_target!(|data: &[u8]| {
     if let Some((seg, frag, p)) = parse_header(data) {
         let h = header(seg, frag, &p);
         assert_eq!(parse_header(&h), Some((seg, frag, p)));
+    }
+    if let Some(c) = claims::decode(data) {
+        assert_eq!(claims::encode(&c), data);
     }
 });

@@ -618,6 +618,7 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let mut fenced_by = None;
     let out = match cfg.storage {
         StorageMode::Local => rt.block_on(halyard_server::run(cfg, shutdown_signal())),
         StorageMode::Remote => {
@@ -631,7 +632,15 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
                 rt.spawn(follow_storage_nodes(cfg.clone(), std::sync::Arc::downgrade(&remote)));
             }
             let open = move |opts| halyard_engine::Db::open_on(store, opts);
-            let out = rt.block_on(halyard_server::run_with(cfg, open, shutdown_signal()));
+            let fenced = std::sync::Arc::downgrade(&remote);
+            let stop = async move {
+                tokio::select! {
+                    () = shutdown_signal() => {},
+                    () = until_fenced(fenced) => {},
+                }
+            };
+            let out = rt.block_on(halyard_server::run_with(cfg, open, stop));
+            fenced_by = remote.fenced_by();
             let s = remote.stats();
             tracing::info!(
                 bytes_sent = s.bytes_sent,
@@ -647,7 +656,10 @@ fn serve(a: &ServeArgs) -> Result<(), String> {
     .map_err(|e| e.to_string());
     // A blocking task still running (a flush past its minute) does not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
-    out
+    match fenced_by {
+        Some(why) => Err(format!("stopped: {why}")),
+        None => out,
+    }
 }
 
 /// `halyard serve --role storage`: keeps fragments under --dir, serves them on --listen.
@@ -742,6 +754,19 @@ async fn follow_storage_nodes(cfg: ServerConfig, remote: std::sync::Weak<halyard
     }
 }
 
+/// Returns once another processing node claimed this node's store (the storage nodes refuse
+/// it every request from then on): the node stops rather than answer errors.
+async fn until_fenced(remote: std::sync::Weak<halyard_segstore::RemoteStorage>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        match remote.upgrade() {
+            Some(rs) if rs.is_fenced() => return,
+            Some(_) => {}
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
 /// The remote storage `--storage remote` runs the store on.
 fn remote_storage(
     cfg: &ServerConfig,
@@ -757,6 +782,7 @@ fn remote_storage(
             StripePlacement::Random => halyard_segstore::remote::Choice::Random,
         },
         seg_bits: cfg.engine_options().segment_bytes.trailing_zeros(),
+        owner: format!("{} listening on {}", cfg.node.as_deref().unwrap_or("halyard"), cfg.listen),
         ..Default::default()
     };
     halyard_segstore::RemoteStorage::open(opts).map_err(|e| format!("--storage remote: {e}"))

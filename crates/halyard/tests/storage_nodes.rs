@@ -362,3 +362,69 @@ fn a_storage_node_that_joins_takes_fragments_and_a_drained_one_can_be_stopped() 
     }
     assert!(stocs[3].dir.join("n1").is_dir(), "the node that joined holds none of n1's fragments");
 }
+
+#[test]
+fn a_processing_node_that_opens_a_store_fences_the_one_that_held_it() {
+    let root = tempfile::tempdir().unwrap();
+    let stocs = nodes(4, root.path());
+    let mut model = BTreeMap::new();
+    let old = remote(&stocs, Duration::from_secs(2));
+    let db_old = Db::open_on(old.clone(), options()).unwrap();
+    churn(&db_old, &mut model, 11, 3_000, || {});
+    db_old.flush().unwrap();
+    // A second processing node opens the store while the first still runs (a failover that
+    // thought it dead): it sees everything the first made durable.
+    let new = remote(&stocs, Duration::from_secs(2));
+    let db_new = Db::open_on(new.clone(), options()).unwrap();
+    check(&db_new, &model);
+    // The first one can no longer write nor read the store: every storage node refuses it
+    // (its own background work may have found out first).
+    let late = db_old.put(b"late", b"write").and_then(|()| db_old.flush());
+    assert!(late.is_err(), "a replaced processing node flushed to the store");
+    assert!(old.is_fenced());
+    assert!(old.fenced_by().unwrap().contains("was replaced"), "{:?}", old.fenced_by());
+    let mut buf = vec![0u8; 4096];
+    assert!(halyard_engine::Storage::read(&*old, 0, 0, &mut buf).is_err(), "a replaced processing node read");
+    // Nothing it tried reached the store; the new owner goes on, and so does a later one.
+    churn(&db_new, &mut model, 12, 3_000, || {});
+    db_new.flush().unwrap();
+    check(&db_new, &model);
+    drop((db_old, old));
+    drop((db_new, new));
+    let again = remote(&stocs, Duration::from_secs(2));
+    let db = Db::open_on(again.clone(), options()).unwrap();
+    check(&db, &model);
+    assert_eq!(db.get(b"late").unwrap(), None, "the fenced node's write reached the store");
+}
+
+#[test]
+fn a_replaced_processing_node_refuses_writes_and_stops() {
+    let root = tempfile::tempdir().unwrap();
+    let stocs = nodes(3, root.path());
+    let list = stocs.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let args = ["--storage", "remote", "--storage-nodes", &list, "--cluster-secret", SECRET, "--node", "p1"];
+    let args = [&args[..], &["--sync", "always"]].concat();
+    let mut first = common::Server::start(&root.path().join("p1a"), &args);
+    let mut c = first.conn();
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]), common::ok());
+    }
+    let second = common::Server::start(&root.path().join("p1b"), &args);
+    // The first node's next write reaches a storage node that names the second as owner.
+    assert_ne!(c.cmd(&["SET", "late", "x"]), common::ok(), "a replaced node acknowledged a write");
+    let mut child = first.child.take().unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the replaced node kept running");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "a replaced node exits with a failure: {status}");
+    let mut c = second.conn();
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["GET", &format!("k{i}")]), common::bulk(&format!("v{i}")), "k{i}");
+    }
+    assert_ne!(c.cmd(&["GET", "late"]), common::bulk("x"), "the refused write reached the store");
+}

@@ -1,7 +1,7 @@
 //! The storage node protocol: requests and replies, each the body of one frame of the nodes'
 //! common frame (`u32 magic "HLYR" | u32 body length | u32 crc32c(body)`, then the body; see
 //! `halyard_admin::frame`). Integers are little-endian; `bytes` is a `u32` length, then the
-//! bytes. Version 1.
+//! bytes. Version 2 (version 1 had no Claim, no Claimed and no Fenced).
 //!
 //! ```text
 //! request  = tag u8, then by tag:
@@ -13,12 +13,14 @@
 //!   0x76 List   store:bytes                        the store's fragments held here
 //!   0x77 Place  store:bytes seg:u32 frag:u8 placement   creates a fragment or names its new placement
 //!   0x78 Stats
+//!   0x79 Claim  store:bytes epoch:u64 owner:bytes    fences the store's older owners (epoch 0: asks)
 //! placement = gen:u64 rho:u8 count:u8 node:bytes × count    (node i holds fragment i; i = rho is parity)
 //! reply    = tag u8 queue:u32, then by tag:     (queue: requests the node is serving)
 //!   0x81 Ok
 //!   0x82 Data    data:bytes
 //!   0x83 Listed  count:u32 (seg:u32 frag:u8 placement) × count
 //!   0x84 Stats   fragments:u64 bytes:u64 direct:u8
+//!   0x85 Claimed epoch:u64 owner:bytes            the store's claim after a Claim
 //!   0x8F Error   code:u8 message:bytes          (codes: [`Code`])
 //! ```
 
@@ -39,10 +41,12 @@ const DELETE: u8 = 0x75;
 const LIST: u8 = 0x76;
 const PLACE: u8 = 0x77;
 const STATS: u8 = 0x78;
+const CLAIM: u8 = 0x79;
 const OK: u8 = 0x81;
 const DATA: u8 = 0x82;
 const LISTED: u8 = 0x83;
 const STATS_REPLY: u8 = 0x84;
+const CLAIMED: u8 = 0x85;
 const ERROR: u8 = 0x8F;
 
 /// Which nodes hold a segment's fragments, and how new that choice is.
@@ -76,6 +80,10 @@ pub enum Request {
     Place { store: String, seg: u32, frag: u8, placement: Placement },
     /// The node's counters.
     Stats,
+    /// Makes `owner` the store's owner from `epoch` on, if no owner claimed it at that epoch or
+    /// a later one; the connection then acts for the store at that epoch. Every store request
+    /// of a connection holding an older epoch is refused ([`Code::Fenced`]). Epoch 0 only asks.
+    Claim { store: String, epoch: u64, owner: String },
 }
 
 /// Why a node refused a request.
@@ -93,6 +101,8 @@ pub enum Code {
     Io = 5,
     /// A store name the node will not use as a directory.
     BadName = 6,
+    /// Another owner claimed the store at a later epoch than this connection's.
+    Fenced = 7,
 }
 
 impl Code {
@@ -103,6 +113,7 @@ impl Code {
             4 => Code::Corrupt,
             5 => Code::Io,
             6 => Code::BadName,
+            7 => Code::Fenced,
             _ => Code::Malformed,
         }
     }
@@ -131,6 +142,8 @@ pub enum Reply {
     Listed(Vec<Listed>),
     /// Counters.
     Stats { fragments: u64, bytes: u64, direct: bool },
+    /// The store's claim after a Claim: the request's own when it was taken.
+    Claimed { epoch: u64, owner: String },
     /// Refused.
     Error { code: Code, message: String },
 }
@@ -185,6 +198,19 @@ impl Placement {
 }
 
 impl Request {
+    /// The store a request reads or changes (Hello, Stats and Claim act on none).
+    pub fn store(&self) -> Option<&str> {
+        match self {
+            Request::Write { store, .. }
+            | Request::Read { store, .. }
+            | Request::Sync { store }
+            | Request::Delete { store, .. }
+            | Request::List { store }
+            | Request::Place { store, .. } => Some(store),
+            Request::Hello { .. } | Request::Stats | Request::Claim { .. } => None,
+        }
+    }
+
     /// The request's frame.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = frame::begin();
@@ -205,6 +231,9 @@ impl Request {
                 &mut w
             }
             Request::Stats => w.u8(STATS),
+            Request::Claim { store, epoch, owner } => {
+                w.u8(CLAIM).bytes(store.as_bytes()).u64(*epoch).bytes(owner.as_bytes())
+            }
         };
         frame::seal(w)
     }
@@ -231,6 +260,7 @@ impl Request {
                 Request::Place { store: name(&mut r)?, seg: r.u32()?, frag: r.u8()?, placement: placement(&mut r)? }
             }
             STATS => Request::Stats,
+            CLAIM => Request::Claim { store: name(&mut r)?, epoch: r.u64()?, owner: name(&mut r)? },
             _ => return Err(Malformed("unknown request tag")),
         };
         r.finish().map_err(|_| Malformed("bytes after the request"))?;
@@ -256,6 +286,7 @@ impl Reply {
             Reply::Stats { fragments, bytes, direct } => {
                 w.u8(STATS_REPLY).u32(queue).u64(*fragments).u64(*bytes).u8(u8::from(*direct))
             }
+            Reply::Claimed { epoch, owner } => w.u8(CLAIMED).u32(queue).u64(*epoch).bytes(owner.as_bytes()),
             Reply::Error { code, message } => w.u8(ERROR).u32(queue).u8(*code as u8).bytes(message.as_bytes()),
         };
         frame::seal(w)
@@ -289,6 +320,7 @@ impl Reply {
                     _ => return Err(Malformed("direct is 0 or 1")),
                 },
             },
+            CLAIMED => Reply::Claimed { epoch: r.u64()?, owner: name(&mut r)? },
             ERROR => {
                 Reply::Error { code: Code::from_u8(r.u8()?), message: String::from_utf8_lossy(r.bytes()?).into_owned() }
             }
@@ -338,6 +370,7 @@ mod tests {
             Request::List { store: "n1".into() },
             Request::Place { store: "n1".into(), seg: 4, frag: 0, placement: p.clone() },
             Request::Stats,
+            Request::Claim { store: "n1".into(), epoch: 4, owner: "p1 pid 7".into() },
         ];
         for r in reqs {
             assert_eq!(Request::decode(body(&r.encode())).unwrap(), r);
@@ -347,6 +380,7 @@ mod tests {
             Reply::Data(vec![1, 2, 3]),
             Reply::Listed(vec![Listed { seg: 1, frag: 2, placement: p }]),
             Reply::Stats { fragments: 4, bytes: 5, direct: true },
+            Reply::Claimed { epoch: 4, owner: "p1 pid 7".into() },
             Reply::Error { code: Code::Corrupt, message: "block 3".into() },
         ];
         for r in replies {

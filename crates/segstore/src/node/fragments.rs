@@ -259,7 +259,8 @@ impl Fragments {
         let (mut n, mut bytes) = (0, 0);
         for store in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             for e in std::fs::read_dir(store.path()).into_iter().flatten().flatten() {
-                if !e.file_name().to_string_lossy().ends_with(".meta") {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.ends_with(".meta") && !name.starts_with(super::claims::FILE) {
                     n += 1;
                     bytes += e.metadata().map_or(0, |m| m.len());
                 }

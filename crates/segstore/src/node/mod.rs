@@ -1,10 +1,14 @@
 //! A storage node: serves the fragments it holds ([`fragments`]) over TCP, a thread per
-//! connection, every connection first giving the cluster secret (`halyard_admin::auth`).
+//! connection, every connection first giving the cluster secret (`halyard_admin::auth`), each
+//! store fenced to the processing node that claimed it last ([`claims`]).
 
+pub mod claims;
 pub mod fragments;
 
 use crate::wire::{read_frame, write_frame, Code, Reply, Request};
+use claims::Claims;
 use fragments::Fragments;
+use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -16,6 +20,7 @@ const MAX_CONNECTIONS: u32 = 512;
 /// A running storage node.
 pub struct StorageNode {
     frags: Fragments,
+    claims: Claims,
     /// Requests being served (the queue the replies report).
     queue: AtomicU32,
     conns: AtomicU32,
@@ -24,7 +29,8 @@ pub struct StorageNode {
 impl StorageNode {
     /// A node keeping its fragments under `dir`.
     pub fn open(dir: &Path) -> std::io::Result<Arc<StorageNode>> {
-        Ok(Arc::new(StorageNode { frags: Fragments::open(dir)?, queue: AtomicU32::new(0), conns: AtomicU32::new(0) }))
+        let (frags, claims) = (Fragments::open(dir)?, Claims::new(dir));
+        Ok(Arc::new(StorageNode { frags, claims, queue: AtomicU32::new(0), conns: AtomicU32::new(0) }))
     }
 
     /// Serves connections from `listener` until the process ends.
@@ -51,6 +57,8 @@ impl StorageNode {
     fn connection(&self, mut s: TcpStream) -> std::io::Result<()> {
         s.set_nodelay(true)?;
         let mut authed = false;
+        // The epoch this connection claimed each store at.
+        let mut held: HashMap<String, u64> = HashMap::new();
         loop {
             let body = read_frame(&mut s)?;
             let reply = match Request::decode(&body) {
@@ -69,12 +77,41 @@ impl StorageNode {
                 },
                 Ok(req) => {
                     self.queue.fetch_add(1, Relaxed);
-                    let r = self.handle(req);
+                    let r = self.admitted(req, &mut held);
                     self.queue.fetch_sub(1, Relaxed);
                     r
                 }
             };
             write_frame(&mut s, &reply.encode(self.queue.load(Relaxed)))?;
+        }
+    }
+
+    /// Answers a request of an authenticated connection: a store request only if the
+    /// connection holds the store's current claim (or nobody claimed it).
+    fn admitted(&self, req: Request, held: &mut HashMap<String, u64>) -> Reply {
+        if let Request::Claim { store, epoch, owner } = req {
+            return self.claim(&store, epoch, &owner, held);
+        }
+        let Some(store) = req.store().map(str::to_string) else { return self.handle(req) };
+        let epoch = held.get(&store).copied().unwrap_or(0);
+        self.claims.admit(&store, epoch, || Ok(self.handle(req))).unwrap_or_else(refused)
+    }
+
+    fn claim(&self, store: &str, epoch: u64, owner: &str, held: &mut HashMap<String, u64>) -> Reply {
+        if !fragments::valid_store(store) {
+            return Reply::Error {
+                code: Code::BadName,
+                message: format!("store name {store:?} is not [A-Za-z0-9._-]{{1,64}}"),
+            };
+        }
+        match self.claims.claim(store, epoch, owner) {
+            Ok(c) => {
+                if epoch != 0 && c.epoch == epoch && c.owner == owner {
+                    held.insert(store.to_string(), epoch);
+                }
+                Reply::Claimed { epoch: c.epoch, owner: c.owner }
+            }
+            Err(r) => refused(r),
         }
     }
 
@@ -93,7 +130,7 @@ impl StorageNode {
                 let (fragments, bytes) = f.usage();
                 return Reply::Stats { fragments, bytes, direct: f.is_direct() };
             }
-            Request::Hello { .. } => Ok(()),
+            Request::Hello { .. } | Request::Claim { .. } => Ok(()),
         };
         done.map_or_else(refused, |()| Reply::Ok)
     }

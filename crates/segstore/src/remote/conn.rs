@@ -40,6 +40,8 @@ pub(crate) struct Node {
     emptied: AtomicBool,
     timeout: Duration,
     secret: Vec<u8>,
+    /// The store's claim each new connection makes after Hello (`node/claims.rs`).
+    claim: Mutex<Option<Request>>,
 }
 
 impl Node {
@@ -55,7 +57,15 @@ impl Node {
             emptied: AtomicBool::new(false),
             timeout,
             secret: secret.to_vec(),
+            claim: Mutex::new(None),
         }
+    }
+
+    /// Makes every connection from now on claim the store with `claim` (a [`Request::Claim`]);
+    /// pooled connections, which hold no claim, are dropped.
+    pub(crate) fn set_claim(&self, claim: Option<Request>) {
+        *self.claim.lock() = claim;
+        self.forget_connections();
     }
 
     /// How busy the node looks (power-of-d keeps the least busy): the time it took lately per
@@ -99,7 +109,9 @@ impl Node {
         *self.down_since.lock()
     }
 
-    fn connect(&self) -> io::Result<TcpStream> {
+    /// A connection that gave the secret and made the store's claim, or the node's refusal of
+    /// the claim (another processing node claimed the store since).
+    fn connect(&self) -> io::Result<Result<TcpStream, Reply>> {
         let addr = self
             .addr
             .to_socket_addrs()?
@@ -111,8 +123,17 @@ impl Node {
         s.set_write_timeout(Some(self.timeout))?;
         let hello = Request::Hello { secret: self.secret.clone() };
         match exchange(&mut s, &hello)? {
-            (Reply::Ok, _) => Ok(s),
-            (r, _) => Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("refused the connection: {r:?}"))),
+            (Reply::Ok, _) => {}
+            (r, _) => {
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("refused the connection: {r:?}")))
+            }
+        }
+        let claim = self.claim.lock().clone();
+        let Some(Request::Claim { store, epoch, owner }) = claim else { return Ok(Ok(s)) };
+        match exchange(&mut s, &Request::Claim { store: store.clone(), epoch, owner: owner.clone() })? {
+            (Reply::Claimed { epoch: e, owner: o }, _) if e == epoch && o == owner => Ok(Ok(s)),
+            (Reply::Claimed { epoch: e, owner: o }, _) => Ok(Err(fenced(&store, epoch, e, &o))),
+            (r, _) => Ok(Err(r)),
         }
     }
 
@@ -145,7 +166,10 @@ impl Node {
         let pooled = self.pool.lock().pop();
         let mut s = match pooled {
             Some(s) => s,
-            None => self.connect()?,
+            None => match self.connect()? {
+                Ok(s) => s,
+                Err(refusal) => return Ok(refusal),
+            },
         };
         let (reply, queue) = exchange(&mut s, req)?;
         self.queue.store(queue, Relaxed);
@@ -170,6 +194,17 @@ pub fn node_usage(addr: &str, secret: Option<&str>, timeout: Duration) -> io::Re
         Ok(Reply::Stats { fragments, bytes, .. }) => Ok((fragments, bytes)),
         Ok(r) => Err(io::Error::new(io::ErrorKind::InvalidData, format!("{addr} answered Stats with {r:?}"))),
         Err(f) => Err(f.into_io(addr)),
+    }
+}
+
+/// The refusal a processing node gets once another claimed its store at a later epoch.
+pub(crate) fn fenced(store: &str, mine: u64, theirs: u64, owner: &str) -> Reply {
+    Reply::Error {
+        code: Code::Fenced,
+        message: format!(
+            "store {store} was claimed by {owner} at epoch {theirs} (this node's: {mine}): \
+             another processing node opened this store, so this one must stop"
+        ),
     }
 }
 

@@ -117,6 +117,7 @@ impl RemoteStorage {
                 }
                 self.replace(seg, x)
             }
+            Fail::Refused(Code::Fenced, _) => self.check_fenced(),
             Fail::Refused(..) => self.replace(seg, x),
             Fail::Unreachable(_) => Ok(()),
         }
@@ -148,6 +149,7 @@ impl RemoteStorage {
                 self.segs.write().insert(seg, s.clone());
                 return Ok(s);
             }
+            self.check_fenced()?;
             exclude.extend(failed);
         }
         Err(io::Error::other("no set of storage nodes took a new segment's fragments (three tries)"))
@@ -239,6 +241,7 @@ impl RemoteStorage {
         let (frags, sent): (Vec<usize>, Vec<u64>) = writes.unzip();
         self.counters.sent.fetch_add(sent.iter().sum(), Relaxed);
         let results = self.fan_out(calls);
+        self.check_fenced()?;
         let mut failed: Vec<usize> = results.iter().zip(&frags).filter(|(r, _)| r.is_err()).map(|(_, &f)| f).collect();
         failed.sort_unstable();
         failed.dedup();
@@ -288,6 +291,9 @@ impl RemoteStorage {
     }
 
     fn delete_segment(&self, seg: u32) {
+        if self.is_fenced() {
+            return;
+        }
         let mut shard = self.shard(seg).lock();
         shard.tails.remove(&seg);
         let Some(s) = self.segs.write().remove(&seg) else { return };
@@ -302,6 +308,7 @@ impl Storage for RemoteStorage {
     }
 
     fn read(&self, seg: u32, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.check_fenced()?;
         let (b0, b1) = aligned(off, buf.len())?;
         if b0 == b1 {
             return Ok(0);
@@ -314,6 +321,7 @@ impl Storage for RemoteStorage {
             Some(s) => match self.read_blocks(seg, &s, b0, b1) {
                 (d, missing) if missing.is_empty() => d,
                 _ => {
+                    self.check_fenced()?;
                     let _shard = self.shard(seg).lock();
                     self.read_rebuilding(seg, b0, b1)?
                 }
@@ -324,6 +332,7 @@ impl Storage for RemoteStorage {
     }
 
     fn write(&self, seg: u32, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.check_fenced()?;
         let (b0, b1) = aligned(off, buf.len())?;
         if b1 > self.seg_blocks() {
             return Err(invalid(format!("write past the end of segment {seg}")));
@@ -337,6 +346,7 @@ impl Storage for RemoteStorage {
     }
 
     fn sync(&self) -> io::Result<()> {
+        self.check_fenced()?;
         self.sync_all()
     }
 
@@ -345,6 +355,7 @@ impl Storage for RemoteStorage {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_fenced()?;
         let keep = len.div_ceil(1 << self.o.seg_bits);
         let gone: Vec<u32> = self.segs.read().keys().copied().filter(|&s| u64::from(s) >= keep).collect();
         for seg in gone {

@@ -1,5 +1,6 @@
-//! Opening a [`RemoteStorage`]: connecting, and learning the store's placements from what
-//! every storage node lists.
+//! Opening a [`RemoteStorage`]: connecting, claiming the store (fencing the processing node
+//! that held it before), and learning the store's placements from what every storage node
+//! lists.
 
 use super::conn::Node;
 use super::rebuild::start_repairs;
@@ -40,11 +41,69 @@ impl RemoteStorage {
             dirty: Mutex::new(HashSet::new()),
             last_gen: AtomicU64::new(0),
             counters: Counters::default(),
+            claim: Mutex::new(None),
+            fenced: Mutex::new(None),
             o,
         });
+        rs.claim_store()?;
         rs.learn_placements()?;
         start_repairs(&rs);
         Ok(rs)
+    }
+
+    /// Claims the store at an epoch above every storage node's: from then on the nodes refuse
+    /// the store to the processing node that held it before, should it still run. A node that
+    /// does not answer now gets the claim when this node first connects to it.
+    fn claim_store(&self) -> io::Result<()> {
+        let owner = owner_name(&self.o.owner);
+        let store = self.o.store.clone();
+        let ask = |epoch: u64| -> Vec<(usize, Request)> {
+            let n = self.nodes.read().len();
+            (0..n).map(|i| (i, Request::Claim { store: store.clone(), epoch, owner: owner.clone() })).collect()
+        };
+        let mut newest = None;
+        for (i, r) in self.fan_out(ask(0)).into_iter().enumerate() {
+            match r {
+                Ok(Reply::Claimed { epoch, .. }) => newest = Some(newest.unwrap_or(0).max(epoch)),
+                other => tracing::warn!("storage node {} did not answer a claim: {other:?}", self.addr(i)),
+            }
+        }
+        let newest = newest.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotConnected, "no storage node answered; are they running?")
+        })?;
+        let epoch = newest.checked_add(1).ok_or_else(|| {
+            io::Error::other(format!("a storage node's claim file of store {store} is damaged (see its log)"))
+        })?;
+        let claim = Request::Claim { store: store.clone(), epoch, owner: owner.clone() };
+        *self.claim.lock() = Some(claim.clone());
+        for n in self.nodes.read().iter() {
+            n.set_claim(Some(claim.clone()));
+        }
+        let mut taken = 0;
+        for (i, r) in self.fan_out(ask(epoch)).into_iter().enumerate() {
+            match r {
+                Ok(Reply::Claimed { epoch: e, owner: o }) if e == epoch && o == owner => taken += 1,
+                Ok(Reply::Claimed { epoch: e, owner: o }) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!(
+                            "storage node {} gave store {store} to {o} (epoch {e}) while this node claimed epoch \
+                             {epoch}: two processing nodes are opening one store; run one only",
+                            self.addr(i)
+                        ),
+                    ));
+                }
+                Err(super::conn::Fail::Refused(crate::wire::Code::Fenced, why)) => {
+                    return Err(io::Error::new(io::ErrorKind::AddrInUse, why))
+                }
+                other => tracing::warn!("storage node {} did not take the claim: {other:?}", self.addr(i)),
+            }
+        }
+        if taken == 0 {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "no storage node took the store's claim"));
+        }
+        tracing::info!("store {store} claimed at epoch {epoch} on {taken} storage nodes");
+        Ok(())
     }
 
     fn learn_placements(&self) -> io::Result<()> {
@@ -99,4 +158,16 @@ impl RemoteStorage {
         self.len.store(max_seg.map_or(0, |s| (u64::from(s) + 1) << self.o.seg_bits), Relaxed);
         Ok(())
     }
+}
+
+/// The owner a claim names: the configured name, with the process and the time it opened the
+/// store, so that each opening is a distinct owner.
+fn owner_name(name: &str) -> String {
+    let mut end = name.len().min(160);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let name = if name.is_empty() { "a processing node" } else { &name[..end] };
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    format!("{name} (pid {}, opened at {at} µs)", std::process::id())
 }

@@ -34,6 +34,7 @@ impl RemoteStorage {
     /// Moves fragment `x` of `seg` to another node, rebuilt from the segment's other fragments;
     /// the caller holds the segment's shard.
     pub(super) fn replace(&self, seg: u32, x: usize) -> io::Result<()> {
+        self.check_fenced()?;
         let Some(s) = self.seg(seg) else { return Ok(()) };
         let old = s.nodes.get(x).copied().ok_or_else(|| io::Error::other("no such fragment"))?;
         let mut exclude = s.nodes.clone();
@@ -117,6 +118,9 @@ impl RemoteStorage {
     /// Probes nodes that failed; one unreachable for `repair_after` has its fragments moved,
     /// at no more than `repair_rate` bytes a second.
     fn repair_round(&self) {
+        if self.is_fenced() {
+            return;
+        }
         let down: Vec<(usize, Instant)> = {
             let nodes = self.nodes.read();
             nodes.iter().enumerate().filter_map(|(i, n)| n.down_since().map(|t| (i, t))).collect()
@@ -148,6 +152,9 @@ impl RemoteStorage {
     /// and are not emptied yet: their fragments moved at no more than `repair_rate`, then this
     /// store's leftovers there dropped.
     fn drain_round(&self) {
+        if self.is_fenced() {
+            return;
+        }
         let draining: Vec<Arc<Node>> = self.nodes.read().iter().filter(|n| n.to_empty()).cloned().collect();
         for node in draining {
             let n = self.node_index(&node.addr);

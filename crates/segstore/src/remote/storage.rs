@@ -6,7 +6,7 @@
 use super::conn::{Fail, Node};
 use super::placement::Choice;
 use crate::stripe::BLOCK;
-use crate::wire::{Placement, Reply, Request, MAX_IO};
+use crate::wire::{Code, Placement, Reply, Request, MAX_IO};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -36,6 +36,9 @@ pub struct RemoteOptions {
     pub repair_rate: u64,
     /// The cluster secret the storage nodes require (`--cluster-secret`).
     pub secret: Option<String>,
+    /// How this processing node names itself in its claim of the store (the process id and
+    /// start time are added, so that each opening is a distinct owner).
+    pub owner: String,
 }
 
 impl Default for RemoteOptions {
@@ -50,6 +53,7 @@ impl Default for RemoteOptions {
             repair_after: Duration::from_secs(5),
             repair_rate: 64 << 20,
             secret: None,
+            owner: String::new(),
         }
     }
 }
@@ -105,6 +109,11 @@ pub struct RemoteStorage {
     pub(super) dirty: Mutex<HashSet<usize>>,
     pub(super) last_gen: AtomicU64,
     pub(super) counters: Counters,
+    /// The claim every connection makes (`open.rs`), set once the store is claimed.
+    pub(super) claim: Mutex<Option<Request>>,
+    /// Why the store refuses this processing node, once a storage node said it was fenced:
+    /// every call fails from then on, and no fragment moves.
+    pub(super) fenced: Mutex<Option<String>>,
 }
 
 pub(super) fn invalid(msg: String) -> io::Error {
@@ -121,8 +130,40 @@ impl RemoteStorage {
         if let Some(i) = nodes.iter().position(|n| n.addr == addr) {
             return i;
         }
-        nodes.push(Arc::new(Node::new(addr, self.o.timeout, self.o.secret.as_deref().unwrap_or_default().as_bytes())));
+        let node = Node::new(addr, self.o.timeout, self.o.secret.as_deref().unwrap_or_default().as_bytes());
+        node.set_claim(self.claim.lock().clone());
+        nodes.push(Arc::new(node));
         nodes.len() - 1
+    }
+
+    /// Fails once a storage node said another processing node claimed the store.
+    pub(super) fn check_fenced(&self) -> io::Result<()> {
+        match &*self.fenced.lock() {
+            Some(why) => Err(io::Error::new(io::ErrorKind::PermissionDenied, why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether another processing node took the store from this one.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.lock().is_some()
+    }
+
+    /// What the storage node said when it refused the store to this processing node.
+    pub fn fenced_by(&self) -> Option<String> {
+        self.fenced.lock().clone()
+    }
+
+    fn note_fenced(&self, results: &[Result<Reply, Fail>]) {
+        for r in results {
+            if let Err(Fail::Refused(Code::Fenced, why)) = r {
+                let mut f = self.fenced.lock();
+                if f.is_none() {
+                    tracing::error!("{why}");
+                    *f = Some(why.clone());
+                }
+            }
+        }
     }
 
     /// The storage nodes the cluster lists now: new ones join the nodes new fragments may go
@@ -177,18 +218,9 @@ impl RemoteStorage {
             Some(n) => n.call(r),
             None => Err(Fail::Unreachable(io::Error::other("unknown storage node"))),
         };
-        if calls.len() <= 1 {
-            return calls.iter().map(one).collect();
-        }
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = calls.iter().map(|c| sc.spawn(move || one(c))).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| Err(Fail::Unreachable(io::Error::other("request thread panicked"))))
-                })
-                .collect()
-        })
+        let results = if calls.len() <= 1 { calls.iter().map(one).collect() } else { in_threads(&calls, one) };
+        self.note_fenced(&results);
+        results
     }
 
     pub(super) fn shard(&self, seg: u32) -> &Mutex<Shard> {
@@ -214,6 +246,21 @@ impl RemoteStorage {
         let nodes = s.nodes.iter().map(|&i| self.addr(i)).collect();
         Placement { gen: s.gen, rho: s.rho as u8, nodes }
     }
+}
+
+/// Each call on a thread of its own: a fan-out waits for the slowest node, not the sum.
+fn in_threads(
+    calls: &[(usize, Request)],
+    one: impl Fn(&(usize, Request)) -> Result<Reply, Fail> + Sync,
+) -> Vec<Result<Reply, Fail>> {
+    let one = &one;
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = calls.iter().map(|c| sc.spawn(move || one(c))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Fail::Unreachable(io::Error::other("request thread panicked")))))
+            .collect()
+    })
 }
 
 /// Fragment block ranges cut to what one request carries.
