@@ -7,7 +7,9 @@
 # 2. The same load on 3 and 5 storage nodes (unthrottled), on the local device, and on 3
 #    storage nodes on loopback (the network path's cost on one machine): throughput, and bytes
 #    over the links per user byte.
-# Prints a table of ops/s (medians) and link bytes.
+# Prints a table of ops/s (medians) and link bytes. Processing nodes run --remote-log lazy: the
+# log goes out in chunks, so what differs is placement; scripts/remote-log-bench.sh measures
+# what acknowledging only pushed log records costs.
 #   cargo build --release -p halyard          # or HALYARD_BIN=path/to/halyard
 #   sudo bash scripts/storage-bench.sh [RATE] [RECORDS] [RUNS]   # defaults 40, 40000, 3
 set -euo pipefail
@@ -41,7 +43,7 @@ load() {
   local name=$1; shift
   rm -rf p-$name
   RUST_LOG=info "$B" serve --dir p-$name --node p1 --cluster-secret bench --resp 127.0.0.1:26400 \
-    --listen 127.0.0.1:27400 --http 127.0.0.1:29400 --cache-mb 64 "$@" > p-$name.log 2>&1 &
+    --listen 127.0.0.1:27400 --http 127.0.0.1:29400 --cache-mb 64 --remote-log lazy "$@" > p-$name.log 2>&1 &
   local pid=$!
   for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/26400) 2>/dev/null && break; sleep 0.1; done
   local b0; b0=$(link_bytes)

@@ -3,7 +3,7 @@
 mod cluster_cmd;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use halyard_server::config::{Role, ServerConfig, StorageMode, StripePlacement};
+use halyard_server::config::{RemoteLog, Role, ServerConfig, StorageMode, StripePlacement};
 use std::path::PathBuf;
 
 // glibc malloc spent a tenth of a loaded server's CPU consolidating chunks when a flushed L0
@@ -782,6 +782,7 @@ fn remote_storage(
             StripePlacement::Random => halyard_segstore::remote::Choice::Random,
         },
         seg_bits: cfg.engine_options().segment_bytes.trailing_zeros(),
+        tails_before_ack: cfg.remote_log == RemoteLog::Pushed,
         owner: format!("{} listening on {}", cfg.node.as_deref().unwrap_or("halyard"), cfg.listen),
         ..Default::default()
     };

@@ -73,6 +73,19 @@ pub enum StripePlacement {
     Random,
 }
 
+/// When --storage remote acknowledges a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RemoteLog {
+    /// Once its log records are on the storage nodes (synced there under --sync always): a
+    /// processing node that dies loses no acknowledged write (Nova-LSM's LogC).
+    #[default]
+    Pushed,
+    /// Once in this node's memory; the log goes out as on a local device (chunks, the group
+    /// commit, --sync always).
+    Lazy,
+}
+
 /// Durability of writes (`Options::sync`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -225,6 +238,11 @@ pub struct ServerConfig {
     /// [default: power-of-d].
     #[arg(long, value_enum, required = false)]
     pub stripe_placement: StripePlacement,
+    /// When --storage remote acknowledges a write: pushed (its log records on the storage
+    /// nodes, so a processing node that dies loses none) or lazy (in this node's memory, as on
+    /// a local device; --sync always still waits for the storage nodes' disks) [default: pushed].
+    #[arg(long, value_enum, required = false)]
+    pub remote_log: RemoteLog,
     /// Engine settings (`[engine]` in the file).
     #[command(flatten)]
     pub engine: EngineConfig,
@@ -312,6 +330,7 @@ impl Default for ServerConfig {
             storage_nodes: Vec::new(),
             stripe_width: 2,
             stripe_placement: StripePlacement::PowerOfD,
+            remote_log: RemoteLog::Pushed,
             engine: EngineConfig::default(),
         }
     }

@@ -144,6 +144,11 @@ impl Device {
         self.store.is_direct()
     }
 
+    /// Whether writes wait for their log records to reach the storage ([`Storage::tails_before_ack`]).
+    pub(crate) fn tails_before_ack(&self) -> bool {
+        self.store.tails_before_ack()
+    }
+
     /// Byte counters.
     pub(crate) fn counters(&self) -> &IoCounters {
         &self.counters

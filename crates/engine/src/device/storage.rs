@@ -46,4 +46,10 @@ pub trait Storage: Send + Sync {
     fn file_count(&self) -> u32 {
         1
     }
+    /// Whether a write is acknowledged only once its log records were written here, under
+    /// every sync mode (synced only under `SyncMode::Always`). A storage on other machines
+    /// (storage nodes) says yes: a processing node that dies then loses no acknowledged write.
+    fn tails_before_ack(&self) -> bool {
+        false
+    }
 }

@@ -82,6 +82,9 @@ pub(crate) struct Region {
     /// Signalled whenever `visible` advances.
     published: Condvar,
     synced: Mutex<u64>,
+    /// The last LSN written to the storage (not synced), for storages that acknowledge a
+    /// write only then ([`crate::Storage::tails_before_ack`]).
+    pushed: Mutex<u64>,
     /// Compaction could not get space; writers that would stall fail with NoSpace.
     no_space: AtomicBool,
     /// How far the running L0->L1 merge has read its L1 inputs, in thousandths: writers that
@@ -288,6 +291,7 @@ impl Region {
             done: Mutex::new(Default::default()),
             published: Condvar::new(),
             synced: Mutex::new(next_lsn - 1),
+            pushed: Mutex::new(next_lsn - 1),
             no_space: AtomicBool::new(false),
             l0_merge_progress: AtomicU32::new(0),
             compaction_state: CompactionState::new(nlevels + 1),

@@ -142,6 +142,8 @@ impl Region {
         }
         if self.sh.opts.sync == crate::options::SyncMode::Always {
             self.sync_to(last)?;
+        } else if self.sh.dev.tails_before_ack() {
+            self.write_out_to(last, false)?;
         }
         Ok(last)
     }
@@ -515,8 +517,20 @@ impl Region {
 
     /// Makes every record up to `lsn` durable; concurrent callers share one fdatasync.
     pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
-        let mut synced = self.lock_long(&self.synced);
-        if *synced >= lsn {
+        self.write_out_to(lsn, true)
+    }
+
+    /// Writes every record up to `lsn` to the storage, and syncs it if `durable`; concurrent
+    /// callers share one write (and one fdatasync).
+    fn write_out_to(&self, lsn: u64, durable: bool) -> Result<()> {
+        let mut done = match durable {
+            true => self.lock_long(&self.synced),
+            // A push is a round trip to other machines: a writer that finds one under way
+            // leaves the runtime's worker at once, so that other connections' writes join the
+            // next push rather than wait behind this worker.
+            false => self.pushed.try_lock().unwrap_or_else(|| self.sh.waiting(|| self.pushed.lock())),
+        };
+        if *done >= lsn {
             return Ok(());
         }
         let upto = {
@@ -525,10 +539,12 @@ impl Region {
             w.next_lsn - 1
         };
         self.drain_log_writes()?;
-        if let Err(e) = self.sh.waiting(|| self.sh.dev.sync()) {
-            return self.sh.fail(e);
+        if durable {
+            if let Err(e) = self.sh.waiting(|| self.sh.dev.sync()) {
+                return self.sh.fail(e);
+            }
         }
-        *synced = upto;
+        *done = upto;
         Ok(())
     }
 

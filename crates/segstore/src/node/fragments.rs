@@ -42,7 +42,11 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Refusal + '_ {
     move |e| (Code::Io, format!("{what}: {e}"))
 }
 
-type Key = (String, u32, u8);
+use super::staged::{self, Key, Staged};
+
+/// Stripes of the locks that order a fragment's device writes (a flush of staged blocks
+/// against a larger write over them).
+const IO_LOCKS: usize = 64;
 
 struct Frag {
     data: File,
@@ -55,6 +59,8 @@ pub struct Fragments {
     direct: AtomicBool,
     open: Mutex<HashMap<Key, Arc<Frag>>>,
     dirty: Mutex<HashSet<Key>>,
+    staged: Staged,
+    io_locks: Vec<Mutex<()>>,
 }
 
 /// Store names become directory names: letters, digits, `.`, `_` and `-`, not starting with a dot.
@@ -74,6 +80,8 @@ impl Fragments {
             direct: AtomicBool::new(true),
             open: Mutex::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
+            staged: Staged::default(),
+            io_locks: (0..IO_LOCKS).map(|_| Mutex::new(())).collect(),
         })
     }
 
@@ -150,22 +158,57 @@ impl Fragments {
         Ok(())
     }
 
-    /// Writes whole blocks of a fragment from block `block` on.
+    fn io_lock(&self, key: &Key) -> &Mutex<()> {
+        let h = (key.1 as usize).wrapping_mul(31).wrapping_add(usize::from(key.2));
+        &self.io_locks[h % IO_LOCKS]
+    }
+
+    /// Writes whole blocks of a fragment from block `block` on: a small write is staged in
+    /// memory (`staged.rs`), a larger one goes to the device.
     pub fn write(&self, store: &str, seg: u32, frag: u8, block: u64, data: &[u8]) -> Result<(), Refusal> {
         if data.is_empty() || !data.len().is_multiple_of(BLOCK) {
             return Err((Code::Malformed, "a write carries whole 4 KiB blocks".into()));
         }
+        let end = block
+            .checked_add((data.len() / BLOCK) as u64)
+            .filter(|e| e.checked_mul(BLOCK as u64).is_some())
+            .ok_or((Code::Malformed, "block out of range".to_string()))?;
         let f = self.get(store, seg, frag)?;
-        let mut buf = AlignedBuf::new(data.len());
-        buf[..data.len()].copy_from_slice(data);
-        let off = block.checked_mul(BLOCK as u64).ok_or((Code::Malformed, "block out of range".to_string()))?;
-        f.data.write_all_at(&buf[..data.len()], off).map_err(io("writing a fragment"))?;
-        let mut entries = vec![0u8; data.len() / BLOCK * 8];
-        for (i, b) in data.chunks_exact(BLOCK).enumerate() {
-            put_u64(&mut entries, i * 8, WRITTEN | u64::from(crc32c::crc32c(b)));
+        let key = (store.to_string(), seg, frag);
+        if data.len() <= staged::MAX_WRITE {
+            if self.staged.bytes() > staged::MAX_BYTES {
+                self.flush_staged(|_| true)?;
+            }
+            // The entries first: a node killed before the flush then answers "corrupt".
+            write_entries(&f, block, data)?;
+            self.staged.put(&key, block, data);
+        } else {
+            let _io = self.io_lock(&key).lock();
+            self.staged.forget(&key, block, end);
+            write_data(&f, block, data)?;
+            write_entries(&f, block, data)?;
         }
-        f.meta.write_all_at(&entries, HEADER + block * 8).map_err(io("writing a fragment's checksums"))?;
-        self.dirty.lock().insert((store.to_string(), seg, frag));
+        self.dirty.lock().insert(key);
+        Ok(())
+    }
+
+    /// Writes the staged blocks of the fragments `pick` chooses to the device.
+    pub fn flush_staged(&self, pick: impl Fn(&Key) -> bool) -> Result<(), Refusal> {
+        for key in self.staged.keys(pick) {
+            let _io = self.io_lock(&key).lock();
+            let f = match self.get(&key.0, key.1, key.2) {
+                Ok(f) => f,
+                Err((Code::NoFragment, _)) => {
+                    self.staged.forget_segment(&key.0, key.1);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for run in self.staged.runs(&key) {
+                write_data(&f, run.block, &run.data)?;
+                self.staged.settle(&key, &run);
+            }
+        }
         Ok(())
     }
 
@@ -178,8 +221,14 @@ impl Fragments {
         let f = self.get(store, seg, frag)?;
         let mut buf = AlignedBuf::new(n * BLOCK);
         let off = block.checked_mul(BLOCK as u64).ok_or((Code::Malformed, "block out of range".to_string()))?;
+        // Copied before the file is read: a flush writes a block out before it unstages it.
+        let staged = self.staged.copy(&(store.to_string(), seg, frag), block, block.saturating_add(n as u64));
         let got = read_full(&f.data, &mut buf[..n * BLOCK], off).map_err(io("reading a fragment"))?;
         buf[got..n * BLOCK].fill(0);
+        for (b, d) in staged {
+            let at = (b - block) as usize * BLOCK;
+            buf[at..at + BLOCK].copy_from_slice(&d);
+        }
         let mut entries = vec![0u8; n * 8];
         let e = read_full(&f.meta, &mut entries, HEADER + block * 8).map_err(io("reading a fragment's checksums"))?;
         entries[e..].fill(0);
@@ -197,6 +246,7 @@ impl Fragments {
 
     /// Makes every write to the store's fragments durable.
     pub fn sync(&self, store: &str) -> Result<(), Refusal> {
+        self.flush_staged(|k| k.0 == store)?;
         let keys: Vec<Key> = {
             let mut d = self.dirty.lock();
             let mine: Vec<Key> = d.iter().filter(|k| k.0 == store).cloned().collect();
@@ -221,6 +271,7 @@ impl Fragments {
         let d = self.store_dir(store)?;
         self.open.lock().retain(|k, _| !(k.0 == store && k.1 == seg));
         self.dirty.lock().retain(|k| !(k.0 == store && k.1 == seg));
+        self.staged.forget_segment(store, seg);
         let prefix = format!("{seg:08x}.");
         let Ok(entries) = std::fs::read_dir(&d) else { return Ok(()) };
         for e in entries.flatten() {
@@ -268,6 +319,20 @@ impl Fragments {
         }
         (n, bytes)
     }
+}
+
+fn write_data(f: &Frag, block: u64, data: &[u8]) -> Result<(), Refusal> {
+    let mut buf = AlignedBuf::new(data.len());
+    buf[..data.len()].copy_from_slice(data);
+    f.data.write_all_at(&buf[..data.len()], block * BLOCK as u64).map_err(io("writing a fragment"))
+}
+
+fn write_entries(f: &Frag, block: u64, data: &[u8]) -> Result<(), Refusal> {
+    let mut entries = vec![0u8; data.len() / BLOCK * 8];
+    for (i, b) in data.chunks_exact(BLOCK).enumerate() {
+        put_u64(&mut entries, i * 8, WRITTEN | u64::from(crc32c::crc32c(b)));
+    }
+    f.meta.write_all_at(&entries, HEADER + block * 8).map_err(io("writing a fragment's checksums"))
 }
 
 /// A meta file's header (see the module documentation).
@@ -344,6 +409,7 @@ mod tests {
         let f = Fragments::open(d.path()).unwrap();
         f.place("s", 0, 1, &p()).unwrap();
         f.write("s", 0, 1, 0, &[9; 2 * BLOCK]).unwrap();
+        f.sync("s").unwrap();
         drop(f);
         let path = d.path().join("s").join("00000000.1");
         let mut bytes = std::fs::read(&path).unwrap();
@@ -352,6 +418,29 @@ mod tests {
         let f = Fragments::open(d.path()).unwrap();
         assert!(f.read("s", 0, 1, 0, 1).is_ok());
         assert_eq!(f.read("s", 0, 1, 0, 2).unwrap_err().0, Code::Corrupt);
+    }
+
+    #[test]
+    fn a_staged_block_lost_with_its_node_reads_as_corrupt_and_a_large_write_replaces_it() {
+        let d = tempfile::tempdir().unwrap();
+        let f = Fragments::open(d.path()).unwrap();
+        f.place("s", 2, 0, &p()).unwrap();
+        f.write("s", 2, 0, 0, &[3; BLOCK]).unwrap();
+        f.write("s", 2, 0, 1, &[4; BLOCK]).unwrap();
+        assert_eq!(f.read("s", 2, 0, 0, 2).unwrap(), [[3u8; BLOCK], [4; BLOCK]].concat(), "read from memory");
+        f.flush_staged(|_| true).unwrap();
+        f.write("s", 2, 0, 1, &[5; BLOCK]).unwrap();
+        // Killed before the flush: block 1's entry names data its file does not hold.
+        drop(f);
+        let f = Fragments::open(d.path()).unwrap();
+        assert_eq!(f.read("s", 2, 0, 0, 1).unwrap(), vec![3; BLOCK], "flushed before the kill");
+        assert_eq!(f.read("s", 2, 0, 1, 1).unwrap_err().0, Code::Corrupt);
+        // Staged, then overwritten by a write too large to stage: the large one wins.
+        f.write("s", 2, 0, 0, &[6; BLOCK]).unwrap();
+        let big = vec![7u8; staged::MAX_WRITE + BLOCK];
+        f.write("s", 2, 0, 0, &big).unwrap();
+        f.flush_staged(|_| true).unwrap();
+        assert_eq!(f.read("s", 2, 0, 0, 2).unwrap(), vec![7; 2 * BLOCK]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod claims;
 pub mod fragments;
+pub mod staged;
 
 use crate::wire::{read_frame, write_frame, Code, Reply, Request};
 use claims::Claims;
@@ -30,7 +31,16 @@ impl StorageNode {
     /// A node keeping its fragments under `dir`.
     pub fn open(dir: &Path) -> std::io::Result<Arc<StorageNode>> {
         let (frags, claims) = (Fragments::open(dir)?, Claims::new(dir));
-        Ok(Arc::new(StorageNode { frags, claims, queue: AtomicU32::new(0), conns: AtomicU32::new(0) }))
+        let node = Arc::new(StorageNode { frags, claims, queue: AtomicU32::new(0), conns: AtomicU32::new(0) });
+        let weak = Arc::downgrade(&node);
+        std::thread::Builder::new().name("segstore-flush".into()).spawn(move || loop {
+            std::thread::sleep(staged::FLUSH_EVERY);
+            let Some(node) = weak.upgrade() else { return };
+            if let Err((_, why)) = node.frags.flush_staged(|_| true) {
+                tracing::warn!("writing staged blocks out failed (a Sync will try again): {why}");
+            }
+        })?;
+        Ok(node)
     }
 
     /// Serves connections from `listener` until the process ends.

@@ -26,6 +26,14 @@ impl Fail {
     }
 }
 
+/// A request on its way: the connection it went out on, or its outcome already (a failed
+/// connect or send, or a refused claim).
+pub(crate) struct Sent {
+    started: Instant,
+    stream: Option<TcpStream>,
+    early: Option<io::Result<Reply>>,
+}
+
 pub(crate) struct Node {
     pub(crate) addr: String,
     pool: Mutex<Vec<TcpStream>>,
@@ -139,15 +147,50 @@ impl Node {
 
     /// Sends `req` and waits for the reply; a node that fails to answer is marked down.
     pub(crate) fn call(&self, req: &Request) -> Result<Reply, Fail> {
+        let sent = self.send(req);
+        self.receive(req, sent)
+    }
+
+    /// The first half of [`Node::call`]: `req` sent on a connection (or why not). Sending to
+    /// several nodes before receiving from any lets them work at once without a thread each.
+    pub(crate) fn send(&self, req: &Request) -> Sent {
         self.inflight.fetch_add(1, Relaxed);
         let started = Instant::now();
-        let r = self.call_once(req);
+        let pooled = self.pool.lock().pop();
+        let s = match pooled {
+            Some(s) => Ok(s),
+            None => match self.connect() {
+                Ok(Ok(s)) => Ok(s),
+                Ok(Err(refusal)) => return Sent { started, stream: None, early: Some(Ok(refusal)) },
+                Err(e) => Err(e),
+            },
+        };
+        match s.and_then(|mut s| write_frame(&mut s, &req.encode()).map(|()| s)) {
+            Ok(s) => Sent { started, stream: Some(s), early: None },
+            Err(e) => Sent { started, stream: None, early: Some(Err(e)) },
+        }
+    }
+
+    /// The second half of [`Node::call`]: the reply to what [`Node::send`] sent.
+    pub(crate) fn receive(&self, req: &Request, sent: Sent) -> Result<Reply, Fail> {
+        let r = match (sent.early, sent.stream) {
+            (Some(early), _) => early,
+            (None, Some(mut s)) => {
+                let r = self.reply_on(&mut s);
+                let mut pool = self.pool.lock();
+                if r.is_ok() && pool.len() < 16 {
+                    pool.push(s);
+                }
+                r
+            }
+            (None, None) => Err(io::Error::other("nothing sent")),
+        };
         self.inflight.fetch_sub(1, Relaxed);
         let bytes = match (req, &r) {
             (Request::Write { data, .. }, _) | (_, Ok(Reply::Data(data))) => data.len(),
             _ => 0,
         };
-        self.observe(started.elapsed(), bytes);
+        self.observe(sent.started.elapsed(), bytes);
         match r {
             Ok(Reply::Error { code, message }) => Err(Fail::Refused(code, message)),
             Ok(reply) => {
@@ -162,21 +205,11 @@ impl Node {
         }
     }
 
-    fn call_once(&self, req: &Request) -> io::Result<Reply> {
-        let pooled = self.pool.lock().pop();
-        let mut s = match pooled {
-            Some(s) => s,
-            None => match self.connect()? {
-                Ok(s) => s,
-                Err(refusal) => return Ok(refusal),
-            },
-        };
-        let (reply, queue) = exchange(&mut s, req)?;
+    fn reply_on(&self, s: &mut TcpStream) -> io::Result<Reply> {
+        let body = read_frame(s)?;
+        let (reply, queue) =
+            Reply::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         self.queue.store(queue, Relaxed);
-        let mut pool = self.pool.lock();
-        if pool.len() < 16 {
-            pool.push(s);
-        }
         Ok(reply)
     }
 

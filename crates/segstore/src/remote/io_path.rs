@@ -381,4 +381,8 @@ impl Storage for RemoteStorage {
     fn is_direct(&self) -> bool {
         true
     }
+
+    fn tails_before_ack(&self) -> bool {
+        self.o.tails_before_ack
+    }
 }

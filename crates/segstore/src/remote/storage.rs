@@ -36,6 +36,10 @@ pub struct RemoteOptions {
     pub repair_rate: u64,
     /// The cluster secret the storage nodes require (`--cluster-secret`).
     pub secret: Option<String>,
+    /// A write is acknowledged once its log records are on the storage nodes (written with
+    /// direct I/O there, synced only under `sync = always`); false leaves them in the
+    /// processing node's memory until a chunk fills or the group commit, as on a local device.
+    pub tails_before_ack: bool,
     /// How this processing node names itself in its claim of the store (the process id and
     /// start time are added, so that each opening is a distinct owner).
     pub owner: String,
@@ -54,6 +58,7 @@ impl Default for RemoteOptions {
             repair_rate: 64 << 20,
             secret: None,
             owner: String::new(),
+            tails_before_ack: true,
         }
     }
 }
@@ -218,7 +223,23 @@ impl RemoteStorage {
             Some(n) => n.call(r),
             None => Err(Fail::Unreachable(io::Error::other("unknown storage node"))),
         };
-        let results = if calls.len() <= 1 { calls.iter().map(one).collect() } else { in_threads(&calls, one) };
+        let results = if calls.len() <= 1 {
+            calls.iter().map(one).collect()
+        } else if calls.iter().all(|(_, r)| small(r)) {
+            // Every request out, then every reply in: the nodes work at once, with no thread
+            // started per call (a log push is a few blocks to each of ρ + 1 nodes).
+            let sent: Vec<_> = calls.iter().map(|(i, r)| nodes.get(*i).map(|n| n.send(r))).collect();
+            calls
+                .iter()
+                .zip(sent)
+                .map(|((i, r), s)| match (nodes.get(*i), s) {
+                    (Some(n), Some(s)) => n.receive(r, s),
+                    _ => Err(Fail::Unreachable(io::Error::other("unknown storage node"))),
+                })
+                .collect()
+        } else {
+            in_threads(&calls, one)
+        };
         self.note_fenced(&results);
         results
     }
@@ -245,6 +266,18 @@ impl RemoteStorage {
     pub(super) fn placement_of(&self, s: &Seg) -> Placement {
         let nodes = s.nodes.iter().map(|&i| self.addr(i)).collect();
         Placement { gen: s.gen, rho: s.rho as u8, nodes }
+    }
+}
+
+/// Most bytes a request (or its reply) may carry to go out without a thread: larger ones,
+/// sent one after another, would wait for each other on slow links.
+const SMALL_IO: usize = 64 << 10;
+
+fn small(r: &Request) -> bool {
+    match r {
+        Request::Write { data, .. } => data.len() <= SMALL_IO,
+        Request::Read { blocks, .. } => (*blocks as usize) * crate::stripe::BLOCK <= SMALL_IO,
+        _ => true,
     }
 }
 
