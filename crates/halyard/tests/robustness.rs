@@ -20,11 +20,11 @@
 //! asked while the primary is paused past its lease, and a split of the region between the
 //! keys followed at once by a handoff of the new region.
 //!
-//! Three runs keep the nodes' stores on four storage nodes (`--storage remote`): a storage node
+//! Four runs keep the nodes' stores on four storage nodes (`--storage remote`): a storage node
 //! SIGKILLed, one paused past the time a node has to answer, one SIGKILLed while the primary's
-//! copy moves.
+//! copy moves, one cut off by iptables.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 17: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! `HALYARD_ROBUSTNESS_RUNS` (default 18: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
 //! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
@@ -93,9 +93,11 @@ enum Fault {
     /// Likewise, the primary's copy moves onto a fourth node, and a storage node is SIGKILLed
     /// during its copy (0–600 ms after the request, the seed picks).
     KillStorageDuringMove,
+    /// Likewise, every packet to one storage node dropped by iptables for 4 s, then healed.
+    PartitionStorageNode,
 }
 
-const FAULTS: [Fault; 17] = [
+const FAULTS: [Fault; 18] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -113,6 +115,7 @@ const FAULTS: [Fault; 17] = [
     Fault::KillStorageNode,
     Fault::PauseStorageNode,
     Fault::KillStorageDuringMove,
+    Fault::PartitionStorageNode,
 ];
 
 /// What an operation did, as the checker names it.
@@ -444,7 +447,13 @@ fn resp_client(id: usize, seed: u64, addrs: Vec<String>, t0: Instant, stop: Arc<
 impl Fault {
     /// Faults whose processing nodes keep their stores on storage nodes.
     fn remote(self) -> bool {
-        matches!(self, Fault::KillStorageNode | Fault::PauseStorageNode | Fault::KillStorageDuringMove)
+        matches!(
+            self,
+            Fault::KillStorageNode
+                | Fault::PauseStorageNode
+                | Fault::KillStorageDuringMove
+                | Fault::PartitionStorageNode
+        )
     }
 }
 
@@ -570,6 +579,12 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], stores: &mut [Node], v: u
             stores[0].signal("STOP");
             std::thread::sleep(Duration::from_millis(4000));
             stores[0].signal("CONT");
+            std::thread::sleep(Duration::from_millis(2000));
+        }
+        Fault::PartitionStorageNode => {
+            let cut = Cut::to(vec![port(&stores[0].native)]);
+            std::thread::sleep(Duration::from_millis(4000));
+            drop(cut);
             std::thread::sleep(Duration::from_millis(2000));
         }
         Fault::KillStorageDuringMove => {
