@@ -109,7 +109,20 @@ fn percentiles(v: &mut [Duration]) -> (Duration, Duration, Duration) {
 fn planned_handoffs_under_writes_lose_nothing() {
     // Without the balancer, which would hand region 1 back after each handoff here.
     let (dir, _etcd, url) = etcd_common::new_cluster_with(3, 3, &["--numeric-keys", "--no-balance"]);
-    let nodes: Vec<Node> = (1..=3).map(|i| start_node(dir.path(), &url, &format!("n{i}"))).collect();
+    // HALYARD_HANDOFF_STORAGE=remote: the nodes keep their stores on four storage nodes.
+    let remote = std::env::var("HALYARD_HANDOFF_STORAGE").is_ok_and(|v| v == "remote");
+    let stores: Vec<Node> = match remote {
+        true => (1..=4)
+            .map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("s{i}"), None, &["--role", "storage"]))
+            .collect(),
+        false => Vec::new(),
+    };
+    if remote {
+        etcd_common::wait_storage_nodes(&url, stores.len());
+    }
+    let extra: &[&str] = if remote { &["--storage", "remote"] } else { &[] };
+    let nodes: Vec<Node> =
+        (1..=3).map(|i| etcd_common::start_node_with(dir.path(), &url, &format!("n{i}"), None, extra)).collect();
     wait_settled(&url, 3, Duration::from_secs(60));
     let addrs: Vec<String> = nodes.iter().map(|n| n.native.clone()).collect();
     // Region 1 holds the keys "key0".."key2"; the writers write only there.
