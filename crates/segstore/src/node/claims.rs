@@ -132,7 +132,10 @@ fn load(path: &Path) -> Claim {
 
 fn broken(path: &Path, why: &str) -> Claim {
     tracing::error!("{}: {why}; the store refuses every connection until the file is mended", path.display());
-    let owner = format!("nobody: {} {why}; delete it once one processing node alone uses the store", path.display());
+    let owner = format!(
+        "nobody: {} {why}; delete it once one processing node alone uses the store, and restart this storage node",
+        path.display()
+    );
     Claim { epoch: u64::MAX, owner }
 }
 

@@ -1,5 +1,6 @@
 //! A storage node's fragments on its local device: per fragment a data file read and written
-//! with direct I/O, and a meta file with the segment's placement and a checksum per block.
+//! with direct I/O (small writes through the page cache), and a meta file with the segment's
+//! placement and a checksum per block.
 //!
 //! Files are `<dir>/<store>/<seg as 8 hex digits>.<fragment>` and the same name with `.meta`.
 //! Meta file, version 1 (little-endian):
@@ -42,14 +43,18 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Refusal + '_ {
     move |e| (Code::Io, format!("{what}: {e}"))
 }
 
-use super::staged::{self, Key, Staged};
+type Key = (String, u32, u8);
 
-/// Stripes of the locks that order a fragment's device writes (a flush of staged blocks
-/// against a larger write over them).
-const IO_LOCKS: usize = 64;
+/// Writes of at most this many bytes go through the page cache (see [`Fragments::write`]).
+pub const SMALL_WRITE: usize = 64 << 10;
+/// Most blocks a fragment holds (a 256 MiB segment is 65,536 blocks).
+const MAX_BLOCKS: u64 = 1 << 20;
 
 struct Frag {
+    /// Opened with O_DIRECT where the file system allows.
     data: File,
+    /// The same file through the page cache, for small writes.
+    cached: File,
     meta: File,
 }
 
@@ -59,8 +64,6 @@ pub struct Fragments {
     direct: AtomicBool,
     open: Mutex<HashMap<Key, Arc<Frag>>>,
     dirty: Mutex<HashSet<Key>>,
-    staged: Staged,
-    io_locks: Vec<Mutex<()>>,
 }
 
 /// Store names become directory names: letters, digits, `.`, `_` and `-`, not starting with a dot.
@@ -80,8 +83,6 @@ impl Fragments {
             direct: AtomicBool::new(true),
             open: Mutex::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
-            staged: Staged::default(),
-            io_locks: (0..IO_LOCKS).map(|_| Mutex::new(())).collect(),
         })
     }
 
@@ -127,6 +128,7 @@ impl Fragments {
         }
         let f = Arc::new(Frag {
             data: self.open_data(&data, true).map_err(io("opening a fragment"))?,
+            cached: OpenOptions::new().read(true).write(true).open(&data).map_err(io("opening a fragment"))?,
             meta: OpenOptions::new().read(true).write(true).open(&meta).map_err(io("opening a fragment's meta"))?,
         });
         let mut open = self.open.lock();
@@ -158,57 +160,32 @@ impl Fragments {
         Ok(())
     }
 
-    fn io_lock(&self, key: &Key) -> &Mutex<()> {
-        let h = (key.1 as usize).wrapping_mul(31).wrapping_add(usize::from(key.2));
-        &self.io_locks[h % IO_LOCKS]
-    }
-
-    /// Writes whole blocks of a fragment from block `block` on: a small write is staged in
-    /// memory (`staged.rs`), a larger one goes to the device.
+    /// Writes whole blocks of a fragment from block `block` on. A small write (a processing
+    /// node's log push: a block or two, often the one it wrote before) goes through the page
+    /// cache, which survives this process, and reaches the device with the next Sync or the
+    /// kernel's writeback; a larger one goes to the device with direct I/O.
     pub fn write(&self, store: &str, seg: u32, frag: u8, block: u64, data: &[u8]) -> Result<(), Refusal> {
         if data.is_empty() || !data.len().is_multiple_of(BLOCK) {
             return Err((Code::Malformed, "a write carries whole 4 KiB blocks".into()));
         }
-        let end = block
-            .checked_add((data.len() / BLOCK) as u64)
-            .filter(|e| e.checked_mul(BLOCK as u64).is_some())
-            .ok_or((Code::Malformed, "block out of range".to_string()))?;
+        if block.saturating_add((data.len() / BLOCK) as u64) > MAX_BLOCKS {
+            return Err((Code::Malformed, "block out of range".to_string()));
+        }
         let f = self.get(store, seg, frag)?;
-        let key = (store.to_string(), seg, frag);
-        if data.len() <= staged::MAX_WRITE {
-            if self.staged.bytes() > staged::MAX_BYTES {
-                self.flush_staged(|_| true)?;
-            }
-            // The entries first: a node killed before the flush then answers "corrupt".
-            write_entries(&f, block, data)?;
-            self.staged.put(&key, block, data);
+        let off = block * BLOCK as u64;
+        if data.len() <= SMALL_WRITE {
+            f.cached.write_all_at(data, off).map_err(io("writing a fragment"))?;
         } else {
-            let _io = self.io_lock(&key).lock();
-            self.staged.forget(&key, block, end);
-            write_data(&f, block, data)?;
-            write_entries(&f, block, data)?;
+            let mut buf = AlignedBuf::new(data.len());
+            buf[..data.len()].copy_from_slice(data);
+            f.data.write_all_at(&buf[..data.len()], off).map_err(io("writing a fragment"))?;
         }
-        self.dirty.lock().insert(key);
-        Ok(())
-    }
-
-    /// Writes the staged blocks of the fragments `pick` chooses to the device.
-    pub fn flush_staged(&self, pick: impl Fn(&Key) -> bool) -> Result<(), Refusal> {
-        for key in self.staged.keys(pick) {
-            let _io = self.io_lock(&key).lock();
-            let f = match self.get(&key.0, key.1, key.2) {
-                Ok(f) => f,
-                Err((Code::NoFragment, _)) => {
-                    self.staged.forget_segment(&key.0, key.1);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for run in self.staged.runs(&key) {
-                write_data(&f, run.block, &run.data)?;
-                self.staged.settle(&key, &run);
-            }
+        let mut entries = vec![0u8; data.len() / BLOCK * 8];
+        for (i, b) in data.chunks_exact(BLOCK).enumerate() {
+            put_u64(&mut entries, i * 8, WRITTEN | u64::from(crc32c::crc32c(b)));
         }
+        f.meta.write_all_at(&entries, HEADER + block * 8).map_err(io("writing a fragment's checksums"))?;
+        self.dirty.lock().insert((store.to_string(), seg, frag));
         Ok(())
     }
 
@@ -221,14 +198,9 @@ impl Fragments {
         let f = self.get(store, seg, frag)?;
         let mut buf = AlignedBuf::new(n * BLOCK);
         let off = block.checked_mul(BLOCK as u64).ok_or((Code::Malformed, "block out of range".to_string()))?;
-        // Copied before the file is read: a flush writes a block out before it unstages it.
-        let staged = self.staged.copy(&(store.to_string(), seg, frag), block, block.saturating_add(n as u64));
+        // A direct read of a range the page cache holds dirty writes that range back first.
         let got = read_full(&f.data, &mut buf[..n * BLOCK], off).map_err(io("reading a fragment"))?;
         buf[got..n * BLOCK].fill(0);
-        for (b, d) in staged {
-            let at = (b - block) as usize * BLOCK;
-            buf[at..at + BLOCK].copy_from_slice(&d);
-        }
         let mut entries = vec![0u8; n * 8];
         let e = read_full(&f.meta, &mut entries, HEADER + block * 8).map_err(io("reading a fragment's checksums"))?;
         entries[e..].fill(0);
@@ -246,7 +218,6 @@ impl Fragments {
 
     /// Makes every write to the store's fragments durable.
     pub fn sync(&self, store: &str) -> Result<(), Refusal> {
-        self.flush_staged(|k| k.0 == store)?;
         let keys: Vec<Key> = {
             let mut d = self.dirty.lock();
             let mine: Vec<Key> = d.iter().filter(|k| k.0 == store).cloned().collect();
@@ -271,7 +242,6 @@ impl Fragments {
         let d = self.store_dir(store)?;
         self.open.lock().retain(|k, _| !(k.0 == store && k.1 == seg));
         self.dirty.lock().retain(|k| !(k.0 == store && k.1 == seg));
-        self.staged.forget_segment(store, seg);
         let prefix = format!("{seg:08x}.");
         let Ok(entries) = std::fs::read_dir(&d) else { return Ok(()) };
         for e in entries.flatten() {
@@ -319,20 +289,6 @@ impl Fragments {
         }
         (n, bytes)
     }
-}
-
-fn write_data(f: &Frag, block: u64, data: &[u8]) -> Result<(), Refusal> {
-    let mut buf = AlignedBuf::new(data.len());
-    buf[..data.len()].copy_from_slice(data);
-    f.data.write_all_at(&buf[..data.len()], block * BLOCK as u64).map_err(io("writing a fragment"))
-}
-
-fn write_entries(f: &Frag, block: u64, data: &[u8]) -> Result<(), Refusal> {
-    let mut entries = vec![0u8; data.len() / BLOCK * 8];
-    for (i, b) in data.chunks_exact(BLOCK).enumerate() {
-        put_u64(&mut entries, i * 8, WRITTEN | u64::from(crc32c::crc32c(b)));
-    }
-    f.meta.write_all_at(&entries, HEADER + block * 8).map_err(io("writing a fragment's checksums"))
 }
 
 /// A meta file's header (see the module documentation).
@@ -409,7 +365,6 @@ mod tests {
         let f = Fragments::open(d.path()).unwrap();
         f.place("s", 0, 1, &p()).unwrap();
         f.write("s", 0, 1, 0, &[9; 2 * BLOCK]).unwrap();
-        f.sync("s").unwrap();
         drop(f);
         let path = d.path().join("s").join("00000000.1");
         let mut bytes = std::fs::read(&path).unwrap();
@@ -421,26 +376,22 @@ mod tests {
     }
 
     #[test]
-    fn a_staged_block_lost_with_its_node_reads_as_corrupt_and_a_large_write_replaces_it() {
+    fn small_writes_through_the_page_cache_and_large_direct_ones_read_back_alike() {
         let d = tempfile::tempdir().unwrap();
         let f = Fragments::open(d.path()).unwrap();
         f.place("s", 2, 0, &p()).unwrap();
         f.write("s", 2, 0, 0, &[3; BLOCK]).unwrap();
         f.write("s", 2, 0, 1, &[4; BLOCK]).unwrap();
-        assert_eq!(f.read("s", 2, 0, 0, 2).unwrap(), [[3u8; BLOCK], [4; BLOCK]].concat(), "read from memory");
-        f.flush_staged(|_| true).unwrap();
+        assert_eq!(f.read("s", 2, 0, 0, 2).unwrap(), [[3u8; BLOCK], [4; BLOCK]].concat());
+        // A large write over small ones, then small ones over it.
+        let big = vec![7u8; SMALL_WRITE + BLOCK];
+        f.write("s", 2, 0, 0, &big).unwrap();
         f.write("s", 2, 0, 1, &[5; BLOCK]).unwrap();
-        // Killed before the flush: block 1's entry names data its file does not hold.
+        // The process ends without a Sync: the page cache keeps the small writes.
         drop(f);
         let f = Fragments::open(d.path()).unwrap();
-        assert_eq!(f.read("s", 2, 0, 0, 1).unwrap(), vec![3; BLOCK], "flushed before the kill");
-        assert_eq!(f.read("s", 2, 0, 1, 1).unwrap_err().0, Code::Corrupt);
-        // Staged, then overwritten by a write too large to stage: the large one wins.
-        f.write("s", 2, 0, 0, &[6; BLOCK]).unwrap();
-        let big = vec![7u8; staged::MAX_WRITE + BLOCK];
-        f.write("s", 2, 0, 0, &big).unwrap();
-        f.flush_staged(|_| true).unwrap();
-        assert_eq!(f.read("s", 2, 0, 0, 2).unwrap(), vec![7; 2 * BLOCK]);
+        assert_eq!(f.read("s", 2, 0, 0, 3).unwrap(), [[7u8; BLOCK], [5; BLOCK], [7; BLOCK]].concat());
+        assert_eq!(f.write("s", 2, 0, MAX_BLOCKS, &[1; BLOCK]).unwrap_err().0, Code::Malformed);
     }
 
     #[test]

@@ -4,7 +4,6 @@
 
 pub mod claims;
 pub mod fragments;
-pub mod staged;
 
 use crate::wire::{read_frame, write_frame, Code, Reply, Request};
 use claims::Claims;
@@ -31,16 +30,7 @@ impl StorageNode {
     /// A node keeping its fragments under `dir`.
     pub fn open(dir: &Path) -> std::io::Result<Arc<StorageNode>> {
         let (frags, claims) = (Fragments::open(dir)?, Claims::new(dir));
-        let node = Arc::new(StorageNode { frags, claims, queue: AtomicU32::new(0), conns: AtomicU32::new(0) });
-        let weak = Arc::downgrade(&node);
-        std::thread::Builder::new().name("segstore-flush".into()).spawn(move || loop {
-            std::thread::sleep(staged::FLUSH_EVERY);
-            let Some(node) = weak.upgrade() else { return };
-            if let Err((_, why)) = node.frags.flush_staged(|_| true) {
-                tracing::warn!("writing staged blocks out failed (a Sync will try again): {why}");
-            }
-        })?;
-        Ok(node)
+        Ok(Arc::new(StorageNode { frags, claims, queue: AtomicU32::new(0), conns: AtomicU32::new(0) }))
     }
 
     /// Serves connections from `listener` until the process ends.
@@ -103,16 +93,16 @@ impl StorageNode {
             return self.claim(&store, epoch, &owner, held);
         }
         let Some(store) = req.store().map(str::to_string) else { return self.handle(req) };
+        if !fragments::valid_store(&store) {
+            return bad_name(&store);
+        }
         let epoch = held.get(&store).copied().unwrap_or(0);
         self.claims.admit(&store, epoch, || Ok(self.handle(req))).unwrap_or_else(refused)
     }
 
     fn claim(&self, store: &str, epoch: u64, owner: &str, held: &mut HashMap<String, u64>) -> Reply {
         if !fragments::valid_store(store) {
-            return Reply::Error {
-                code: Code::BadName,
-                message: format!("store name {store:?} is not [A-Za-z0-9._-]{{1,64}}"),
-            };
+            return bad_name(store);
         }
         match self.claims.claim(store, epoch, owner) {
             Ok(c) => {
@@ -144,6 +134,10 @@ impl StorageNode {
         };
         done.map_or_else(refused, |()| Reply::Ok)
     }
+}
+
+fn bad_name(store: &str) -> Reply {
+    Reply::Error { code: Code::BadName, message: format!("store name {store:?} is not [A-Za-z0-9._-]{{1,64}}") }
 }
 
 fn refused((code, message): fragments::Refusal) -> Reply {

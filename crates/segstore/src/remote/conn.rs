@@ -34,6 +34,14 @@ pub(crate) struct Sent {
     early: Option<io::Result<Reply>>,
 }
 
+impl Sent {
+    /// The socket the reply will come on, if the request went out.
+    pub(crate) fn fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.stream.as_ref().map(AsRawFd::as_raw_fd)
+    }
+}
+
 pub(crate) struct Node {
     pub(crate) addr: String,
     pool: Mutex<Vec<TcpStream>>,
@@ -141,7 +149,8 @@ impl Node {
         match exchange(&mut s, &Request::Claim { store: store.clone(), epoch, owner: owner.clone() })? {
             (Reply::Claimed { epoch: e, owner: o }, _) if e == epoch && o == owner => Ok(Ok(s)),
             (Reply::Claimed { epoch: e, owner: o }, _) => Ok(Err(fenced(&store, epoch, e, &o))),
-            (r, _) => Ok(Err(r)),
+            (r @ Reply::Error { .. }, _) => Ok(Err(r)),
+            (r, _) => Ok(Err(Reply::Error { code: Code::Malformed, message: format!("answered a claim with {r:?}") })),
         }
     }
 

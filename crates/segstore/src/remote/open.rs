@@ -52,8 +52,10 @@ impl RemoteStorage {
     }
 
     /// Claims the store at an epoch above every storage node's: from then on the nodes refuse
-    /// the store to the processing node that held it before, should it still run. A node that
-    /// does not answer now gets the claim when this node first connects to it.
+    /// the store to the processing node that held it before, should it still run. A majority
+    /// of the nodes must answer and take the claim (so that the epoch is above any claim a
+    /// majority holds); a node that does not answer now gets the claim when this node first
+    /// connects to it.
     fn claim_store(&self) -> io::Result<()> {
         let owner = owner_name(&self.o.owner);
         let store = self.o.store.clone();
@@ -61,16 +63,22 @@ impl RemoteStorage {
             let n = self.nodes.read().len();
             (0..n).map(|i| (i, Request::Claim { store: store.clone(), epoch, owner: owner.clone() })).collect()
         };
-        let mut newest = None;
+        let n = self.nodes.read().len();
+        let majority = |k: usize, what: &str| match k > n / 2 {
+            true => Ok(()),
+            false => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("{k} of {n} storage nodes {what}; a store is claimed on a majority: are they running?"),
+            )),
+        };
+        let (mut newest, mut answered) = (0, 0);
         for (i, r) in self.fan_out(ask(0)).into_iter().enumerate() {
             match r {
-                Ok(Reply::Claimed { epoch, .. }) => newest = Some(newest.unwrap_or(0).max(epoch)),
+                Ok(Reply::Claimed { epoch, .. }) => (newest, answered) = (newest.max(epoch), answered + 1),
                 other => tracing::warn!("storage node {} did not answer a claim: {other:?}", self.addr(i)),
             }
         }
-        let newest = newest.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, "no storage node answered; are they running?")
-        })?;
+        majority(answered, "answered")?;
         let epoch = newest.checked_add(1).ok_or_else(|| {
             io::Error::other(format!("a storage node's claim file of store {store} is damaged (see its log)"))
         })?;
@@ -99,9 +107,7 @@ impl RemoteStorage {
                 other => tracing::warn!("storage node {} did not take the claim: {other:?}", self.addr(i)),
             }
         }
-        if taken == 0 {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "no storage node took the store's claim"));
-        }
+        majority(taken, "took the claim")?;
         tracing::info!("store {store} claimed at epoch {epoch} on {taken} storage nodes");
         Ok(())
     }

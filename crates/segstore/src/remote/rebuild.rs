@@ -40,6 +40,8 @@ impl RemoteStorage {
         let mut exclude = s.nodes.clone();
         let mut last = None;
         for _ in 0..3 {
+            // A refusal that fenced this node fails the move rather than trying another node.
+            self.check_fenced()?;
             let Some(&to) = self.choose(1, &exclude)?.first() else { break };
             match self.rebuild_onto(seg, &s, x, to) {
                 Ok(()) => {

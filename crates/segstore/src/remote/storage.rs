@@ -226,17 +226,7 @@ impl RemoteStorage {
         let results = if calls.len() <= 1 {
             calls.iter().map(one).collect()
         } else if calls.iter().all(|(_, r)| small(r)) {
-            // Every request out, then every reply in: the nodes work at once, with no thread
-            // started per call (a log push is a few blocks to each of ρ + 1 nodes).
-            let sent: Vec<_> = calls.iter().map(|(i, r)| nodes.get(*i).map(|n| n.send(r))).collect();
-            calls
-                .iter()
-                .zip(sent)
-                .map(|((i, r), s)| match (nodes.get(*i), s) {
-                    (Some(n), Some(s)) => n.receive(r, s),
-                    _ => Err(Fail::Unreachable(io::Error::other("unknown storage node"))),
-                })
-                .collect()
+            pipelined(&nodes, &calls, self.o.timeout)
         } else {
             in_threads(&calls, one)
         };
@@ -279,6 +269,50 @@ fn small(r: &Request) -> bool {
         Request::Read { blocks, .. } => (*blocks as usize) * crate::stripe::BLOCK <= SMALL_IO,
         _ => true,
     }
+}
+
+/// Every request out, then every reply in as it arrives: the nodes work at once, with no
+/// thread started per call (a log push is a few blocks to each of ρ + 1 nodes), and each
+/// node's time is its own (what power-of-d weighs).
+fn pipelined(nodes: &[Arc<Node>], calls: &[(usize, Request)], timeout: Duration) -> Vec<Result<Reply, Fail>> {
+    let unknown = || Err(Fail::Unreachable(io::Error::other("unknown storage node")));
+    let mut sent: Vec<Option<super::conn::Sent>> =
+        calls.iter().map(|(i, r)| nodes.get(*i).map(|n| n.send(r))).collect();
+    let mut out: Vec<Option<Result<Reply, Fail>>> = calls.iter().map(|_| None).collect();
+    let receive = |k: usize, sent: &mut [Option<super::conn::Sent>], out: &mut [Option<Result<Reply, Fail>>]| {
+        let ((i, r), s) = (&calls[k], sent[k].take());
+        out[k] = Some(match (nodes.get(*i), s) {
+            (Some(n), Some(s)) => n.receive(r, s),
+            _ => unknown(),
+        });
+    };
+    loop {
+        let waiting: Vec<(usize, i32)> =
+            sent.iter().enumerate().filter_map(|(k, s)| s.as_ref().and_then(|s| s.fd()).map(|fd| (k, fd))).collect();
+        if waiting.is_empty() {
+            break;
+        }
+        let mut fds: Vec<libc::pollfd> =
+            waiting.iter().map(|&(_, fd)| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd structs for the call's duration.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let ready: Vec<usize> = match n {
+            // Nothing in time (or poll failed): each read waits out its socket's own timeout.
+            n if n <= 0 => waiting.iter().map(|w| w.0).collect(),
+            _ => waiting.iter().zip(&fds).filter(|(_, f)| f.revents != 0).map(|(w, _)| w.0).collect(),
+        };
+        for k in ready {
+            receive(k, &mut sent, &mut out);
+        }
+    }
+    // Calls whose request never went out (their outcome is already known).
+    for k in 0..calls.len() {
+        if out[k].is_none() {
+            receive(k, &mut sent, &mut out);
+        }
+    }
+    out.into_iter().map(|r| r.unwrap_or_else(unknown)).collect()
 }
 
 /// Each call on a thread of its own: a fan-out waits for the slowest node, not the sum.
