@@ -23,7 +23,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::fragments::Refusal;
+/// A refusal: the wire error code and what to say.
+type Refusal = (Code, String);
 
 const MAGIC: u32 = 0x4c43_5348;
 const VERSION: u16 = 1;
