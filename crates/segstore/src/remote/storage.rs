@@ -36,8 +36,8 @@ pub struct RemoteOptions {
     pub repair_rate: u64,
     /// The cluster secret the storage nodes require (`--cluster-secret`).
     pub secret: Option<String>,
-    /// A write is acknowledged once its log records are on the storage nodes (written with
-    /// direct I/O there, synced only under `sync = always`); false leaves them in the
+    /// A write is acknowledged once its log records are on the storage nodes (in their page
+    /// cache, synced only under `sync = always`); false leaves them in the
     /// processing node's memory until a chunk fills or the group commit, as on a local device.
     pub tails_before_ack: bool,
     /// How this processing node names itself in its claim of the store (the process id and
