@@ -116,7 +116,7 @@ fn key(i: u64) -> Vec<u8> {
 /// How long a test waits for its writers to reach a count. The count is what the test needs
 /// (enough flushes and compactions); the deadline only ends a test that cannot get there. With
 /// the six tests of this file running at once on two cores, debug builds of three or four
-/// nodes each, 12,000 replicated writes took up to 160 s here.
+/// nodes each, 12,000 replicated writes took up to 160 s here (the tests ask for at most 9,000).
 const WRITES_DEADLINE: Duration = Duration::from_secs(400);
 
 fn admin(args: &[&str]) -> (bool, String) {
@@ -230,7 +230,7 @@ fn run(mode: &str) {
     let threads = writers(&c, stop.clone(), acked.clone());
     // Enough data for many L0 flushes and compactions on every region.
     let t0 = Instant::now();
-    while acked.lock().expect("lock").len() < 12_000 && t0.elapsed() < WRITES_DEADLINE {
+    while acked.lock().expect("lock").len() < 9_000 && t0.elapsed() < WRITES_DEADLINE {
         std::thread::sleep(Duration::from_millis(50));
     }
     // n1 leads regions 1 and 4; it dies with writers running.
@@ -241,7 +241,7 @@ fn run(mode: &str) {
         t.join().expect("writer");
     }
     let acked = std::mem::take(&mut *acked.lock().expect("lock"));
-    assert!(acked.len() >= 12_000, "only {} writes acknowledged", acked.len());
+    assert!(acked.len() >= 9_000, "only {} writes acknowledged", acked.len());
     for region in ["1", "4"] {
         let (ok, out) =
             admin(&["promote", "--region", region, "--node", "n2", "--cluster-file", file.to_str().expect("utf8")]);
@@ -268,7 +268,7 @@ fn run(mode: &str) {
     // The promoted regions take writes, and their remaining backup follows.
     let n2 = c.node("n2").expect("n2").native.clone();
     let cl = client(&n2);
-    for i in 0..2000u64 {
+    for i in 0..600u64 {
         let k = format!("key{:02}-post-{i}", if i % 2 == 0 { 1 } else { 80 });
         cl.put(k.as_bytes(), value(i)).expect("write after promotion");
     }
@@ -383,12 +383,12 @@ fn restarted_backup_catches_up(mode: &str) {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    wait_for(4000);
+    wait_for(3000);
     nodes[2].kill9();
-    wait_for(7000);
+    wait_for(5000);
     nodes[2] = start_node(root.path(), &file, &c, "n3", mode);
     let restarted_at = acked.lock().expect("lock").len();
-    wait_for(restarted_at + 3000);
+    wait_for(restarted_at + 2000);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().expect("writer");
@@ -470,14 +470,14 @@ fn added_backup_catches_up_and_takes_over(mode: &str) {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    wait_for(6000);
+    wait_for(4000);
     assert_eq!(c.region(1).expect("r1").primary, "n1");
     let (ok, out) = admin(&["add-backup", "--region", "1", "--node", "n4", "--cluster-file", f]);
     assert!(ok && out.contains("holds a full copy"), "add-backup: {out}");
     let (ok, out) = admin(&["add-backup", "--region", "1", "--node", "n4", "--cluster-file", f]);
     assert!(!ok && out.contains("already holds"), "second add-backup: {out}");
     let added_at = acked.lock().expect("lock").len();
-    wait_for(added_at + 3000);
+    wait_for(added_at + 2000);
     // Contents are compared with the writers paused (a dump is not atomic across nodes).
     stop.store(true, Ordering::Relaxed);
     for t in threads {
@@ -499,7 +499,7 @@ fn added_backup_catches_up_and_takes_over(mode: &str) {
     let stop = Arc::new(AtomicBool::new(false));
     let threads = writers(&c, stop.clone(), acked.clone());
     let resumed_at = acked.lock().expect("lock").len();
-    wait_for(resumed_at + 2000);
+    wait_for(resumed_at + 1500);
     procs[0].kill9();
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
