@@ -9,9 +9,11 @@
 # largest RSS growth meanwhile, and the time until every group was whole again.
 #   cargo build --release -p halyard          # or HALYARD_BIN=path/to/halyard
 #   bash scripts/restart-bench.sh [GIB] [AWAY]     # defaults 0.5, 10
+# SIGNAL=KILL: n3 is killed with SIGKILL instead (its regions fail over after the lease; on
+# its return the copies of the regions it led are brought up to date like the others).
 # Needs etcd (apt-get install etcd-server); uses ports 24792, 24802 and 25421..29423.
 set -euo pipefail
-gib=${1:-0.5}; away=${2:-10}
+gib=${1:-0.5}; away=${2:-10}; signal=${SIGNAL:-TERM}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
 source "$(dirname "$(realpath "$0")")/etcd-local.sh"
@@ -58,7 +60,7 @@ rss() { for n in 1 2; do awk '/VmRSS/ {print $2}' /proc/$(pgrep -f "halyard serv
 rss0=$(rss)
 pid=$(pgrep -f "halyard serve --dir r3 ")
 t0=$(date +%s.%N)
-kill -TERM "$pid"
+kill -"$signal" "$pid"
 while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
 t1=$(date +%s.%N)
 sleep "$away"
@@ -85,7 +87,7 @@ s1=$(metric halyard_replication_copy_bytes_total); k1=$(metric halyard_replicati
 sh1=$(metric halyard_replication_shipped_bytes_total)
 rssmax=$(sort -n rss.txt | tail -1)
 wait $BENCH || true
-python3 - "$t0" "$t1" "$t2" "$t3" "$held" "$before" "$after" "$c0 $c1 $i0 $i1 $s0 $s1 $k0 $k1 $sh0 $sh1" "$rss0" "${rssmax:-0}" "$to_n3" <<'EOF'
+python3 - "$t0" "$t1" "$t2" "$t3" "$held" "$before" "$after" "$c0 $c1 $i0 $i1 $s0 $s1 $k0 $k1 $sh0 $sh1" "$rss0" "${rssmax:-0}" "$to_n3" "$signal" <<'EOF'
 import sys
 t0, t1, t2, t3 = map(float, sys.argv[1:5])
 lsn = lambda a: dict(tuple(map(int, x.split(':'))) for x in a.split())
@@ -96,7 +98,7 @@ rss0, rssmax = float(sys.argv[9]), float(sys.argv[10])
 both = [r for r in held if r in after]
 missed = sum(after[r] - held[r] for r in both)
 sent, kept = s1 - s0, k1 - k0
-print(f"restart: n3 left {1000 * (t1 - t0):.0f} ms after SIGTERM, was away {t2 - t1:.1f} s; every group whole {t3 - t2:.1f} s after it started again")
+print(f"restart: n3 left {1000 * (t1 - t0):.0f} ms after SIG{sys.argv[12]}, was away {t2 - t1:.1f} s; every group whole {t3 - t2:.1f} s after it started again")
 nf, ni, ns, nk = map(int, sys.argv[11].split())
 print(f"restart: n3 was sent {nf} full and {ni} incremental copies: {ns / 2**20:.1f} MiB sent, {nk / 2**20:.1f} MiB kept")
 print(f"restart: all copies in the cluster meanwhile (any moves the balancer made too): {int(c1 - c0)} full, {int(i1 - i0)} incremental, "

@@ -133,6 +133,13 @@ pub struct Options {
     /// and a Build-Index backup's region must keep its LSNs in step with its primary's, which
     /// moving valid records would renumber.
     pub resume_logs: bool,
+    /// Opens every region the store led (its non-backup regions) quiet: no compaction, GC or
+    /// size split runs on it, and a close neither flushes nor collects it, until
+    /// [`crate::Db::wake_region`]. For a cluster node started again after a crash: until its
+    /// map says which regions it still leads, what it holds of the others must stay as it is,
+    /// or the copy that brings them up to date sends again what compaction rewrote. A quiet
+    /// region must take no writes (a full L0 would wait for it to wake).
+    pub open_quiet: bool,
     /// Runs each wait of a writer that may last long: a full L0 or pacing behind a merge, the
     /// log's device writes, an fdatasync under [`SyncMode::Always`]. An embedder whose threads
     /// serve others meanwhile (an async runtime's workers) moves the wait off them here; the
@@ -214,6 +221,7 @@ impl Default for Options {
             default_region: true,
             tolerate_log_damage: false,
             resume_logs: true,
+            open_quiet: false,
             wait_hook: None,
             clock: None,
         }

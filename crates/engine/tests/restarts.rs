@@ -191,3 +191,48 @@ fn an_interrupted_creation_is_created_again_and_a_damaged_store_is_refused() {
     let db = Db::open(dir.path(), Options::default()).expect("reopen");
     assert_eq!(db.get(b"k").expect("get").as_deref(), Some(b"v".as_slice()));
 }
+
+/// A store opened quiet (`Options::open_quiet`: a cluster node started again after a crash,
+/// before its map says which regions it still leads) runs no compaction, GC or flush at close
+/// on the regions it led until each is woken; their data is all there, and once woken the
+/// work runs.
+#[test]
+fn a_store_opened_quiet_leaves_its_regions_alone_until_woken() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quiet = || Options { open_quiet: true, ..Options::tiny() };
+    let mut model = Model::new();
+    drop(Db::open(dir.path(), Options::tiny()).expect("create"));
+    let db = Db::open(dir.path(), quiet()).expect("open quiet");
+    assert!(db.regions().iter().all(|r| r.quiet), "{:?}", db.regions());
+    // About one and a half L0 tables: one switched table waits for its merge (a second would
+    // make the writer wait for the region to wake).
+    let v = vec![b'q'; 100];
+    let mut i = 0u64;
+    while db.stats().l0_bytes < Options::tiny().l0_bytes as u64 * 5 / 4 {
+        assert!(i < 5000, "L0 still small after {i} writes");
+        let k = format!("quiet{i:05}").into_bytes();
+        db.put(&k, &v).expect("put");
+        model.insert(k, v.clone());
+        i += 1;
+    }
+    db.flush().expect("a flush passes a quiet region by");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let s = db.stats();
+    assert_eq!((s.compactions, s.gc_runs), (0, 0), "background work ran on a quiet region");
+    drop(db);
+    let db = Db::open(dir.path(), quiet()).expect("reopen quiet");
+    assert!(db.stats().l0_bytes >= s.l0_bytes, "flushed at close: {} of {} L0 bytes", db.stats().l0_bytes, s.l0_bytes);
+    assert_eq!(contents(&db), model, "closed quiet, reopened from its log");
+    // One more write switches the recovered table, whose merge waits for the wake.
+    db.put(b"quiet-last", &v).expect("put");
+    model.insert(b"quiet-last".to_vec(), v.clone());
+    db.wake_region(0).expect("wake");
+    assert!(db.regions().iter().all(|r| !r.quiet));
+    let t0 = std::time::Instant::now();
+    while db.stats().gc_runs == 0 || db.stats().compactions == 0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "no GC or merge on the woken region");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(contents(&db), model);
+}

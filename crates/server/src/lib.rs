@@ -119,9 +119,13 @@ pub async fn run_with(
     // copy of the primary's last segment than the primary recovered (records it lost), and the
     // same segment incarnation continued would put new records beside them there.
     // The engine's long waits (a stalled writer, an fdatasync) leave the runtime's worker.
+    // Under etcd the regions this node led open quiet: until the map names its role in each
+    // (a crash may have cost it the lead), compaction and GC would drop segments the new
+    // primary never heard of, and the incremental copy on return would send them again.
     let opts = halyard_engine::Options {
         default_region: opts.default_region && !clustered,
         resume_logs: !clustered,
+        open_quiet: !cfg.etcd.is_empty(),
         wait_hook: Some(native::off_worker_hook()),
         ..opts
     };

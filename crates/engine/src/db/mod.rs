@@ -438,6 +438,7 @@ impl Db {
             };
             let r = Region::new(id, &meta, sh.clone(), rec.mem, rec.last + 1);
             r.resume(rec.resume, rec.large_bytes);
+            r.set_quiet(sh.opts.open_quiet && !meta.backup);
             regions.insert(id, Arc::new(r));
         }
         let c = &sh.counters;
@@ -641,10 +642,11 @@ impl Db {
     /// Makes every acknowledged write durable and writes L0 into L1 (waiting for it).
     pub fn flush(&self) -> Result<()> {
         // A region split or merged meanwhile hands its L0 to its successors: they are flushed
-        // in the next pass.
+        // in the next pass. A quiet region's merge would wait for its wake: its L0 stays in
+        // its log.
         loop {
             let list = self.regions_list();
-            for r in list.iter().filter(|r| !r.is_backup()) {
+            for r in list.iter().filter(|r| !r.is_backup() && !r.is_quiet()) {
                 r.flush()?;
             }
             if !list.iter().any(|r| r.is_replaced()) {
@@ -771,8 +773,21 @@ impl Db {
                 end: r.end().clone(),
                 backup: r.is_backup(),
                 lsn: r.lsn(),
+                quiet: r.is_quiet(),
             })
             .collect()
+    }
+
+    /// Lets background work (compaction, GC, size splits, the flush at close) at a region
+    /// opened quiet ([`Options::open_quiet`]) again; a region that is not quiet is left as
+    /// it is.
+    pub fn wake_region(&self, id: u32) -> Result<()> {
+        let r = self.inner.get(id)?;
+        if r.is_quiet() {
+            r.set_quiet(false);
+            self.inner.sh.wake();
+        }
+        Ok(())
     }
 }
 
@@ -789,6 +804,8 @@ pub struct RegionInfo {
     pub backup: bool,
     /// Last LSN written.
     pub lsn: u64,
+    /// Opened quiet and not woken yet ([`Options::open_quiet`]).
+    pub quiet: bool,
 }
 
 /// Operations on one region.
@@ -951,7 +968,7 @@ fn compaction_worker(inner: &DbInner) {
             continue;
         }
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
-        let job = regions.iter().find_map(|r| compaction::pick(r).map(|j| (r.clone(), j)));
+        let job = regions.iter().filter(|r| !r.is_quiet()).find_map(|r| compaction::pick(r).map(|j| (r.clone(), j)));
         let Some((r, job)) = job else {
             wait(inner, 200);
             continue;
@@ -983,7 +1000,7 @@ fn gc_worker(inner: &DbInner) {
             continue;
         }
         let regions: Vec<Arc<Region>> = inner.regions.read().values().cloned().collect();
-        for r in regions {
+        for r in regions.into_iter().filter(|r| !r.is_quiet()) {
             match guarded(inner, "garbage collection", || gc::run(&r).map(|_| ())) {
                 Ok(())
                 | Err(Error::NoSpace { .. } | Error::Closed | Error::RegionChanged(_) | Error::RegionFenced(_)) => {}
@@ -1013,7 +1030,7 @@ impl Drop for Db {
         // and a pass of GC: a store that is open only briefly (a command-line tool, a service
         // restarted often) never reaches the background pass's period.
         if !self.inner.sh.is_poisoned() {
-            for r in self.regions_list().iter().filter(|r| !r.is_backup()) {
+            for r in self.regions_list().iter().filter(|r| !r.is_backup() && !r.is_quiet()) {
                 if r.flush_on_close() {
                     if let Err(e) = r.flush() {
                         tracing::warn!("closing: region {} not flushed ({e}); the next open replays its logs", r.id());

@@ -62,7 +62,7 @@ impl DbInner {
         }
         let regions: Vec<Arc<Region>> = self.regions.read().values().cloned().collect();
         let per_ptr = self.large_per_ptr();
-        for r in regions.iter().filter(|r| !r.is_backup() && !r.is_retired()) {
+        for r in regions.iter().filter(|r| !r.is_backup() && !r.is_retired() && !r.is_quiet()) {
             let Some(meta) = self.sh.manifest.region(r.id()) else { continue };
             let (size, Some(at)) = self.split_point(r, &meta, max, per_ptr)? else { continue };
             let next = self.sh.manifest.with(|c| c.regions.keys().max().copied()).unwrap_or(0);

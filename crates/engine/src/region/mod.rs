@@ -122,6 +122,8 @@ pub(crate) struct Region {
     /// Set (under the write lock) while a primary hands the region off: client writes and GC
     /// passes fail with `RegionFenced`, so the LSN the fence returned is the region's last.
     fenced: AtomicBool,
+    /// Set while background work leaves the region alone (`Options::open_quiet`).
+    quiet: AtomicBool,
 }
 
 static NEXT_REGION_UID: AtomicU64 = AtomicU64::new(1);
@@ -201,6 +203,17 @@ impl Region {
         let w = self.w.lock();
         self.fenced.store(fenced, Relaxed);
         w.next_lsn.saturating_sub(1)
+    }
+
+    /// Whether compaction, GC, size splits and the flush at close leave the region alone
+    /// (`Options::open_quiet`).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.quiet.load(Relaxed)
+    }
+
+    /// See [`Region::is_quiet`].
+    pub(crate) fn set_quiet(&self, quiet: bool) {
+        self.quiet.store(quiet, Relaxed);
     }
 
     /// Whether a handoff fenced the region ([`Region::set_fenced`]).
@@ -306,6 +319,7 @@ impl Region {
             retired: AtomicBool::new(false),
             replaced: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
+            quiet: AtomicBool::new(false),
             sh,
         }
     }

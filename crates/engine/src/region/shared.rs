@@ -127,7 +127,6 @@ impl Shared {
         self.poisoned.load(Relaxed)
     }
 
-    /// Wakes background workers.
     /// Milliseconds since the Unix epoch, by [`Options::clock`] or the system clock.
     pub(crate) fn now_ms(&self) -> u64 {
         match &self.opts.clock {
@@ -150,6 +149,7 @@ impl Shared {
         }
     }
 
+    /// Wakes background workers.
     pub(crate) fn wake(&self) {
         *self.work.lock() += 1;
         self.work_cv.notify_all();

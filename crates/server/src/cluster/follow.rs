@@ -129,6 +129,7 @@ impl ClusterNode {
                 } else if !backs {
                     self.lead(&map, r)?;
                 }
+                self.wake(r.id);
             } else if member && (r.backups.contains(&self.name) || r.learners.contains(&self.name)) {
                 if leads {
                     tracing::warn!(region = r.id, epoch = r.epoch, "no longer primary here; becoming a backup");
@@ -137,6 +138,7 @@ impl ClusterNode {
                 if leads || !backs {
                     self.host_copy(&map, r)?;
                 }
+                self.wake(r.id);
             } else {
                 if leads {
                     tracing::warn!(
@@ -159,6 +161,14 @@ impl ClusterNode {
             }
         }
         Ok(())
+    }
+
+    /// Lets the store's background work at a region this node opened quiet (it led the region
+    /// before it started) once the map gave it its role there: as primary, or as a backup
+    /// whose copy was demoted or is being brought up to date.
+    fn wake(&self, region: u32) {
+        // A region the store does not hold (a copy still to come) has nothing to wake.
+        let _ = self.db.wake_region(region);
     }
 
     /// A leaving node's regions it handed off, whose places the map keeps while it is away:

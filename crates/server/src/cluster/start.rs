@@ -68,6 +68,10 @@ impl ClusterNode {
     pub async fn start_etcd(cfg: &ServerConfig, db: Arc<Db>) -> Result<Arc<ClusterNode>, ServerError> {
         let name = cfg.node.clone().ok_or_else(|| cerr("--etcd needs --node NAME".into()))?;
         let session = etcd_session(cfg, &name).await?;
+        let quiet = db.regions().iter().filter(|r| r.quiet).count();
+        if quiet > 0 {
+            tracing::info!(quiet, "regions this node led are left as they are until the map names its role in each");
+        }
         let node = Arc::new(ClusterNode::new(cfg, &db, name, ClusterFile::default(), Some(session.clone())));
         node.attach();
         tokio::spawn(node.clone().follow(session.clone()));
