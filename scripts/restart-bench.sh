@@ -86,7 +86,7 @@ c1=$(metric halyard_replication_catch_ups_total); i1=$(metric halyard_replicatio
 s1=$(metric halyard_replication_copy_bytes_total); k1=$(metric halyard_replication_copy_kept_bytes_total)
 sh1=$(metric halyard_replication_shipped_bytes_total)
 rssmax=$(sort -n rss.txt | tail -1)
-wait $BENCH || true
+wait $BENCH || echo "restart: the bench stopped early: $(tail -n 1 run.txt)"
 python3 - "$t0" "$t1" "$t2" "$t3" "$held" "$before" "$after" "$c0 $c1 $i0 $i1 $s0 $s1 $k0 $k1 $sh0 $sh1" "$rss0" "${rssmax:-0}" "$to_n3" "$signal" <<'EOF'
 import sys
 t0, t1, t2, t3 = map(float, sys.argv[1:5])

@@ -466,3 +466,52 @@ fn a_replaced_processing_node_refuses_writes_and_stops() {
     }
     assert_ne!(c.cmd(&["GET", "late"]), common::bulk("x"), "the refused write reached the store");
 }
+
+/// A processing node killed while it moves fragments off a draining storage node opens again
+/// with every value whole: a moved fragment's new node is named only once all its blocks are
+/// there (named first, a fragment cut off half-way would read as zeros where blocks are
+/// missing).
+#[test]
+fn a_processing_node_killed_mid_drain_reads_every_value_after_its_restart() {
+    let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
+    let stocs: Vec<StorageNode> = (0..4).map(|i| registered(root.path(), &url, i)).collect();
+    etcd_common::wait_storage_nodes(&url, 4);
+    let mut n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &["--storage", "remote"]);
+    etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
+    let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
+    let big = |i: u64| etcd_common::value(i).repeat(1500);
+    for i in 0..300 {
+        c.put(etcd_common::key(i), big(i)).unwrap();
+    }
+    let usage = |i: usize| {
+        halyard_segstore::remote::node_usage(&stocs[i].addr, Some(etcd_common::SECRET), Duration::from_secs(5))
+            .expect("ask a storage node")
+            .0
+    };
+    // The node holding the most fragments is drained.
+    let d = (0..stocs.len()).max_by_key(|&i| usage(i)).unwrap();
+    let held = usage(d);
+    let mut drain = Command::new(env!("CARGO_BIN_EXE_halyard"))
+        .args(["cluster", "drain", &format!("stoc{d}"), "--etcd", &url])
+        .env("HALYARD_CLUSTER_SECRET", etcd_common::SECRET)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the drain");
+    // Killed as soon as the first fragment has moved: the next one is being written.
+    let t0 = std::time::Instant::now();
+    while usage(d) == held {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no fragment moved off stoc{d}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    n1.proc.kill9();
+    let left = usage(d);
+    let _ = drain.kill();
+    let _ = drain.wait();
+    assert!(left > 0, "the drain ended before the kill ({held} fragments moved)");
+    n1.restart();
+    etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
+    let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
+    for i in 0..300 {
+        assert_eq!(c.get(etcd_common::key(i)).unwrap(), Some(big(i)), "key {i} after the restart");
+    }
+}

@@ -19,9 +19,10 @@ pub(super) struct Native {
     clients: Vec<Client>,
     url: String,
     probe: Probe,
-    /// Writes the cluster ran without its backups confirming them (`OutcomeUnknown`): counted
-    /// (`outcome_unknown_writes` in the phase's engine counters) and not retried, so that a
-    /// moment of a region changing hands does not end the run.
+    /// Writes whose outcome is unknown: the cluster ran them without its backups confirming
+    /// them (`OutcomeUnknown`), or their connection failed after they were sent (a node
+    /// killed). Counted (`outcome_unknown_writes` in the phase's engine counters) and not
+    /// retried, so that a moment of a region changing hands or a failover does not end the run.
     unknown: AtomicU64,
 }
 
@@ -44,7 +45,13 @@ impl Native {
 impl Engine for Native {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
         match self.client().put(key, value) {
-            Err(e) if e.code() == Some(halyard_client::ErrorCode::OutcomeUnknown) => {
+            Err(e)
+                if e.code() == Some(halyard_client::ErrorCode::OutcomeUnknown)
+                    || matches!(
+                        e,
+                        halyard_client::Error::Closed | halyard_client::Error::Io(_) | halyard_client::Error::Timeout
+                    ) =>
+            {
                 self.unknown.fetch_add(1, Relaxed);
                 Ok(())
             }

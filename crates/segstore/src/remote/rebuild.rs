@@ -76,13 +76,19 @@ impl RemoteStorage {
             None => Err(io::Error::other("no reply")),
         };
         call(Request::Delete { store: store.clone(), seg })?;
-        call(Request::Place { store: store.clone(), seg, frag: x as u8, placement: p.clone() })?;
+        // The fragment is made under the placement that does not name its new node yet, and
+        // named there only once all its blocks are written: a processing node that dies
+        // half-way then opens the store with the old placement (an open takes the newest one
+        // any node holds), not one naming a fragment that lacks blocks.
+        let old = self.placement_of(s);
+        call(Request::Place { store: store.clone(), seg, frag: x as u8, placement: old })?;
         let frag_blocks = self.seg_blocks().div_ceil(s.rho as u64);
         for (block, blocks) in chunks(0..frag_blocks) {
             let data = self.rebuild_blocks(seg, s, x, block..block + u64::from(blocks))?;
             self.counters.sent.fetch_add(data.len() as u64, Relaxed);
             call(Request::Write { store: store.clone(), seg, frag: x as u8, block, data })?;
         }
+        call(Request::Place { store: store.clone(), seg, frag: x as u8, placement: p.clone() })?;
         // The others learn the new placement; one that misses it still names the old, older one.
         let calls = (0..=s.rho)
             .filter(|&i| i != x)
