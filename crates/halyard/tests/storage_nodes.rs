@@ -100,7 +100,11 @@ fn nodes(n: usize, root: &Path) -> Vec<StorageNode> {
 }
 
 fn remote(nodes: &[StorageNode], timeout: Duration) -> Arc<RemoteStorage> {
-    RemoteStorage::open(RemoteOptions {
+    RemoteStorage::open(remote_options(nodes, timeout)).expect("open remote storage")
+}
+
+fn remote_options(nodes: &[StorageNode], timeout: Duration) -> RemoteOptions {
+    RemoteOptions {
         secret: Some(SECRET.into()),
         nodes: nodes.iter().map(|n| n.addr.clone()).collect(),
         store: "p1".into(),
@@ -109,8 +113,7 @@ fn remote(nodes: &[StorageNode], timeout: Duration) -> Arc<RemoteStorage> {
         timeout,
         repair_after: Duration::from_secs(1),
         ..Default::default()
-    })
-    .expect("open remote storage")
+    }
 }
 
 fn options() -> Options {
@@ -194,7 +197,8 @@ fn a_paused_node_is_worked_around_and_reads_rebuild_from_parity() {
     let root = tempfile::tempdir().unwrap();
     let stocs = nodes(4, root.path());
     let mut model = BTreeMap::new();
-    let rs = remote(&stocs, Duration::from_millis(500));
+    // Long enough that only the paused node misses it while other tests load both cores.
+    let rs = remote(&stocs, Duration::from_millis(1000));
     let db = Db::open_on(rs.clone(), options()).unwrap();
     churn(&db, &mut model, 3, 3_000, || {});
     db.flush().unwrap();
@@ -514,4 +518,29 @@ fn a_processing_node_killed_mid_drain_reads_every_value_after_its_restart() {
     for i in 0..300 {
         assert_eq!(c.get(etcd_common::key(i)).unwrap(), Some(big(i)), "key {i} after the restart");
     }
+}
+
+/// With seven storage nodes (a segment on three), a store opens only when all but ρ = 2 of them
+/// take its claim: with three out of reach, a segment could lie wholly among them, where the
+/// processing node that held the store could still write and this one would not see it.
+#[test]
+fn a_store_is_claimed_on_all_but_rho_of_its_storage_nodes() {
+    let root = tempfile::tempdir().unwrap();
+    let mut stocs = nodes(7, root.path());
+    let mut model = BTreeMap::new();
+    let db = Db::open_on(remote(&stocs, Duration::from_secs(2)), options()).unwrap();
+    churn(&db, &mut model, 7, 2_000, || {});
+    db.flush().unwrap();
+    drop(db);
+    for s in &mut stocs[..3] {
+        s.kill();
+    }
+    let err = RemoteStorage::open(remote_options(&stocs, Duration::from_secs(2)))
+        .err()
+        .expect("opened with three of seven storage nodes out of reach")
+        .to_string();
+    assert!(err.contains("4 of 7 storage nodes") && err.contains("claimed on 5"), "{err}");
+    stocs[0].restart();
+    let db = Db::open_on(remote(&stocs, Duration::from_secs(2)), options()).unwrap();
+    check(&db, &model);
 }

@@ -54,8 +54,10 @@ impl RemoteStorage {
     /// Claims the store at an epoch above every storage node's: from then on the nodes refuse
     /// the store to the processing node that held it before, should it still run. A majority
     /// of the nodes must answer and take the claim (so that the epoch is above any claim a
-    /// majority holds); a node that does not answer now gets the claim when this node first
-    /// connects to it.
+    /// majority holds), and so must all but ρ of them: then every segment (ρ + 1 nodes) has a
+    /// node that took it, which refuses the old owner's next write there, and lists the
+    /// segment's placement when asked. A node that does not answer now gets the claim when
+    /// this node first connects to it.
     fn claim_store(&self) -> io::Result<()> {
         let owner = owner_name(&self.o.owner);
         let store = self.o.store.clone();
@@ -64,11 +66,17 @@ impl RemoteStorage {
             (0..n).map(|i| (i, Request::Claim { store: store.clone(), epoch, owner: owner.clone() })).collect()
         };
         let n = self.nodes.read().len();
-        let majority = |k: usize, what: &str| match k > n / 2 {
+        let need = (n / 2 + 1).max(n.saturating_sub(self.o.rho));
+        let majority = |k: usize, what: &str| match k >= need {
             true => Ok(()),
             false => Err(io::Error::new(
                 io::ErrorKind::NotConnected,
-                format!("{k} of {n} storage nodes {what}; a store is claimed on a majority: are they running?"),
+                format!(
+                    "{k} of {n} storage nodes {what}; a store is claimed on {need} (a majority, and all but {} so that \
+                     every segment's {} nodes include one): are they running?",
+                    self.o.rho,
+                    self.o.rho + 1
+                ),
             )),
         };
         let (mut newest, mut answered) = (0, 0);
@@ -132,8 +140,14 @@ impl RemoteStorage {
                 other => tracing::warn!("storage node {} did not list its fragments: {other:?}", self.addr(i)),
             }
         }
-        if answered == 0 {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "no storage node answered; are they running?"));
+        // With fewer, a segment all of whose nodes are out of reach would be unknown here, and
+        // read as never written.
+        let need = n.saturating_sub(self.o.rho).max(1);
+        if answered < need {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("{answered} of {n} storage nodes listed the store's fragments; {need} must: are they running?"),
+            ));
         }
         let max_gen = best.values().map(|p| p.gen).max().unwrap_or(0);
         self.last_gen.store(max_gen, Relaxed);
