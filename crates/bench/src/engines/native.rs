@@ -45,13 +45,7 @@ impl Native {
 impl Engine for Native {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
         match self.client().put(key, value) {
-            Err(e)
-                if e.code() == Some(halyard_client::ErrorCode::OutcomeUnknown)
-                    || matches!(
-                        e,
-                        halyard_client::Error::Closed | halyard_client::Error::Io(_) | halyard_client::Error::Timeout
-                    ) =>
-            {
+            Err(e) if e.outcome_unknown() => {
                 self.unknown.fetch_add(1, Relaxed);
                 Ok(())
             }

@@ -66,7 +66,7 @@ impl RemoteStorage {
             (0..n).map(|i| (i, Request::Claim { store: store.clone(), epoch, owner: owner.clone() })).collect()
         };
         let n = self.nodes.read().len();
-        let need = (n / 2 + 1).max(n.saturating_sub(self.o.rho));
+        let need = (n / 2 + 1).max(self.all_but_rho(n));
         let majority = |k: usize, what: &str| match k >= need {
             true => Ok(()),
             false => Err(io::Error::new(
@@ -120,6 +120,12 @@ impl RemoteStorage {
         Ok(())
     }
 
+    /// All the storage nodes but ρ (at least one): with that many answering, every segment
+    /// (ρ + 1 nodes) has one among them.
+    fn all_but_rho(&self, n: usize) -> usize {
+        n.saturating_sub(self.o.rho).max(1)
+    }
+
     fn learn_placements(&self) -> io::Result<()> {
         let n = self.nodes.read().len();
         let calls = (0..n).map(|i| (i, Request::List { store: self.o.store.clone() })).collect();
@@ -142,7 +148,7 @@ impl RemoteStorage {
         }
         // With fewer, a segment all of whose nodes are out of reach would be unknown here, and
         // read as never written.
-        let need = n.saturating_sub(self.o.rho).max(1);
+        let need = self.all_but_rho(n);
         if answered < need {
             return Err(io::Error::new(
                 io::ErrorKind::NotConnected,
