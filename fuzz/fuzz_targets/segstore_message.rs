@@ -1,9 +1,10 @@
 #![no_main]
-//! The storage node protocol's decoders, a fragment meta file's header and a store's claim
-//! file on arbitrary bytes:
+//! The storage node protocol's decoders, a fragment meta file's header, a store's claim file and
+//! a segment's name (which a primary sends a backup) on arbitrary bytes:
 //! nothing panics, and whatever decodes re-encodes to exactly the same bytes (one meaning, one
 //! encoding), except an error reply's text, which is read leniently.
 use halyard_segstore::node::claims;
+use halyard_segstore::remote::SegRef;
 use halyard_segstore::node::fragments::{header, parse_header};
 use halyard_segstore::wire::{Reply, Request};
 use libfuzzer_sys::fuzz_target;
@@ -25,5 +26,8 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Some(c) = claims::decode(data) {
         assert_eq!(claims::encode(&c), data);
+    }
+    if let Ok(r) = SegRef::decode(data) {
+        assert_eq!(r.encode(), data);
     }
 });

@@ -1,7 +1,7 @@
 //! The storage node protocol: requests and replies, each the body of one frame of the nodes'
 //! common frame (`u32 magic "HLYR" | u32 body length | u32 crc32c(body)`, then the body; see
 //! `halyard_admin::frame`). Integers are little-endian; `bytes` is a `u32` length, then the
-//! bytes. Version 2 (version 1 had no Claim, no Claimed and no Fenced).
+//! bytes. Version 3 (version 2 had no Adopt; version 1 had no Claim, no Claimed and no Fenced).
 //!
 //! ```text
 //! request  = tag u8, then by tag:
@@ -14,6 +14,9 @@
 //!   0x77 Place  store:bytes seg:u32 frag:u8 placement   creates a fragment or names its new placement
 //!   0x78 Stats
 //!   0x79 Claim  store:bytes epoch:u64 owner:bytes    fences the store's older owners (epoch 0: asks)
+//!   0x7A Adopt  store:bytes seg:u32 frag:u8 from:bytes from_seg:u32 from_gen:u64 placement
+//!               the fragment becomes a copy of fragment `frag` of `from`'s segment `from_seg`
+//!               (held here under placement generation `from_gen`), made on this node
 //! placement = gen:u64 rho:u8 count:u8 node:bytes × count    (node i holds fragment i; i = rho is parity)
 //! reply    = tag u8 queue:u32, then by tag:     (queue: requests the node is serving)
 //!   0x81 Ok
@@ -42,6 +45,7 @@ const LIST: u8 = 0x76;
 const PLACE: u8 = 0x77;
 const STATS: u8 = 0x78;
 const CLAIM: u8 = 0x79;
+const ADOPT: u8 = 0x7A;
 const OK: u8 = 0x81;
 const DATA: u8 = 0x82;
 const LISTED: u8 = 0x83;
@@ -84,6 +88,11 @@ pub enum Request {
     /// a later one; the connection then acts for the store at that epoch. Every store request
     /// of a connection holding an older epoch is refused ([`Code::Fenced`]). Epoch 0 only asks.
     Claim { store: String, epoch: u64, owner: String },
+    /// Makes fragment `frag` of segment `seg` a copy of the same fragment of another store's
+    /// segment held on this node, under placement `placement`: the bytes are copied within the
+    /// node (a region moving between processing nodes by its metadata). Refused with
+    /// [`Code::NoFragment`] unless the source's placement is still generation `from_gen`.
+    Adopt { store: String, seg: u32, frag: u8, from: String, from_seg: u32, from_gen: u64, placement: Placement },
 }
 
 /// Why a node refused a request.
@@ -206,7 +215,8 @@ impl Request {
             | Request::Sync { store }
             | Request::Delete { store, .. }
             | Request::List { store }
-            | Request::Place { store, .. } => Some(store),
+            | Request::Place { store, .. }
+            | Request::Adopt { store, .. } => Some(store),
             Request::Hello { .. } | Request::Stats | Request::Claim { .. } => None,
         }
     }
@@ -233,6 +243,12 @@ impl Request {
             Request::Stats => w.u8(STATS),
             Request::Claim { store, epoch, owner } => {
                 w.u8(CLAIM).bytes(store.as_bytes()).u64(*epoch).bytes(owner.as_bytes())
+            }
+            Request::Adopt { store, seg, frag, from, from_seg, from_gen, placement } => {
+                w.u8(ADOPT).bytes(store.as_bytes()).u32(*seg).u8(*frag);
+                w.bytes(from.as_bytes()).u32(*from_seg).u64(*from_gen);
+                put_placement(&mut w, placement);
+                &mut w
             }
         };
         frame::seal(w)
@@ -261,6 +277,15 @@ impl Request {
             }
             STATS => Request::Stats,
             CLAIM => Request::Claim { store: name(&mut r)?, epoch: r.u64()?, owner: name(&mut r)? },
+            ADOPT => Request::Adopt {
+                store: name(&mut r)?,
+                seg: r.u32()?,
+                frag: r.u8()?,
+                from: name(&mut r)?,
+                from_seg: r.u32()?,
+                from_gen: r.u64()?,
+                placement: placement(&mut r)?,
+            },
             _ => return Err(Malformed("unknown request tag")),
         };
         r.finish().map_err(|_| Malformed("bytes after the request"))?;
@@ -371,6 +396,15 @@ mod tests {
             Request::Place { store: "n1".into(), seg: 4, frag: 0, placement: p.clone() },
             Request::Stats,
             Request::Claim { store: "n1".into(), epoch: 4, owner: "p1 pid 7".into() },
+            Request::Adopt {
+                store: "n2".into(),
+                seg: 9,
+                frag: 1,
+                from: "n1".into(),
+                from_seg: 4,
+                from_gen: 3,
+                placement: p.clone(),
+            },
         ];
         for r in reqs {
             assert_eq!(Request::decode(body(&r.encode())).unwrap(), r);

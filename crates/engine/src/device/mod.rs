@@ -293,6 +293,21 @@ impl Device {
         Ok(())
     }
 
+    /// A name of segment `seg` that another store on the same storage can adopt.
+    pub(crate) fn segment_ref(&self, seg: u32) -> Option<Vec<u8>> {
+        self.store.segment_ref(seg)
+    }
+
+    /// Whether this device can take another store's segments by reference.
+    pub(crate) fn can_adopt(&self) -> bool {
+        self.store.can_adopt()
+    }
+
+    /// Makes segment `seg` a copy of the one another store's [`Device::segment_ref`] named.
+    pub(crate) fn adopt(&self, seg: u32, r: &[u8]) -> Result<()> {
+        self.store.adopt(seg, r).map_err(io_err("taking another store's segment"))
+    }
+
     /// Makes everything written so far durable (fdatasync of the files written since their
     /// last one).
     pub(crate) fn sync(&self) -> Result<()> {

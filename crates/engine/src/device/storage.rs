@@ -52,4 +52,19 @@ pub trait Storage: Send + Sync {
     fn tails_before_ack(&self) -> bool {
         false
     }
+    /// Names segment `seg` so that another store on the same storage can take a copy of it
+    /// with [`Storage::adopt`] without reading it (storage nodes copy their fragments within
+    /// themselves); None where the storage cannot.
+    fn segment_ref(&self, _seg: u32) -> Option<Vec<u8>> {
+        None
+    }
+    /// Whether [`Storage::adopt`] can work here.
+    fn can_adopt(&self) -> bool {
+        false
+    }
+    /// Makes segment `seg` a copy of the segment another store's [`Storage::segment_ref`]
+    /// named.
+    fn adopt(&self, _seg: u32, _r: &[u8]) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this storage cannot adopt another store's segments"))
+    }
 }

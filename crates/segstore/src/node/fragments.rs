@@ -24,6 +24,7 @@ use halyard_engine::AlignedBuf;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
+use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -252,6 +253,51 @@ impl Fragments {
         Ok(())
     }
 
+    /// Makes fragment `frag` of `store`'s segment `seg` a copy, made on this node, of the same
+    /// fragment of another store's segment (`from`: store, segment, and the placement
+    /// generation the caller knows it by), and records `p` as its placement. What `store` held
+    /// of `seg` goes first. The copy is written under temporary names and renamed, data before
+    /// meta, so a node killed half-way holds the fragment whole or not at all.
+    pub fn adopt(&self, store: &str, seg: u32, frag: u8, from: (&str, u32, u64), p: &Placement) -> Result<(), Refusal> {
+        let (from_store, from_seg, from_gen) = from;
+        let (src_data, src_meta) = self.paths(from_store, from_seg, frag)?;
+        let gone = || {
+            let what = format!("no fragment {frag} of segment {from_seg} of {from_store} at generation {from_gen}");
+            (Code::NoFragment, what)
+        };
+        // The data is opened before the meta: were the segment deleted and written anew
+        // between the two, the meta would name a newer generation, which is refused.
+        let mut data = File::open(&src_data).map_err(|_| gone())?;
+        let mut meta = Vec::new();
+        File::open(&src_meta).and_then(|mut f| f.read_to_end(&mut meta)).map_err(|_| gone())?;
+        match parse_header(&meta) {
+            Some((s, f, q)) if s == from_seg && f == frag && q.gen == from_gen => {}
+            _ => return Err(gone()),
+        }
+        self.delete(store, seg)?;
+        let d = self.store_dir(store)?;
+        std::fs::create_dir_all(&d).map_err(io("creating the store's directory"))?;
+        let (dst_data, dst_meta) = self.paths(store, seg, frag)?;
+        let tmp_data = d.join(format!("{seg:08x}.{frag}.adopting"));
+        let tmp_meta = d.join(format!("{seg:08x}.{frag}.meta.adopting"));
+        let mut out = File::create(&tmp_data).map_err(io("creating an adopted fragment"))?;
+        // copy_file_range underneath: the kernel copies (or, where the file system can, shares
+        // the blocks), and the bytes never pass through this process.
+        std::io::copy(&mut data, &mut out).map_err(io("copying an adopted fragment"))?;
+        out.sync_data().map_err(io("syncing an adopted fragment"))?;
+        let mut new_meta = header(seg, frag, p);
+        new_meta.resize(HEADER as usize, 0);
+        new_meta.extend_from_slice(meta.get(HEADER as usize..).unwrap_or_default());
+        let m = File::create(&tmp_meta).map_err(io("creating an adopted fragment's meta"))?;
+        m.write_all_at(&new_meta, 0).map_err(io("writing an adopted fragment's meta"))?;
+        m.sync_data().map_err(io("syncing an adopted fragment's meta"))?;
+        std::fs::rename(&tmp_data, &dst_data).map_err(io("naming an adopted fragment"))?;
+        std::fs::rename(&tmp_meta, &dst_meta).map_err(io("naming an adopted fragment's meta"))?;
+        sync_dir(&d).map_err(io("syncing the store's directory"))?;
+        self.open.lock().remove(&(store.to_string(), seg, frag));
+        Ok(())
+    }
+
     /// The store's fragments held here, with the placement each recorded; a meta file that
     /// fails its checks is left out (its fragment is then rebuilt from parity).
     pub fn list(&self, store: &str) -> Result<Vec<Listed>, Refusal> {
@@ -357,6 +403,25 @@ mod tests {
         assert_eq!(f.list("s").unwrap(), vec![Listed { seg: 3, frag: 0, placement: p() }]);
         f.delete("s", 3).unwrap();
         assert!(f.list("s").unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_adopted_fragment_is_a_copy_the_source_no_longer_changes() {
+        let d = tempfile::tempdir().unwrap();
+        let f = Fragments::open(d.path()).unwrap();
+        f.place("a", 3, 1, &p()).unwrap();
+        f.write("a", 3, 1, 0, &[7; BLOCK]).unwrap();
+        f.write("a", 3, 1, 2, &[9; 20 * BLOCK]).unwrap();
+        let newer = Placement { gen: 5, ..p() };
+        let stale = f.adopt("b", 8, 1, ("a", 3, 4), &newer).unwrap_err();
+        assert_eq!(stale.0, Code::NoFragment, "a generation the source no longer has is refused");
+        f.adopt("b", 8, 1, ("a", 3, 1), &newer).unwrap();
+        assert_eq!(f.read("b", 8, 1, 0, 22).unwrap(), f.read("a", 3, 1, 0, 22).unwrap());
+        f.write("a", 3, 1, 0, &[1; BLOCK]).unwrap();
+        assert!(f.read("b", 8, 1, 0, 1).unwrap().iter().all(|&b| b == 7), "the copy is its own");
+        assert_eq!(f.list("b").unwrap(), vec![Listed { seg: 8, frag: 1, placement: newer }]);
+        assert_eq!(f.adopt("b", 8, 0, ("a", 3, 1), &p()).unwrap_err().0, Code::NoFragment);
+        assert_eq!(f.adopt("../x", 8, 1, ("a", 3, 1), &p()).unwrap_err().0, Code::BadName);
     }
 
     #[test]

@@ -126,6 +126,9 @@ impl StorageNode {
             Request::Delete { store, seg } => f.delete(&store, seg),
             Request::List { store } => return f.list(&store).map_or_else(refused, Reply::Listed),
             Request::Place { store, seg, frag, placement } => f.place(&store, seg, frag, &placement),
+            Request::Adopt { store, seg, frag, from, from_seg, from_gen, placement } => {
+                f.adopt(&store, seg, frag, (&from, from_seg, from_gen), &placement)
+            }
             Request::Stats => {
                 let (fragments, bytes) = f.usage();
                 return Reply::Stats { fragments, bytes, direct: f.is_direct() };

@@ -290,7 +290,7 @@ impl RemoteStorage {
         Err(io::Error::other("storage nodes kept failing their syncs"))
     }
 
-    fn delete_segment(&self, seg: u32) {
+    pub(super) fn delete_segment(&self, seg: u32) {
         if self.is_fenced() {
             return;
         }
@@ -384,5 +384,17 @@ impl Storage for RemoteStorage {
 
     fn tails_before_ack(&self) -> bool {
         self.o.tails_before_ack
+    }
+
+    fn segment_ref(&self, seg: u32) -> Option<Vec<u8>> {
+        RemoteStorage::segment_ref(self, seg)
+    }
+
+    fn can_adopt(&self) -> bool {
+        !self.is_fenced()
+    }
+
+    fn adopt(&self, seg: u32, r: &[u8]) -> io::Result<()> {
+        RemoteStorage::adopt(self, seg, r)
     }
 }

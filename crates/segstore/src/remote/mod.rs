@@ -8,6 +8,7 @@
 //! corrupt fragment is rewritten in place). Placements carry a generation, a clock reading in
 //! microseconds kept increasing, so the newest placement wins over a stale fragment.
 
+mod adopt;
 mod conn;
 mod io_path;
 mod open;
@@ -15,6 +16,7 @@ pub mod placement;
 mod rebuild;
 mod storage;
 
+pub use adopt::SegRef;
 pub use conn::node_usage;
 pub use placement::Choice;
 pub use storage::{RemoteOptions, RemoteStats, RemoteStorage};

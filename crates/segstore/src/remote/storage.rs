@@ -76,6 +76,8 @@ pub struct RemoteStats {
     pub fragments_moved: u64,
     /// Corrupt blocks rewritten in place.
     pub blocks_repaired: u64,
+    /// Segments copied from another store by the storage nodes holding them.
+    pub segments_adopted: u64,
 }
 
 #[derive(Default)]
@@ -85,6 +87,7 @@ pub(super) struct Counters {
     pub(super) degraded: AtomicU64,
     pub(super) moved: AtomicU64,
     pub(super) repaired: AtomicU64,
+    pub(super) adopted: AtomicU64,
 }
 
 /// A segment's placement: node indexes, fragment i on `nodes[i]`, parity last.
@@ -200,6 +203,7 @@ impl RemoteStorage {
             degraded_reads: c.degraded.load(Relaxed),
             fragments_moved: c.moved.load(Relaxed),
             blocks_repaired: c.repaired.load(Relaxed),
+            segments_adopted: c.adopted.load(Relaxed),
         }
     }
 
