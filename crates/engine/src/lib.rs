@@ -75,5 +75,5 @@ pub use replication::backup::{
     ReplicaMaps, TailImage,
 };
 pub use replication::resync::{log_digest, Inventory, Keep, ANY_LEVEL};
-pub use replication::ship::{CopyImage, RegionCopy};
+pub use replication::ship::{CopyImage, NamedPiece, RegionCopy};
 pub use replication::Replication;

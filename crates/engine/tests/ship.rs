@@ -138,6 +138,7 @@ fn copy_events(copy: halyard_engine::RegionCopy) -> Vec<Event> {
             }
             CopyImage::Sst(info, bytes) => evs.push(Event::Sst(info, bytes)),
             CopyImage::Held { .. } => panic!("a full copy holds no kept piece"),
+            CopyImage::Named { .. } => panic!("a store on local files names no segment"),
         }
     }
     evs.push(Event::Edits(copy.edits().to_vec()));
@@ -849,6 +850,7 @@ fn apply_copy_pieces(db: &Db, copy: &halyard_engine::RegionCopy, bufs: &mut Buff
                 evs
             }
             CopyImage::Sst(info, bytes) => vec![Event::Sst(info, bytes)],
+            CopyImage::Named { .. } => panic!("a store on local files names no segment"),
         };
         for e in evs {
             if let Event::Append { bytes, .. } | Event::Sst(_, bytes) | Event::Medium(_, _, bytes) = &e {

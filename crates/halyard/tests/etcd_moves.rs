@@ -16,7 +16,9 @@
 mod common;
 mod etcd_common;
 
-use etcd_common::{cluster_client, halyard, key, new_cluster, start_node, status, value, wait_settled, Node};
+use etcd_common::{
+    cluster_client, halyard, key, metric_sums, new_cluster, start_node, status, value, wait_settled, Node,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -648,23 +650,6 @@ fn copy_counters(nodes: &[&Node]) -> Vec<f64> {
         "halyard_replication_copy_kept_bytes_total",
     ];
     metric_sums(nodes, &names)
-}
-
-/// Each metric of `names` (a sample without labels) summed over `nodes`' `/metrics`.
-fn metric_sums(nodes: &[&Node], names: &[&str]) -> Vec<f64> {
-    let mut sums = vec![0.0; names.len()];
-    for n in nodes {
-        let http = n.args.iter().skip_while(|a| *a != "--http").nth(1).unwrap();
-        let mut c = std::net::TcpStream::connect(http.as_str()).unwrap();
-        std::io::Write::write_all(&mut c, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut c, &mut text).unwrap();
-        for (sum, name) in sums.iter_mut().zip(names) {
-            let line = text.lines().find(|l| l.split(' ').next() == Some(*name));
-            *sum += line.and_then(|l| l.split(' ').nth(1)).map_or(0.0, |v| v.parse().unwrap());
-        }
-    }
-    sums
 }
 
 /// Every region's (epoch, primary, backups), to see whether anything changed.

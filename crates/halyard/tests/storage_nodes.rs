@@ -544,3 +544,42 @@ fn a_store_is_claimed_on_all_but_rho_of_its_storage_nodes() {
     let db = Db::open_on(remote(&stocs, Duration::from_secs(2)), options()).unwrap();
     check(&db, &model);
 }
+
+#[test]
+fn a_region_moves_between_processing_nodes_as_names_the_storage_nodes_copy() {
+    let (root, _etcd, url) = etcd_common::new_cluster(1, 1, false);
+    let _stocs: Vec<StorageNode> = (0..3).map(|i| registered(root.path(), &url, i)).collect();
+    etcd_common::wait_storage_nodes(&url, 3);
+    let remote = ["--storage", "remote"];
+    let n1 = etcd_common::start_node_with(root.path(), &url, "n1", None, &remote);
+    etcd_common::wait_settled(&url, 1, Duration::from_secs(60));
+    let c = etcd_common::cluster_client(std::slice::from_ref(&n1.native), Duration::from_secs(20));
+    // Values of every size: large ones in the large log, small ones in SSTs without pointers.
+    let v = |i: u64| etcd_common::value(i).repeat(if i.is_multiple_of(3) { 100 } else { 1 });
+    let n = 6_000;
+    for i in 0..n {
+        c.put(etcd_common::key(i), v(i)).unwrap();
+    }
+    let n2 = etcd_common::start_node_with(root.path(), &url, "n2", None, &remote);
+    let (ok, out) =
+        etcd_common::halyard(&["admin", "move", "--region", "1", "--from", "n1", "--to", "n2", "--etcd", &url]);
+    assert!(ok, "move: {out}");
+    let names = ["halyard_replication_copy_bytes_total", "halyard_replication_copy_named_bytes_total"];
+    let [sent, named] = etcd_common::metric_sums(&[&n1], &names)[..] else { unreachable!() };
+    eprintln!("the move sent {sent} bytes of segments and named {named}");
+    assert!(named > 4.0 * sent && named > 1e6, "named {named} bytes, sent {sent}");
+    for s in &_stocs {
+        assert!(s.dir.join("n2").is_dir(), "{} holds none of n2's fragments", s.addr);
+    }
+    let c2 = etcd_common::cluster_client(std::slice::from_ref(&n2.native), Duration::from_secs(20));
+    for i in 0..n {
+        assert_eq!(c2.get(etcd_common::key(i)).unwrap(), Some(v(i)), "key {i} after the move");
+    }
+    // The moved region goes on taking writes on n2, and n1's copy is gone: what n2 read was its own.
+    for i in n..n + 500 {
+        c2.put(etcd_common::key(i), v(i)).unwrap();
+    }
+    for i in (0..n + 500).step_by(7) {
+        assert_eq!(c2.get(etcd_common::key(i)).unwrap(), Some(v(i)), "key {i} after writes on n2");
+    }
+}

@@ -13,12 +13,17 @@
 //! of Reset; the segments the backup holds identically are read (to compare their digests) but
 //! not sent: a Kept frame stands for each L0 or large log segment, nothing for the others.
 //!
+//! A backup whose storage shares this store's storage nodes (its HelloOk said `named`) gets
+//! most segments as names instead ([`CopyImage::Named`]): its storage nodes copy them. The
+//! reader then keeps its pin until the backup acknowledged the copy, so that no segment a name
+//! points to is reused before the backup's storage copied it.
+//!
 //! The reader stops, releasing its pin, as soon as the link is no longer live, a newer copy of
 //! the link started, or the writer dropped the feed; the next session sends a copy anew.
 
 use crate::link::{Chunk, Feed, Link};
 use crate::wire::Msg;
-use halyard_engine::{encode_shipped_edits, CopyImage, Keep, LogKind, RegionCopy};
+use halyard_engine::{encode_shipped_edits, CopyImage, Keep, LogKind, NamedPiece, RegionCopy};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +31,10 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 
 /// Frames of a copy waiting for the connection's writer, at most (each up to a segment).
 pub(crate) const FEED_FRAMES: usize = 2;
+
+/// How long a copy that named segments keeps them from reuse, at most, waiting for the backup
+/// to acknowledge it.
+const NAMED_PIN: Duration = Duration::from_secs(120);
 
 /// One copy being read.
 struct Reader {
@@ -77,7 +86,7 @@ impl Reader {
         // Bytes sent by kind (logs, SSTs, medium segments), to tell what an incremental copy
         // could not leave out.
         let mut by_kind = [0u64; 3];
-        let mut held_pieces = 0usize;
+        let (mut held_pieces, mut named) = (0usize, 0u64);
         let first = match self.resync.take() {
             Some(keep) => Msg::Resync { epoch, region, keep },
             None => Msg::Reset { epoch, region },
@@ -100,8 +109,10 @@ impl Reader {
                 CopyImage::Log(..) => by_kind[0] += n,
                 CopyImage::Sst(..) => by_kind[1] += n,
                 CopyImage::Held { .. } => held_pieces += 1,
+                CopyImage::Named { .. } => named += n,
             }
-            if !held && !matches!(img, CopyImage::Log(LogKind::L0 | LogKind::Large, ..)) {
+            let is_named = matches!(img, CopyImage::Named { .. });
+            if !held && !is_named && !matches!(img, CopyImage::Log(LogKind::L0 | LogKind::Large, ..)) {
                 self.link.stats.image_bytes.fetch_add(n, Relaxed);
             }
             for m in self.frames(img) {
@@ -113,6 +124,8 @@ impl Reader {
             self.link.copy_done.fetch_add(n, Relaxed);
             if held {
                 self.link.stats.copy_kept_bytes.fetch_add(n, Relaxed);
+            } else if is_named {
+                self.link.stats.copy_named_bytes.fetch_add(n, Relaxed);
             } else {
                 sent += n;
                 self.link.stats.copy_bytes.fetch_add(n, Relaxed);
@@ -126,12 +139,28 @@ impl Reader {
             let secs = t0.elapsed().as_secs_f64();
             let mib_s = sent as f64 / (1 << 20) as f64 / secs.max(1e-9);
             let [logs, ssts, medium] = by_kind;
-            tracing::info!(region, backup = %self.link.node, sent, logs, ssts, medium, kept = done - sent, held_pieces, pieces = self.copy.pieces(), secs, mib_s, kind, "copy sent");
+            let kept = done - sent - named;
+            tracing::info!(region, backup = %self.link.node, sent, logs, ssts, medium, kept, named, held_pieces, pieces = self.copy.pieces(), secs, mib_s, kind, "copy sent");
             let st = &self.link.stats;
             st.copies_sent.fetch_add(1, Relaxed);
             st.copy_micros.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
             st.copy_seconds.observe(secs);
             self.put(Chunk::Done);
+            if named > 0 {
+                self.await_ack();
+            }
+        }
+    }
+
+    /// Waits (keeping the copy, and so its pin) until the backup acknowledged the copy's LSN,
+    /// or the copy was abandoned, or [`NAMED_PIN`] passed.
+    fn await_ack(&self) {
+        let (t0, l) = (Instant::now(), &self.link);
+        while l.acked() < self.copy.lsn && t0.elapsed() < NAMED_PIN {
+            if l.is_stopped() || !l.is_live() || l.copy_gen.load(Relaxed) != self.gen {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -160,6 +189,13 @@ impl Reader {
             }
             // Kept medium segments and SSTs rejoin the region with the copy's last edits.
             CopyImage::Held { .. } => Vec::new(),
+            CopyImage::Named { piece, name, .. } => {
+                let (piece, seg, salt, valid, info) = match piece {
+                    NamedPiece::Log(log, seg, salt, valid) => (log as u8, seg, salt, valid, Vec::new()),
+                    NamedPiece::Sst(info) => (crate::wire::NAMED_SST, info.seg, 0, 0, info.to_bytes()),
+                };
+                vec![Msg::Named { epoch, region, piece, seg, salt, valid, info, name }]
+            }
         }
     }
 
@@ -195,7 +231,7 @@ impl Reader {
 fn image_bytes(img: &CopyImage) -> u64 {
     match img {
         CopyImage::Log(.., bytes) | CopyImage::Sst(_, bytes) => bytes.len() as u64,
-        CopyImage::Held { bytes, .. } => *bytes,
+        CopyImage::Held { bytes, .. } | CopyImage::Named { bytes, .. } => *bytes,
     }
 }
 

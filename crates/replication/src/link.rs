@@ -32,6 +32,9 @@ pub struct ShipStats {
     pub copy_kept_bytes: AtomicU64,
     /// Segment bytes full copies read and handed to the connections' writers.
     pub copy_bytes: AtomicU64,
+    /// Segment bytes copies named instead of sending them: the backup's storage, shared with
+    /// this store's (storage nodes), copied them.
+    pub copy_named_bytes: AtomicU64,
     /// Full copies whose last frame was handed to the writer.
     pub copies_sent: AtomicU64,
     /// Microseconds those copies took, from the capture to their last frame (summed).

@@ -400,7 +400,7 @@ impl Shipper {
     /// between); the copy's segments are then read and sent by its reader ([`crate::copy`]).
     /// With a backup's inventory `held` (not empty), the copy is incremental: what the backup
     /// holds identically is not sent again.
-    fn catch_up(&self, s: &RegionStream, l: &Arc<Link>, held: &Inventory) -> crate::Result<()> {
+    fn catch_up(&self, s: &RegionStream, l: &Arc<Link>, held: &Inventory, named: bool) -> crate::Result<()> {
         let db = self.db.get().and_then(Weak::upgrade).ok_or_else(|| crate::Error::Protocol("store closed".into()))?;
         let (region, epoch) = (s.region, s.epoch.load(Relaxed));
         let rate = self.copy_rate.load(Relaxed);
@@ -409,6 +409,7 @@ impl Shipper {
             let _ = l.tx.send(Item::Restart);
             // A region that never held anything has nothing to copy.
             let copying = !copy.is_empty();
+            copy.by_name(named && s.mode == Mode::SendIndex);
             if copying {
                 let resync = incremental.then(|| copy.resync(held));
                 if resync.is_some() {
@@ -491,13 +492,13 @@ impl Shipper {
             absorb,
         };
         conn.send(&hello.encode());
-        let held = match replies.recv().await {
-            Some(Msg::HelloOk { held, lsn, .. }) => {
+        let (held, named) = match replies.recv().await {
+            Some(Msg::HelloOk { held, lsn, named, .. }) => {
                 let split = l.split_lsn.load(Relaxed);
                 if aligned && split > 0 && lsn >= split {
                     l.acked.send_if_modified(|v| std::mem::replace(v, (*v).max(split)) < split);
                 }
-                held
+                (held, named)
             }
             Some(Msg::Reject { reason, .. }) => return crate::Error::Rejected(reason),
             Some(m) => return crate::Error::Protocol(format!("{m:?} instead of HelloOk")),
@@ -509,7 +510,7 @@ impl Shipper {
         *streamed = true;
         if !aligned {
             let (me, s2, l2) = (self.clone(), s.clone(), l.clone());
-            let r = tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2, &held))
+            let r = tokio::task::spawn_blocking(move || me.catch_up(&s2, &l2, &held, named))
                 .await
                 .map_err(|e| crate::Error::Protocol(e.to_string()))
                 .and_then(|r| r);

@@ -76,7 +76,8 @@ pub enum Msg {
     Hello { version: u16, epoch: u64, region: u32, mode: Mode, inventory: bool, absorb: Option<Absorb> },
     /// Backup -> primary: accepted; the backup holds the region up to `lsn`, and (when asked)
     /// the segments of `held` (empty: nothing worth keeping).
-    HelloOk { region: u32, lsn: u64, held: Inventory },
+    /// `named`: a copy may name segments on the storage both stores share (`Named`).
+    HelloOk { region: u32, lsn: u64, held: Inventory, named: bool },
     /// Bytes appended to log `log` of the primary's segment `seg` at `offset`; `commit` is the
     /// highest LSN every backup has acknowledged (Build-Index backups apply up to it).
     Append {
@@ -135,7 +136,16 @@ pub enum Msg {
     /// Primary -> backup: `region` split at key `at` and LSN `lsn`; its keys from `at` on are
     /// region `child` now, whose own stream follows (Send-Index backups only).
     Split { epoch: u64, region: u32, at: Vec<u8>, lsn: u64, child: u32 },
+    /// Primary -> backup, in a copy to a backup whose HelloOk said `named`, in place of a
+    /// segment's bytes: the storage both stores share copies it by `name`
+    /// (`Storage::segment_ref`). `piece`: the log (0 L0, 1 medium, 2 large) of segment
+    /// `(seg, salt)`, whose records end within its first `valid` bytes (the backup clears the
+    /// rest), or 255 for an SST described by `info` (empty for logs).
+    Named { epoch: u64, region: u32, piece: u8, seg: u32, salt: u32, valid: u32, info: Vec<u8>, name: Vec<u8> },
 }
+
+/// [`Msg::Named`]'s `piece` for an SST.
+pub const NAMED_SST: u8 = 255;
 
 /// The first byte of a body: which message follows. Each is used by `encode` and `decode_body`;
 /// the tags missing here (9..=11, 13, 14, 16..=18, 20..=22, 26, 27) are `halyard-admin`'s.
@@ -154,6 +164,7 @@ mod tag {
     pub(super) const RESYNC: u8 = 23;
     pub(super) const KEPT: u8 = 24;
     pub(super) const SPLIT: u8 = 25;
+    pub(super) const NAMED: u8 = 28;
 }
 
 /// A body that ends before its last field.
@@ -238,9 +249,10 @@ impl Msg {
                     }
                 }
             }
-            Msg::HelloOk { region, lsn, held } => {
+            Msg::HelloOk { region, lsn, held, named } => {
                 w.u8(tag::HELLO_OK).u32(*region).u64(*lsn);
                 put_inventory(&mut w, held);
+                w.u8(u8::from(*named));
             }
             Msg::Append { epoch, region, log, seg, salt, offset, last_lsn, commit, bytes } => {
                 w.u8(tag::APPEND)
@@ -295,6 +307,10 @@ impl Msg {
             Msg::Kept { epoch, region, log, seg, salt } => {
                 w.u8(tag::KEPT).u64(*epoch).u32(*region).u8(*log).u32(*seg).u32(*salt);
             }
+            Msg::Named { epoch, region, piece, seg, salt, valid, info, name } => {
+                w.u8(tag::NAMED).u64(*epoch).u32(*region).u8(*piece).u32(*seg).u32(*salt).u32(*valid);
+                w.bytes(info).bytes(name);
+            }
             Msg::Split { epoch, region, at, lsn, child } => {
                 w.u8(tag::SPLIT).u64(*epoch).u32(*region).bytes(at).u64(*lsn).u32(*child);
             }
@@ -336,7 +352,12 @@ impl Msg {
                 };
                 Msg::Hello { version, epoch, region, mode, inventory, absorb }
             }
-            tag::HELLO_OK => Msg::HelloOk { region: r.u32()?, lsn: r.u64()?, held: inventory(&mut r)? },
+            tag::HELLO_OK => {
+                let (region, lsn, held) = (r.u32()?, r.u64()?, inventory(&mut r)?);
+                // A backup of an older version ends here: it takes no named segment.
+                let named = r.remaining() > 0 && flag(&mut r)?;
+                Msg::HelloOk { region, lsn, held, named }
+            }
             tag::APPEND => Msg::Append {
                 epoch: r.u64()?,
                 region: r.u32()?,
@@ -362,6 +383,16 @@ impl Msg {
             tag::COPIED => Msg::Copied { epoch: r.u64()?, region: r.u32()?, lsn: r.u64()? },
             tag::RESYNC => resync(&mut r)?,
             tag::KEPT => Msg::Kept { epoch: r.u64()?, region: r.u32()?, log: r.u8()?, seg: r.u32()?, salt: r.u32()? },
+            tag::NAMED => Msg::Named {
+                epoch: r.u64()?,
+                region: r.u32()?,
+                piece: r.u8()?,
+                seg: r.u32()?,
+                salt: r.u32()?,
+                valid: r.u32()?,
+                info: r.bytes()?.to_vec(),
+                name: r.bytes()?.to_vec(),
+            },
             tag::SPLIT => Msg::Split {
                 epoch: r.u64()?,
                 region: r.u32()?,
@@ -501,12 +532,15 @@ mod tests {
                 inventory: true,
                 absorb: Some(Absorb { right: 8, end: None }),
             },
-            Msg::HelloOk { region: 7, lsn: 99, held: Inventory::default() },
+            Msg::HelloOk { region: 7, lsn: 99, held: Inventory::default(), named: false },
             Msg::HelloOk {
                 region: 7,
                 lsn: 99,
                 held: Inventory { logs: vec![(1, 2, 3), (4, 5, u64::MAX)], ssts: vec![(1, 9, 7)] },
+                named: true,
             },
+            Msg::Named { epoch: 5, region: 7, piece: 2, seg: 3, salt: 4, valid: 9, info: Vec::new(), name: vec![1, 2] },
+            Msg::Named { epoch: 5, region: 7, piece: 255, seg: 3, salt: 0, valid: 0, info: vec![9; 40], name: vec![1] },
             Msg::Resync { epoch: 5, region: 7, keep: Keep { logs: vec![(1, 2, 3), (3, 4, 3)], ssts: vec![(9, 10)] } },
             Msg::Kept { epoch: 5, region: 7, log: 2, seg: 3, salt: 4 },
             Msg::Split { epoch: 5, region: 7, at: b"user5000".to_vec(), lsn: 99, child: 8 },

@@ -316,7 +316,7 @@ async fn stalled_backup(go: tokio::sync::watch::Receiver<bool>) -> String {
         let (mut s, _) = listener.accept().await.expect("accept");
         match read_msg(&mut s).await.expect("hello") {
             Msg::Hello { region, .. } => {
-                s.write_all(&Msg::HelloOk { region, lsn: 0, held: Default::default() }.encode())
+                s.write_all(&Msg::HelloOk { region, lsn: 0, held: Default::default(), named: false }.encode())
                     .await
                     .expect("hello ok");
             }

@@ -83,6 +83,7 @@ const REPLICATION: &[(&str, &str, &[&str])] = &[
     ("halyard_replication_catch_ups_total", "counter", &[]),
     ("halyard_replication_incremental_catch_ups_total", "counter", &[]),
     ("halyard_replication_copy_kept_bytes_total", "counter", &[]),
+    ("halyard_replication_copy_named_bytes_total", "counter", &[]),
     ("halyard_replication_copy_duration_seconds_bucket", "histogram", &["le"]),
     ("halyard_replication_copy_duration_seconds_sum", "histogram", &[]),
     ("halyard_replication_copy_duration_seconds_count", "histogram", &[]),

@@ -96,6 +96,25 @@ impl Replication<'_> {
     /// new backup is catching up) and adds it to the region's log with its map entry.
     /// Receiving it again (a catch-up repeating itself) rewrites it in place.
     pub fn backup_log_segment(&self, region: u32, log: LogKind, primary: u32, salt: u32, bytes: &[u8]) -> Result<u32> {
+        self.log_segment_from(region, log, primary, salt, Body::Bytes(bytes))
+    }
+
+    /// [`Replication::backup_log_segment`] for a segment the storage copies from the primary's
+    /// store, by its name there ([`crate::CopyImage::Named`]). An error leaves the store as
+    /// it was: the primary then sends the bytes.
+    /// Its records end within the first `valid` bytes: what follows is cleared.
+    pub fn backup_named_log_segment(
+        &self,
+        region: u32,
+        log: LogKind,
+        (primary, salt): (u32, u32),
+        name: &[u8],
+        valid: u32,
+    ) -> Result<u32> {
+        self.log_segment_from(region, log, primary, salt, Body::Named(name, valid as usize))
+    }
+
+    fn log_segment_from(&self, region: u32, log: LogKind, primary: u32, salt: u32, body: Body<'_>) -> Result<u32> {
         let h = self.backup_region(region)?;
         let r = &h.region;
         let sh = &r.sh();
@@ -108,8 +127,11 @@ impl Replication<'_> {
         // The whole segment: a copy received before (the same incarnation, which a primary
         // continues after a restart) may hold records past this image that the primary lost.
         let whole = sh.dev.seg_bytes() as usize;
-        if let Err(e) = self.write_padded(local, bytes, whole).and_then(|_| sh.dev.sync()) {
-            return sh.fail(e);
+        self.put(local, body, whole)?;
+        if matches!(body, Body::Bytes(_)) {
+            if let Err(e) = sh.dev.sync() {
+                return sh.fail(e);
+            }
         }
         let mut edits = Vec::new();
         if !meta.log(log).iter().any(|s| s.seg == local) {
@@ -145,27 +167,110 @@ impl Replication<'_> {
     /// Stores a medium-log segment a primary's L0->L1 compaction wrote (it joins the medium
     /// log with the compaction's edits).
     pub fn backup_medium_run(&self, region: u32, primary: u32, salt: u32, bytes: &[u8]) -> Result<u32> {
+        self.medium_run_from(region, primary, salt, Body::Bytes(bytes))
+    }
+
+    /// [`Replication::backup_medium_run`] for a segment named on the storage (see
+    /// [`Replication::backup_named_log_segment`]).
+    pub fn backup_named_medium_run(&self, region: u32, primary: u32, salt: u32, name: &[u8]) -> Result<u32> {
+        self.medium_run_from(region, primary, salt, Body::Named(name, usize::MAX))
+    }
+
+    fn medium_run_from(&self, region: u32, primary: u32, salt: u32, body: Body<'_>) -> Result<u32> {
         let h = self.backup_region(region)?;
         let r = &h.region;
         r.sh().check()?;
         let meta = r.sh().manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
         let (local, _) = self.log_local(r, &meta, primary, salt)?;
-        if let Err(e) = self.write_image(local, bytes) {
-            return r.sh().fail(e);
-        }
-        r.sh().alloc.trim(local, bytes.len() as u64);
+        let len = match body {
+            Body::Bytes(b) => align_up(b.len().max(1), ALIGN),
+            Body::Named(..) => r.sh().dev.seg_bytes() as usize,
+        };
+        self.put(local, body, len)?;
+        r.sh().alloc.trim(local, len as u64);
         Ok(local)
+    }
+
+    /// Puts a segment's contents at local segment `seg`: bytes padded with zeros to `len`, or
+    /// a copy (synced) the storage makes of a named segment. A failed write fails the store;
+    /// a failed copy only the call.
+    fn put(&self, seg: u32, body: Body<'_>, len: usize) -> Result<()> {
+        let sh = &self.db.inner.sh;
+        match body {
+            Body::Bytes(b) => match self.write_padded(seg, b, len) {
+                Ok(()) => Ok(()),
+                Err(e) => sh.fail(e),
+            },
+            Body::Named(name, valid) if valid < len => {
+                sh.dev.adopt(seg, name)?;
+                self.clear_from(seg, valid, len)?;
+                sh.dev.sync()
+            }
+            Body::Named(name, _) => sh.dev.adopt(seg, name),
+        }
+    }
+
+    /// Writes zeros over bytes `from..len` of segment `seg`.
+    fn clear_from(&self, seg: u32, from: usize, len: usize) -> Result<()> {
+        let dev = &self.db.inner.sh.dev;
+        let start = from / ALIGN * ALIGN;
+        let mut buf = AlignedBuf::new(len - start);
+        if from > start {
+            let mut first = AlignedBuf::new(ALIGN);
+            dev.read_into(dev.seg_base(seg) + start as u64, &mut first, IoKind::Replication)?;
+            buf[..from - start].copy_from_slice(&first[..from - start]);
+        }
+        dev.write(dev.seg_base(seg) + start as u64, &buf, IoKind::Replication)
     }
 
     /// Stores an SST a primary's compaction produced: its log pointers are rewritten through
     /// the log map (a log segment not received yet gets a reserved local segment), and it is
     /// written to a new local segment. It joins a level with the edits that name it.
     pub fn backup_sst(&self, region: u32, info: &SstInfo, bytes: &[u8]) -> Result<u32> {
+        self.sst_from(region, info, Body::Bytes(bytes))
+    }
+
+    /// [`Replication::backup_sst`] for an SST named on the storage, which holds no log
+    /// pointers (see [`Replication::backup_named_log_segment`]).
+    pub fn backup_named_sst(&self, region: u32, info: &SstInfo, name: &[u8]) -> Result<u32> {
+        if info.medium_ptrs > 0 || info.large_ptrs > 0 {
+            return Err(Error::InvalidOptions("an SST pointing into logs is shipped as bytes".into()));
+        }
+        self.sst_from(region, info, Body::Named(name, usize::MAX))
+    }
+
+    fn sst_from(&self, region: u32, info: &SstInfo, body: Body<'_>) -> Result<u32> {
         let h = self.backup_region(region)?;
         let r = &h.region;
         let sh = &r.sh();
         sh.check()?;
         let meta = sh.manifest.region(region).ok_or(Error::NoSuchRegion(region))?;
+        let local = match body {
+            Body::Bytes(bytes) => self.sst_image(r, &meta, info, bytes)?,
+            Body::Named(name, _) => {
+                check_shipped(info, 0, sh.dev.seg_bytes(), sh.opts.node_bytes)?;
+                let local = sh.alloc.alloc(Purpose::Background)?;
+                if let Err(e) = sh.dev.adopt(local, name) {
+                    sh.alloc.release(local);
+                    return Err(e);
+                }
+                sh.alloc.trim(local, u64::from(info.used_bytes));
+                local
+            }
+        };
+        let mut res = r.backup_state().reserved.lock();
+        res.index_digest.insert(info.seg, info.digest());
+        if let Some(old) = res.index.insert(info.seg, local) {
+            // The same primary segment shipped twice before its edit: the first copy is void.
+            sh.alloc.release(old);
+        }
+        Ok(local)
+    }
+
+    /// Writes a shipped SST image, its log pointers rewritten through the log map, to a new
+    /// local segment.
+    fn sst_image(&self, r: &Region, meta: &RegionMeta, info: &SstInfo, bytes: &[u8]) -> Result<u32> {
+        let sh = &r.sh();
         check_shipped(info, bytes.len(), sh.dev.seg_bytes(), sh.opts.node_bytes)?;
         let mut img = bytes.to_vec();
         let failed = RefCell::new(None);
@@ -175,7 +280,7 @@ impl Replication<'_> {
             if seg == VOID_SEG {
                 return Some(VOID_SEG);
             }
-            match self.log_local(r, &meta, seg, salt) {
+            match self.log_local(r, meta, seg, salt) {
                 Ok((l, _)) => Some(l),
                 Err(e) => {
                     failed.borrow_mut().get_or_insert(e);
@@ -193,12 +298,6 @@ impl Replication<'_> {
             return sh.fail(e);
         }
         sh.alloc.trim(local, img.len() as u64);
-        let mut res = r.backup_state().reserved.lock();
-        res.index_digest.insert(info.seg, info.digest());
-        if let Some(old) = res.index.insert(info.seg, local) {
-            // The same primary segment shipped twice before its edit: the first copy is void.
-            sh.alloc.release(old);
-        }
         Ok(local)
     }
 
@@ -602,6 +701,16 @@ fn check_shipped(info: &SstInfo, image_len: usize, seg_bytes: u64, node_bytes: u
         return Err(bad("image shorter than its used bytes"));
     }
     Ok(())
+}
+
+/// Where a shipped segment's contents come from.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    /// Its bytes, as sent.
+    Bytes(&'a [u8]),
+    /// Its name on a storage the primary's store shares ([`crate::CopyImage::Named`]), and
+    /// how many of its first bytes hold what it holds (the rest is cleared).
+    Named(&'a [u8], usize),
 }
 
 /// Encodes a region's edits for shipping (the redo-record payload of `docs/format.md` §3.3).

@@ -31,6 +31,12 @@ impl Replication<'_> {
         self.db.create_region_with(id, start, end, true)
     }
 
+    /// Whether this store's storage can take segments another store names on it (a backup
+    /// then tells its primary to name segments rather than send them).
+    pub fn takes_named_segments(&self) -> bool {
+        self.db.inner.sh.dev.can_adopt()
+    }
+
     /// Registers the receiver of what a primary must ship (None to remove it).
     pub fn set_ship_listener(&self, l: Option<Arc<dyn ShipListener>>) {
         *self.db.inner.sh.listener.write() = l;

@@ -76,6 +76,8 @@ pub struct RegionCopy {
     edits: Vec<crate::catalog::Edit>,
     /// An incremental copy: what the backup holds.
     held: super::resync::Held,
+    /// The backup takes segments by their names on a storage both stores share.
+    by_name: bool,
     /// The region's catalog entry at the capture.
     meta: crate::catalog::RegionMeta,
     /// Its large-log segments (segment, salt): pointers elsewhere are voided in shipped SSTs.
@@ -107,6 +109,25 @@ pub enum CopyImage {
         /// Its size.
         bytes: u64,
     },
+    /// A segment the backup copies through the storage both stores share (storage nodes),
+    /// by its name there ([`RegionCopy::by_name`]): none of its bytes are read here.
+    Named {
+        /// What the segment is.
+        piece: NamedPiece,
+        /// Its size.
+        bytes: u64,
+        /// Its name on the storage.
+        name: Vec<u8>,
+    },
+}
+
+/// What a [`CopyImage::Named`] segment is.
+pub enum NamedPiece {
+    /// A log segment (log, segment, salt, valid): its records lie in its first `valid` bytes,
+    /// and what follows them (records a crash voided) is cleared on the backup.
+    Log(LogKind, u32, u32, u32),
+    /// An SST holding no log pointers (its image is the same on the backup).
+    Sst(SstInfo),
 }
 
 impl RegionCopy {
@@ -135,11 +156,22 @@ impl RegionCopy {
         self.lsn == 0 && !self.pieces.iter().any(|p| matches!(p, Piece::Sst(_)))
     }
 
+    /// Lets the copy name segments instead of reading them, for a backup whose storage can
+    /// take them so ([`CopyImage::Named`]; where this store's storage names none, nothing
+    /// changes). Log segments a crash cut, tails, SSTs pointing into logs (the backup rewrites
+    /// their pointers) and what an incremental copy compares are still read.
+    pub fn by_name(&mut self, yes: bool) {
+        self.by_name = yes && self.dev.can_adopt();
+    }
+
     /// Reads piece `i` (0-based, in shipping order) from the device.
     pub fn read(&self, i: usize) -> Result<CopyImage> {
         let Some(p) = self.pieces.get(i) else {
             return Err(Error::InvalidOptions(format!("a copy of {} pieces has no piece {i}", self.pieces.len())));
         };
+        if let Some(named) = self.named(p) {
+            return Ok(named);
+        }
         let dev = &self.dev;
         match p {
             Piece::Log { kind, seg, tail: Some(t) } => Ok(CopyImage::Log(*kind, seg.seg, seg.salt, true, t.clone())),
@@ -164,6 +196,40 @@ impl RegionCopy {
                 Ok(CopyImage::Sst(info.clone(), shipped))
             }
         }
+    }
+
+    fn named(&self, p: &Piece) -> Option<CopyImage> {
+        if !self.by_name {
+            return None;
+        }
+        let seg_bytes = self.dev.seg_bytes();
+        let (piece, seg, bytes) = match p {
+            Piece::Log { tail: Some(_), .. } => return None,
+            Piece::Log { kind, seg, tail: None } => {
+                if self.held.logs.contains_key(&(seg.seg, seg.salt)) {
+                    return None;
+                }
+                let valid = match (kind, seg.fill) {
+                    (LogKind::Medium, _) => seg_bytes,
+                    // Whole, as the bytes would be sent.
+                    (_, _) if seg.sealed == u64::MAX => seg_bytes,
+                    // A sealed large segment's fill is where its valid records end (a
+                    // recovery computes it so too); a short rest is cleared on the backup,
+                    // a long one is cheaper to cut here.
+                    (LogKind::Large, Some(f)) if seg_bytes - u64::from(f) <= seg_bytes / 8 => u64::from(f),
+                    _ => return None,
+                };
+                (NamedPiece::Log(*kind, seg.seg, seg.salt, valid as u32), seg.seg, valid)
+            }
+            Piece::Sst(info) => {
+                if info.medium_ptrs > 0 || info.large_ptrs > 0 || self.held.ssts.contains(&info.seg) {
+                    return None;
+                }
+                (NamedPiece::Sst(info.clone()), info.seg, u64::from(info.used_bytes))
+            }
+        };
+        let name = self.dev.segment_ref(seg)?;
+        Some(CopyImage::Named { piece, bytes, name })
     }
 
     /// Makes this an incremental copy for a backup holding `inv`: SSTs it holds identically are
@@ -270,6 +336,7 @@ impl Replication<'_> {
             pieces,
             edits: copy_edits(&meta),
             held: Default::default(),
+            by_name: false,
             large_live: meta.log(LogKind::Large).iter().map(|s| (s.seg, s.salt)).collect(),
             meta,
             dev: sh.dev.clone(),

@@ -336,3 +336,20 @@ impl Drop for Cut {
 pub fn port(addr: &str) -> u16 {
     addr.rsplit_once(':').unwrap().1.parse().unwrap()
 }
+
+/// Each metric of `names` (a sample without labels) summed over `nodes`' `/metrics`.
+pub fn metric_sums(nodes: &[&Node], names: &[&str]) -> Vec<f64> {
+    let mut sums = vec![0.0; names.len()];
+    for n in nodes {
+        let http = n.args.iter().skip_while(|a| *a != "--http").nth(1).unwrap();
+        let mut c = std::net::TcpStream::connect(http.as_str()).unwrap();
+        std::io::Write::write_all(&mut c, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut c, &mut text).unwrap();
+        for (sum, name) in sums.iter_mut().zip(names) {
+            let line = text.lines().find(|l| l.split(' ').next() == Some(*name));
+            *sum += line.and_then(|l| l.split(' ').nth(1)).map_or(0.0, |v| v.parse().unwrap());
+        }
+    }
+    sums
+}

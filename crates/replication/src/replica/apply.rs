@@ -8,7 +8,7 @@ use super::jobs::{run_now, Job};
 use super::{log_kind, tail_images, Buf, Replica, ReplicaRegion};
 use crate::wire::{self, LogTail, Mode, Msg};
 use crate::{Error, Result};
-use halyard_engine::{decode_shipped_edits, Db, ReplicaMaps, SstInfo};
+use halyard_engine::{decode_shipped_edits, Db, LogKind, ReplicaMaps, SstInfo};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -102,9 +102,51 @@ impl Replica {
                 let (region, kind) = (r.id, log_kind(log)?);
                 work.queue(Box::new(move || Ok(db.replication().backup_keep_log(region, kind, seg, salt)?))).await?
             }
+            Msg::Named { piece, seg, salt, valid, info, name, .. } if r.mode == Mode::SendIndex => {
+                work.queue(self.named_job(r.id, piece, (seg, salt, valid), &info, name)?).await?
+            }
             m => return Err(Error::Protocol(format!("{m:?} inside a replication stream"))),
         }
         Ok(None)
+    }
+}
+
+impl Replica {
+    /// The job that has this store's storage copy a segment the primary named on it. If it
+    /// cannot, the copy fails and the region's next copy comes as bytes.
+    fn named_job(
+        &self,
+        region: u32,
+        piece: u8,
+        (seg, salt, valid): (u32, u32, u32),
+        info: &[u8],
+        name: Vec<u8>,
+    ) -> Result<Job> {
+        let sst = match piece {
+            wire::NAMED_SST => Some(SstInfo::from_bytes(info)?),
+            _ => None,
+        };
+        let log = match piece {
+            wire::NAMED_SST => None,
+            1 => Some(LogKind::Medium),
+            p => Some(log_kind(p)?),
+        };
+        let (db, unnamed) = (self.db.clone(), self.unnamed.clone());
+        Ok(Box::new(move || {
+            let rep = db.replication();
+            let done = match (sst, log) {
+                (Some(info), _) => rep.backup_named_sst(region, &info, &name),
+                (None, Some(LogKind::Medium)) => rep.backup_named_medium_run(region, seg, salt, &name),
+                (None, Some(kind)) => rep.backup_named_log_segment(region, kind, (seg, salt), &name, valid),
+                (None, None) => return Err(Error::Malformed("a named piece of no kind")),
+            };
+            if let Err(e) = &done {
+                tracing::warn!(region, "the storage nodes could not copy a segment the primary named ({e}); the region's next copy comes as bytes");
+                unnamed.lock().insert(region);
+            }
+            done?;
+            Ok(())
+        }))
     }
 }
 

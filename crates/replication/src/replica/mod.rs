@@ -34,7 +34,7 @@ use epochs::EpochsFile;
 use halyard_engine::{Db, LogKind, LogRecord, TailImage};
 use jobs::Deferred;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -136,6 +136,9 @@ pub struct Replica {
     db: Arc<Db>,
     regions: Mutex<HashMap<u32, Arc<ReplicaRegion>>>,
     epochs: EpochsFile,
+    /// Regions a copy by names failed for here (a storage node refused to copy a segment):
+    /// their copies come as bytes from then on.
+    unnamed: Arc<Mutex<HashSet<u32>>>,
     /// Counters.
     pub stats: ReplicaStats,
 }
@@ -147,6 +150,7 @@ impl Replica {
             db,
             regions: Mutex::new(HashMap::new()),
             epochs: EpochsFile::new(epochs_file),
+            unnamed: Arc::default(),
             stats: ReplicaStats::default(),
         })
     }

@@ -210,9 +210,12 @@ impl Replica {
                     true => self.inventory(region).await,
                     false => Inventory::default(),
                 };
+                let named = mode == Mode::SendIndex
+                    && self.db.replication().takes_named_segments()
+                    && !self.unnamed.lock().contains(&region);
                 // Open before the HelloOk leaves: the primary streams once it has it.
                 subs.lock().insert(region, sub);
-                Msg::HelloOk { region, lsn, held }
+                Msg::HelloOk { region, lsn, held, named }
             }
             Err(e) => {
                 self.stats.rejected.fetch_add(1, Relaxed);
@@ -319,6 +322,7 @@ fn stream_ids(m: &Msg) -> Option<(u32, u64)> {
         | Msg::Reset { region, epoch, .. }
         | Msg::Resync { region, epoch, .. }
         | Msg::Kept { region, epoch, .. }
+        | Msg::Named { region, epoch, .. }
         | Msg::Split { region, epoch, .. }
         | Msg::Copied { region, epoch, .. } => Some((*region, *epoch)),
         _ => None,

@@ -123,6 +123,11 @@ impl ReplicationCollector {
                     st.copy_kept_bytes.load(Relaxed),
                 ),
                 (
+                    "halyard_replication_copy_named_bytes_total",
+                    "Segment bytes copies named rather than sent: the storage nodes both stores share copied them.",
+                    st.copy_named_bytes.load(Relaxed),
+                ),
+                (
                     "halyard_replication_copy_bytes_total",
                     "Segment bytes copies (full or incremental) read and sent (at most move_rate_mb a second each).",
                     st.copy_bytes.load(Relaxed),
