@@ -19,7 +19,7 @@ pub use halyard_admin::frame::{HEADER, MAGIC, MAX_BODY};
 /// an incremental copy starts with Resync instead of Reset; 6: Split; 7: a Remap carries the new
 /// primary's levels digest, a Hello may name a region its stream absorbs; 8: the L0 log may
 /// hold a split's mark, log record kind 5, which a backup replays as no change).
-pub const VERSION: u16 = 8;
+pub const VERSION: u16 = 9;
 /// Segment images (SSTs, medium runs) are sent raw or LZ4-compressed, whichever is smaller.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
@@ -353,10 +353,7 @@ impl Msg {
                 Msg::Hello { version, epoch, region, mode, inventory, absorb }
             }
             tag::HELLO_OK => {
-                let (region, lsn, held) = (r.u32()?, r.u64()?, inventory(&mut r)?);
-                // A backup of an older version ends here: it takes no named segment.
-                let named = r.remaining() > 0 && flag(&mut r)?;
-                Msg::HelloOk { region, lsn, held, named }
+                Msg::HelloOk { region: r.u32()?, lsn: r.u64()?, held: inventory(&mut r)?, named: flag(&mut r)? }
             }
             tag::APPEND => Msg::Append {
                 epoch: r.u64()?,
@@ -623,7 +620,7 @@ mod tests {
         let f =
             Msg::Hello { version: VERSION, epoch: 2, region: 3, mode: Mode::SendIndex, inventory: true, absorb: None }
                 .encode();
-        let doc = "48 4C 59 52 14 00 00 00 A3 7C BB 34 01 08 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01 00";
+        let doc = "48 4C 59 52 14 00 00 00 44 30 80 8D 01 09 00 00 00 02 00 00 00 00 00 00 00 03 00 00 00 00 01 00";
         let want: Vec<u8> = doc.split(' ').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
         assert_eq!(f, want, "docs/replication.md section 1 example");
     }
