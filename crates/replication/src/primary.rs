@@ -409,7 +409,7 @@ impl Shipper {
             let _ = l.tx.send(Item::Restart);
             // A region that never held anything has nothing to copy.
             let copying = !copy.is_empty();
-            copy.by_name(named && s.mode == Mode::SendIndex);
+            copy.by_name(named);
             if copying {
                 let resync = incremental.then(|| copy.resync(held));
                 if resync.is_some() {

@@ -128,10 +128,8 @@ impl Replication<'_> {
         // continues after a restart) may hold records past this image that the primary lost.
         let whole = sh.dev.seg_bytes() as usize;
         self.put(local, body, whole)?;
-        if matches!(body, Body::Bytes(_)) {
-            if let Err(e) = sh.dev.sync() {
-                return sh.fail(e);
-            }
+        if let Err(e) = sh.dev.sync() {
+            return sh.fail(e);
         }
         let mut edits = Vec::new();
         if !meta.log(log).iter().any(|s| s.seg == local) {
@@ -192,8 +190,8 @@ impl Replication<'_> {
     }
 
     /// Puts a segment's contents at local segment `seg`: bytes padded with zeros to `len`, or
-    /// a copy (synced) the storage makes of a named segment. A failed write fails the store;
-    /// a failed copy only the call.
+    /// a copy the storage makes of a named segment, cleared from its valid end to `len`. A
+    /// failed write fails the store; a failed copy only the call.
     fn put(&self, seg: u32, body: Body<'_>, len: usize) -> Result<()> {
         let sh = &self.db.inner.sh;
         match body {
@@ -201,12 +199,13 @@ impl Replication<'_> {
                 Ok(()) => Ok(()),
                 Err(e) => sh.fail(e),
             },
-            Body::Named(name, valid) if valid < len => {
+            Body::Named(name, valid) => {
                 sh.dev.adopt(seg, name)?;
-                self.clear_from(seg, valid, len)?;
-                sh.dev.sync()
+                match valid < len {
+                    true => self.clear_from(seg, valid, len),
+                    false => Ok(()),
+                }
             }
-            Body::Named(name, _) => sh.dev.adopt(seg, name),
         }
     }
 

@@ -161,7 +161,7 @@ impl RegionCopy {
     /// changes). Log segments a crash cut, tails, SSTs pointing into logs (the backup rewrites
     /// their pointers) and what an incremental copy compares are still read.
     pub fn by_name(&mut self, yes: bool) {
-        self.by_name = yes && self.dev.can_adopt();
+        self.by_name = yes;
     }
 
     /// Reads piece `i` (0-based, in shipping order) from the device.

@@ -122,23 +122,18 @@ impl Replica {
         info: &[u8],
         name: Vec<u8>,
     ) -> Result<Job> {
-        let sst = match piece {
-            wire::NAMED_SST => Some(SstInfo::from_bytes(info)?),
-            _ => None,
-        };
-        let log = match piece {
-            wire::NAMED_SST => None,
-            1 => Some(LogKind::Medium),
-            p => Some(log_kind(p)?),
+        let what = match piece {
+            wire::NAMED_SST => Named::Sst(SstInfo::from_bytes(info)?),
+            p if p == LogKind::Medium as u8 => Named::Medium,
+            p => Named::Log(log_kind(p)?),
         };
         let (db, unnamed) = (self.db.clone(), self.unnamed.clone());
         Ok(Box::new(move || {
             let rep = db.replication();
-            let done = match (sst, log) {
-                (Some(info), _) => rep.backup_named_sst(region, &info, &name),
-                (None, Some(LogKind::Medium)) => rep.backup_named_medium_run(region, seg, salt, &name),
-                (None, Some(kind)) => rep.backup_named_log_segment(region, kind, (seg, salt), &name, valid),
-                (None, None) => return Err(Error::Malformed("a named piece of no kind")),
+            let done = match what {
+                Named::Sst(info) => rep.backup_named_sst(region, &info, &name),
+                Named::Medium => rep.backup_named_medium_run(region, seg, salt, &name),
+                Named::Log(kind) => rep.backup_named_log_segment(region, kind, (seg, salt), &name, valid),
             };
             if let Err(e) = &done {
                 tracing::warn!(region, "the storage nodes could not copy a segment the primary named ({e}); the region's next copy comes as bytes");
@@ -148,6 +143,13 @@ impl Replica {
             Ok(())
         }))
     }
+}
+
+/// What a Named message names.
+enum Named {
+    Sst(SstInfo),
+    Medium,
+    Log(LogKind),
 }
 
 /// Where a message's index work runs: behind the stream's earlier jobs when it has a queue

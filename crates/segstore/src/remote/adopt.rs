@@ -81,17 +81,10 @@ impl RemoteStorage {
         };
         let nodes =
             nodes.ok_or_else(|| io::Error::other("the segment lies on storage nodes this store does not use"))?;
-        let rho = usize::from(src.placement.rho);
-        let mut shard = self.shard(seg).lock();
-        shard.tails.remove(&seg);
-        let s = Seg { gen: self.next_gen(), rho, nodes };
-        // What this store kept of the segment elsewhere (a free segment keeps its fragments)
-        // goes; the nodes of the copy drop theirs before they copy.
-        if let Some(old) = self.segs.write().remove(&seg) {
-            let store = &self.o.store;
-            let gone = old.nodes.iter().filter(|n| !s.nodes.contains(n));
-            drop(self.fan_out(gone.map(|&n| (n, Request::Delete { store: store.clone(), seg })).collect()));
-        }
+        // What this store kept of the segment (a free segment keeps its fragments) goes first.
+        self.delete_segment(seg);
+        let shard = self.shard(seg).lock();
+        let s = Seg { gen: self.next_gen(), rho: usize::from(src.placement.rho), nodes };
         let p = self.placement_of(&s);
         let calls = s
             .nodes
@@ -113,7 +106,7 @@ impl RemoteStorage {
         let results = self.fan_out(calls);
         let failed: Vec<usize> =
             results.iter().enumerate().filter(|(_, r)| !matches!(r, Ok(Reply::Ok))).map(|(i, _)| i).collect();
-        self.segs.write().insert(seg, s.clone());
+        self.segs.write().insert(seg, s);
         if failed.len() > 1 {
             drop(shard);
             self.delete_segment(seg);
