@@ -285,10 +285,12 @@ fn etcd_down_briefly_primaries_resume() {
         i += 1;
     }
     let after = wait_settled(&url, 2, Duration::from_secs(30));
-    // The groups, not the progress (LSN, lag) that writes move.
+    // The groups, not the progress (LSN, lag) that writes move, nor the epoch: on a loaded
+    // machine a backup may miss the ack timeout around etcd's return and be taken out and put
+    // back (the epoch moves twice, the group is the same); a failover would change the primary.
     let groups = |s: &serde_json::Value| -> Vec<String> {
         let regions = s["regions"].as_array().unwrap();
-        regions.iter().map(|r| format!("{} {} {} {}", r["id"], r["primary"], r["backups"], r["epoch"])).collect()
+        regions.iter().map(|r| format!("{} {} {}", r["id"], r["primary"], r["backups"])).collect()
     };
     assert_eq!(groups(&before), groups(&after), "the groups changed although no node failed");
     let c = cluster_client(&addrs, Duration::from_secs(10));
