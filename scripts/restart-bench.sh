@@ -11,18 +11,19 @@
 #   bash scripts/restart-bench.sh [GIB] [AWAY]     # defaults 0.5, 10
 # SIGNAL=KILL: n3 is killed with SIGKILL instead (its regions fail over after the lease; on
 # its return the copies of the regions it led are brought up to date like the others).
+# LOG=filter sets the nodes' RUST_LOG (their logs stay in the printed directory).
 # Needs etcd (apt-get install etcd-server); uses ports 24792, 24802 and 25421..29423.
 set -euo pipefail
 gib=${1:-0.5}; away=${2:-10}; signal=${SIGNAL:-TERM}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
 source "$(dirname "$(realpath "$0")")/etcd-local.sh"
-root=$(mktemp -d); cd "$root"
+root=$(mktemp -d); cd "$root"; echo "restart: nodes' logs in $root"
 start_etcd 24792 24802
 trap "kill \$ETCD 2>/dev/null; pkill -f \"halyard serve --dir r[0-9]\" 2>/dev/null; true" EXIT
 $B cluster init --etcd $E --regions 8 --replicas 2 --bench-keys --no-merge >/dev/null
 start() {
-  RUST_LOG=warn,halyard_replication::copy=info $B serve --dir r$1 --etcd $E --node n$1 \
+  RUST_LOG=${LOG:-warn,halyard_replication::copy=info} $B serve --dir r$1 --etcd $E --node n$1 \
     --listen 127.0.0.1:2542$1 --resp 127.0.0.1:2642$1 --http 127.0.0.1:2942$1 \
     --replication-listen 127.0.0.1:2842$1 --cache-mb 256 >> r$1.log 2>&1 &
 }

@@ -35,6 +35,7 @@ import redis, sys
 sys.exit(0 if int(redis.__version__.split(".")[0]) >= 5 else 1)
 PY
 export ROCKSDB_LIB_DIR=/usr/lib/x86_64-linux-gnu
-cargo test --workspace "$@"
-# the benchmark again with RocksDB and BlobDB linked in (a smoke run of all three engines)
-cargo test -p halyard-bench --features rocksdb "$@"
+# With RocksDB and BlobDB linked into the benchmark (its smoke run covers all three engines):
+# one build of the workspace (a second build of the benchmark alone would resolve its
+# dependencies' features apart and compile most of them again).
+cargo test --workspace --features halyard-bench/rocksdb "$@"
