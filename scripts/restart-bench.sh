@@ -149,4 +149,4 @@ print(f"restart: seconds holding a request of 100 ms or more (seconds from SIGTE
 EOF
 cp r1.log r2.log r3.log "${TMPDIR:-/tmp}/" 2>/dev/null || true
 cd "$here"
-rm -rf "$root"
+[ -n "${LOG:-}" ] || rm -rf "$root"

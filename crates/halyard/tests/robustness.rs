@@ -17,14 +17,15 @@
 //! primary's node (it hands off and leaves) and its restart, a move of the primary's copy onto
 //! a fourth node (plain, with the target killed during its copy, with the source killed, with
 //! the master killed, with the target cut off by iptables during a slowed copy), a handoff
-//! asked while the primary is paused past its lease, and a split of the region between the
-//! keys followed at once by a handoff of the new region.
+//! asked while the primary is paused past its lease, a split of the region between the keys
+//! followed at once by a handoff of the new region, a split and merge followed by a kill, and a
+//! drain of the primary's node.
 //!
 //! Four runs keep the nodes' stores on four storage nodes (`--storage remote`): a storage node
 //! SIGKILLed, one paused past the time a node has to answer, one SIGKILLed while the primary's
 //! copy moves, one cut off by iptables.
 //!
-//! `HALYARD_ROBUSTNESS_RUNS` (default 18: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
+//! `HALYARD_ROBUSTNESS_RUNS` (default 19: one run per fault), `HALYARD_ROBUSTNESS_FIRST` (the
 //! index of the first run's fault in that list) and `HALYARD_ROBUSTNESS_SEED`
 //! choose how many runs and the first seed; `scripts/robustness.sh --runs N` prints the table.
 
@@ -65,6 +66,9 @@ enum Fault {
     TermPrimary,
     /// `halyard admin move` of the primary's copy onto a fourth node.
     MovePrimary,
+    /// `halyard cluster drain` of the primary's node (a fourth node takes its copy, a backup
+    /// its primary role).
+    DrainPrimary,
     /// A handoff asked while the primary is SIGSTOPped past its lease.
     PauseDuringHandoff,
     /// SIGKILL of the target of a move of the primary's copy, at a step of the move the seed
@@ -97,7 +101,7 @@ enum Fault {
     PartitionStorageNode,
 }
 
-const FAULTS: [Fault; 18] = [
+const FAULTS: [Fault; 19] = [
     Fault::KillPrimary,
     Fault::KillMaster,
     Fault::PausePrimary,
@@ -112,6 +116,7 @@ const FAULTS: [Fault; 18] = [
     Fault::PartitionMoveTarget,
     Fault::SplitThenHandoff,
     Fault::SplitMergeThenKill,
+    Fault::DrainPrimary,
     Fault::KillStorageNode,
     Fault::PauseStorageNode,
     Fault::KillStorageDuringMove,
@@ -540,6 +545,18 @@ fn inject(fault: Fault, seed: u64, nodes: &mut [Node], stores: &mut [Node], v: u
             assert!(ok, "move {from} -> n4: {out}");
             std::thread::sleep(Duration::from_millis(2000));
         }
+        Fault::DrainPrimary => {
+            let node = nodes[v].name.clone();
+            let (ok, out) = etcd_common::halyard(&["cluster", "drain", &node, "--etcd", url]);
+            assert!(ok, "drain {node}: {out}");
+            let s = status(url);
+            let r = &s["regions"][0];
+            assert!(
+                r["primary"] != node.as_str() && !r["backups"].to_string().contains(&node),
+                "{node} still in the group: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(2000));
+        }
         Fault::KillMoveTarget | Fault::KillMoveSource | Fault::KillMasterDuringMove => {
             let from = status(url)["regions"][0]["primary"].as_str().unwrap().to_string();
             let t = move_to_n4(&from, url);
@@ -694,6 +711,7 @@ fn run(fault: Fault, seed: u64, keep: &Path) -> Outcome {
     };
     let moves = [
         Fault::MovePrimary,
+        Fault::DrainPrimary,
         Fault::KillMoveTarget,
         Fault::KillMoveSource,
         Fault::KillMasterDuringMove,
