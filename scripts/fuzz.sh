@@ -6,8 +6,6 @@ cd "$(dirname "$0")/../fuzz"
 secs="${FUZZ_SECONDS:-20}"
 rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-# One build of every target (cargo links them side by side), then each runs without building.
-cargo +nightly fuzz build 2>&1 | tail -n 1
 for t in log_record redo_edits sst_node sst_descriptor bloom_filter native_frame resp_request replication_frame backup_list dump_payload msgpack_unpack segstore_message; do
   echo "fuzz: $t for ${secs}s"
   cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -n 3

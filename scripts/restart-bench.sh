@@ -11,14 +11,14 @@
 #   bash scripts/restart-bench.sh [GIB] [AWAY]     # defaults 0.5, 10
 # SIGNAL=KILL: n3 is killed with SIGKILL instead (its regions fail over after the lease; on
 # its return the copies of the regions it led are brought up to date like the others).
-# LOG=filter sets the nodes' RUST_LOG (their logs stay in the printed directory).
+# LOG=filter sets the nodes' RUST_LOG; their logs end in ${TMPDIR:-/tmp}/r1.log .. r3.log.
 # Needs etcd (apt-get install etcd-server); uses ports 24792, 24802 and 25421..29423.
 set -euo pipefail
 gib=${1:-0.5}; away=${2:-10}; signal=${SIGNAL:-TERM}
 here=$(cd "$(dirname "$0")/.." && pwd)
 B=${HALYARD_BIN:-"$here/target/release/halyard"}
 source "$(dirname "$(realpath "$0")")/etcd-local.sh"
-root=$(mktemp -d); cd "$root"; echo "restart: nodes' logs in $root"
+root=$(mktemp -d); cd "$root"
 start_etcd 24792 24802
 trap "kill \$ETCD 2>/dev/null; pkill -f \"halyard serve --dir r[0-9]\" 2>/dev/null; true" EXIT
 $B cluster init --etcd $E --regions 8 --replicas 2 --bench-keys --no-merge >/dev/null
@@ -149,4 +149,4 @@ print(f"restart: seconds holding a request of 100 ms or more (seconds from SIGTE
 EOF
 cp r1.log r2.log r3.log "${TMPDIR:-/tmp}/" 2>/dev/null || true
 cd "$here"
-[ -n "${LOG:-}" ] || rm -rf "$root"
+rm -rf "$root"

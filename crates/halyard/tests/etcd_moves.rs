@@ -17,7 +17,7 @@ mod common;
 mod etcd_common;
 
 use etcd_common::{
-    cluster_client, halyard, key, metric_sums, new_cluster, start_node, status, value, wait_settled, Node,
+    cluster_client, copies, halyard, key, metric_sums, new_cluster, start_node, status, value, wait_settled, Node,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -663,12 +663,6 @@ fn shape(s: &serde_json::Value) -> Vec<(u64, String, Vec<String>)> {
             (r["epoch"].as_u64().unwrap(), r["primary"].as_str().unwrap().to_string(), b)
         })
         .collect()
-}
-
-/// Copies `node` holds (0 while it has not registered yet).
-fn copies(s: &serde_json::Value, node: &str) -> usize {
-    let Some(n) = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node) else { return 0 };
-    (n["primaries"].as_u64().unwrap() + n["backups"].as_u64().unwrap()) as usize
 }
 
 /// Waits until each of `holders` holds a copy and nothing is asked, logged or copying.

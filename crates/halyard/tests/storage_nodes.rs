@@ -562,16 +562,7 @@ fn a_region_moves_between_processing_nodes_as_names_the_storage_nodes_copy() {
     }
     let n2 = etcd_common::start_node_with(root.path(), &url, "n2", None, &remote);
     // The move needs n2 registered and up.
-    let t0 = std::time::Instant::now();
-    while !etcd_common::status(&url)["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|n| n["name"] == "n2" && n["alive"] == true)
-    {
-        assert!(t0.elapsed() < Duration::from_secs(30), "n2 did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    etcd_common::wait_alive(&url, "n2");
     let (ok, out) =
         etcd_common::halyard(&["admin", "move", "--region", "1", "--from", "n1", "--to", "n2", "--etcd", &url]);
     assert!(ok, "move: {out}");

@@ -262,6 +262,21 @@ pub fn wait_storage_nodes(etcd: &str, n: usize) {
     }
 }
 
+/// Waits until node `name` is registered and alive.
+pub fn wait_alive(etcd: &str, name: &str) {
+    let t0 = Instant::now();
+    while !status(etcd)["nodes"].as_array().unwrap().iter().any(|n| n["name"] == name && n["alive"] == true) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{name} did not come up: {}", status(etcd));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Copies `node` holds (0 while it has not registered yet).
+pub fn copies(s: &serde_json::Value, node: &str) -> usize {
+    let Some(n) = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node) else { return 0 };
+    (n["primaries"].as_u64().unwrap() + n["backups"].as_u64().unwrap()) as usize
+}
+
 pub fn wait_settled(etcd: &str, copies: usize, within: Duration) -> serde_json::Value {
     let t0 = Instant::now();
     loop {
